@@ -1,0 +1,294 @@
+//! Pure commit planning: check requirements against a base and apply updates to it.
+//!
+//! Nothing here does IO, so the whole protocol can be tested on in-memory metadata. The
+//! service reads the base, calls these functions, writes the result and swaps it in.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{
+    FormatVersion, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+    ViewMetadata, ViewMetadataBuilder,
+};
+use iceberg::{ErrorKind, TableRequirement, TableUpdate, ViewUpdate};
+
+use crate::{CatalogError, Result};
+
+/// Requirements of a view commit (the spec defines one).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type")]
+pub enum ViewRequirement {
+    #[serde(rename = "assert-view-uuid")]
+    AssertViewUuid { uuid: uuid::Uuid },
+}
+
+/// The result of applying a commit: new metadata, or nothing when the updates changed nothing.
+#[derive(Debug)]
+pub enum Applied<T> {
+    Unchanged,
+    Changed(T),
+}
+
+/// Maps an iceberg error raised while checking or applying updates to a catalog error.
+fn from_iceberg(e: iceberg::Error) -> CatalogError {
+    match e.kind() {
+        ErrorKind::CatalogCommitConflicts => CatalogError::CommitFailed(e.message().to_string()),
+        ErrorKind::TableNotFound => CatalogError::no_such_table(e.message()),
+        ErrorKind::DataInvalid | ErrorKind::FeatureUnsupported | ErrorKind::PreconditionFailed => {
+            CatalogError::bad_request(e.message())
+        }
+        _ => CatalogError::bad_request(e.to_string()),
+    }
+}
+
+/// Checks `requirements` against `base` (`None` when the table does not exist yet).
+pub fn check_table_requirements(
+    base: Option<&TableMetadata>,
+    requirements: &[TableRequirement],
+) -> Result<()> {
+    for requirement in requirements {
+        requirement.check(base).map_err(|e| match e.kind() {
+            ErrorKind::TableNotFound => CatalogError::CommitFailed(format!(
+                "requirement {} failed: the table does not exist",
+                requirement_name(requirement)
+            )),
+            _ => from_iceberg(e),
+        })?;
+    }
+    Ok(())
+}
+
+fn requirement_name(r: &TableRequirement) -> &'static str {
+    match r {
+        TableRequirement::NotExist => "assert-create",
+        TableRequirement::UuidMatch { .. } => "assert-table-uuid",
+        TableRequirement::RefSnapshotIdMatch { .. } => "assert-ref-snapshot-id",
+        TableRequirement::LastAssignedFieldIdMatch { .. } => "assert-last-assigned-field-id",
+        TableRequirement::CurrentSchemaIdMatch { .. } => "assert-current-schema-id",
+        TableRequirement::LastAssignedPartitionIdMatch { .. } => {
+            "assert-last-assigned-partition-id"
+        }
+        TableRequirement::DefaultSpecIdMatch { .. } => "assert-default-spec-id",
+        TableRequirement::DefaultSortOrderIdMatch { .. } => "assert-default-sort-order-id",
+    }
+}
+
+/// Applies `updates` to an existing table's metadata.
+pub fn apply_table_updates(
+    base: &TableMetadata,
+    base_location: &str,
+    updates: Vec<TableUpdate>,
+) -> Result<Applied<TableMetadata>> {
+    if updates.is_empty() {
+        return Ok(Applied::Unchanged);
+    }
+    let mut builder = base.clone().into_builder(Some(base_location.to_string()));
+    for update in updates {
+        builder = update.apply(builder).map_err(from_iceberg)?;
+    }
+    let result = builder.build().map_err(from_iceberg)?;
+    if result.changes.is_empty() {
+        return Ok(Applied::Unchanged);
+    }
+    Ok(Applied::Changed(result.metadata))
+}
+
+/// Builds the first metadata of a table created by a commit (`assert-create`), from the
+/// create updates a client sends after a staged create.
+pub fn create_table_from_updates(updates: Vec<TableUpdate>) -> Result<TableMetadata> {
+    let mut schema = None;
+    let mut spec: Option<UnboundPartitionSpec> = None;
+    let mut sort_order: Option<SortOrder> = None;
+    let mut location = None;
+    let mut properties = HashMap::new();
+    let mut format_version = FormatVersion::V2;
+    let mut uuid = None;
+    let mut rest = Vec::new();
+    for update in updates {
+        match update {
+            TableUpdate::AddSchema { schema: s } if schema.is_none() => schema = Some(s),
+            TableUpdate::AddSpec { spec: s } if spec.is_none() => spec = Some(s),
+            TableUpdate::AddSortOrder { sort_order: s } if sort_order.is_none() => {
+                sort_order = Some(s)
+            }
+            TableUpdate::SetCurrentSchema { .. }
+            | TableUpdate::SetDefaultSpec { .. }
+            | TableUpdate::SetDefaultSortOrder { .. }
+                if rest.is_empty() => {}
+            TableUpdate::SetLocation { location: l } => location = Some(l),
+            TableUpdate::SetProperties { updates } => properties.extend(updates),
+            TableUpdate::UpgradeFormatVersion { format_version: v } => format_version = v,
+            TableUpdate::AssignUuid { uuid: u } => uuid = Some(u),
+            other => rest.push(other),
+        }
+    }
+    let schema = schema.ok_or_else(|| {
+        CatalogError::bad_request("a create commit must contain an add-schema update")
+    })?;
+    let location = location.ok_or_else(|| {
+        CatalogError::bad_request("a create commit must contain a set-location update")
+    })?;
+    let mut builder = TableMetadataBuilder::new(
+        schema,
+        spec.unwrap_or_else(|| UnboundPartitionSpec::builder().build()),
+        sort_order.unwrap_or_else(SortOrder::unsorted_order),
+        location,
+        format_version,
+        properties,
+    )
+    .map_err(from_iceberg)?;
+    if let Some(uuid) = uuid {
+        builder = builder.assign_uuid(uuid);
+    }
+    for update in rest {
+        builder = update.apply(builder).map_err(from_iceberg)?;
+    }
+    Ok(builder.build().map_err(from_iceberg)?.metadata)
+}
+
+pub fn check_view_requirements(base: &ViewMetadata, requirements: &[ViewRequirement]) -> Result<()> {
+    for requirement in requirements {
+        match requirement {
+            ViewRequirement::AssertViewUuid { uuid } if *uuid != base.uuid() => {
+                return Err(CatalogError::CommitFailed(format!(
+                    "requirement assert-view-uuid failed: expected {uuid}, found {}",
+                    base.uuid()
+                )));
+            }
+            ViewRequirement::AssertViewUuid { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// Applies view updates (replace view).
+pub fn apply_view_updates(base: &ViewMetadata, updates: Vec<ViewUpdate>) -> Result<ViewMetadata> {
+    let mut builder = base.clone().into_builder();
+    for update in updates {
+        builder = apply_view_update(builder, update)?;
+    }
+    Ok(builder.build().map_err(from_iceberg)?.metadata)
+}
+
+fn apply_view_update(builder: ViewMetadataBuilder, update: ViewUpdate) -> Result<ViewMetadataBuilder> {
+    let builder = match update {
+        ViewUpdate::AssignUuid { uuid } => builder.assign_uuid(uuid),
+        ViewUpdate::UpgradeFormatVersion { format_version } => builder
+            .upgrade_format_version(format_version)
+            .map_err(from_iceberg)?,
+        ViewUpdate::AddSchema { schema, .. } => builder.add_schema(schema),
+        ViewUpdate::SetLocation { location } => builder.set_location(location),
+        ViewUpdate::SetProperties { updates } => {
+            builder.set_properties(updates).map_err(from_iceberg)?
+        }
+        ViewUpdate::RemoveProperties { removals } => builder.remove_properties(&removals),
+        ViewUpdate::AddViewVersion { view_version } => {
+            builder.add_version(view_version).map_err(from_iceberg)?
+        }
+        ViewUpdate::SetCurrentViewVersion { view_version_id } => builder
+            .set_current_version_id(view_version_id)
+            .map_err(from_iceberg)?,
+    };
+    Ok(builder)
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap()
+    }
+
+    fn table() -> TableMetadata {
+        TableMetadataBuilder::new(
+            schema(),
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            "file:///wh/t".to_string(),
+            FormatVersion::V2,
+            HashMap::new(),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata
+    }
+
+    #[test]
+    fn failed_requirement_is_a_commit_conflict() {
+        let base = table();
+        let err = check_table_requirements(
+            Some(&base),
+            &[TableRequirement::CurrentSchemaIdMatch {
+                current_schema_id: 7,
+            }],
+        )
+        .unwrap_err();
+        assert!(matches!(err, CatalogError::CommitFailed(_)), "{err:?}");
+        let err = check_table_requirements(None, &[TableRequirement::UuidMatch { uuid: base.uuid() }])
+            .unwrap_err();
+        assert!(matches!(err, CatalogError::CommitFailed(_)), "{err:?}");
+        check_table_requirements(None, &[TableRequirement::NotExist]).unwrap();
+    }
+
+    #[test]
+    fn updates_apply_and_no_op_is_detected() {
+        let base = table();
+        let applied = apply_table_updates(
+            &base,
+            "file:///wh/t/metadata/00000-x.metadata.json",
+            vec![TableUpdate::SetProperties {
+                updates: HashMap::from([("k".into(), "v".into())]),
+            }],
+        )
+        .unwrap();
+        let Applied::Changed(new) = applied else {
+            panic!("expected a change")
+        };
+        assert_eq!(new.properties().get("k").map(String::as_str), Some("v"));
+        assert_eq!(new.metadata_log().len(), 1);
+        assert!(matches!(
+            apply_table_updates(&new, "loc", vec![]).unwrap(),
+            Applied::Unchanged
+        ));
+    }
+
+    #[test]
+    fn invalid_update_is_a_bad_request() {
+        let base = table();
+        let err = apply_table_updates(
+            &base,
+            "loc",
+            vec![TableUpdate::SetCurrentSchema { schema_id: 42 }],
+        )
+        .unwrap_err();
+        assert!(matches!(err, CatalogError::BadRequest { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn create_from_updates_builds_a_table() {
+        let uuid = uuid::Uuid::new_v4();
+        let metadata = create_table_from_updates(vec![
+            TableUpdate::AssignUuid { uuid },
+            TableUpdate::UpgradeFormatVersion {
+                format_version: FormatVersion::V2,
+            },
+            TableUpdate::AddSchema { schema: schema() },
+            TableUpdate::SetCurrentSchema { schema_id: -1 },
+            TableUpdate::SetLocation {
+                location: "file:///wh/x".into(),
+            },
+        ])
+        .unwrap();
+        assert_eq!(metadata.uuid(), uuid);
+        assert_eq!(metadata.location(), "file:///wh/x");
+        assert!(create_table_from_updates(vec![]).is_err());
+    }
+}

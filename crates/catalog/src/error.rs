@@ -1,0 +1,154 @@
+//! The catalog's error type and its transport-neutral codes.
+
+use std::fmt;
+
+/// What kind of failure an error is, independent of any transport. The HTTP layer maps each
+/// code to exactly one status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidArgument,
+    Unauthenticated,
+    PermissionDenied,
+    NotFound,
+    AlreadyExists,
+    Conflict,
+    Unsupported,
+    PayloadTooLarge,
+    Unavailable,
+    CommitStateUnknown,
+    Internal,
+}
+
+/// Errors of catalog operations. Each carries the Iceberg exception type clients expect.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("{message}")]
+    BadRequest { message: String },
+    #[error("{message}")]
+    NotFound {
+        error_type: &'static str,
+        message: String,
+    },
+    #[error("{message}")]
+    AlreadyExists {
+        error_type: &'static str,
+        message: String,
+    },
+    #[error("{0}")]
+    NamespaceNotEmpty(String),
+    #[error("{0}")]
+    CommitFailed(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The commit may or may not have been applied.
+    #[error("{0}")]
+    CommitStateUnknown(String),
+    #[error("{0}")]
+    Unavailable(String),
+    /// An unexpected failure; the message is for logs only, never for clients.
+    #[error("{context}: {source}")]
+    Internal {
+        context: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+pub type Result<T, E = CatalogError> = std::result::Result<T, E>;
+
+impl CatalogError {
+    pub fn bad_request(message: impl fmt::Display) -> Self {
+        CatalogError::BadRequest {
+            message: message.to_string(),
+        }
+    }
+
+    pub fn internal(
+        context: impl fmt::Display,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        CatalogError::Internal {
+            context: context.to_string(),
+            source: source.into(),
+        }
+    }
+
+    pub fn no_such_warehouse(name: &str) -> Self {
+        CatalogError::NotFound {
+            error_type: "NoSuchWarehouseException",
+            message: format!("Warehouse does not exist: {name}"),
+        }
+    }
+
+    pub fn no_such_namespace(ns: impl fmt::Display) -> Self {
+        CatalogError::NotFound {
+            error_type: "NoSuchNamespaceException",
+            message: format!("Namespace does not exist: {ns}"),
+        }
+    }
+
+    pub fn no_such_table(ident: impl fmt::Display) -> Self {
+        CatalogError::NotFound {
+            error_type: "NoSuchTableException",
+            message: format!("Table does not exist: {ident}"),
+        }
+    }
+
+    pub fn no_such_view(ident: impl fmt::Display) -> Self {
+        CatalogError::NotFound {
+            error_type: "NoSuchViewException",
+            message: format!("View does not exist: {ident}"),
+        }
+    }
+
+    pub fn already_exists(message: impl fmt::Display) -> Self {
+        CatalogError::AlreadyExists {
+            error_type: "AlreadyExistsException",
+            message: message.to_string(),
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            CatalogError::BadRequest { .. } => ErrorCode::InvalidArgument,
+            CatalogError::NotFound { .. } => ErrorCode::NotFound,
+            CatalogError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            CatalogError::NamespaceNotEmpty(_) | CatalogError::CommitFailed(_) => {
+                ErrorCode::Conflict
+            }
+            CatalogError::Unsupported(_) => ErrorCode::Unsupported,
+            CatalogError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            CatalogError::CommitStateUnknown(_) => ErrorCode::CommitStateUnknown,
+            CatalogError::Unavailable(_) => ErrorCode::Unavailable,
+            CatalogError::Internal { .. } => ErrorCode::Internal,
+        }
+    }
+
+    /// The Iceberg exception name clients map the error to.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            CatalogError::BadRequest { .. } => "BadRequestException",
+            CatalogError::NotFound { error_type, .. }
+            | CatalogError::AlreadyExists { error_type, .. } => error_type,
+            CatalogError::NamespaceNotEmpty(_) => "NamespaceNotEmptyException",
+            CatalogError::CommitFailed(_) => "CommitFailedException",
+            CatalogError::Unsupported(_) => "UnsupportedOperationException",
+            CatalogError::PayloadTooLarge(_) => "PayloadTooLargeException",
+            CatalogError::CommitStateUnknown(_) => "CommitStateUnknownException",
+            CatalogError::Unavailable(_) => "ServiceUnavailableException",
+            CatalogError::Internal { .. } => "InternalServerError",
+        }
+    }
+}
+
+impl From<floe_storage::StorageError> for CatalogError {
+    fn from(e: floe_storage::StorageError) -> Self {
+        match e {
+            floe_storage::StorageError::InvalidLocation { .. }
+            | floe_storage::StorageError::InvalidProfile(_) => CatalogError::bad_request(e),
+            other => CatalogError::internal("storage failed", other),
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Metadata files: naming, encoding, and an immutable-file cache.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use floe_storage::WarehouseStorage;
+use iceberg::spec::{TableMetadata, ViewMetadata};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+use crate::{CatalogError, Result};
+
+const GZIP_PROPERTY: &str = "write.metadata.compression-codec";
+
+/// The location of the next metadata file of a table or view at `location`, one version past
+/// `current` (version 0 for a new one). Gzip when the table asks for it.
+pub fn next_metadata_location(
+    location: &str,
+    current: Option<&str>,
+    properties: &HashMap<String, String>,
+) -> String {
+    let version = current.and_then(metadata_version).map_or(0, |v| v + 1);
+    let gzip = properties
+        .get(GZIP_PROPERTY)
+        .is_some_and(|c| c.eq_ignore_ascii_case("gzip"));
+    let suffix = if gzip { ".gz.metadata.json" } else { ".metadata.json" };
+    format!(
+        "{}/metadata/{version:05}-{}{suffix}",
+        location.trim_end_matches('/'),
+        Uuid::new_v4()
+    )
+}
+
+/// The version number of a metadata file named `NNNNN-<uuid>.metadata.json` (or `vN...`).
+pub fn metadata_version(metadata_location: &str) -> Option<u64> {
+    let file = metadata_location.rsplit('/').next()?;
+    let head = file.split(['-', '.']).next()?;
+    head.trim_start_matches('v').parse().ok()
+}
+
+pub fn encode<T: Serialize>(value: &T, location: &str) -> Result<Bytes> {
+    let json = serde_json::to_vec(value).map_err(|e| CatalogError::internal("encode metadata", e))?;
+    if location.ends_with(".gz.metadata.json") {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder
+            .write_all(&json)
+            .and_then(|_| encoder.finish())
+            .map(Bytes::from)
+            .map_err(|e| CatalogError::internal("compress metadata", e))
+    } else {
+        Ok(Bytes::from(json))
+    }
+}
+
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], location: &str) -> Result<T> {
+    let mut inflated = Vec::new();
+    let json: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::GzDecoder::new(bytes)
+            .read_to_end(&mut inflated)
+            .map_err(|e| CatalogError::bad_request(format!("metadata file {location} is not valid gzip: {e}")))?;
+        &inflated
+    } else {
+        bytes
+    };
+    serde_json::from_slice(json).map_err(|e| {
+        CatalogError::bad_request(format!("metadata file {location} is not valid Iceberg metadata: {e}"))
+    })
+}
+
+/// Metadata files never change once written, so a cache keyed by location is always valid.
+#[derive(Debug)]
+pub struct MetadataCache<T> {
+    inner: Mutex<CacheInner<T>>,
+    capacity: usize,
+}
+
+#[derive(Debug)]
+struct CacheInner<T> {
+    map: HashMap<String, Arc<T>>,
+    order: VecDeque<String>,
+}
+
+impl<T> MetadataCache<T> {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: Mutex::new(CacheInner {
+                map: HashMap::new(),
+                order: VecDeque::new(),
+            }),
+            capacity,
+        }
+    }
+
+    pub fn get(&self, location: &str) -> Option<Arc<T>> {
+        self.inner.lock().expect("cache lock").map.get(location).cloned()
+    }
+
+    pub fn insert(&self, location: &str, value: Arc<T>) {
+        let mut inner = self.inner.lock().expect("cache lock");
+        if inner.map.insert(location.to_string(), value).is_none() {
+            inner.order.push_back(location.to_string());
+            while inner.order.len() > self.capacity {
+                if let Some(old) = inner.order.pop_front() {
+                    inner.map.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// Reads table and view metadata through a cache.
+#[derive(Debug)]
+pub struct MetadataIo {
+    tables: MetadataCache<TableMetadata>,
+    views: MetadataCache<ViewMetadata>,
+}
+
+impl MetadataIo {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            tables: MetadataCache::new(capacity),
+            views: MetadataCache::new(capacity),
+        }
+    }
+
+    pub async fn read_table(
+        &self,
+        storage: &WarehouseStorage,
+        location: &str,
+    ) -> Result<Arc<TableMetadata>> {
+        if let Some(hit) = self.tables.get(location) {
+            return Ok(hit);
+        }
+        let bytes = storage.read(location).await?;
+        let metadata: Arc<TableMetadata> = Arc::new(decode(&bytes, location)?);
+        self.tables.insert(location, metadata.clone());
+        Ok(metadata)
+    }
+
+    pub async fn write_table(
+        &self,
+        storage: &WarehouseStorage,
+        location: &str,
+        metadata: Arc<TableMetadata>,
+    ) -> Result<()> {
+        storage.write(location, encode(&*metadata, location)?).await?;
+        self.tables.insert(location, metadata);
+        Ok(())
+    }
+
+    pub async fn read_view(
+        &self,
+        storage: &WarehouseStorage,
+        location: &str,
+    ) -> Result<Arc<ViewMetadata>> {
+        if let Some(hit) = self.views.get(location) {
+            return Ok(hit);
+        }
+        let bytes = storage.read(location).await?;
+        let metadata: Arc<ViewMetadata> = Arc::new(decode(&bytes, location)?);
+        self.views.insert(location, metadata.clone());
+        Ok(metadata)
+    }
+
+    pub async fn write_view(
+        &self,
+        storage: &WarehouseStorage,
+        location: &str,
+        metadata: Arc<ViewMetadata>,
+    ) -> Result<()> {
+        storage.write(location, encode(&*metadata, location)?).await?;
+        self.views.insert(location, metadata);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_names_count_versions() {
+        let props = HashMap::new();
+        let first = next_metadata_location("s3://b/t/", None, &props);
+        assert!(first.starts_with("s3://b/t/metadata/00000-"), "{first}");
+        assert_eq!(metadata_version(&first), Some(0));
+        let second = next_metadata_location("s3://b/t", Some(&first), &props);
+        assert_eq!(metadata_version(&second), Some(1));
+        assert_eq!(metadata_version("s3://b/t/metadata/v7.metadata.json"), Some(7));
+        let gz = HashMap::from([(GZIP_PROPERTY.to_string(), "GZIP".to_string())]);
+        assert!(next_metadata_location("/t", Some(&second), &gz).ends_with(".gz.metadata.json"));
+    }
+
+    #[test]
+    fn gzip_round_trips() {
+        let value = serde_json::json!({"a": [1, 2, 3]});
+        let bytes = encode(&value, "x/00001-u.gz.metadata.json").unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
+        let back: serde_json::Value = decode(&bytes, "x").unwrap();
+        assert_eq!(back, value);
+        assert!(decode::<serde_json::Value>(b"nope", "loc").unwrap_err().to_string().contains("loc"));
+    }
+
+    #[test]
+    fn cache_evicts_oldest() {
+        let cache = MetadataCache::new(2);
+        cache.insert("a", Arc::new(1));
+        cache.insert("b", Arc::new(2));
+        cache.insert("c", Arc::new(3));
+        assert!(cache.get("a").is_none());
+        assert_eq!(cache.get("c").as_deref(), Some(&3));
+    }
+}

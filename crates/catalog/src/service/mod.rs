@@ -1,0 +1,110 @@
+//! The catalog service: every catalog operation, over a store and the warehouses' storage.
+
+mod namespaces;
+mod tables;
+mod transactions;
+mod views;
+mod warehouses;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use floe_storage::WarehouseStorage;
+
+use crate::metadata::MetadataIo;
+use crate::model::Warehouse;
+use crate::store::CatalogStore;
+use crate::{CatalogError, Result};
+
+pub use tables::{CreateTable, LoadedTable, TableCommitRequest};
+pub use views::{CreateView, LoadedView};
+
+/// Tunables of the catalog service.
+#[derive(Debug, Clone)]
+pub struct CatalogConfig {
+    /// How often a commit that lost a race is re-applied on the new base before the client
+    /// gets a 409.
+    pub commit_retries: usize,
+    /// Metadata files kept in the in-memory cache.
+    pub metadata_cache_entries: usize,
+    /// How long a warehouse definition is cached before it is read from the store again.
+    pub warehouse_cache_ttl: Duration,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        Self {
+            commit_retries: 8,
+            metadata_cache_entries: 4096,
+            warehouse_cache_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A warehouse with its storage, ready for use.
+#[derive(Debug)]
+pub struct WarehouseHandle {
+    pub warehouse: Warehouse,
+    pub storage: WarehouseStorage,
+    loaded_at: Instant,
+}
+
+/// Catalog operations. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct CatalogService {
+    store: Arc<dyn CatalogStore>,
+    metadata: MetadataIo,
+    warehouses: RwLock<HashMap<String, Arc<WarehouseHandle>>>,
+    config: CatalogConfig,
+}
+
+impl CatalogService {
+    pub fn new(store: Arc<dyn CatalogStore>, config: CatalogConfig) -> Self {
+        Self {
+            store,
+            metadata: MetadataIo::new(config.metadata_cache_entries),
+            warehouses: RwLock::new(HashMap::new()),
+            config,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn CatalogStore> {
+        &self.store
+    }
+
+    /// The named warehouse, from cache or store; `NoSuchWarehouse` when it does not exist.
+    pub async fn warehouse(&self, name: &str) -> Result<Arc<WarehouseHandle>> {
+        if let Some(hit) = self.warehouses.read().expect("warehouse cache").get(name)
+            && hit.loaded_at.elapsed() < self.config.warehouse_cache_ttl
+        {
+            return Ok(hit.clone());
+        }
+        let warehouse = self
+            .store
+            .get_warehouse(name)
+            .await?
+            .ok_or_else(|| CatalogError::no_such_warehouse(name))?;
+        let storage = WarehouseStorage::new(warehouse.storage.clone()).map_err(|e| {
+            CatalogError::internal(format!("open storage of warehouse {name}"), e)
+        })?;
+        let handle = Arc::new(WarehouseHandle {
+            warehouse,
+            storage,
+            loaded_at: Instant::now(),
+        });
+        self.warehouses
+            .write()
+            .expect("warehouse cache")
+            .insert(name.to_string(), handle.clone());
+        Ok(handle)
+    }
+
+    fn forget_warehouse(&self, name: &str) {
+        self.warehouses.write().expect("warehouse cache").remove(name);
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

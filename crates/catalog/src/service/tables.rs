@@ -1,0 +1,430 @@
+//! Tables: create (and stage), load, commit, drop, rename, register, unregister.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::spec::{
+    FormatVersion, Schema, SortOrder, TableMetadata, TableMetadataBuilder, UnboundPartitionSpec,
+};
+use iceberg::{NamespaceIdent, TableCreation, TableIdent, TableRequirement, TableUpdate};
+use uuid::Uuid;
+
+use super::{CatalogService, WarehouseHandle};
+use crate::ident::{validate_name, validate_namespace};
+use crate::metadata::next_metadata_location;
+use crate::model::{NewTabular, Page, PageRequest, TabularKind, TabularRecord};
+use crate::{CatalogError, Result};
+
+/// What a client asks for when it creates a table.
+#[derive(Debug, Clone)]
+pub struct CreateTable {
+    pub name: String,
+    pub location: Option<String>,
+    pub schema: Schema,
+    pub partition_spec: Option<UnboundPartitionSpec>,
+    pub write_order: Option<SortOrder>,
+    pub stage_create: bool,
+    pub properties: HashMap<String, String>,
+}
+
+/// A table's current metadata. `metadata_location` is `None` for a staged create.
+#[derive(Debug, Clone)]
+pub struct LoadedTable {
+    pub ident: TableIdent,
+    pub metadata_location: Option<String>,
+    pub metadata: Arc<TableMetadata>,
+}
+
+/// One table's part of a commit.
+#[derive(Debug, Clone)]
+pub struct TableCommitRequest {
+    pub ident: TableIdent,
+    pub requirements: Vec<TableRequirement>,
+    pub updates: Vec<TableUpdate>,
+}
+
+pub(crate) fn sanitize_segment(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .collect()
+}
+
+pub(crate) fn validate_ident(ident: &TableIdent, what: &str) -> Result<()> {
+    validate_namespace(&ident.namespace)?;
+    validate_name(what, &ident.name)
+}
+
+/// Takes `format-version` out of requested properties: it is a table setting, not a property.
+fn take_format_version(properties: &mut HashMap<String, String>) -> Result<FormatVersion> {
+    match properties.remove("format-version").as_deref() {
+        None | Some("2") => Ok(FormatVersion::V2),
+        Some("1") => Ok(FormatVersion::V1),
+        Some("3") => Ok(FormatVersion::V3),
+        Some(other) => Err(CatalogError::bad_request(format!(
+            "property format-version must be 1, 2 or 3, not {other:?}"
+        ))),
+    }
+}
+
+impl CatalogService {
+    /// The location a new table or view gets when the client does not ask for one: below the
+    /// namespace's `location` property if set, else below the warehouse root.
+    pub(crate) async fn default_location(
+        &self,
+        wh: &WarehouseHandle,
+        ns: &NamespaceIdent,
+        name: &str,
+        id: Uuid,
+    ) -> Result<String> {
+        let namespace = self
+            .store
+            .get_namespace(wh.warehouse.id, ns)
+            .await?
+            .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))?;
+        let leaf = format!("{}-{}", sanitize_segment(name), id.simple());
+        let base = match namespace.properties.get("location") {
+            Some(location) => wh.storage.require_inside(location)?,
+            None => {
+                let path: Vec<String> = ns.iter().map(|p| sanitize_segment(p)).collect();
+                wh.storage.root().join(&path.join("/"))
+            }
+        };
+        Ok(base.join(&leaf).to_string())
+    }
+
+    pub(crate) async fn find_tabular(
+        &self,
+        wh: &WarehouseHandle,
+        ident: &TableIdent,
+    ) -> Result<Option<TabularRecord>> {
+        self.store
+            .get_tabular(wh.warehouse.id, &ident.namespace, &ident.name)
+            .await
+    }
+
+    async fn table_record(&self, wh: &WarehouseHandle, ident: &TableIdent) -> Result<TabularRecord> {
+        match self.find_tabular(wh, ident).await? {
+            Some(record) if record.kind == TabularKind::Table => Ok(record),
+            _ => Err(CatalogError::no_such_table(ident)),
+        }
+    }
+
+    pub(crate) fn exists_error(kind: TabularKind, ident: &TableIdent) -> CatalogError {
+        match kind {
+            TabularKind::Table => CatalogError::already_exists(format!("Table already exists: {ident}")),
+            TabularKind::View => {
+                CatalogError::already_exists(format!("View with same name already exists: {ident}"))
+            }
+        }
+    }
+
+    pub async fn create_table(
+        &self,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+        mut request: CreateTable,
+    ) -> Result<LoadedTable> {
+        let ident = TableIdent::new(ns.clone(), request.name.clone());
+        validate_ident(&ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        let id = Uuid::now_v7();
+        let location = match &request.location {
+            Some(requested) => {
+                if self.store.get_namespace(wh.warehouse.id, ns).await?.is_none() {
+                    return Err(CatalogError::no_such_namespace(ns.join(".")));
+                }
+                {
+                    wh.storage.require_inside(requested)?;
+                    requested.trim_end_matches('/').to_string()
+                }
+            }
+            None => self.default_location(&wh, ns, &request.name, id).await?,
+        };
+        if let Some(existing) = self.find_tabular(&wh, &ident).await? {
+            return Err(Self::exists_error(existing.kind, &ident));
+        }
+        let format_version = take_format_version(&mut request.properties)?;
+        let creation = TableCreation::builder()
+            .name(request.name.clone())
+            .location(location.clone())
+            .schema(request.schema)
+            .partition_spec_opt(request.partition_spec)
+            .sort_order_opt(request.write_order)
+            .properties(request.properties)
+            .format_version(format_version)
+            .build();
+        let metadata = TableMetadataBuilder::from_table_creation(creation)
+            .and_then(|b| b.build())
+            .map_err(|e| CatalogError::bad_request(e.message()))?
+            .metadata;
+        let metadata = Arc::new(metadata);
+        if request.stage_create {
+            return Ok(LoadedTable {
+                ident,
+                metadata_location: None,
+                metadata,
+            });
+        }
+        let metadata_location = next_metadata_location(&location, None, metadata.properties());
+        self.metadata
+            .write_table(&wh.storage, &metadata_location, metadata.clone())
+            .await?;
+        let inserted = self
+            .store
+            .create_tabular(&NewTabular {
+                id,
+                warehouse_id: wh.warehouse.id,
+                namespace: ns.clone(),
+                name: request.name,
+                kind: TabularKind::Table,
+                metadata_location: metadata_location.clone(),
+                location,
+            })
+            .await;
+        if let Err(e) = inserted {
+            self.discard_file(&wh, &metadata_location).await;
+            return Err(e);
+        }
+        Ok(LoadedTable {
+            ident,
+            metadata_location: Some(metadata_location),
+            metadata,
+        })
+    }
+
+    /// Deletes a metadata file that never became current; failures are only logged.
+    pub(crate) async fn discard_file(&self, wh: &WarehouseHandle, location: &str) {
+        if let Err(e) = wh.storage.delete(location).await {
+            tracing::warn!(location, error = %e, "delete metadata file of failed commit");
+        }
+    }
+
+    pub async fn load_table(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedTable> {
+        validate_ident(ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        let record = self.table_record(&wh, ident).await?;
+        let metadata = self
+            .metadata
+            .read_table(&wh.storage, &record.metadata_location)
+            .await?;
+        Ok(LoadedTable {
+            ident: ident.clone(),
+            metadata_location: Some(record.metadata_location),
+            metadata,
+        })
+    }
+
+    /// The current metadata location of a table, without reading the file (for ETags).
+    pub async fn table_metadata_location(&self, warehouse: &str, ident: &TableIdent) -> Result<String> {
+        validate_ident(ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        Ok(self.table_record(&wh, ident).await?.metadata_location)
+    }
+
+    pub async fn table_exists(&self, warehouse: &str, ident: &TableIdent) -> Result<bool> {
+        validate_ident(ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        Ok(matches!(self.find_tabular(&wh, ident).await?, Some(r) if r.kind == TabularKind::Table))
+    }
+
+    pub async fn list_tables(
+        &self,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+        page: &PageRequest,
+    ) -> Result<Page<String>> {
+        self.list_tabulars(warehouse, ns, TabularKind::Table, page).await
+    }
+
+    pub(crate) async fn list_tabulars(
+        &self,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+        kind: TabularKind,
+        page: &PageRequest,
+    ) -> Result<Page<String>> {
+        validate_namespace(ns)?;
+        let wh = self.warehouse(warehouse).await?;
+        if self.store.get_namespace(wh.warehouse.id, ns).await?.is_none() {
+            return Err(CatalogError::no_such_namespace(ns.join(".")));
+        }
+        self.store.list_tabulars(wh.warehouse.id, ns, kind, page).await
+    }
+
+    /// Commits one table; see [`CatalogService::commit_tables`].
+    pub async fn commit_table(&self, warehouse: &str, request: TableCommitRequest) -> Result<LoadedTable> {
+        let mut committed = self.commit_tables(warehouse, vec![request]).await?;
+        Ok(committed.remove(0))
+    }
+
+    pub async fn drop_table(&self, warehouse: &str, ident: &TableIdent, purge: bool) -> Result<()> {
+        validate_ident(ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        let record = self.table_record(&wh, ident).await?;
+        if !self.store.drop_tabular(record.id).await? {
+            return Err(CatalogError::no_such_table(ident));
+        }
+        if purge {
+            self.purge_table(&wh, ident, &record).await;
+        }
+        Ok(())
+    }
+
+    /// Deletes a dropped table's files: everything its snapshots reference and its metadata
+    /// files. Runs after the drop is committed, so failures are logged, not returned.
+    async fn purge_table(&self, wh: &WarehouseHandle, ident: &TableIdent, record: &TabularRecord) {
+        let metadata = match self.metadata.read_table(&wh.storage, &record.metadata_location).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(table = %ident, error = %e, "read metadata of purged table");
+                return;
+            }
+        };
+        let table = iceberg::table::Table::builder()
+            .file_io(wh.storage.file_io())
+            .metadata_location(record.metadata_location.clone())
+            .metadata(metadata.clone())
+            .identifier(ident.clone())
+            .build();
+        match table {
+            Ok(table) => {
+                if let Err(e) = iceberg::drop_table_data(&table).await {
+                    tracing::warn!(table = %ident, error = %e, "purge data of dropped table");
+                }
+            }
+            Err(e) => tracing::warn!(table = %ident, error = %e, "open dropped table for purge"),
+        }
+        let mut metadata_files: Vec<String> =
+            metadata.metadata_log().iter().map(|l| l.metadata_file.clone()).collect();
+        metadata_files.push(record.metadata_location.clone());
+        metadata_files.extend(metadata.statistics_iter().map(|s| s.statistics_path.clone()));
+        metadata_files.extend(metadata.partition_statistics_iter().map(|s| s.statistics_path.clone()));
+        for file in metadata_files {
+            if wh.storage.require_inside(&file).is_ok() {
+                self.discard_file(wh, &file).await;
+            }
+        }
+    }
+
+    pub async fn rename_table(&self, warehouse: &str, from: &TableIdent, to: &TableIdent) -> Result<()> {
+        self.rename_tabular(warehouse, from, to, TabularKind::Table).await
+    }
+
+    pub(crate) async fn rename_tabular(
+        &self,
+        warehouse: &str,
+        from: &TableIdent,
+        to: &TableIdent,
+        kind: TabularKind,
+    ) -> Result<()> {
+        let what = kind.as_str();
+        validate_ident(from, what)?;
+        validate_ident(to, what)?;
+        let wh = self.warehouse(warehouse).await?;
+        let record = match self.find_tabular(&wh, from).await? {
+            Some(r) if r.kind == kind => r,
+            _ => {
+                return Err(match kind {
+                    TabularKind::Table => CatalogError::no_such_table(from),
+                    TabularKind::View => CatalogError::no_such_view(from),
+                });
+            }
+        };
+        if self.store.get_namespace(wh.warehouse.id, &to.namespace).await?.is_none() {
+            return Err(CatalogError::no_such_namespace(to.namespace.join(".")));
+        }
+        if from == to {
+            return Ok(());
+        }
+        if let Some(existing) = self.find_tabular(&wh, to).await? {
+            return Err(Self::exists_error(existing.kind, to));
+        }
+        self.store
+            .rename_tabular(record.id, &to.namespace, &to.name)
+            .await
+            .map_err(|e| match e {
+                CatalogError::AlreadyExists { .. } => Self::exists_error(kind, to),
+                other => other,
+            })
+    }
+
+    /// Registers existing metadata as a table.
+    pub async fn register_table(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+        metadata_location: &str,
+        overwrite: bool,
+    ) -> Result<LoadedTable> {
+        validate_ident(ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        wh.storage.require_inside(metadata_location)?;
+        if self.store.get_namespace(wh.warehouse.id, &ident.namespace).await?.is_none() {
+            return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
+        }
+        let metadata = self
+            .metadata
+            .read_table(&wh.storage, metadata_location)
+            .await
+            .map_err(|e| match e {
+                CatalogError::Internal { .. } => CatalogError::bad_request(format!(
+                    "cannot read metadata file {metadata_location}"
+                )),
+                other => other,
+            })?;
+        wh.storage.require_inside(metadata.location())?;
+        let tabular = NewTabular {
+            id: Uuid::now_v7(),
+            warehouse_id: wh.warehouse.id,
+            namespace: ident.namespace.clone(),
+            name: ident.name.clone(),
+            kind: TabularKind::Table,
+            metadata_location: metadata_location.to_string(),
+            location: metadata.location().to_string(),
+        };
+        match self.find_tabular(&wh, ident).await? {
+            Some(existing) if overwrite && existing.kind == TabularKind::Table => {
+                self.store
+                    .replace_tabular(&NewTabular {
+                        id: existing.id,
+                        ..tabular
+                    })
+                    .await?
+            }
+            Some(existing) => return Err(Self::exists_error(existing.kind, ident)),
+            None => self.store.create_tabular(&tabular).await?,
+        }
+        Ok(LoadedTable {
+            ident: ident.clone(),
+            metadata_location: Some(metadata_location.to_string()),
+            metadata,
+        })
+    }
+
+    /// Removes a table from the catalog, leaving its files, and returns its last metadata.
+    pub async fn unregister_table(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedTable> {
+        validate_ident(ident, "table")?;
+        let wh = self.warehouse(warehouse).await?;
+        for _ in 0..=self.config.commit_retries {
+            let record = self.table_record(&wh, ident).await?;
+            let metadata = self
+                .metadata
+                .read_table(&wh.storage, &record.metadata_location)
+                .await?;
+            if self
+                .store
+                .drop_tabular_at(record.id, &record.metadata_location)
+                .await?
+            {
+                return Ok(LoadedTable {
+                    ident: ident.clone(),
+                    metadata_location: Some(record.metadata_location),
+                    metadata,
+                });
+            }
+        }
+        Err(CatalogError::CommitFailed(format!(
+            "table {ident} kept changing while it was being unregistered"
+        )))
+    }
+}

@@ -1,0 +1,237 @@
+//! Views: create, load, replace, drop, list, rename, register.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::spec::{Schema, ViewFormatVersion, ViewMetadata, ViewMetadataBuilder, ViewVersion};
+use iceberg::{NamespaceIdent, TableIdent, ViewUpdate};
+use uuid::Uuid;
+
+use super::CatalogService;
+use super::tables::validate_ident;
+use crate::commit::{ViewRequirement, apply_view_updates, check_view_requirements};
+use crate::metadata::next_metadata_location;
+use crate::model::{MetadataSwap, NewTabular, Page, PageRequest, SwapFailure, TabularKind, TabularRecord};
+use crate::{CatalogError, Result};
+
+#[derive(Debug, Clone)]
+pub struct CreateView {
+    pub name: String,
+    pub location: Option<String>,
+    pub schema: Schema,
+    pub view_version: ViewVersion,
+    pub properties: HashMap<String, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadedView {
+    pub ident: TableIdent,
+    pub metadata_location: String,
+    pub metadata: Arc<ViewMetadata>,
+}
+
+impl CatalogService {
+    async fn view_record(&self, warehouse: &str, ident: &TableIdent) -> Result<(Arc<super::WarehouseHandle>, TabularRecord)> {
+        validate_ident(ident, "view")?;
+        let wh = self.warehouse(warehouse).await?;
+        match self.find_tabular(&wh, ident).await? {
+            Some(record) if record.kind == TabularKind::View => Ok((wh, record)),
+            _ => Err(CatalogError::no_such_view(ident)),
+        }
+    }
+
+    pub async fn create_view(
+        &self,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+        request: CreateView,
+    ) -> Result<LoadedView> {
+        let ident = TableIdent::new(ns.clone(), request.name.clone());
+        validate_ident(&ident, "view")?;
+        let wh = self.warehouse(warehouse).await?;
+        let id = Uuid::now_v7();
+        let location = match &request.location {
+            Some(requested) => {
+                if self.store.get_namespace(wh.warehouse.id, ns).await?.is_none() {
+                    return Err(CatalogError::no_such_namespace(ns.join(".")));
+                }
+                {
+                    wh.storage.require_inside(requested)?;
+                    requested.trim_end_matches('/').to_string()
+                }
+            }
+            None => self.default_location(&wh, ns, &request.name, id).await?,
+        };
+        if let Some(existing) = self.find_tabular(&wh, &ident).await? {
+            return Err(match existing.kind {
+                TabularKind::View => CatalogError::already_exists(format!("View already exists: {ident}")),
+                TabularKind::Table => {
+                    CatalogError::already_exists(format!("Table with same name already exists: {ident}"))
+                }
+            });
+        }
+        let metadata = ViewMetadataBuilder::new(
+            location.clone(),
+            request.schema,
+            request.view_version,
+            ViewFormatVersion::V1,
+            request.properties,
+        )
+        .and_then(|b| b.build())
+        .map_err(|e| CatalogError::bad_request(e.message()))?
+        .metadata;
+        let metadata = Arc::new(metadata);
+        let metadata_location = next_metadata_location(&location, None, metadata.properties());
+        self.metadata
+            .write_view(&wh.storage, &metadata_location, metadata.clone())
+            .await?;
+        let inserted = self
+            .store
+            .create_tabular(&NewTabular {
+                id,
+                warehouse_id: wh.warehouse.id,
+                namespace: ns.clone(),
+                name: request.name,
+                kind: TabularKind::View,
+                metadata_location: metadata_location.clone(),
+                location,
+            })
+            .await;
+        if let Err(e) = inserted {
+            self.discard_file(&wh, &metadata_location).await;
+            return Err(e);
+        }
+        Ok(LoadedView {
+            ident,
+            metadata_location,
+            metadata,
+        })
+    }
+
+    pub async fn load_view(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedView> {
+        let (wh, record) = self.view_record(warehouse, ident).await?;
+        let metadata = self.metadata.read_view(&wh.storage, &record.metadata_location).await?;
+        Ok(LoadedView {
+            ident: ident.clone(),
+            metadata_location: record.metadata_location,
+            metadata,
+        })
+    }
+
+    pub async fn view_exists(&self, warehouse: &str, ident: &TableIdent) -> Result<bool> {
+        match self.view_record(warehouse, ident).await {
+            Ok(_) => Ok(true),
+            Err(CatalogError::NotFound { error_type: "NoSuchViewException", .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn list_views(
+        &self,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+        page: &PageRequest,
+    ) -> Result<Page<String>> {
+        self.list_tabulars(warehouse, ns, TabularKind::View, page).await
+    }
+
+    /// Replaces a view's metadata, re-applying on the new base when a concurrent replace wins.
+    pub async fn replace_view(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+        requirements: Vec<ViewRequirement>,
+        updates: Vec<ViewUpdate>,
+    ) -> Result<LoadedView> {
+        for attempt in 0..=self.config.commit_retries {
+            let (wh, record) = self.view_record(warehouse, ident).await?;
+            let base = self.metadata.read_view(&wh.storage, &record.metadata_location).await?;
+            check_view_requirements(&base, &requirements)?;
+            let new = apply_view_updates(&base, updates.clone())?;
+            wh.storage.require_inside(new.location())?;
+            let new_location =
+                next_metadata_location(new.location(), Some(&record.metadata_location), new.properties());
+            let new = Arc::new(new);
+            self.metadata.write_view(&wh.storage, &new_location, new.clone()).await?;
+            let swap = MetadataSwap::Update {
+                id: record.id,
+                expected_location: record.metadata_location.clone(),
+                new_location: new_location.clone(),
+            };
+            match self.store.commit(&[swap]).await {
+                Ok(()) => {
+                    return Ok(LoadedView {
+                        ident: ident.clone(),
+                        metadata_location: new_location,
+                        metadata: new,
+                    });
+                }
+                Err(SwapFailure::Store(e)) => {
+                    tracing::error!(error = %e, view = %ident, "store failed during view commit");
+                    return Err(CatalogError::CommitStateUnknown(
+                        "the metadata store failed while committing; the commit may or may not have been applied"
+                            .to_string(),
+                    ));
+                }
+                Err(_) => {
+                    self.discard_file(&wh, &new_location).await;
+                    tracing::debug!(attempt, view = %ident, "retry view commit on new base");
+                }
+            }
+        }
+        Err(CatalogError::CommitFailed(format!(
+            "replace of view {ident} kept losing to concurrent commits; retry it"
+        )))
+    }
+
+    pub async fn drop_view(&self, warehouse: &str, ident: &TableIdent) -> Result<()> {
+        let (_, record) = self.view_record(warehouse, ident).await?;
+        if !self.store.drop_tabular(record.id).await? {
+            return Err(CatalogError::no_such_view(ident));
+        }
+        Ok(())
+    }
+
+    pub async fn rename_view(&self, warehouse: &str, from: &TableIdent, to: &TableIdent) -> Result<()> {
+        self.rename_tabular(warehouse, from, to, TabularKind::View).await
+    }
+
+    pub async fn register_view(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+        metadata_location: &str,
+    ) -> Result<LoadedView> {
+        validate_ident(ident, "view")?;
+        let wh = self.warehouse(warehouse).await?;
+        wh.storage.require_inside(metadata_location)?;
+        if self.store.get_namespace(wh.warehouse.id, &ident.namespace).await?.is_none() {
+            return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
+        }
+        if let Some(existing) = self.find_tabular(&wh, ident).await? {
+            return Err(Self::exists_error(existing.kind, ident));
+        }
+        let metadata = self.metadata.read_view(&wh.storage, metadata_location).await.map_err(|e| match e {
+            CatalogError::Internal { .. } => {
+                CatalogError::bad_request(format!("cannot read view metadata file {metadata_location}"))
+            }
+            other => other,
+        })?;
+        self.store
+            .create_tabular(&NewTabular {
+                id: Uuid::now_v7(),
+                warehouse_id: wh.warehouse.id,
+                namespace: ident.namespace.clone(),
+                name: ident.name.clone(),
+                kind: TabularKind::View,
+                metadata_location: metadata_location.to_string(),
+                location: metadata.location().to_string(),
+            })
+            .await?;
+        Ok(LoadedView {
+            ident: ident.clone(),
+            metadata_location: metadata_location.to_string(),
+            metadata,
+        })
+    }
+}

@@ -1,0 +1,92 @@
+//! The metadata store the catalog runs on. Implementations live in `floe-store`.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use iceberg::NamespaceIdent;
+use uuid::Uuid;
+
+use crate::Result;
+use crate::model::*;
+
+/// Outcome of a namespace property update.
+#[derive(Debug, Clone, Default)]
+pub struct PropertyChanges {
+    pub updated: Vec<String>,
+    pub removed: Vec<String>,
+    pub missing: Vec<String>,
+}
+
+/// Transactional storage of catalog state. Every method is one store transaction.
+#[async_trait]
+pub trait CatalogStore: Send + Sync + std::fmt::Debug {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    async fn create_warehouse(&self, warehouse: &Warehouse) -> Result<()>;
+    async fn get_warehouse(&self, name: &str) -> Result<Option<Warehouse>>;
+    async fn get_warehouse_by_id(&self, id: Uuid) -> Result<Option<Warehouse>>;
+    async fn list_warehouses(&self) -> Result<Vec<Warehouse>>;
+    /// Deletes an empty warehouse; fails with `NamespaceNotEmpty` when it holds namespaces.
+    async fn delete_warehouse(&self, id: Uuid) -> Result<bool>;
+
+    async fn create_namespace(&self, record: &NamespaceRecord) -> Result<()>;
+    async fn get_namespace(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+    ) -> Result<Option<NamespaceRecord>>;
+    /// Direct children of `parent` (top level when `None`), ordered by name.
+    async fn list_namespaces(
+        &self,
+        warehouse: Uuid,
+        parent: Option<&NamespaceIdent>,
+        page: &PageRequest,
+    ) -> Result<Page<NamespaceIdent>>;
+    /// Drops an empty namespace. `NotFound` when missing, `NamespaceNotEmpty` when it holds
+    /// namespaces, tables or views.
+    async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()>;
+    async fn update_namespace_properties(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        updates: &HashMap<String, String>,
+        removals: &[String],
+    ) -> Result<PropertyChanges>;
+
+    /// Inserts a table or view. `AlreadyExists` when the name is taken by either kind,
+    /// `NotFound` when the namespace is missing.
+    async fn create_tabular(&self, tabular: &NewTabular) -> Result<()>;
+    /// The table or view of that name, whichever kind it is.
+    async fn get_tabular(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        name: &str,
+    ) -> Result<Option<TabularRecord>>;
+    async fn list_tabulars(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        kind: TabularKind,
+        page: &PageRequest,
+    ) -> Result<Page<String>>;
+    /// Removes a table or view record; true when it existed.
+    async fn drop_tabular(&self, id: Uuid) -> Result<bool>;
+    /// Removes a table or view record only if its metadata is still `expected_location`.
+    async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool>;
+    /// Moves a table or view to a new namespace and name.
+    async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str)
+    -> Result<()>;
+    /// Replaces a table record in place (register with overwrite).
+    async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()>;
+
+    /// Applies every swap or none, in one transaction.
+    async fn commit(&self, swaps: &[MetadataSwap]) -> std::result::Result<(), SwapFailure>;
+
+    async fn get_idempotent(&self, key: &str) -> Result<Option<IdempotentResponse>>;
+    /// Stores a final response; an existing record for the key is kept.
+    async fn put_idempotent(&self, response: &IdempotentResponse) -> Result<()>;
+    /// Forgets records older than `before_ms`; returns how many.
+    async fn expire_idempotent(&self, before_ms: i64) -> Result<u64>;
+}

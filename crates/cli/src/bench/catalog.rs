@@ -1,0 +1,343 @@
+//! `floe bench catalog`: concurrent loadTable, commit, createTable and listing load against a
+//! running server, with throughput, p50/p99 latency and the server's peak resident memory.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use hdrhistogram::Histogram;
+use rand::Rng;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+#[derive(Args, Debug, Clone)]
+pub struct CatalogBenchArgs {
+    /// Base URL of the Floe server.
+    #[arg(long, env = "FLOE_SERVER", default_value = "http://127.0.0.1:8181")]
+    server: String,
+    #[arg(long, default_value = "default")]
+    warehouse: String,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds each operation is driven for.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Tables the load and commit phases spread over.
+    #[arg(long, default_value_t = 64)]
+    tables: usize,
+    /// Bearer token, when the server requires one.
+    #[arg(long, env = "FLOE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let builder = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => builder.bearer_auth(token),
+            None => builder,
+        }
+    }
+
+    async fn json(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        let value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text)? };
+        Ok((status, value))
+    }
+}
+
+#[derive(Default)]
+struct PhaseStats {
+    ok: AtomicU64,
+    conflicts: AtomicU64,
+    errors: AtomicU64,
+}
+
+fn table_schema() -> Value {
+    json!({
+        "type": "struct", "schema-id": 0,
+        "fields": [
+            {"id": 1, "name": "id", "required": true, "type": "long"},
+            {"id": 2, "name": "ts", "required": false, "type": "timestamptz"},
+            {"id": 3, "name": "payload", "required": false, "type": "string"}
+        ]
+    })
+}
+
+pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency * 2)
+        .build()?;
+    let client = Arc::new(Client {
+        http,
+        base: args.server.trim_end_matches('/').to_string(),
+        token: args.token.clone(),
+    });
+    let (status, config) = client
+        .json(reqwest::Method::GET, &format!("/catalog/v1/config?warehouse={}", args.warehouse), None)
+        .await
+        .with_context(|| format!("reach Floe at {}", args.server))?;
+    if status != 200 {
+        bail!("GET /v1/config answered {status}: {config}");
+    }
+    let prefix = config["overrides"]["prefix"].as_str().unwrap_or(&args.warehouse).to_string();
+    let ns = format!("bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let base = format!("/catalog/v1/{prefix}/namespaces");
+    let (status, body) = client
+        .json(reqwest::Method::POST, &base, Some(json!({"namespace": [ns]})))
+        .await?;
+    if status != 200 {
+        bail!("create namespace answered {status}: {body}");
+    }
+    let tables_path = format!("{base}/{ns}/tables");
+    for i in 0..args.tables {
+        let (status, body) = client
+            .json(
+                reqwest::Method::POST,
+                &tables_path,
+                Some(json!({"name": format!("t{i}"), "schema": table_schema()})),
+            )
+            .await?;
+        if status != 200 {
+            bail!("create table answered {status}: {body}");
+        }
+    }
+    println!(
+        "floe bench catalog: server {} warehouse {} namespace {ns}, {} clients, {} s per operation, {} tables",
+        args.server, args.warehouse, args.concurrency, args.seconds, args.tables
+    );
+
+    let peak_rss = Arc::new(AtomicU64::new(0));
+    let sampler = tokio::spawn(sample_rss(client.clone(), peak_rss.clone()));
+    let duration = Duration::from_secs(args.seconds);
+    let mut rows = Vec::new();
+
+    let tables = args.tables;
+    let tp = tables_path.clone();
+    rows.push(
+        phase("loadTable", &args, duration, client.clone(), move |client, stats| {
+            let tp = tp.clone();
+            async move {
+                let t = rand::rng().random_range(0..tables);
+                let (status, _) = client.json(reqwest::Method::GET, &format!("{tp}/t{t}"), None).await?;
+                record(&stats, status);
+                Ok(())
+            }
+        })
+        .await,
+    );
+
+    let tp = tables_path.clone();
+    rows.push(
+        phase("commit (append)", &args, duration, client.clone(), move |client, stats| {
+            let tp = tp.clone();
+            async move {
+                let t = rand::rng().random_range(0..tables);
+                append_commit(&client, &format!("{tp}/t{t}"), &stats).await
+            }
+        })
+        .await,
+    );
+
+    let counter = Arc::new(AtomicUsize::new(0));
+    let tp = tables_path.clone();
+    rows.push(
+        phase("createTable", &args, duration, client.clone(), move |client, stats| {
+            let tp = tp.clone();
+            let n = counter.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let body = json!({"name": format!("c{n}"), "schema": table_schema()});
+                let (status, _) = client.json(reqwest::Method::POST, &tp, Some(body)).await?;
+                record(&stats, status);
+                Ok(())
+            }
+        })
+        .await,
+    );
+
+    let tp = tables_path.clone();
+    rows.push(
+        phase("listTables (page 100)", &args, duration, client.clone(), move |client, stats| {
+            let tp = tp.clone();
+            async move {
+                let (status, _) = client
+                    .json(reqwest::Method::GET, &format!("{tp}?page-size=100"), None)
+                    .await?;
+                record(&stats, status);
+                Ok(())
+            }
+        })
+        .await,
+    );
+
+    sampler.abort();
+    println!();
+    println!(
+        "{:<24} {:>9} {:>10} {:>9} {:>9} {:>10} {:>7}",
+        "operation", "ok", "ops/s", "p50 ms", "p99 ms", "conflicts", "errors"
+    );
+    for row in &rows {
+        println!("{row}");
+    }
+    let rss = peak_rss.load(Ordering::Relaxed);
+    if rss > 0 {
+        println!("\nserver peak resident memory: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    } else {
+        println!("\nserver resident memory: not reported by /metrics");
+    }
+    Ok(())
+}
+
+fn record(stats: &PhaseStats, status: u16) {
+    match status {
+        200..=299 => stats.ok.fetch_add(1, Ordering::Relaxed),
+        409 => stats.conflicts.fetch_add(1, Ordering::Relaxed),
+        _ => stats.errors.fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+/// Loads the table and commits one small append snapshot on top of its current one.
+async fn append_commit(client: &Client, path: &str, stats: &PhaseStats) -> anyhow::Result<()> {
+    let (status, loaded) = client.json(reqwest::Method::GET, path, None).await?;
+    if status != 200 {
+        record(stats, status);
+        return Ok(());
+    }
+    let metadata = &loaded["metadata"];
+    let parent = metadata["current-snapshot-id"].as_i64().filter(|id| *id >= 0);
+    let sequence = metadata["last-sequence-number"].as_i64().unwrap_or(0) + 1;
+    let location = metadata["location"].as_str().unwrap_or_default();
+    let snapshot_id: i64 = rand::rng().random_range(1..i64::MAX);
+    let now = chrono_ms();
+    let mut snapshot = json!({
+        "snapshot-id": snapshot_id,
+        "sequence-number": sequence,
+        "timestamp-ms": now,
+        "manifest-list": format!("{location}/metadata/snap-{snapshot_id}-bench.avro"),
+        "summary": {"operation": "append", "added-records": "10", "added-data-files": "1"},
+        "schema-id": 0
+    });
+    if let Some(parent) = parent {
+        snapshot["parent-snapshot-id"] = json!(parent);
+    }
+    let body = json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id}
+        ]
+    });
+    let (status, _) = client.json(reqwest::Method::POST, path, Some(body)).await?;
+    record(stats, status);
+    Ok(())
+}
+
+fn chrono_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+struct Row {
+    name: &'static str,
+    ok: u64,
+    per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    conflicts: u64,
+    errors: u64,
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<24} {:>9} {:>10.1} {:>9.2} {:>9.2} {:>10} {:>7}",
+            self.name, self.ok, self.per_sec, self.p50_ms, self.p99_ms, self.conflicts, self.errors
+        )
+    }
+}
+
+/// Drives `op` from `concurrency` clients for `duration`, timing each call.
+async fn phase<F, Fut>(
+    name: &'static str,
+    args: &CatalogBenchArgs,
+    duration: Duration,
+    client: Arc<Client>,
+    op: F,
+) -> Row
+where
+    F: Fn(Arc<Client>, Arc<PhaseStats>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let stats = Arc::new(PhaseStats::default());
+    let histogram = Arc::new(Mutex::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
+    ));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut workers = Vec::new();
+    for _ in 0..args.concurrency {
+        let (client, stats, histogram, op) = (client.clone(), stats.clone(), histogram.clone(), op.clone());
+        workers.push(tokio::spawn(async move {
+            let mut local = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                if op(client.clone(), stats.clone()).await.is_err() {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = local.record(t.elapsed().as_micros().max(1) as u64);
+            }
+            histogram.lock().await.add(&local).expect("same bounds");
+        }));
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let histogram = histogram.lock().await;
+    let ok = stats.ok.load(Ordering::Relaxed);
+    Row {
+        name,
+        ok,
+        per_sec: ok as f64 / elapsed,
+        p50_ms: histogram.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: histogram.value_at_quantile(0.99) as f64 / 1000.0,
+        conflicts: stats.conflicts.load(Ordering::Relaxed),
+        errors: stats.errors.load(Ordering::Relaxed),
+    }
+}
+
+/// Polls the server's `process_resident_memory_bytes` and keeps the largest value seen.
+async fn sample_rss(client: Arc<Client>, peak: Arc<AtomicU64>) {
+    loop {
+        if let Ok(response) = client.request(reqwest::Method::GET, "/metrics").send().await
+            && let Ok(text) = response.text().await
+        {
+            for line in text.lines() {
+                if let Some(value) = line.strip_prefix("process_resident_memory_bytes ")
+                    && let Ok(bytes) = value.trim().parse::<f64>()
+                {
+                    peak.fetch_max(bytes as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

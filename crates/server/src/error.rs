@@ -1,0 +1,82 @@
+//! Errors as HTTP responses. Every status code Floe answers with is decided here.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use floe_catalog::{CatalogError, ErrorCode};
+use serde_json::json;
+
+/// An error answered with the Iceberg `ErrorModel` body.
+#[derive(Debug)]
+pub struct ApiError(pub CatalogError);
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl std::fmt::Display) -> Self {
+        ApiError(CatalogError::bad_request(message))
+    }
+
+    pub fn not_found(error_type: &'static str, message: impl std::fmt::Display) -> Self {
+        ApiError(CatalogError::NotFound {
+            error_type,
+            message: message.to_string(),
+        })
+    }
+}
+
+/// The one mapping from transport-neutral codes to HTTP statuses.
+pub fn status_for(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::InvalidArgument => StatusCode::BAD_REQUEST,
+        ErrorCode::Unauthenticated => StatusCode::UNAUTHORIZED,
+        ErrorCode::PermissionDenied => StatusCode::FORBIDDEN,
+        ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::AlreadyExists | ErrorCode::Conflict => StatusCode::CONFLICT,
+        ErrorCode::Unsupported => StatusCode::NOT_ACCEPTABLE,
+        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::CommitStateUnknown => StatusCode::BAD_GATEWAY,
+        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Builds an `ErrorModel` response.
+pub fn error_response(status: StatusCode, error_type: &str, message: &str) -> Response {
+    let body = json!({
+        "error": { "message": message, "type": error_type, "code": status.as_u16() }
+    });
+    (status, Json(body)).into_response()
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = status_for(self.0.code());
+        let message = match &self.0 {
+            CatalogError::Internal { .. } => {
+                let error_id = uuid::Uuid::now_v7();
+                tracing::error!(%error_id, error = %error_chain(&self.0), "request failed");
+                format!("internal server error; error id {error_id}")
+            }
+            other => other.to_string(),
+        };
+        error_response(status, self.0.error_type(), &message)
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,100 @@
+//! Floe's HTTP front door.
+//!
+//! - `/catalog/v1/…`: the Iceberg REST catalog ([`rest`]).
+//! - `/api/v1/…`: the management API ([`management`]), described at `/api/v1/openapi.json`.
+//! - `/health` and `/metrics`.
+//!
+//! Handlers are thin: they parse the request, call [`floe_catalog::service::CatalogService`]
+//! and shape the response. Errors become the Iceberg `ErrorModel` in exactly one place,
+//! [`error`].
+
+pub mod error;
+mod extract;
+mod idempotency;
+pub mod management;
+pub mod metrics;
+pub mod rest;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use floe_catalog::service::CatalogService;
+use tokio_util::sync::CancellationToken;
+
+pub use idempotency::LIFETIME_MS as IDEMPOTENCY_LIFETIME_MS;
+
+/// Largest request body accepted (Iceberg commits with many snapshots can be large).
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub catalog: Arc<CatalogService>,
+    pub metrics: metrics::Metrics,
+}
+
+/// The whole HTTP application.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics::serve_metrics))
+        .nest("/catalog", rest::router(state.clone()))
+        .nest("/api/v1", management::router())
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .with_state(state)
+}
+
+async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> impl IntoResponse {
+    match state.catalog.store().list_warehouses().await {
+        Ok(_) => (StatusCode::OK, "ok").into_response(),
+        Err(e) => error::ApiError(floe_catalog::CatalogError::Unavailable(format!(
+            "metadata store unavailable: {}",
+            e.error_type()
+        )))
+        .into_response(),
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
+    error::error_response(
+        StatusCode::NOT_FOUND,
+        "NotFoundException",
+        &format!("no such endpoint: {}", uri.path()),
+    )
+}
+
+/// Serves until `shutdown` is cancelled, then drains in-flight requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    spawn_idempotency_sweeper(state.clone(), shutdown.clone());
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+fn spawn_idempotency_sweeper(state: AppState, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {
+                    let before = chrono::Utc::now().timestamp_millis() - IDEMPOTENCY_LIFETIME_MS;
+                    if let Err(e) = state.catalog.store().expire_idempotent(before).await {
+                        tracing::warn!(error = %e, "expire idempotency keys");
+                    }
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,93 @@
+//! Prometheus metrics of the server itself, served at `/metrics`.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+
+use crate::AppState;
+
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("floe_http_requests_total", "HTTP requests answered"),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        let latency = HistogramVec::new(
+            HistogramOpts::new("floe_http_request_duration_seconds", "HTTP request latency").buckets(
+                vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
+            ),
+            &["method", "route"],
+        )
+        .expect("valid metric");
+        registry.register(Box::new(requests.clone())).expect("register metric");
+        registry.register(Box::new(latency.clone())).expect("register metric");
+        registry
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .expect("register process metrics");
+        Self {
+            registry,
+            requests,
+            latency,
+        }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buffer)
+            .expect("text encoding never fails");
+        String::from_utf8(buffer).expect("prometheus text is UTF-8")
+    }
+}
+
+/// Counts and times every request by its route template (never by raw path).
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let metrics = &state.metrics;
+    metrics
+        .latency
+        .with_label_values(&[&method, &route])
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .requests
+        .with_label_values(&[&method, &route, response.status().as_str()])
+        .inc();
+    response
+}
+
+pub async fn serve_metrics(State(state): State<AppState>) -> Response {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}

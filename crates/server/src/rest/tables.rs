@@ -1,0 +1,284 @@
+//! Table endpoints.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use floe_catalog::service::{CreateTable, LoadedTable, TableCommitRequest};
+use iceberg::TableIdent;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::page_request;
+use super::types::{
+    CommitTableRequest, CreateTableRequest, DropQuery, Identifier, ListQuery, LoadQuery,
+    RegisterRequest, RenameRequest,
+};
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
+
+type TablePath = PathParams<(String, String, String)>;
+
+fn ident(namespace: &str, table: &str) -> ApiResult<TableIdent> {
+    Ok(TableIdent::new(parse_namespace(namespace)?, table.to_string()))
+}
+
+/// Which snapshots a load returns.
+#[derive(Clone, Copy, PartialEq)]
+enum SnapshotMode {
+    All,
+    Refs,
+}
+
+fn snapshot_mode(query: &LoadQuery) -> ApiResult<SnapshotMode> {
+    match query.snapshots.as_deref() {
+        None | Some("all") => Ok(SnapshotMode::All),
+        Some("refs") => Ok(SnapshotMode::Refs),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "snapshots must be 'all' or 'refs', got {other:?}"
+        ))),
+    }
+}
+
+fn etag(metadata_location: &str, mode: SnapshotMode) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(metadata_location.as_bytes());
+    hasher.update(if mode == SnapshotMode::Refs { b"refs" as &[u8] } else { b"all" });
+    format!("\"{}\"", hex::encode(&hasher.finalize()[..16]))
+}
+
+fn if_none_match(headers: &HeaderMap, tag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|candidate| {
+            let c = candidate.trim();
+            c == "*" || c.trim_start_matches("W/") == tag
+        })
+}
+
+/// The table's metadata as JSON, keeping only referenced snapshots in `refs` mode.
+fn metadata_json(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Value> {
+    let mut value = serde_json::to_value(&*loaded.metadata)
+        .map_err(|e| ApiError(floe_catalog::CatalogError::internal("encode table metadata", e)))?;
+    if mode == SnapshotMode::Refs {
+        let referenced: std::collections::HashSet<i64> = value
+            .get("refs")
+            .and_then(Value::as_object)
+            .map(|refs| {
+                refs.values()
+                    .filter_map(|r| r.get("snapshot-id").and_then(Value::as_i64))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(Value::Array(snapshots)) = value.get_mut("snapshots") {
+            snapshots.retain(|s| {
+                s.get("snapshot-id")
+                    .and_then(Value::as_i64)
+                    .is_some_and(|id| referenced.contains(&id))
+            });
+        }
+    }
+    Ok(value)
+}
+
+fn load_result(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Response> {
+    let body = json!({
+        "metadata-location": loaded.metadata_location,
+        "metadata": metadata_json(loaded, mode)?,
+        "config": {},
+    });
+    let mut response = Json(body).into_response();
+    if let Some(location) = &loaded.metadata_location
+        && let Ok(value) = HeaderValue::from_str(&etag(location, mode))
+    {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    Ok(response)
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace)): PathParams<(String, String)>,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> ApiResult<Json<Value>> {
+    let ns = parse_namespace(&namespace)?;
+    let page = state
+        .catalog
+        .list_tables(&prefix, &ns, &page_request(&query)?)
+        .await?;
+    let identifiers: Vec<Identifier> = page
+        .items
+        .iter()
+        .map(|name| Identifier::from_ident(&TableIdent::new(ns.clone(), name.clone())))
+        .collect();
+    Ok(Json(json!({ "identifiers": identifiers, "next-page-token": page.next_token })))
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace)): PathParams<(String, String)>,
+    JsonBody(request): JsonBody<CreateTableRequest>,
+) -> ApiResult<Response> {
+    let ns = parse_namespace(&namespace)?;
+    let loaded = state
+        .catalog
+        .create_table(
+            &prefix,
+            &ns,
+            CreateTable {
+                name: request.name,
+                location: request.location,
+                schema: request.schema,
+                partition_spec: request.partition_spec,
+                write_order: request.write_order,
+                stage_create: request.stage_create,
+                properties: request.properties,
+            },
+        )
+        .await?;
+    load_result(&loaded, SnapshotMode::All)
+}
+
+pub async fn load(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+    QueryParams(query): QueryParams<LoadQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let ident = ident(&namespace, &table)?;
+    let mode = snapshot_mode(&query)?;
+    if headers.contains_key(header::IF_NONE_MATCH) {
+        let location = state.catalog.table_metadata_location(&prefix, &ident).await?;
+        let tag = etag(&location, mode);
+        if if_none_match(&headers, &tag) {
+            let mut response = StatusCode::NOT_MODIFIED.into_response();
+            if let Ok(value) = HeaderValue::from_str(&tag) {
+                response.headers_mut().insert(header::ETAG, value);
+            }
+            return Ok(response);
+        }
+    }
+    let loaded = state.catalog.load_table(&prefix, &ident).await?;
+    load_result(&loaded, mode)
+}
+
+pub async fn exists(State(state): State<AppState>, PathParams((prefix, namespace, table)): TablePath) -> ApiResult<Response> {
+    let ident = ident(&namespace, &table)?;
+    if state.catalog.table_exists(&prefix, &ident).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError(floe_catalog::CatalogError::no_such_table(&ident)))
+    }
+}
+
+pub async fn commit(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+    JsonBody(request): JsonBody<CommitTableRequest>,
+) -> ApiResult<Json<Value>> {
+    let ident = ident(&namespace, &table)?;
+    if let Some(body_ident) = &request.identifier {
+        let body_ident = body_ident.to_ident()?;
+        if body_ident != ident {
+            return Err(ApiError::bad_request(format!(
+                "identifier {body_ident} in the body does not match the path's {ident}"
+            )));
+        }
+    }
+    let loaded = state
+        .catalog
+        .commit_table(
+            &prefix,
+            TableCommitRequest {
+                ident,
+                requirements: request.requirements,
+                updates: request.updates,
+            },
+        )
+        .await?;
+    Ok(Json(json!({
+        "metadata-location": loaded.metadata_location,
+        "metadata": metadata_json(&loaded, SnapshotMode::All)?,
+    })))
+}
+
+pub async fn drop(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+    QueryParams(query): QueryParams<DropQuery>,
+) -> ApiResult<StatusCode> {
+    let ident = ident(&namespace, &table)?;
+    state
+        .catalog
+        .drop_table(&prefix, &ident, query.purge_requested.unwrap_or(false))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn rename(
+    State(state): State<AppState>,
+    PathParams(prefix): PathParams<String>,
+    JsonBody(request): JsonBody<RenameRequest>,
+) -> ApiResult<StatusCode> {
+    state
+        .catalog
+        .rename_table(&prefix, &request.source.to_ident()?, &request.destination.to_ident()?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn register(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace)): PathParams<(String, String)>,
+    JsonBody(request): JsonBody<RegisterRequest>,
+) -> ApiResult<Response> {
+    let ident = TableIdent::new(parse_namespace(&namespace)?, request.name);
+    let loaded = state
+        .catalog
+        .register_table(&prefix, &ident, &request.metadata_location, request.overwrite)
+        .await?;
+    load_result(&loaded, SnapshotMode::All)
+}
+
+pub async fn unregister(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+) -> ApiResult<Json<Value>> {
+    let ident = ident(&namespace, &table)?;
+    let loaded = state.catalog.unregister_table(&prefix, &ident).await?;
+    Ok(Json(json!({
+        "metadata-location": loaded.metadata_location,
+        "metadata": metadata_json(&loaded, SnapshotMode::All)?,
+    })))
+}
+
+/// Vended credentials. Local-directory warehouses have none to vend.
+pub async fn credentials(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+) -> ApiResult<Json<Value>> {
+    let ident = ident(&namespace, &table)?;
+    state.catalog.table_metadata_location(&prefix, &ident).await?;
+    Ok(Json(json!({ "storage-credentials": [] })))
+}
+
+pub async fn report_metrics(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+    JsonBody(report): JsonBody<Value>,
+) -> ApiResult<StatusCode> {
+    let ident = ident(&namespace, &table)?;
+    if !report.is_object() {
+        return Err(ApiError::bad_request("a metrics report must be a JSON object"));
+    }
+    if !state.catalog.table_exists(&prefix, &ident).await? {
+        return Err(ApiError(floe_catalog::CatalogError::no_such_table(&ident)));
+    }
+    let kind = report.get("report-type").and_then(Value::as_str).unwrap_or("unknown");
+    tracing::info!(table = %ident, warehouse = %prefix, report_type = kind, "metrics report");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,636 @@
+//! `CatalogStore` over SQL.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use floe_catalog::ident::{namespace_from_key, namespace_key, parent_key};
+use floe_catalog::model::*;
+use floe_catalog::store::{CatalogStore, PropertyChanges};
+use floe_catalog::{CatalogError, Result};
+use iceberg::NamespaceIdent;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use crate::error::{is_foreign_key_violation, is_unique_violation, query_error};
+use crate::{Backend, SqlStore, StoreError};
+
+/// Largest page a listing returns, whatever the client asks for.
+const MAX_PAGE: usize = 1000;
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid> {
+    Uuid::parse_str(s).map_err(|e| {
+        StoreError::Corrupt {
+            what,
+            detail: e.to_string(),
+        }
+        .into()
+    })
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(what: &'static str, s: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| {
+        StoreError::Corrupt {
+            what,
+            detail: e.to_string(),
+        }
+        .into()
+    })
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| CatalogError::internal("encode json", e))
+}
+
+fn warehouse_from_row(row: &AnyRow) -> Result<Warehouse> {
+    Ok(Warehouse {
+        id: parse_uuid("warehouse id", &row.get::<String, _>("id"))?,
+        name: row.get("name"),
+        storage: parse_json("storage profile", &row.get::<String, _>("storage_profile"))?,
+        properties: parse_json("warehouse properties", &row.get::<String, _>("properties"))?,
+        created_at_ms: row.get("created_at_ms"),
+    })
+}
+
+fn tabular_from_row(row: &AnyRow) -> Result<TabularRecord> {
+    let kind: String = row.get("kind");
+    Ok(TabularRecord {
+        id: parse_uuid("tabular id", &row.get::<String, _>("id"))?,
+        warehouse_id: parse_uuid("warehouse id", &row.get::<String, _>("warehouse_id"))?,
+        namespace_id: parse_uuid("namespace id", &row.get::<String, _>("namespace_id"))?,
+        namespace: namespace_from_key(&row.get::<String, _>("ns_name")),
+        name: row.get("name"),
+        kind: TabularKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+            what: "tabular kind",
+            detail: kind.clone(),
+        })?,
+        metadata_location: row.get("metadata_location"),
+        location: row.get("location"),
+    })
+}
+
+/// Splits rows fetched with one extra into a page and the next token.
+fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> String) -> Page<T> {
+    match limit {
+        Some(limit) if items.len() > limit => {
+            items.truncate(limit);
+            let next_token = items.last().map(&key);
+            Page { items, next_token }
+        }
+        _ => Page {
+            items,
+            next_token: None,
+        },
+    }
+}
+
+impl SqlStore {
+    async fn namespace_id(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<Option<Uuid>> {
+        let row = sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
+            .bind(warehouse.to_string())
+            .bind(namespace_key(ns))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?;
+        row.map(|r| parse_uuid("namespace id", &r.get::<String, _>("id")))
+            .transpose()
+    }
+
+    fn limit_for(page: &PageRequest) -> Option<usize> {
+        page.size.map(|s| s.clamp(1, MAX_PAGE))
+    }
+}
+
+const TABULAR_COLUMNS: &str = "t.id, t.warehouse_id, t.namespace_id, n.name AS ns_name, t.name, \
+     t.kind, t.metadata_location, t.location";
+
+#[async_trait]
+impl CatalogStore for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    async fn create_warehouse(&self, warehouse: &Warehouse) -> Result<()> {
+        let _guard = self.write_guard().await;
+        sqlx::query(
+            "INSERT INTO warehouses (id, name, storage_profile, properties, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(warehouse.id.to_string())
+        .bind(&warehouse.name)
+        .bind(to_json(&warehouse.storage)?)
+        .bind(to_json(&warehouse.properties)?)
+        .bind(warehouse.created_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                CatalogError::already_exists(format!("Warehouse already exists: {}", warehouse.name))
+            } else {
+                query_error(e)
+            }
+        })?;
+        Ok(())
+    }
+
+    async fn get_warehouse(&self, name: &str) -> Result<Option<Warehouse>> {
+        sqlx::query("SELECT * FROM warehouses WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?
+            .as_ref()
+            .map(warehouse_from_row)
+            .transpose()
+    }
+
+    async fn get_warehouse_by_id(&self, id: Uuid) -> Result<Option<Warehouse>> {
+        sqlx::query("SELECT * FROM warehouses WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?
+            .as_ref()
+            .map(warehouse_from_row)
+            .transpose()
+    }
+
+    async fn list_warehouses(&self) -> Result<Vec<Warehouse>> {
+        sqlx::query("SELECT * FROM warehouses ORDER BY name")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?
+            .iter()
+            .map(warehouse_from_row)
+            .collect()
+    }
+
+    async fn delete_warehouse(&self, id: Uuid) -> Result<bool> {
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let used = sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 LIMIT 1")
+            .bind(id.to_string())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        if used.is_some() {
+            return Err(CatalogError::NamespaceNotEmpty(
+                "the warehouse still holds namespaces; drop them first".into(),
+            ));
+        }
+        let deleted = sqlx::query("DELETE FROM warehouses WHERE id = $1")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?
+            .rows_affected();
+        tx.commit().await.map_err(query_error)?;
+        Ok(deleted == 1)
+    }
+
+    async fn create_namespace(&self, record: &NamespaceRecord) -> Result<()> {
+        let _guard = self.write_guard().await;
+        sqlx::query(
+            "INSERT INTO namespaces (id, warehouse_id, name, parent, properties, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(record.id.to_string())
+        .bind(record.warehouse_id.to_string())
+        .bind(namespace_key(&record.ident))
+        .bind(parent_key(&record.ident))
+        .bind(to_json(&record.properties)?)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                CatalogError::AlreadyExists {
+                    error_type: "AlreadyExistsException",
+                    message: format!("Namespace already exists: {}", record.ident.join(".")),
+                }
+            } else {
+                query_error(e)
+            }
+        })?;
+        Ok(())
+    }
+
+    async fn get_namespace(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+    ) -> Result<Option<NamespaceRecord>> {
+        let row = sqlx::query(
+            "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2",
+        )
+        .bind(warehouse.to_string())
+        .bind(namespace_key(ns))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error)?;
+        row.map(|r| {
+            Ok(NamespaceRecord {
+                id: parse_uuid("namespace id", &r.get::<String, _>("id"))?,
+                warehouse_id: warehouse,
+                ident: ns.clone(),
+                properties: parse_json("namespace properties", &r.get::<String, _>("properties"))?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn list_namespaces(
+        &self,
+        warehouse: Uuid,
+        parent: Option<&NamespaceIdent>,
+        page: &PageRequest,
+    ) -> Result<Page<NamespaceIdent>> {
+        let limit = Self::limit_for(page);
+        let rows = sqlx::query(
+            "SELECT name FROM namespaces WHERE warehouse_id = $1 AND parent = $2 AND name > $3 \
+             ORDER BY name LIMIT $4",
+        )
+        .bind(warehouse.to_string())
+        .bind(parent.map(namespace_key).unwrap_or_default())
+        .bind(page.token.clone().unwrap_or_default())
+        .bind(limit.map_or(i64::MAX, |l| l as i64 + 1))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error)?;
+        let keys: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
+        let page = paginate(keys, limit, Clone::clone);
+        Ok(Page {
+            items: page.items.iter().map(|k| namespace_from_key(k)).collect(),
+            next_token: page.next_token,
+        })
+    }
+
+    async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()> {
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let key = namespace_key(ns);
+        let row = sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
+            .bind(warehouse.to_string())
+            .bind(&key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?
+            .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))?;
+        let id: String = row.get("id");
+        let child = sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 AND parent = $2 LIMIT 1")
+            .bind(warehouse.to_string())
+            .bind(&key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        let tabular = sqlx::query("SELECT 1 FROM tabulars WHERE namespace_id = $1 LIMIT 1")
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        if child.is_some() || tabular.is_some() {
+            return Err(CatalogError::NamespaceNotEmpty(format!(
+                "Namespace {} is not empty: it contains {}",
+                ns.join("."),
+                if child.is_some() { "namespaces" } else { "tables or views" }
+            )));
+        }
+        sqlx::query("DELETE FROM namespaces WHERE id = $1")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                if is_foreign_key_violation(&e) {
+                    CatalogError::NamespaceNotEmpty(format!("Namespace {} is not empty", ns.join(".")))
+                } else {
+                    query_error(e)
+                }
+            })?;
+        tx.commit().await.map_err(query_error)?;
+        Ok(())
+    }
+
+    async fn update_namespace_properties(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        updates: &HashMap<String, String>,
+        removals: &[String],
+    ) -> Result<PropertyChanges> {
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let select = match self.backend {
+            Backend::Postgres => {
+                "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2 FOR UPDATE"
+            }
+            Backend::Sqlite => "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2",
+        };
+        let row = sqlx::query(select)
+            .bind(warehouse.to_string())
+            .bind(namespace_key(ns))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?
+            .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))?;
+        let id: String = row.get("id");
+        let mut properties: HashMap<String, String> =
+            parse_json("namespace properties", &row.get::<String, _>("properties"))?;
+        let mut changes = PropertyChanges::default();
+        for key in removals {
+            if properties.remove(key).is_some() {
+                changes.removed.push(key.clone());
+            } else {
+                changes.missing.push(key.clone());
+            }
+        }
+        for (key, value) in updates {
+            properties.insert(key.clone(), value.clone());
+            changes.updated.push(key.clone());
+        }
+        sqlx::query("UPDATE namespaces SET properties = $1 WHERE id = $2")
+            .bind(to_json(&properties)?)
+            .bind(&id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        tx.commit().await.map_err(query_error)?;
+        Ok(changes)
+    }
+
+    async fn create_tabular(&self, tabular: &NewTabular) -> Result<()> {
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        insert_tabular(&mut tx, tabular).await.map_err(|f| match f {
+            InsertFailure::NamespaceMissing => CatalogError::no_such_namespace(tabular.namespace.join(".")),
+            InsertFailure::Exists => CatalogError::already_exists(format!(
+                "{} already exists: {}.{}",
+                if tabular.kind == TabularKind::Table { "Table" } else { "View" },
+                tabular.namespace.join("."),
+                tabular.name
+            )),
+            InsertFailure::Query(e) => query_error(e),
+        })?;
+        tx.commit().await.map_err(query_error)?;
+        Ok(())
+    }
+
+    async fn get_tabular(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        name: &str,
+    ) -> Result<Option<TabularRecord>> {
+        let sql = format!(
+            "SELECT {TABULAR_COLUMNS} FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
+             WHERE n.warehouse_id = $1 AND n.name = $2 AND t.name = $3"
+        );
+        sqlx::query(&sql)
+            .bind(warehouse.to_string())
+            .bind(namespace_key(ns))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?
+            .as_ref()
+            .map(tabular_from_row)
+            .transpose()
+    }
+
+    async fn list_tabulars(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        kind: TabularKind,
+        page: &PageRequest,
+    ) -> Result<Page<String>> {
+        let Some(namespace_id) = self.namespace_id(warehouse, ns).await? else {
+            return Err(CatalogError::no_such_namespace(ns.join(".")));
+        };
+        let limit = Self::limit_for(page);
+        let rows = sqlx::query(
+            "SELECT name FROM tabulars WHERE namespace_id = $1 AND kind = $2 AND name > $3 \
+             ORDER BY name LIMIT $4",
+        )
+        .bind(namespace_id.to_string())
+        .bind(kind.as_str())
+        .bind(page.token.clone().unwrap_or_default())
+        .bind(limit.map_or(i64::MAX, |l| l as i64 + 1))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error)?;
+        let names = rows.iter().map(|r| r.get::<String, _>("name")).collect();
+        Ok(paginate(names, limit, Clone::clone))
+    }
+
+    async fn drop_tabular(&self, id: Uuid) -> Result<bool> {
+        let _guard = self.write_guard().await;
+        let deleted = sqlx::query("DELETE FROM tabulars WHERE id = $1")
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool> {
+        let _guard = self.write_guard().await;
+        let deleted = sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
+            .bind(id.to_string())
+            .bind(expected_location)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()> {
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let warehouse: String = sqlx::query("SELECT warehouse_id FROM tabulars WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?
+            .ok_or_else(|| CatalogError::no_such_table(to_name))?
+            .get("warehouse_id");
+        let namespace_id: String =
+            sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
+                .bind(&warehouse)
+                .bind(namespace_key(to_ns))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error)?
+                .ok_or_else(|| CatalogError::no_such_namespace(to_ns.join(".")))?
+                .get("id");
+        sqlx::query("UPDATE tabulars SET namespace_id = $1, name = $2, updated_at_ms = $3 WHERE id = $4")
+            .bind(&namespace_id)
+            .bind(to_name)
+            .bind(now_ms())
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    CatalogError::already_exists(format!("{}.{} already exists", to_ns.join("."), to_name))
+                } else {
+                    query_error(e)
+                }
+            })?;
+        tx.commit().await.map_err(query_error)?;
+        Ok(())
+    }
+
+    async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()> {
+        let _guard = self.write_guard().await;
+        sqlx::query(
+            "UPDATE tabulars SET metadata_location = $1, location = $2, updated_at_ms = $3 WHERE id = $4",
+        )
+        .bind(&tabular.metadata_location)
+        .bind(&tabular.location)
+        .bind(now_ms())
+        .bind(tabular.id.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(query_error)?;
+        Ok(())
+    }
+
+    async fn commit(&self, swaps: &[MetadataSwap]) -> std::result::Result<(), SwapFailure> {
+        let store_failure = |e: sqlx::Error| SwapFailure::Store(query_error(e));
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(store_failure)?;
+        let now = now_ms();
+        for (index, swap) in swaps.iter().enumerate() {
+            match swap {
+                MetadataSwap::Update {
+                    id,
+                    expected_location,
+                    new_location,
+                } => {
+                    let updated = sqlx::query(
+                        "UPDATE tabulars SET metadata_location = $1, updated_at_ms = $2 \
+                         WHERE id = $3 AND metadata_location = $4",
+                    )
+                    .bind(new_location)
+                    .bind(now)
+                    .bind(id.to_string())
+                    .bind(expected_location)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(store_failure)?
+                    .rows_affected();
+                    if updated != 1 {
+                        return Err(SwapFailure::Conflict(index));
+                    }
+                }
+                MetadataSwap::Create(tabular) => {
+                    insert_tabular(&mut tx, tabular).await.map_err(|f| match f {
+                        InsertFailure::Exists => SwapFailure::AlreadyExists(index),
+                        InsertFailure::NamespaceMissing => SwapFailure::NamespaceMissing(index),
+                        InsertFailure::Query(e) => store_failure(e),
+                    })?;
+                }
+            }
+        }
+        tx.commit().await.map_err(store_failure)
+    }
+
+    async fn get_idempotent(&self, key: &str) -> Result<Option<IdempotentResponse>> {
+        let row = sqlx::query("SELECT * FROM idempotency_keys WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?;
+        Ok(row.map(|r| IdempotentResponse {
+            key: r.get("key"),
+            fingerprint: r.get("fingerprint"),
+            status: r.get::<i64, _>("status") as u16,
+            body: r.get("body"),
+            created_at_ms: r.get("created_at_ms"),
+        }))
+    }
+
+    async fn put_idempotent(&self, response: &IdempotentResponse) -> Result<()> {
+        let _guard = self.write_guard().await;
+        sqlx::query(
+            "INSERT INTO idempotency_keys (key, fingerprint, status, body, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(&response.key)
+        .bind(&response.fingerprint)
+        .bind(response.status as i64)
+        .bind(&response.body)
+        .bind(response.created_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error)?;
+        Ok(())
+    }
+
+    async fn expire_idempotent(&self, before_ms: i64) -> Result<u64> {
+        let _guard = self.write_guard().await;
+        Ok(sqlx::query("DELETE FROM idempotency_keys WHERE created_at_ms < $1")
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?
+            .rows_affected())
+    }
+}
+
+enum InsertFailure {
+    NamespaceMissing,
+    Exists,
+    Query(sqlx::Error),
+}
+
+async fn insert_tabular(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tabular: &NewTabular,
+) -> std::result::Result<(), InsertFailure> {
+    let namespace_id: String =
+        sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
+            .bind(tabular.warehouse_id.to_string())
+            .bind(namespace_key(&tabular.namespace))
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(InsertFailure::Query)?
+            .ok_or(InsertFailure::NamespaceMissing)?
+            .get("id");
+    let now = now_ms();
+    sqlx::query(
+        "INSERT INTO tabulars (id, warehouse_id, namespace_id, name, kind, metadata_location, \
+         location, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(tabular.id.to_string())
+    .bind(tabular.warehouse_id.to_string())
+    .bind(&namespace_id)
+    .bind(&tabular.name)
+    .bind(tabular.kind.as_str())
+    .bind(&tabular.metadata_location)
+    .bind(&tabular.location)
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            InsertFailure::Exists
+        } else if is_foreign_key_violation(&e) {
+            InsertFailure::NamespaceMissing
+        } else {
+            InsertFailure::Query(e)
+        }
+    })?;
+    Ok(())
+}
+

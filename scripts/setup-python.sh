@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Create (or reuse) the Python virtualenv used by Floe's interop tests.
+#
+# Usage: scripts/setup-python.sh
+#   FLOE_VENV   where the venv lives (default: $HOME/.cache/floe-venv)
+#   PYTHON      interpreter to build the venv from (default: python3, needs >= 3.10)
+#
+# Idempotent: a stamp file inside the venv records the pins; when it matches,
+# the script exits at once. Prints the venv path on stdout.
+set -euo pipefail
+
+PYICEBERG_VERSION="0.12.0"
+DUCKDB_VERSION="1.4.4"
+# DuckDB extension wheels published on PyPI; <duckdb version>.<build date>.
+DUCKDB_EXT_VERSION="1.4.4.20260205"
+PYSPARK_VERSION="3.5.9"
+PYTEST_VERSION="9.2.0"
+REQUESTS_VERSION="2.34.2"
+PSYCOPG_VERSION="3.3.9"
+BOTO3_VERSION="1.44.8"
+# Not used directly, but pyiceberg and the tests depend on it: pin it too.
+PYARROW_VERSION="26.0.1"
+
+PINS=(
+  "pyiceberg[pyarrow,sql-sqlite]==${PYICEBERG_VERSION}"
+  "duckdb==${DUCKDB_VERSION}"
+  "duckdb-ext-iceberg==${DUCKDB_EXT_VERSION}"
+  "duckdb-ext-avro==${DUCKDB_EXT_VERSION}"
+  "duckdb-ext-httpfs==${DUCKDB_EXT_VERSION}"
+  "pyspark==${PYSPARK_VERSION}"
+  "pytest==${PYTEST_VERSION}"
+  "requests==${REQUESTS_VERSION}"
+  "psycopg[binary]==${PSYCOPG_VERSION}"
+  "boto3==${BOTO3_VERSION}"
+  "pyarrow==${PYARROW_VERSION}"
+)
+
+VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"
+PYTHON="${PYTHON:-python3}"
+STAMP="$VENV/.floe-pins"
+WANT="$(printf '%s\n' "${PINS[@]}")"
+
+if [[ -x "$VENV/bin/python" && -f "$STAMP" ]] && [[ "$(cat "$STAMP")" == "$WANT" ]] \
+   && "$VENV/bin/python" -c '' 2>/dev/null; then
+  echo "$VENV"
+  exit 0
+fi
+
+LOG="$(mktemp -t floe-setup-python.XXXXXX.log)"
+fail() {
+  echo "setup-python.sh: $1 (log: $LOG)" >&2
+  tail -n 40 "$LOG" >&2 || true
+  exit 1
+}
+
+command -v "$PYTHON" >/dev/null 2>&1 || fail "$PYTHON not found"
+"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null \
+  || fail "$PYTHON is older than 3.10"
+
+if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+  rm -rf "$VENV"
+  mkdir -p "$(dirname "$VENV")"
+  if ! "$PYTHON" -m venv "$VENV" >>"$LOG" 2>&1; then
+    # Debian's own python3 needs python3-venv for ensurepip.
+    rm -rf "$VENV"
+    if [[ "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; } >>"$LOG" 2>&1 \
+        || fail "could not install python3-venv"
+      "$PYTHON" -m venv "$VENV" >>"$LOG" 2>&1 || fail "could not create venv at $VENV with $PYTHON"
+    else
+      fail "could not create venv at $VENV with $PYTHON"
+    fi
+  fi
+fi
+
+rm -f "$STAMP"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+"$VENV/bin/python" -m pip install --quiet "${PINS[@]}" >>"$LOG" 2>&1 \
+  || fail "pip install failed"
+
+# Sanity check: everything imports and the DuckDB extension files are present.
+"$VENV/bin/python" - >>"$LOG" 2>&1 <<'EOF' || fail "installed packages failed the import check"
+import importlib.metadata as md
+import duckdb, pyiceberg, pyspark, pytest, requests, psycopg, boto3, pyarrow
+for ext in ("iceberg", "avro", "httpfs"):
+    files = [f for f in (md.files(f"duckdb-ext-{ext}") or [])
+             if f.name == f"{ext}.duckdb_extension"]
+    assert files and files[0].locate().is_file(), f"{ext}.duckdb_extension missing"
+EOF
+
+printf '%s\n' "$WANT" >"$STAMP"
+"$VENV/bin/python" -m pip freeze >"$VENV/.floe-freeze.txt" 2>/dev/null || true
+rm -f "$LOG"
+echo "$VENV"
