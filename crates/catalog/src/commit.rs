@@ -29,46 +29,97 @@ pub enum Applied<T> {
 }
 
 /// Maps an iceberg error raised while checking or applying updates to a catalog error.
-fn from_iceberg(e: iceberg::Error) -> CatalogError {
+pub(crate) fn from_iceberg(e: iceberg::Error) -> CatalogError {
     match e.kind() {
         ErrorKind::CatalogCommitConflicts => CatalogError::CommitFailed(e.message().to_string()),
         ErrorKind::TableNotFound => CatalogError::no_such_table(e.message()),
         ErrorKind::DataInvalid | ErrorKind::FeatureUnsupported | ErrorKind::PreconditionFailed => {
-            CatalogError::bad_request(e.message())
+            CatalogError::InvalidArgument(e.message().to_string())
         }
-        _ => CatalogError::bad_request(e.to_string()),
+        _ => CatalogError::InvalidArgument(e.to_string()),
     }
 }
 
-/// Checks `requirements` against `base` (`None` when the table does not exist yet).
+/// Checks `requirements` against `base` (`None` when the table does not exist yet). The
+/// messages follow the wording Iceberg's own clients and tests expect.
 pub fn check_table_requirements(
     base: Option<&TableMetadata>,
     requirements: &[TableRequirement],
 ) -> Result<()> {
     for requirement in requirements {
-        requirement.check(base).map_err(|e| match e.kind() {
-            ErrorKind::TableNotFound => CatalogError::CommitFailed(format!(
-                "requirement {} failed: the table does not exist",
-                requirement_name(requirement)
-            )),
-            _ => from_iceberg(e),
-        })?;
+        if let Some(message) = requirement_failure(base, requirement) {
+            return Err(CatalogError::CommitFailed(format!("Requirement failed: {message}")));
+        }
     }
     Ok(())
 }
 
-fn requirement_name(r: &TableRequirement) -> &'static str {
-    match r {
-        TableRequirement::NotExist => "assert-create",
-        TableRequirement::UuidMatch { .. } => "assert-table-uuid",
-        TableRequirement::RefSnapshotIdMatch { .. } => "assert-ref-snapshot-id",
-        TableRequirement::LastAssignedFieldIdMatch { .. } => "assert-last-assigned-field-id",
-        TableRequirement::CurrentSchemaIdMatch { .. } => "assert-current-schema-id",
-        TableRequirement::LastAssignedPartitionIdMatch { .. } => {
-            "assert-last-assigned-partition-id"
+fn requirement_failure(base: Option<&TableMetadata>, requirement: &TableRequirement) -> Option<String> {
+    let Some(base) = base else {
+        return match requirement {
+            TableRequirement::NotExist => None,
+            _ => Some("table does not exist".to_string()),
+        };
+    };
+    let changed = |what: &str, expected: i64, found: i64| {
+        (expected != found).then(|| format!("{what} changed: expected id {expected} != {found}"))
+    };
+    match requirement {
+        TableRequirement::NotExist => Some("table already exists".to_string()),
+        TableRequirement::UuidMatch { uuid } => (*uuid != base.uuid())
+            .then(|| format!("UUID does not match: expected {} != {uuid}", base.uuid())),
+        TableRequirement::RefSnapshotIdMatch { r#ref, snapshot_id } => {
+            let current = base.snapshot_for_ref(r#ref).map(|s| s.snapshot_id());
+            match (snapshot_id, current) {
+                (None, None) => None,
+                (None, Some(_)) => Some(format!("{} {ref} was created concurrently", ref_kind(base, r#ref))),
+                (Some(expected), None) => {
+                    Some(format!("branch or tag {ref} is missing, expected {expected}"))
+                }
+                (Some(expected), Some(found)) => (*expected != found).then(|| {
+                    format!(
+                        "{} {ref} has changed: expected id {expected} != {found}",
+                        ref_kind(base, r#ref)
+                    )
+                }),
+            }
         }
-        TableRequirement::DefaultSpecIdMatch { .. } => "assert-default-spec-id",
-        TableRequirement::DefaultSortOrderIdMatch { .. } => "assert-default-sort-order-id",
+        TableRequirement::LastAssignedFieldIdMatch { last_assigned_field_id } => changed(
+            "last assigned field id",
+            *last_assigned_field_id as i64,
+            base.last_column_id() as i64,
+        ),
+        TableRequirement::CurrentSchemaIdMatch { current_schema_id } => changed(
+            "current schema",
+            *current_schema_id as i64,
+            base.current_schema_id() as i64,
+        ),
+        TableRequirement::LastAssignedPartitionIdMatch { last_assigned_partition_id } => changed(
+            "last assigned partition id",
+            *last_assigned_partition_id as i64,
+            base.last_partition_id() as i64,
+        ),
+        TableRequirement::DefaultSpecIdMatch { default_spec_id } => changed(
+            "default partition spec",
+            *default_spec_id as i64,
+            base.default_partition_spec_id() as i64,
+        ),
+        TableRequirement::DefaultSortOrderIdMatch { default_sort_order_id } => changed(
+            "default sort order",
+            *default_sort_order_id,
+            base.default_sort_order_id(),
+        ),
+    }
+}
+
+/// `branch` or `tag`, read from the serialized refs (only on the failure path).
+fn ref_kind(base: &TableMetadata, name: &str) -> &'static str {
+    let kind = serde_json::to_value(base)
+        .ok()
+        .and_then(|v| v["refs"][name]["type"].as_str().map(str::to_string));
+    match kind.as_deref() {
+        Some("tag") => "tag",
+        _ => "branch",
     }
 }
 
@@ -150,7 +201,7 @@ pub fn check_view_requirements(base: &ViewMetadata, requirements: &[ViewRequirem
         match requirement {
             ViewRequirement::AssertViewUuid { uuid } if *uuid != base.uuid() => {
                 return Err(CatalogError::CommitFailed(format!(
-                    "requirement assert-view-uuid failed: expected {uuid}, found {}",
+                    "Requirement failed: view UUID does not match: expected {} != {uuid}",
                     base.uuid()
                 )));
             }
@@ -269,7 +320,7 @@ mod tests {
             vec![TableUpdate::SetCurrentSchema { schema_id: 42 }],
         )
         .unwrap_err();
-        assert!(matches!(err, CatalogError::BadRequest { .. }), "{err:?}");
+        assert!(matches!(err, CatalogError::InvalidArgument(_)), "{err:?}");
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub enum ErrorCode {
 pub enum CatalogError {
     #[error("{message}")]
     BadRequest { message: String },
+    /// Metadata that breaks a rule of the Iceberg spec (Java clients raise these as
+    /// `IllegalArgumentException`).
+    #[error("{0}")]
+    InvalidArgument(String),
     #[error("{message}")]
     NotFound {
         error_type: &'static str,
@@ -103,6 +107,13 @@ impl CatalogError {
         }
     }
 
+    pub fn not_found_file(location: &str) -> Self {
+        CatalogError::NotFound {
+            error_type: "NotFoundException",
+            message: format!("Failed to open input stream for file: {location}"),
+        }
+    }
+
     pub fn already_exists(message: impl fmt::Display) -> Self {
         CatalogError::AlreadyExists {
             error_type: "AlreadyExistsException",
@@ -112,7 +123,9 @@ impl CatalogError {
 
     pub fn code(&self) -> ErrorCode {
         match self {
-            CatalogError::BadRequest { .. } => ErrorCode::InvalidArgument,
+            CatalogError::BadRequest { .. } | CatalogError::InvalidArgument(_) => {
+                ErrorCode::InvalidArgument
+            }
             CatalogError::NotFound { .. } => ErrorCode::NotFound,
             CatalogError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             CatalogError::NamespaceNotEmpty(_) | CatalogError::CommitFailed(_) => {
@@ -130,6 +143,7 @@ impl CatalogError {
     pub fn error_type(&self) -> &'static str {
         match self {
             CatalogError::BadRequest { .. } => "BadRequestException",
+            CatalogError::InvalidArgument(_) => "IllegalArgumentException",
             CatalogError::NotFound { error_type, .. }
             | CatalogError::AlreadyExists { error_type, .. } => error_type,
             CatalogError::NamespaceNotEmpty(_) => "NamespaceNotEmptyException",

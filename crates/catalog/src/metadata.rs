@@ -14,6 +14,8 @@ use uuid::Uuid;
 use crate::{CatalogError, Result};
 
 const GZIP_PROPERTY: &str = "write.metadata.compression-codec";
+/// Where metadata files go instead of `<location>/metadata`.
+pub const METADATA_PATH_PROPERTY: &str = "write.metadata.path";
 
 /// The location of the next metadata file of a table or view at `location`, one version past
 /// `current` (version 0 for a new one). Gzip when the table asks for it.
@@ -27,11 +29,35 @@ pub fn next_metadata_location(
         .get(GZIP_PROPERTY)
         .is_some_and(|c| c.eq_ignore_ascii_case("gzip"));
     let suffix = if gzip { ".gz.metadata.json" } else { ".metadata.json" };
-    format!(
-        "{}/metadata/{version:05}-{}{suffix}",
-        location.trim_end_matches('/'),
-        Uuid::new_v4()
-    )
+    let directory = match properties.get(METADATA_PATH_PROPERTY) {
+        Some(path) if !path.is_empty() => path.trim_end_matches('/').to_string(),
+        _ => format!("{}/metadata", location.trim_end_matches('/')),
+    };
+    format!("{directory}/{version:05}-{}{suffix}", Uuid::new_v4())
+}
+
+/// Serializes table or view metadata with its lists in a stable order (schemas, specs,
+/// sort orders, snapshots, view versions by id), as Iceberg's own writers produce them.
+pub fn to_sorted_json<T: Serialize>(value: &T) -> Result<serde_json::Value> {
+    use serde_json::Value;
+    let mut json = serde_json::to_value(value).map_err(|e| CatalogError::internal("encode metadata", e))?;
+    let sort_by = |json: &mut Value, list: &str, keys: &[&str]| {
+        if let Some(Value::Array(items)) = json.get_mut(list) {
+            items.sort_by_key(|item| {
+                keys.iter()
+                    .map(|k| item.get(*k).and_then(Value::as_i64).unwrap_or(i64::MIN))
+                    .collect::<Vec<_>>()
+            });
+        }
+    };
+    sort_by(&mut json, "schemas", &["schema-id"]);
+    sort_by(&mut json, "partition-specs", &["spec-id"]);
+    sort_by(&mut json, "sort-orders", &["order-id"]);
+    sort_by(&mut json, "snapshots", &["sequence-number", "timestamp-ms"]);
+    sort_by(&mut json, "versions", &["version-id"]);
+    sort_by(&mut json, "statistics", &["snapshot-id"]);
+    sort_by(&mut json, "partition-statistics", &["snapshot-id"]);
+    Ok(json)
 }
 
 /// The version number of a metadata file named `NNNNN-<uuid>.metadata.json` (or `vN...`).
@@ -42,7 +68,8 @@ pub fn metadata_version(metadata_location: &str) -> Option<u64> {
 }
 
 pub fn encode<T: Serialize>(value: &T, location: &str) -> Result<Bytes> {
-    let json = serde_json::to_vec(value).map_err(|e| CatalogError::internal("encode metadata", e))?;
+    let json = serde_json::to_vec(&to_sorted_json(value)?)
+        .map_err(|e| CatalogError::internal("encode metadata", e))?;
     if location.ends_with(".gz.metadata.json") {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder
@@ -111,6 +138,13 @@ impl<T> MetadataCache<T> {
     }
 }
 
+async fn read_file(storage: &WarehouseStorage, location: &str) -> Result<Bytes> {
+    match storage.read(location).await {
+        Err(floe_storage::StorageError::NotFound(_)) => Err(CatalogError::not_found_file(location)),
+        other => Ok(other?),
+    }
+}
+
 /// Reads table and view metadata through a cache.
 #[derive(Debug)]
 pub struct MetadataIo {
@@ -132,9 +166,13 @@ impl MetadataIo {
         location: &str,
     ) -> Result<Arc<TableMetadata>> {
         if let Some(hit) = self.tables.get(location) {
+            // The file can be removed behind the catalog's back; never serve it from memory then.
+            if !storage.exists(location).await? {
+                return Err(CatalogError::not_found_file(location));
+            }
             return Ok(hit);
         }
-        let bytes = storage.read(location).await?;
+        let bytes = read_file(storage, location).await?;
         let metadata: Arc<TableMetadata> = Arc::new(decode(&bytes, location)?);
         self.tables.insert(location, metadata.clone());
         Ok(metadata)
@@ -157,9 +195,12 @@ impl MetadataIo {
         location: &str,
     ) -> Result<Arc<ViewMetadata>> {
         if let Some(hit) = self.views.get(location) {
+            if !storage.exists(location).await? {
+                return Err(CatalogError::not_found_file(location));
+            }
             return Ok(hit);
         }
-        let bytes = storage.read(location).await?;
+        let bytes = read_file(storage, location).await?;
         let metadata: Arc<ViewMetadata> = Arc::new(decode(&bytes, location)?);
         self.views.insert(location, metadata.clone());
         Ok(metadata)
@@ -192,6 +233,8 @@ mod tests {
         assert_eq!(metadata_version("s3://b/t/metadata/v7.metadata.json"), Some(7));
         let gz = HashMap::from([(GZIP_PROPERTY.to_string(), "GZIP".to_string())]);
         assert!(next_metadata_location("/t", Some(&second), &gz).ends_with(".gz.metadata.json"));
+        let custom = HashMap::from([(METADATA_PATH_PROPERTY.to_string(), "s3://b/m/".to_string())]);
+        assert!(next_metadata_location("s3://b/t", None, &custom).starts_with("s3://b/m/00000-"));
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl CatalogService {
             .build();
         let metadata = TableMetadataBuilder::from_table_creation(creation)
             .and_then(|b| b.build())
-            .map_err(|e| CatalogError::bad_request(e.message()))?
+            .map_err(crate::commit::from_iceberg)?
             .metadata;
         let metadata = Arc::new(metadata);
         if request.stage_create {
@@ -336,14 +336,18 @@ impl CatalogService {
         if from == to {
             return Ok(());
         }
+        let taken = |kind: TabularKind| {
+            let what = if kind == TabularKind::Table { "Table" } else { "View" };
+            CatalogError::already_exists(format!("Cannot rename {from} to {to}. {what} already exists"))
+        };
         if let Some(existing) = self.find_tabular(&wh, to).await? {
-            return Err(Self::exists_error(existing.kind, to));
+            return Err(taken(existing.kind));
         }
         self.store
             .rename_tabular(record.id, &to.namespace, &to.name)
             .await
             .map_err(|e| match e {
-                CatalogError::AlreadyExists { .. } => Self::exists_error(kind, to),
+                CatalogError::AlreadyExists { .. } => taken(kind),
                 other => other,
             })
     }

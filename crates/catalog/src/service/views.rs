@@ -31,6 +31,16 @@ pub struct LoadedView {
 }
 
 impl CatalogService {
+    /// The error for creating or registering a view under a taken name.
+    fn view_exists_error(kind: TabularKind, ident: &TableIdent) -> CatalogError {
+        match kind {
+            TabularKind::View => CatalogError::already_exists(format!("View already exists: {ident}")),
+            TabularKind::Table => {
+                CatalogError::already_exists(format!("Table with same name already exists: {ident}"))
+            }
+        }
+    }
+
     async fn view_record(&self, warehouse: &str, ident: &TableIdent) -> Result<(Arc<super::WarehouseHandle>, TabularRecord)> {
         validate_ident(ident, "view")?;
         let wh = self.warehouse(warehouse).await?;
@@ -63,12 +73,7 @@ impl CatalogService {
             None => self.default_location(&wh, ns, &request.name, id).await?,
         };
         if let Some(existing) = self.find_tabular(&wh, &ident).await? {
-            return Err(match existing.kind {
-                TabularKind::View => CatalogError::already_exists(format!("View already exists: {ident}")),
-                TabularKind::Table => {
-                    CatalogError::already_exists(format!("Table with same name already exists: {ident}"))
-                }
-            });
+            return Err(Self::view_exists_error(existing.kind, &ident));
         }
         let metadata = ViewMetadataBuilder::new(
             location.clone(),
@@ -78,7 +83,7 @@ impl CatalogService {
             request.properties,
         )
         .and_then(|b| b.build())
-        .map_err(|e| CatalogError::bad_request(e.message()))?
+        .map_err(crate::commit::from_iceberg)?
         .metadata;
         let metadata = Arc::new(metadata);
         let metadata_location = next_metadata_location(&location, None, metadata.properties());
@@ -209,7 +214,7 @@ impl CatalogService {
             return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
         }
         if let Some(existing) = self.find_tabular(&wh, ident).await? {
-            return Err(Self::exists_error(existing.kind, ident));
+            return Err(Self::view_exists_error(existing.kind, ident));
         }
         let metadata = self.metadata.read_view(&wh.storage, metadata_location).await.map_err(|e| match e {
             CatalogError::Internal { .. } => {

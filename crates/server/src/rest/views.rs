@@ -20,12 +20,12 @@ fn ident(namespace: &str, view: &str) -> ApiResult<TableIdent> {
     Ok(TableIdent::new(parse_namespace(namespace)?, view.to_string()))
 }
 
-fn view_result(loaded: &LoadedView) -> Json<Value> {
-    Json(json!({
+fn view_result(loaded: &LoadedView) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({
         "metadata-location": loaded.metadata_location,
-        "metadata": &*loaded.metadata,
+        "metadata": floe_catalog::metadata::to_sorted_json(&*loaded.metadata)?,
         "config": {},
-    }))
+    })))
 }
 
 pub async fn list(
@@ -66,12 +66,12 @@ pub async fn create(
             },
         )
         .await?;
-    Ok(view_result(&loaded))
+    view_result(&loaded)
 }
 
 pub async fn load(State(state): State<AppState>, PathParams((prefix, namespace, view)): ViewPath) -> ApiResult<Json<Value>> {
     let loaded = state.catalog.load_view(&prefix, &ident(&namespace, &view)?).await?;
-    Ok(view_result(&loaded))
+    view_result(&loaded)
 }
 
 pub async fn exists(State(state): State<AppState>, PathParams((prefix, namespace, view)): ViewPath) -> ApiResult<Response> {
@@ -98,7 +98,7 @@ pub async fn replace(
         .catalog
         .replace_view(&prefix, &ident, request.requirements, request.updates)
         .await?;
-    Ok(view_result(&loaded))
+    view_result(&loaded)
 }
 
 pub async fn drop(State(state): State<AppState>, PathParams((prefix, namespace, view)): ViewPath) -> ApiResult<StatusCode> {
@@ -128,5 +128,5 @@ pub async fn register(
         .catalog
         .register_view(&prefix, &ident, &request.metadata_location)
         .await?;
-    Ok(view_result(&loaded))
+    view_result(&loaded)
 }
