@@ -48,13 +48,18 @@ pub fn check_table_requirements(
 ) -> Result<()> {
     for requirement in requirements {
         if let Some(message) = requirement_failure(base, requirement) {
-            return Err(CatalogError::CommitFailed(format!("Requirement failed: {message}")));
+            return Err(CatalogError::CommitFailed(format!(
+                "Requirement failed: {message}"
+            )));
         }
     }
     Ok(())
 }
 
-fn requirement_failure(base: Option<&TableMetadata>, requirement: &TableRequirement) -> Option<String> {
+fn requirement_failure(
+    base: Option<&TableMetadata>,
+    requirement: &TableRequirement,
+) -> Option<String> {
     let Some(base) = base else {
         return match requirement {
             TableRequirement::NotExist => None,
@@ -72,10 +77,13 @@ fn requirement_failure(base: Option<&TableMetadata>, requirement: &TableRequirem
             let current = base.snapshot_for_ref(r#ref).map(|s| s.snapshot_id());
             match (snapshot_id, current) {
                 (None, None) => None,
-                (None, Some(_)) => Some(format!("{} {ref} was created concurrently", ref_kind(base, r#ref))),
-                (Some(expected), None) => {
-                    Some(format!("branch or tag {ref} is missing, expected {expected}"))
-                }
+                (None, Some(_)) => Some(format!(
+                    "{} {ref} was created concurrently",
+                    ref_kind(base, r#ref)
+                )),
+                (Some(expected), None) => Some(format!(
+                    "branch or tag {ref} is missing, expected {expected}"
+                )),
                 (Some(expected), Some(found)) => (*expected != found).then(|| {
                     format!(
                         "{} {ref} has changed: expected id {expected} != {found}",
@@ -84,7 +92,9 @@ fn requirement_failure(base: Option<&TableMetadata>, requirement: &TableRequirem
                 }),
             }
         }
-        TableRequirement::LastAssignedFieldIdMatch { last_assigned_field_id } => changed(
+        TableRequirement::LastAssignedFieldIdMatch {
+            last_assigned_field_id,
+        } => changed(
             "last assigned field id",
             *last_assigned_field_id as i64,
             base.last_column_id() as i64,
@@ -94,7 +104,9 @@ fn requirement_failure(base: Option<&TableMetadata>, requirement: &TableRequirem
             *current_schema_id as i64,
             base.current_schema_id() as i64,
         ),
-        TableRequirement::LastAssignedPartitionIdMatch { last_assigned_partition_id } => changed(
+        TableRequirement::LastAssignedPartitionIdMatch {
+            last_assigned_partition_id,
+        } => changed(
             "last assigned partition id",
             *last_assigned_partition_id as i64,
             base.last_partition_id() as i64,
@@ -104,7 +116,9 @@ fn requirement_failure(base: Option<&TableMetadata>, requirement: &TableRequirem
             *default_spec_id as i64,
             base.default_partition_spec_id() as i64,
         ),
-        TableRequirement::DefaultSortOrderIdMatch { default_sort_order_id } => changed(
+        TableRequirement::DefaultSortOrderIdMatch {
+            default_sort_order_id,
+        } => changed(
             "default sort order",
             *default_sort_order_id,
             base.default_sort_order_id(),
@@ -196,7 +210,10 @@ pub fn create_table_from_updates(updates: Vec<TableUpdate>) -> Result<TableMetad
     Ok(builder.build().map_err(from_iceberg)?.metadata)
 }
 
-pub fn check_view_requirements(base: &ViewMetadata, requirements: &[ViewRequirement]) -> Result<()> {
+pub fn check_view_requirements(
+    base: &ViewMetadata,
+    requirements: &[ViewRequirement],
+) -> Result<()> {
     for requirement in requirements {
         match requirement {
             ViewRequirement::AssertViewUuid { uuid } if *uuid != base.uuid() => {
@@ -220,7 +237,10 @@ pub fn apply_view_updates(base: &ViewMetadata, updates: Vec<ViewUpdate>) -> Resu
     Ok(builder.build().map_err(from_iceberg)?.metadata)
 }
 
-fn apply_view_update(builder: ViewMetadataBuilder, update: ViewUpdate) -> Result<ViewMetadataBuilder> {
+fn apply_view_update(
+    builder: ViewMetadataBuilder,
+    update: ViewUpdate,
+) -> Result<ViewMetadataBuilder> {
     let builder = match update {
         ViewUpdate::AssignUuid { uuid } => builder.assign_uuid(uuid),
         ViewUpdate::UpgradeFormatVersion { format_version } => builder
@@ -283,8 +303,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, CatalogError::CommitFailed(_)), "{err:?}");
-        let err = check_table_requirements(None, &[TableRequirement::UuidMatch { uuid: base.uuid() }])
-            .unwrap_err();
+        let err =
+            check_table_requirements(None, &[TableRequirement::UuidMatch { uuid: base.uuid() }])
+                .unwrap_err();
         assert!(matches!(err, CatalogError::CommitFailed(_)), "{err:?}");
         check_table_requirements(None, &[TableRequirement::NotExist]).unwrap();
     }

@@ -12,7 +12,9 @@ pub const MAX_NAMESPACE_DEPTH: usize = 16;
 /// Checks one name part (a namespace level, a table or view name).
 pub fn validate_name(what: &str, name: &str) -> Result<()> {
     if name.is_empty() {
-        return Err(CatalogError::bad_request(format!("{what} name must not be empty")));
+        return Err(CatalogError::bad_request(format!(
+            "{what} name must not be empty"
+        )));
     }
     if name.len() > MAX_NAME_LEN {
         return Err(CatalogError::bad_request(format!(
@@ -44,7 +46,10 @@ pub fn validate_namespace(ns: &NamespaceIdent) -> Result<()> {
 
 /// Joins namespace levels into the key the store keeps (levels separated by 0x1F).
 pub fn namespace_key(ns: &NamespaceIdent) -> String {
-    ns.iter().map(String::as_str).collect::<Vec<_>>().join("\u{1f}")
+    ns.iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("\u{1f}")
 }
 
 /// The store key of a namespace's parent ("" for a top-level namespace).
@@ -66,7 +71,12 @@ mod tests {
         assert!(validate_name("table", "orders").is_ok());
         assert!(validate_name("table", "with space/and.dot").is_ok());
         assert!(validate_name("table", "").is_err());
-        assert!(validate_name("table", "a\u{1f}b").unwrap_err().to_string().contains("U+001F"));
+        assert!(
+            validate_name("table", "a\u{1f}b")
+                .unwrap_err()
+                .to_string()
+                .contains("U+001F")
+        );
         assert!(validate_name("table", &"x".repeat(256)).is_err());
     }
 

@@ -28,7 +28,11 @@ pub fn next_metadata_location(
     let gzip = properties
         .get(GZIP_PROPERTY)
         .is_some_and(|c| c.eq_ignore_ascii_case("gzip"));
-    let suffix = if gzip { ".gz.metadata.json" } else { ".metadata.json" };
+    let suffix = if gzip {
+        ".gz.metadata.json"
+    } else {
+        ".metadata.json"
+    };
     let directory = match properties.get(METADATA_PATH_PROPERTY) {
         Some(path) if !path.is_empty() => path.trim_end_matches('/').to_string(),
         _ => format!("{}/metadata", location.trim_end_matches('/')),
@@ -40,7 +44,8 @@ pub fn next_metadata_location(
 /// sort orders, snapshots, view versions by id), as Iceberg's own writers produce them.
 pub fn to_sorted_json<T: Serialize>(value: &T) -> Result<serde_json::Value> {
     use serde_json::Value;
-    let mut json = serde_json::to_value(value).map_err(|e| CatalogError::internal("encode metadata", e))?;
+    let mut json =
+        serde_json::to_value(value).map_err(|e| CatalogError::internal("encode metadata", e))?;
     let sort_by = |json: &mut Value, list: &str, keys: &[&str]| {
         if let Some(Value::Array(items)) = json.get_mut(list) {
             items.sort_by_key(|item| {
@@ -87,13 +92,19 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], location: &str) -> Result<T> {
     let json: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
         flate2::read::GzDecoder::new(bytes)
             .read_to_end(&mut inflated)
-            .map_err(|e| CatalogError::bad_request(format!("metadata file {location} is not valid gzip: {e}")))?;
+            .map_err(|e| {
+                CatalogError::bad_request(format!(
+                    "metadata file {location} is not valid gzip: {e}"
+                ))
+            })?;
         &inflated
     } else {
         bytes
     };
     serde_json::from_slice(json).map_err(|e| {
-        CatalogError::bad_request(format!("metadata file {location} is not valid Iceberg metadata: {e}"))
+        CatalogError::bad_request(format!(
+            "metadata file {location} is not valid Iceberg metadata: {e}"
+        ))
     })
 }
 
@@ -122,7 +133,12 @@ impl<T> MetadataCache<T> {
     }
 
     pub fn get(&self, location: &str) -> Option<Arc<T>> {
-        self.inner.lock().expect("cache lock").map.get(location).cloned()
+        self.inner
+            .lock()
+            .expect("cache lock")
+            .map
+            .get(location)
+            .cloned()
     }
 
     pub fn insert(&self, location: &str, value: Arc<T>) {
@@ -184,7 +200,9 @@ impl MetadataIo {
         location: &str,
         metadata: Arc<TableMetadata>,
     ) -> Result<()> {
-        storage.write(location, encode(&*metadata, location)?).await?;
+        storage
+            .write(location, encode(&*metadata, location)?)
+            .await?;
         self.tables.insert(location, metadata);
         Ok(())
     }
@@ -212,7 +230,9 @@ impl MetadataIo {
         location: &str,
         metadata: Arc<ViewMetadata>,
     ) -> Result<()> {
-        storage.write(location, encode(&*metadata, location)?).await?;
+        storage
+            .write(location, encode(&*metadata, location)?)
+            .await?;
         self.views.insert(location, metadata);
         Ok(())
     }
@@ -230,7 +250,10 @@ mod tests {
         assert_eq!(metadata_version(&first), Some(0));
         let second = next_metadata_location("s3://b/t", Some(&first), &props);
         assert_eq!(metadata_version(&second), Some(1));
-        assert_eq!(metadata_version("s3://b/t/metadata/v7.metadata.json"), Some(7));
+        assert_eq!(
+            metadata_version("s3://b/t/metadata/v7.metadata.json"),
+            Some(7)
+        );
         let gz = HashMap::from([(GZIP_PROPERTY.to_string(), "GZIP".to_string())]);
         assert!(next_metadata_location("/t", Some(&second), &gz).ends_with(".gz.metadata.json"));
         let custom = HashMap::from([(METADATA_PATH_PROPERTY.to_string(), "s3://b/m/".to_string())]);
@@ -244,7 +267,12 @@ mod tests {
         assert_eq!(&bytes[..2], &[0x1f, 0x8b]);
         let back: serde_json::Value = decode(&bytes, "x").unwrap();
         assert_eq!(back, value);
-        assert!(decode::<serde_json::Value>(b"nope", "loc").unwrap_err().to_string().contains("loc"));
+        assert!(
+            decode::<serde_json::Value>(b"nope", "loc")
+                .unwrap_err()
+                .to_string()
+                .contains("loc")
+        );
     }
 
     #[test]

@@ -76,8 +76,7 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
     /// Removes a table or view record only if its metadata is still `expected_location`.
     async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool>;
     /// Moves a table or view to a new namespace and name.
-    async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str)
-    -> Result<()>;
+    async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()>;
     /// Replaces a table record in place (register with overwrite).
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()>;
 

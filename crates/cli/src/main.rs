@@ -29,13 +29,18 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLOE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,

@@ -44,7 +44,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     )
     .await?;
     tracing::info!(backend = ?store.backend(), url = %floe_store::redact_url(&db_url), "opened catalog database");
-    let catalog = Arc::new(CatalogService::new(Arc::new(store.clone()), CatalogConfig::default()));
+    let catalog = Arc::new(CatalogService::new(
+        Arc::new(store.clone()),
+        CatalogConfig::default(),
+    ));
     ensure_default_warehouse(&catalog, &data_dir).await?;
 
     let listener = tokio::net::TcpListener::bind(&args.listen)

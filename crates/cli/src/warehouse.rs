@@ -83,17 +83,25 @@ pub async fn run(command: WarehouseCommand) -> anyhow::Result<()> {
             };
             let storage = strip_nulls(storage);
             let url = format!("{}/api/v1/warehouses", server.server);
-            (client.post(url).json(&json!({ "name": name, "storage": storage })), server)
+            (
+                client
+                    .post(url)
+                    .json(&json!({ "name": name, "storage": storage })),
+                server,
+            )
         }
-        WarehouseCommand::List { server } => {
-            (client.get(format!("{}/api/v1/warehouses", server.server)), server)
-        }
-        WarehouseCommand::Get { name, server } => {
-            (client.get(format!("{}/api/v1/warehouses/{name}", server.server)), server)
-        }
-        WarehouseCommand::Delete { name, server } => {
-            (client.delete(format!("{}/api/v1/warehouses/{name}", server.server)), server)
-        }
+        WarehouseCommand::List { server } => (
+            client.get(format!("{}/api/v1/warehouses", server.server)),
+            server,
+        ),
+        WarehouseCommand::Get { name, server } => (
+            client.get(format!("{}/api/v1/warehouses/{name}", server.server)),
+            server,
+        ),
+        WarehouseCommand::Delete { name, server } => (
+            client.delete(format!("{}/api/v1/warehouses/{name}", server.server)),
+            server,
+        ),
     };
     let response = request
         .send()
@@ -117,7 +125,9 @@ pub async fn run(command: WarehouseCommand) -> anyhow::Result<()> {
 
 fn strip_nulls(value: Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
         other => other,
     }
 }

@@ -19,14 +19,18 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(bytes_rejection)?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(bytes_rejection)?;
         parse_json(&bytes).map(JsonBody)
     }
 }
 
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
-        return Err(ApiError::bad_request("request body is empty; a JSON object is required"));
+        return Err(ApiError::bad_request(
+            "request body is empty; a JSON object is required",
+        ));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -46,7 +50,10 @@ fn bytes_rejection(rejection: BytesRejection) -> ApiError {
             "request body exceeds the server's size limit".to_string(),
         ))
     } else {
-        ApiError::bad_request(format!("cannot read request body: {}", rejection.body_text()))
+        ApiError::bad_request(format!(
+            "cannot read request body: {}",
+            rejection.body_text()
+        ))
     }
 }
 
@@ -60,7 +67,9 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathPar
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| PathParams(p.0))
-            .map_err(|e: PathRejection| ApiError::bad_request(format!("invalid path: {}", e.body_text())))
+            .map_err(|e: PathRejection| {
+                ApiError::bad_request(format!("invalid path: {}", e.body_text()))
+            })
     }
 }
 

@@ -25,10 +25,15 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
     if matches!(*request.method(), Method::GET | Method::HEAD) {
         return next.run(request).await;
     }
-    let key = match key.to_str().ok().and_then(|k| uuid::Uuid::parse_str(k).ok()) {
+    let key = match key
+        .to_str()
+        .ok()
+        .and_then(|k| uuid::Uuid::parse_str(k).ok())
+    {
         Some(k) => k.hyphenated().to_string(),
         None => {
-            return ApiError::bad_request("Idempotency-Key must be a UUID (36 characters)").into_response();
+            return ApiError::bad_request("Idempotency-Key must be a UUID (36 characters)")
+                .into_response();
         }
     };
     let fingerprint = format!("{} {}", request.method(), request.uri().path());

@@ -47,7 +47,10 @@ pub fn router(state: AppState) -> Router {
         .nest("/api/v1", management::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
 }
 

@@ -5,7 +5,9 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
 
 use crate::AppState;
 
@@ -31,16 +33,23 @@ impl Metrics {
         )
         .expect("valid metric");
         let latency = HistogramVec::new(
-            HistogramOpts::new("floe_http_request_duration_seconds", "HTTP request latency").buckets(
-                vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
-            ),
+            HistogramOpts::new("floe_http_request_duration_seconds", "HTTP request latency")
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+                ]),
             &["method", "route"],
         )
         .expect("valid metric");
-        registry.register(Box::new(requests.clone())).expect("register metric");
-        registry.register(Box::new(latency.clone())).expect("register metric");
         registry
-            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .register(Box::new(requests.clone()))
+            .expect("register metric");
+        registry
+            .register(Box::new(latency.clone()))
+            .expect("register metric");
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
             .expect("register process metrics");
         Self {
             registry,

@@ -204,7 +204,10 @@ struct ObjectWrite {
 #[async_trait]
 impl FileWrite for ObjectWrite {
     async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
-        self.writer.put(bs).await.map_err(|e| io_error(&self.location, e))
+        self.writer
+            .put(bs)
+            .await
+            .map_err(|e| io_error(&self.location, e))
     }
 
     async fn close(&mut self) -> iceberg::Result<()> {

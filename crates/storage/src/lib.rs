@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 pub use file_io::{ObjectStoreStorage, ObjectStoreStorageFactory};
 pub use location::Location;
@@ -206,7 +206,10 @@ mod tests {
         })
         .unwrap();
         let file = format!("{}/ns/t/metadata/00000.json", storage.root());
-        storage.write(&file, Bytes::from_static(b"{}")).await.unwrap();
+        storage
+            .write(&file, Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
         assert_eq!(storage.read(&file).await.unwrap().as_ref(), b"{}");
         assert!(storage.exists(&file).await.unwrap());
         let listed = storage

@@ -146,7 +146,10 @@ mod tests {
         assert_eq!(Location::parse("file:/tmp/wh").unwrap(), l);
         let s = Location::parse("s3a://bucket/a/b/").unwrap();
         assert_eq!(s.to_string(), "s3://bucket/a/b");
-        assert_eq!(Location::parse("s3://bucket").unwrap().to_string(), "s3://bucket");
+        assert_eq!(
+            Location::parse("s3://bucket").unwrap().to_string(),
+            "s3://bucket"
+        );
     }
 
     #[test]

@@ -186,14 +186,23 @@ mod tests {
         }))
         .unwrap();
         profile.validate().unwrap();
-        assert_eq!(profile.root_location().unwrap().to_string(), "s3://floe-test/wh");
+        assert_eq!(
+            profile.root_location().unwrap().to_string(),
+            "s3://floe-test/wh"
+        );
         let shown = serde_json::to_string(&profile.redacted()).unwrap();
         assert!(!shown.contains("\"s\""), "{shown}");
         assert!(!format!("{profile:?}").contains("\"s\""));
 
         let bad: StorageProfile =
-            serde_json::from_value(serde_json::json!({"type": "s3", "bucket": "Bad_Bucket"})).unwrap();
-        assert!(bad.validate().unwrap_err().to_string().contains("Bad_Bucket"));
+            serde_json::from_value(serde_json::json!({"type": "s3", "bucket": "Bad_Bucket"}))
+                .unwrap();
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("Bad_Bucket")
+        );
         let unknown = serde_json::from_value::<StorageProfile>(
             serde_json::json!({"type": "s3", "bucket": "abc", "colour": 1}),
         );

@@ -132,7 +132,10 @@ impl CatalogStore for SqlStore {
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
-                CatalogError::already_exists(format!("Warehouse already exists: {}", warehouse.name))
+                CatalogError::already_exists(format!(
+                    "Warehouse already exists: {}",
+                    warehouse.name
+                ))
             } else {
                 query_error(e)
             }
@@ -284,12 +287,13 @@ impl CatalogStore for SqlStore {
             .map_err(query_error)?
             .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))?;
         let id: String = row.get("id");
-        let child = sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 AND parent = $2 LIMIT 1")
-            .bind(warehouse.to_string())
-            .bind(&key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(query_error)?;
+        let child =
+            sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 AND parent = $2 LIMIT 1")
+                .bind(warehouse.to_string())
+                .bind(&key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error)?;
         let tabular = sqlx::query("SELECT 1 FROM tabulars WHERE namespace_id = $1 LIMIT 1")
             .bind(&id)
             .fetch_optional(&mut *tx)
@@ -299,7 +303,11 @@ impl CatalogStore for SqlStore {
             return Err(CatalogError::NamespaceNotEmpty(format!(
                 "Namespace {} is not empty: it contains {}",
                 ns.join("."),
-                if child.is_some() { "namespaces" } else { "tables or views" }
+                if child.is_some() {
+                    "namespaces"
+                } else {
+                    "tables or views"
+                }
             )));
         }
         sqlx::query("DELETE FROM namespaces WHERE id = $1")
@@ -308,7 +316,10 @@ impl CatalogStore for SqlStore {
             .await
             .map_err(|e| {
                 if is_foreign_key_violation(&e) {
-                    CatalogError::NamespaceNotEmpty(format!("Namespace {} is not empty", ns.join(".")))
+                    CatalogError::NamespaceNotEmpty(format!(
+                        "Namespace {} is not empty",
+                        ns.join(".")
+                    ))
                 } else {
                     query_error(e)
                 }
@@ -330,7 +341,9 @@ impl CatalogStore for SqlStore {
             Backend::Postgres => {
                 "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2 FOR UPDATE"
             }
-            Backend::Sqlite => "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2",
+            Backend::Sqlite => {
+                "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2"
+            }
         };
         let row = sqlx::query(select)
             .bind(warehouse.to_string())
@@ -367,16 +380,24 @@ impl CatalogStore for SqlStore {
     async fn create_tabular(&self, tabular: &NewTabular) -> Result<()> {
         let _guard = self.write_guard().await;
         let mut tx = self.pool.begin().await.map_err(query_error)?;
-        insert_tabular(&mut tx, tabular).await.map_err(|f| match f {
-            InsertFailure::NamespaceMissing => CatalogError::no_such_namespace(tabular.namespace.join(".")),
-            InsertFailure::Exists => CatalogError::already_exists(format!(
-                "{} already exists: {}.{}",
-                if tabular.kind == TabularKind::Table { "Table" } else { "View" },
-                tabular.namespace.join("."),
-                tabular.name
-            )),
-            InsertFailure::Query(e) => query_error(e),
-        })?;
+        insert_tabular(&mut tx, tabular)
+            .await
+            .map_err(|f| match f {
+                InsertFailure::NamespaceMissing => {
+                    CatalogError::no_such_namespace(tabular.namespace.join("."))
+                }
+                InsertFailure::Exists => CatalogError::already_exists(format!(
+                    "{} already exists: {}.{}",
+                    if tabular.kind == TabularKind::Table {
+                        "Table"
+                    } else {
+                        "View"
+                    },
+                    tabular.namespace.join("."),
+                    tabular.name
+                )),
+                InsertFailure::Query(e) => query_error(e),
+            })?;
         tx.commit().await.map_err(query_error)?;
         Ok(())
     }
@@ -471,20 +492,26 @@ impl CatalogStore for SqlStore {
                 .map_err(query_error)?
                 .ok_or_else(|| CatalogError::no_such_namespace(to_ns.join(".")))?
                 .get("id");
-        sqlx::query("UPDATE tabulars SET namespace_id = $1, name = $2, updated_at_ms = $3 WHERE id = $4")
-            .bind(&namespace_id)
-            .bind(to_name)
-            .bind(now_ms())
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| {
-                if is_unique_violation(&e) {
-                    CatalogError::already_exists(format!("{}.{} already exists", to_ns.join("."), to_name))
-                } else {
-                    query_error(e)
-                }
-            })?;
+        sqlx::query(
+            "UPDATE tabulars SET namespace_id = $1, name = $2, updated_at_ms = $3 WHERE id = $4",
+        )
+        .bind(&namespace_id)
+        .bind(to_name)
+        .bind(now_ms())
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                CatalogError::already_exists(format!(
+                    "{}.{} already exists",
+                    to_ns.join("."),
+                    to_name
+                ))
+            } else {
+                query_error(e)
+            }
+        })?;
         tx.commit().await.map_err(query_error)?;
         Ok(())
     }
@@ -533,11 +560,13 @@ impl CatalogStore for SqlStore {
                     }
                 }
                 MetadataSwap::Create(tabular) => {
-                    insert_tabular(&mut tx, tabular).await.map_err(|f| match f {
-                        InsertFailure::Exists => SwapFailure::AlreadyExists(index),
-                        InsertFailure::NamespaceMissing => SwapFailure::NamespaceMissing(index),
-                        InsertFailure::Query(e) => store_failure(e),
-                    })?;
+                    insert_tabular(&mut tx, tabular)
+                        .await
+                        .map_err(|f| match f {
+                            InsertFailure::Exists => SwapFailure::AlreadyExists(index),
+                            InsertFailure::NamespaceMissing => SwapFailure::NamespaceMissing(index),
+                            InsertFailure::Query(e) => store_failure(e),
+                        })?;
                 }
             }
         }
@@ -578,12 +607,14 @@ impl CatalogStore for SqlStore {
 
     async fn expire_idempotent(&self, before_ms: i64) -> Result<u64> {
         let _guard = self.write_guard().await;
-        Ok(sqlx::query("DELETE FROM idempotency_keys WHERE created_at_ms < $1")
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error)?
-            .rows_affected())
+        Ok(
+            sqlx::query("DELETE FROM idempotency_keys WHERE created_at_ms < $1")
+                .bind(before_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(query_error)?
+                .rows_affected(),
+        )
     }
 }
 
@@ -633,4 +664,3 @@ async fn insert_tabular(
     })?;
     Ok(())
 }
-

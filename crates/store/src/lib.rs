@@ -164,7 +164,11 @@ fn sqlite_url(url: &str) -> Result<String, StoreError> {
             StoreError::Config(format!("cannot create directory {}: {e}", parent.display()))
         })?;
     }
-    let query = if query.is_empty() { "mode=rwc".to_string() } else { query.to_string() };
+    let query = if query.is_empty() {
+        "mode=rwc".to_string()
+    } else {
+        query.to_string()
+    };
     Ok(format!("sqlite://{path}?{query}"))
 }
 

@@ -85,9 +85,8 @@ impl CatalogService {
             .get_warehouse(name)
             .await?
             .ok_or_else(|| CatalogError::no_such_warehouse(name))?;
-        let storage = WarehouseStorage::new(warehouse.storage.clone()).map_err(|e| {
-            CatalogError::internal(format!("open storage of warehouse {name}"), e)
-        })?;
+        let storage = WarehouseStorage::new(warehouse.storage.clone())
+            .map_err(|e| CatalogError::internal(format!("open storage of warehouse {name}"), e))?;
         let handle = Arc::new(WarehouseHandle {
             warehouse,
             storage,
@@ -101,7 +100,10 @@ impl CatalogService {
     }
 
     fn forget_warehouse(&self, name: &str) {
-        self.warehouses.write().expect("warehouse cache").remove(name);
+        self.warehouses
+            .write()
+            .expect("warehouse cache")
+            .remove(name);
     }
 }
 

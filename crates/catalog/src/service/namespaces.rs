@@ -24,7 +24,11 @@ impl CatalogService {
             wh.storage.require_inside(location)?;
         }
         if let Some(parent) = ns.parent()
-            && self.store.get_namespace(wh.warehouse.id, &parent).await?.is_none()
+            && self
+                .store
+                .get_namespace(wh.warehouse.id, &parent)
+                .await?
+                .is_none()
         {
             return Err(CatalogError::no_such_namespace(parent.join(".")));
         }
@@ -60,11 +64,18 @@ impl CatalogService {
         let wh = self.warehouse(warehouse).await?;
         if let Some(parent) = parent {
             validate_namespace(parent)?;
-            if self.store.get_namespace(wh.warehouse.id, parent).await?.is_none() {
+            if self
+                .store
+                .get_namespace(wh.warehouse.id, parent)
+                .await?
+                .is_none()
+            {
                 return Err(CatalogError::no_such_namespace(parent.join(".")));
             }
         }
-        self.store.list_namespaces(wh.warehouse.id, parent, page).await
+        self.store
+            .list_namespaces(wh.warehouse.id, parent, page)
+            .await
     }
 
     pub async fn drop_namespace(&self, warehouse: &str, ns: &NamespaceIdent) -> Result<()> {

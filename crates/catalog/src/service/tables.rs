@@ -45,7 +45,13 @@ pub struct TableCommitRequest {
 
 pub(crate) fn sanitize_segment(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -102,7 +108,11 @@ impl CatalogService {
             .await
     }
 
-    async fn table_record(&self, wh: &WarehouseHandle, ident: &TableIdent) -> Result<TabularRecord> {
+    async fn table_record(
+        &self,
+        wh: &WarehouseHandle,
+        ident: &TableIdent,
+    ) -> Result<TabularRecord> {
         match self.find_tabular(wh, ident).await? {
             Some(record) if record.kind == TabularKind::Table => Ok(record),
             _ => Err(CatalogError::no_such_table(ident)),
@@ -111,7 +121,9 @@ impl CatalogService {
 
     pub(crate) fn exists_error(kind: TabularKind, ident: &TableIdent) -> CatalogError {
         match kind {
-            TabularKind::Table => CatalogError::already_exists(format!("Table already exists: {ident}")),
+            TabularKind::Table => {
+                CatalogError::already_exists(format!("Table already exists: {ident}"))
+            }
             TabularKind::View => {
                 CatalogError::already_exists(format!("View with same name already exists: {ident}"))
             }
@@ -130,7 +142,12 @@ impl CatalogService {
         let id = Uuid::now_v7();
         let location = match &request.location {
             Some(requested) => {
-                if self.store.get_namespace(wh.warehouse.id, ns).await?.is_none() {
+                if self
+                    .store
+                    .get_namespace(wh.warehouse.id, ns)
+                    .await?
+                    .is_none()
+                {
                     return Err(CatalogError::no_such_namespace(ns.join(".")));
                 }
                 {
@@ -215,7 +232,11 @@ impl CatalogService {
     }
 
     /// The current metadata location of a table, without reading the file (for ETags).
-    pub async fn table_metadata_location(&self, warehouse: &str, ident: &TableIdent) -> Result<String> {
+    pub async fn table_metadata_location(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<String> {
         validate_ident(ident, "table")?;
         let wh = self.warehouse(warehouse).await?;
         Ok(self.table_record(&wh, ident).await?.metadata_location)
@@ -233,7 +254,8 @@ impl CatalogService {
         ns: &NamespaceIdent,
         page: &PageRequest,
     ) -> Result<Page<String>> {
-        self.list_tabulars(warehouse, ns, TabularKind::Table, page).await
+        self.list_tabulars(warehouse, ns, TabularKind::Table, page)
+            .await
     }
 
     pub(crate) async fn list_tabulars(
@@ -245,14 +267,25 @@ impl CatalogService {
     ) -> Result<Page<String>> {
         validate_namespace(ns)?;
         let wh = self.warehouse(warehouse).await?;
-        if self.store.get_namespace(wh.warehouse.id, ns).await?.is_none() {
+        if self
+            .store
+            .get_namespace(wh.warehouse.id, ns)
+            .await?
+            .is_none()
+        {
             return Err(CatalogError::no_such_namespace(ns.join(".")));
         }
-        self.store.list_tabulars(wh.warehouse.id, ns, kind, page).await
+        self.store
+            .list_tabulars(wh.warehouse.id, ns, kind, page)
+            .await
     }
 
     /// Commits one table; see [`CatalogService::commit_tables`].
-    pub async fn commit_table(&self, warehouse: &str, request: TableCommitRequest) -> Result<LoadedTable> {
+    pub async fn commit_table(
+        &self,
+        warehouse: &str,
+        request: TableCommitRequest,
+    ) -> Result<LoadedTable> {
         let mut committed = self.commit_tables(warehouse, vec![request]).await?;
         Ok(committed.remove(0))
     }
@@ -273,7 +306,11 @@ impl CatalogService {
     /// Deletes a dropped table's files: everything its snapshots reference and its metadata
     /// files. Runs after the drop is committed, so failures are logged, not returned.
     async fn purge_table(&self, wh: &WarehouseHandle, ident: &TableIdent, record: &TabularRecord) {
-        let metadata = match self.metadata.read_table(&wh.storage, &record.metadata_location).await {
+        let metadata = match self
+            .metadata
+            .read_table(&wh.storage, &record.metadata_location)
+            .await
+        {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(table = %ident, error = %e, "read metadata of purged table");
@@ -294,11 +331,22 @@ impl CatalogService {
             }
             Err(e) => tracing::warn!(table = %ident, error = %e, "open dropped table for purge"),
         }
-        let mut metadata_files: Vec<String> =
-            metadata.metadata_log().iter().map(|l| l.metadata_file.clone()).collect();
+        let mut metadata_files: Vec<String> = metadata
+            .metadata_log()
+            .iter()
+            .map(|l| l.metadata_file.clone())
+            .collect();
         metadata_files.push(record.metadata_location.clone());
-        metadata_files.extend(metadata.statistics_iter().map(|s| s.statistics_path.clone()));
-        metadata_files.extend(metadata.partition_statistics_iter().map(|s| s.statistics_path.clone()));
+        metadata_files.extend(
+            metadata
+                .statistics_iter()
+                .map(|s| s.statistics_path.clone()),
+        );
+        metadata_files.extend(
+            metadata
+                .partition_statistics_iter()
+                .map(|s| s.statistics_path.clone()),
+        );
         for file in metadata_files {
             if wh.storage.require_inside(&file).is_ok() {
                 self.discard_file(wh, &file).await;
@@ -306,8 +354,14 @@ impl CatalogService {
         }
     }
 
-    pub async fn rename_table(&self, warehouse: &str, from: &TableIdent, to: &TableIdent) -> Result<()> {
-        self.rename_tabular(warehouse, from, to, TabularKind::Table).await
+    pub async fn rename_table(
+        &self,
+        warehouse: &str,
+        from: &TableIdent,
+        to: &TableIdent,
+    ) -> Result<()> {
+        self.rename_tabular(warehouse, from, to, TabularKind::Table)
+            .await
     }
 
     pub(crate) async fn rename_tabular(
@@ -330,15 +384,26 @@ impl CatalogService {
                 });
             }
         };
-        if self.store.get_namespace(wh.warehouse.id, &to.namespace).await?.is_none() {
+        if self
+            .store
+            .get_namespace(wh.warehouse.id, &to.namespace)
+            .await?
+            .is_none()
+        {
             return Err(CatalogError::no_such_namespace(to.namespace.join(".")));
         }
         if from == to {
             return Ok(());
         }
         let taken = |kind: TabularKind| {
-            let what = if kind == TabularKind::Table { "Table" } else { "View" };
-            CatalogError::already_exists(format!("Cannot rename {from} to {to}. {what} already exists"))
+            let what = if kind == TabularKind::Table {
+                "Table"
+            } else {
+                "View"
+            };
+            CatalogError::already_exists(format!(
+                "Cannot rename {from} to {to}. {what} already exists"
+            ))
         };
         if let Some(existing) = self.find_tabular(&wh, to).await? {
             return Err(taken(existing.kind));
@@ -363,7 +428,12 @@ impl CatalogService {
         validate_ident(ident, "table")?;
         let wh = self.warehouse(warehouse).await?;
         wh.storage.require_inside(metadata_location)?;
-        if self.store.get_namespace(wh.warehouse.id, &ident.namespace).await?.is_none() {
+        if self
+            .store
+            .get_namespace(wh.warehouse.id, &ident.namespace)
+            .await?
+            .is_none()
+        {
             return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
         }
         let metadata = self
@@ -406,7 +476,11 @@ impl CatalogService {
     }
 
     /// Removes a table from the catalog, leaving its files, and returns its last metadata.
-    pub async fn unregister_table(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedTable> {
+    pub async fn unregister_table(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<LoadedTable> {
         validate_ident(ident, "table")?;
         let wh = self.warehouse(warehouse).await?;
         for _ in 0..=self.config.commit_retries {

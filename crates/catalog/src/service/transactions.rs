@@ -18,9 +18,11 @@ use iceberg::TableRequirement;
 use iceberg::spec::TableMetadata;
 use uuid::Uuid;
 
-use super::{CatalogService, WarehouseHandle};
 use super::tables::{LoadedTable, TableCommitRequest, validate_ident};
-use crate::commit::{Applied, apply_table_updates, check_table_requirements, create_table_from_updates};
+use super::{CatalogService, WarehouseHandle};
+use crate::commit::{
+    Applied, apply_table_updates, check_table_requirements, create_table_from_updates,
+};
 use crate::metadata::next_metadata_location;
 use crate::model::{MetadataSwap, NewTabular, SwapFailure, TabularKind};
 use crate::{CatalogError, Result};
@@ -40,7 +42,9 @@ impl CatalogService {
         requests: Vec<TableCommitRequest>,
     ) -> Result<Vec<LoadedTable>> {
         if requests.is_empty() {
-            return Err(CatalogError::bad_request("a commit must change at least one table"));
+            return Err(CatalogError::bad_request(
+                "a commit must change at least one table",
+            ));
         }
         let mut seen = HashSet::new();
         for request in &requests {
@@ -85,7 +89,9 @@ impl CatalogService {
                     self.discard_prepared(&wh, &prepared).await;
                     let (index, lost_race) = match failure {
                         SwapFailure::Conflict(i) => (i, true),
-                        SwapFailure::AlreadyExists(i) | SwapFailure::NamespaceMissing(i) => (i, false),
+                        SwapFailure::AlreadyExists(i) | SwapFailure::NamespaceMissing(i) => {
+                            (i, false)
+                        }
                         SwapFailure::Store(_) => unreachable!("handled above"),
                     };
                     let ident = prepared
@@ -120,7 +126,11 @@ impl CatalogService {
         }
     }
 
-    async fn prepare_commit(&self, wh: &WarehouseHandle, request: &TableCommitRequest) -> Result<Prepared> {
+    async fn prepare_commit(
+        &self,
+        wh: &WarehouseHandle,
+        request: &TableCommitRequest,
+    ) -> Result<Prepared> {
         let ident = &request.ident;
         let creating = request
             .requirements
@@ -140,24 +150,30 @@ impl CatalogService {
             .read_table(&wh.storage, &record.metadata_location)
             .await?;
         check_table_requirements(Some(&base), &request.requirements)?;
-        let new = match apply_table_updates(&base, &record.metadata_location, request.updates.clone())? {
-            Applied::Unchanged => {
-                return Ok(Prepared {
-                    loaded: LoadedTable {
-                        ident: ident.clone(),
-                        metadata_location: Some(record.metadata_location),
-                        metadata: base,
-                    },
-                    swap: None,
-                });
-            }
-            Applied::Changed(new) => new,
-        };
+        let new =
+            match apply_table_updates(&base, &record.metadata_location, request.updates.clone())? {
+                Applied::Unchanged => {
+                    return Ok(Prepared {
+                        loaded: LoadedTable {
+                            ident: ident.clone(),
+                            metadata_location: Some(record.metadata_location),
+                            metadata: base,
+                        },
+                        swap: None,
+                    });
+                }
+                Applied::Changed(new) => new,
+            };
         wh.storage.require_inside(new.location())?;
-        let new_location =
-            next_metadata_location(new.location(), Some(&record.metadata_location), new.properties());
+        let new_location = next_metadata_location(
+            new.location(),
+            Some(&record.metadata_location),
+            new.properties(),
+        );
         let new = Arc::new(new);
-        self.metadata.write_table(&wh.storage, &new_location, new.clone()).await?;
+        self.metadata
+            .write_table(&wh.storage, &new_location, new.clone())
+            .await?;
         Ok(Prepared {
             loaded: LoadedTable {
                 ident: ident.clone(),
@@ -176,9 +192,18 @@ impl CatalogService {
     }
 
     /// A commit that creates its table (`assert-create`), e.g. after a staged create.
-    async fn prepare_create(&self, wh: &WarehouseHandle, request: &TableCommitRequest) -> Result<Prepared> {
+    async fn prepare_create(
+        &self,
+        wh: &WarehouseHandle,
+        request: &TableCommitRequest,
+    ) -> Result<Prepared> {
         let ident = &request.ident;
-        if self.store.get_namespace(wh.warehouse.id, &ident.namespace).await?.is_none() {
+        if self
+            .store
+            .get_namespace(wh.warehouse.id, &ident.namespace)
+            .await?
+            .is_none()
+        {
             return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
         }
         check_table_requirements(None, &request.requirements)?;

@@ -11,7 +11,9 @@ use super::CatalogService;
 use super::tables::validate_ident;
 use crate::commit::{ViewRequirement, apply_view_updates, check_view_requirements};
 use crate::metadata::next_metadata_location;
-use crate::model::{MetadataSwap, NewTabular, Page, PageRequest, SwapFailure, TabularKind, TabularRecord};
+use crate::model::{
+    MetadataSwap, NewTabular, Page, PageRequest, SwapFailure, TabularKind, TabularRecord,
+};
 use crate::{CatalogError, Result};
 
 #[derive(Debug, Clone)]
@@ -34,14 +36,20 @@ impl CatalogService {
     /// The error for creating or registering a view under a taken name.
     fn view_exists_error(kind: TabularKind, ident: &TableIdent) -> CatalogError {
         match kind {
-            TabularKind::View => CatalogError::already_exists(format!("View already exists: {ident}")),
-            TabularKind::Table => {
-                CatalogError::already_exists(format!("Table with same name already exists: {ident}"))
+            TabularKind::View => {
+                CatalogError::already_exists(format!("View already exists: {ident}"))
             }
+            TabularKind::Table => CatalogError::already_exists(format!(
+                "Table with same name already exists: {ident}"
+            )),
         }
     }
 
-    async fn view_record(&self, warehouse: &str, ident: &TableIdent) -> Result<(Arc<super::WarehouseHandle>, TabularRecord)> {
+    async fn view_record(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<(Arc<super::WarehouseHandle>, TabularRecord)> {
         validate_ident(ident, "view")?;
         let wh = self.warehouse(warehouse).await?;
         match self.find_tabular(&wh, ident).await? {
@@ -62,7 +70,12 @@ impl CatalogService {
         let id = Uuid::now_v7();
         let location = match &request.location {
             Some(requested) => {
-                if self.store.get_namespace(wh.warehouse.id, ns).await?.is_none() {
+                if self
+                    .store
+                    .get_namespace(wh.warehouse.id, ns)
+                    .await?
+                    .is_none()
+                {
                     return Err(CatalogError::no_such_namespace(ns.join(".")));
                 }
                 {
@@ -115,7 +128,10 @@ impl CatalogService {
 
     pub async fn load_view(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedView> {
         let (wh, record) = self.view_record(warehouse, ident).await?;
-        let metadata = self.metadata.read_view(&wh.storage, &record.metadata_location).await?;
+        let metadata = self
+            .metadata
+            .read_view(&wh.storage, &record.metadata_location)
+            .await?;
         Ok(LoadedView {
             ident: ident.clone(),
             metadata_location: record.metadata_location,
@@ -126,7 +142,10 @@ impl CatalogService {
     pub async fn view_exists(&self, warehouse: &str, ident: &TableIdent) -> Result<bool> {
         match self.view_record(warehouse, ident).await {
             Ok(_) => Ok(true),
-            Err(CatalogError::NotFound { error_type: "NoSuchViewException", .. }) => Ok(false),
+            Err(CatalogError::NotFound {
+                error_type: "NoSuchViewException",
+                ..
+            }) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -137,7 +156,8 @@ impl CatalogService {
         ns: &NamespaceIdent,
         page: &PageRequest,
     ) -> Result<Page<String>> {
-        self.list_tabulars(warehouse, ns, TabularKind::View, page).await
+        self.list_tabulars(warehouse, ns, TabularKind::View, page)
+            .await
     }
 
     /// Replaces a view's metadata, re-applying on the new base when a concurrent replace wins.
@@ -150,14 +170,22 @@ impl CatalogService {
     ) -> Result<LoadedView> {
         for attempt in 0..=self.config.commit_retries {
             let (wh, record) = self.view_record(warehouse, ident).await?;
-            let base = self.metadata.read_view(&wh.storage, &record.metadata_location).await?;
+            let base = self
+                .metadata
+                .read_view(&wh.storage, &record.metadata_location)
+                .await?;
             check_view_requirements(&base, &requirements)?;
             let new = apply_view_updates(&base, updates.clone())?;
             wh.storage.require_inside(new.location())?;
-            let new_location =
-                next_metadata_location(new.location(), Some(&record.metadata_location), new.properties());
+            let new_location = next_metadata_location(
+                new.location(),
+                Some(&record.metadata_location),
+                new.properties(),
+            );
             let new = Arc::new(new);
-            self.metadata.write_view(&wh.storage, &new_location, new.clone()).await?;
+            self.metadata
+                .write_view(&wh.storage, &new_location, new.clone())
+                .await?;
             let swap = MetadataSwap::Update {
                 id: record.id,
                 expected_location: record.metadata_location.clone(),
@@ -197,8 +225,14 @@ impl CatalogService {
         Ok(())
     }
 
-    pub async fn rename_view(&self, warehouse: &str, from: &TableIdent, to: &TableIdent) -> Result<()> {
-        self.rename_tabular(warehouse, from, to, TabularKind::View).await
+    pub async fn rename_view(
+        &self,
+        warehouse: &str,
+        from: &TableIdent,
+        to: &TableIdent,
+    ) -> Result<()> {
+        self.rename_tabular(warehouse, from, to, TabularKind::View)
+            .await
     }
 
     pub async fn register_view(
@@ -210,18 +244,27 @@ impl CatalogService {
         validate_ident(ident, "view")?;
         let wh = self.warehouse(warehouse).await?;
         wh.storage.require_inside(metadata_location)?;
-        if self.store.get_namespace(wh.warehouse.id, &ident.namespace).await?.is_none() {
+        if self
+            .store
+            .get_namespace(wh.warehouse.id, &ident.namespace)
+            .await?
+            .is_none()
+        {
             return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
         }
         if let Some(existing) = self.find_tabular(&wh, ident).await? {
             return Err(Self::view_exists_error(existing.kind, ident));
         }
-        let metadata = self.metadata.read_view(&wh.storage, metadata_location).await.map_err(|e| match e {
-            CatalogError::Internal { .. } => {
-                CatalogError::bad_request(format!("cannot read view metadata file {metadata_location}"))
-            }
-            other => other,
-        })?;
+        let metadata = self
+            .metadata
+            .read_view(&wh.storage, metadata_location)
+            .await
+            .map_err(|e| match e {
+                CatalogError::Internal { .. } => CatalogError::bad_request(format!(
+                    "cannot read view metadata file {metadata_location}"
+                )),
+                other => other,
+            })?;
         self.store
             .create_tabular(&NewTabular {
                 id: Uuid::now_v7(),

@@ -26,12 +26,16 @@ impl CatalogService {
         }
         storage.validate()?;
         let opened = WarehouseStorage::new(storage.clone())?;
-        let probe = opened.root().join(&format!(".floe-probe-{}", Uuid::new_v4()));
+        let probe = opened
+            .root()
+            .join(&format!(".floe-probe-{}", Uuid::new_v4()));
         opened
             .write(&probe.to_string(), bytes::Bytes::from_static(b"probe"))
             .await
             .map_err(|e| {
-                CatalogError::bad_request(format!("storage of warehouse {name} is not writable: {e}"))
+                CatalogError::bad_request(format!(
+                    "storage of warehouse {name} is not writable: {e}"
+                ))
             })?;
         opened.delete(&probe.to_string()).await?;
         let warehouse = Warehouse {

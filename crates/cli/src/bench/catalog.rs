@@ -48,7 +48,12 @@ impl Client {
         }
     }
 
-    async fn json(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+    async fn json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut request = self.request(method, path);
         if let Some(body) = body {
             request = request.json(&body);
@@ -56,7 +61,11 @@ impl Client {
         let response = request.send().await?;
         let status = response.status().as_u16();
         let text = response.text().await?;
-        let value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text)? };
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)?
+        };
         Ok((status, value))
     }
 }
@@ -89,17 +98,28 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
         token: args.token.clone(),
     });
     let (status, config) = client
-        .json(reqwest::Method::GET, &format!("/catalog/v1/config?warehouse={}", args.warehouse), None)
+        .json(
+            reqwest::Method::GET,
+            &format!("/catalog/v1/config?warehouse={}", args.warehouse),
+            None,
+        )
         .await
         .with_context(|| format!("reach Floe at {}", args.server))?;
     if status != 200 {
         bail!("GET /v1/config answered {status}: {config}");
     }
-    let prefix = config["overrides"]["prefix"].as_str().unwrap_or(&args.warehouse).to_string();
+    let prefix = config["overrides"]["prefix"]
+        .as_str()
+        .unwrap_or(&args.warehouse)
+        .to_string();
     let ns = format!("bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let base = format!("/catalog/v1/{prefix}/namespaces");
     let (status, body) = client
-        .json(reqwest::Method::POST, &base, Some(json!({"namespace": [ns]})))
+        .json(
+            reqwest::Method::POST,
+            &base,
+            Some(json!({"namespace": [ns]})),
+        )
         .await?;
     if status != 200 {
         bail!("create namespace answered {status}: {body}");
@@ -130,58 +150,84 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
     let tables = args.tables;
     let tp = tables_path.clone();
     rows.push(
-        phase("loadTable", &args, duration, client.clone(), move |client, stats| {
-            let tp = tp.clone();
-            async move {
-                let t = rand::rng().random_range(0..tables);
-                let (status, _) = client.json(reqwest::Method::GET, &format!("{tp}/t{t}"), None).await?;
-                record(&stats, status);
-                Ok(())
-            }
-        })
+        phase(
+            "loadTable",
+            &args,
+            duration,
+            client.clone(),
+            move |client, stats| {
+                let tp = tp.clone();
+                async move {
+                    let t = rand::rng().random_range(0..tables);
+                    let (status, _) = client
+                        .json(reqwest::Method::GET, &format!("{tp}/t{t}"), None)
+                        .await?;
+                    record(&stats, status);
+                    Ok(())
+                }
+            },
+        )
         .await,
     );
 
     let tp = tables_path.clone();
     rows.push(
-        phase("commit (append)", &args, duration, client.clone(), move |client, stats| {
-            let tp = tp.clone();
-            async move {
-                let t = rand::rng().random_range(0..tables);
-                append_commit(&client, &format!("{tp}/t{t}"), &stats).await
-            }
-        })
+        phase(
+            "commit (append)",
+            &args,
+            duration,
+            client.clone(),
+            move |client, stats| {
+                let tp = tp.clone();
+                async move {
+                    let t = rand::rng().random_range(0..tables);
+                    append_commit(&client, &format!("{tp}/t{t}"), &stats).await
+                }
+            },
+        )
         .await,
     );
 
     let counter = Arc::new(AtomicUsize::new(0));
     let tp = tables_path.clone();
     rows.push(
-        phase("createTable", &args, duration, client.clone(), move |client, stats| {
-            let tp = tp.clone();
-            let n = counter.fetch_add(1, Ordering::Relaxed);
-            async move {
-                let body = json!({"name": format!("c{n}"), "schema": table_schema()});
-                let (status, _) = client.json(reqwest::Method::POST, &tp, Some(body)).await?;
-                record(&stats, status);
-                Ok(())
-            }
-        })
+        phase(
+            "createTable",
+            &args,
+            duration,
+            client.clone(),
+            move |client, stats| {
+                let tp = tp.clone();
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let body = json!({"name": format!("c{n}"), "schema": table_schema()});
+                    let (status, _) = client.json(reqwest::Method::POST, &tp, Some(body)).await?;
+                    record(&stats, status);
+                    Ok(())
+                }
+            },
+        )
         .await,
     );
 
     let tp = tables_path.clone();
     rows.push(
-        phase("listTables (page 100)", &args, duration, client.clone(), move |client, stats| {
-            let tp = tp.clone();
-            async move {
-                let (status, _) = client
-                    .json(reqwest::Method::GET, &format!("{tp}?page-size=100"), None)
-                    .await?;
-                record(&stats, status);
-                Ok(())
-            }
-        })
+        phase(
+            "listTables (page 100)",
+            &args,
+            duration,
+            client.clone(),
+            move |client, stats| {
+                let tp = tp.clone();
+                async move {
+                    let (status, _) = client
+                        .json(reqwest::Method::GET, &format!("{tp}?page-size=100"), None)
+                        .await?;
+                    record(&stats, status);
+                    Ok(())
+                }
+            },
+        )
         .await,
     );
 
@@ -196,7 +242,10 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
     }
     let rss = peak_rss.load(Ordering::Relaxed);
     if rss > 0 {
-        println!("\nserver peak resident memory: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+        println!(
+            "\nserver peak resident memory: {:.1} MiB",
+            rss as f64 / (1024.0 * 1024.0)
+        );
     } else {
         println!("\nserver resident memory: not reported by /metrics");
     }
@@ -219,7 +268,9 @@ async fn append_commit(client: &Client, path: &str, stats: &PhaseStats) -> anyho
         return Ok(());
     }
     let metadata = &loaded["metadata"];
-    let parent = metadata["current-snapshot-id"].as_i64().filter(|id| *id >= 0);
+    let parent = metadata["current-snapshot-id"]
+        .as_i64()
+        .filter(|id| *id >= 0);
     let sequence = metadata["last-sequence-number"].as_i64().unwrap_or(0) + 1;
     let location = metadata["location"].as_str().unwrap_or_default();
     let snapshot_id: i64 = rand::rng().random_range(1..i64::MAX);
@@ -294,9 +345,11 @@ where
     let deadline = started + duration;
     let mut workers = Vec::new();
     for _ in 0..args.concurrency {
-        let (client, stats, histogram, op) = (client.clone(), stats.clone(), histogram.clone(), op.clone());
+        let (client, stats, histogram, op) =
+            (client.clone(), stats.clone(), histogram.clone(), op.clone());
         workers.push(tokio::spawn(async move {
-            let mut local = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+            let mut local =
+                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
             while Instant::now() < deadline {
                 let t = Instant::now();
                 if op(client.clone(), stats.clone()).await.is_err() {
@@ -327,7 +380,10 @@ where
 /// Polls the server's `process_resident_memory_bytes` and keeps the largest value seen.
 async fn sample_rss(client: Arc<Client>, peak: Arc<AtomicU64>) {
     loop {
-        if let Ok(response) = client.request(reqwest::Method::GET, "/metrics").send().await
+        if let Ok(response) = client
+            .request(reqwest::Method::GET, "/metrics")
+            .send()
+            .await
             && let Ok(text) = response.text().await
         {
             for line in text.lines() {

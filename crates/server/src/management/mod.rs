@@ -11,8 +11,14 @@ use crate::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/openapi.json", get(openapi))
-        .route("/warehouses", get(warehouses::list).post(warehouses::create))
-        .route("/warehouses/{name}", get(warehouses::get).delete(warehouses::delete))
+        .route(
+            "/warehouses",
+            get(warehouses::list).post(warehouses::create),
+        )
+        .route(
+            "/warehouses/{name}",
+            get(warehouses::get).delete(warehouses::delete),
+        )
 }
 
 async fn openapi() -> impl IntoResponse {

@@ -52,11 +52,19 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(warehouse_json(&warehouse))))
 }
 
-pub async fn get(State(state): State<AppState>, PathParams(name): PathParams<String>) -> ApiResult<Json<Value>> {
-    Ok(Json(warehouse_json(&state.catalog.get_warehouse(&name).await?)))
+pub async fn get(
+    State(state): State<AppState>,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(warehouse_json(
+        &state.catalog.get_warehouse(&name).await?,
+    )))
 }
 
-pub async fn delete(State(state): State<AppState>, PathParams(name): PathParams<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(state): State<AppState>,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<StatusCode> {
     state.catalog.delete_warehouse(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -26,10 +26,18 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route(
             ns,
-            get(namespaces::load).head(namespaces::exists).delete(namespaces::drop),
+            get(namespaces::load)
+                .head(namespaces::exists)
+                .delete(namespaces::drop),
         )
-        .route(&format!("{ns}/properties"), post(namespaces::update_properties))
-        .route(&format!("{ns}/tables"), get(tables::list).post(tables::create))
+        .route(
+            &format!("{ns}/properties"),
+            post(namespaces::update_properties),
+        )
+        .route(
+            &format!("{ns}/tables"),
+            get(tables::list).post(tables::create),
+        )
         .route(
             &format!("{ns}/tables/{{table}}"),
             get(tables::load)
@@ -38,11 +46,23 @@ pub fn router(state: AppState) -> Router<AppState> {
                 .delete(tables::drop),
         )
         .route(&format!("{ns}/register"), post(tables::register))
-        .route(&format!("{ns}/tables/{{table}}/unregister"), post(tables::unregister))
-        .route(&format!("{ns}/tables/{{table}}/credentials"), get(tables::credentials))
-        .route(&format!("{ns}/tables/{{table}}/metrics"), post(tables::report_metrics))
+        .route(
+            &format!("{ns}/tables/{{table}}/unregister"),
+            post(tables::unregister),
+        )
+        .route(
+            &format!("{ns}/tables/{{table}}/credentials"),
+            get(tables::credentials),
+        )
+        .route(
+            &format!("{ns}/tables/{{table}}/metrics"),
+            post(tables::report_metrics),
+        )
         .route("/v1/{prefix}/tables/rename", post(tables::rename))
-        .route("/v1/{prefix}/transactions/commit", post(transactions::commit))
+        .route(
+            "/v1/{prefix}/transactions/commit",
+            post(transactions::commit),
+        )
         .route(&format!("{ns}/views"), get(views::list).post(views::create))
         .route(
             &format!("{ns}/views/{{view}}"),
@@ -53,7 +73,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/v1/{prefix}/views/rename", post(views::rename))
         .route(&format!("{ns}/register-view"), post(views::register))
-        .layer(axum::middleware::from_fn_with_state(state, idempotency::layer))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            idempotency::layer,
+        ))
 }
 
 /// The endpoints advertised in `/v1/config`.

@@ -27,7 +27,9 @@ pub async fn list(
         .list_namespaces(&prefix, parent.as_ref(), &page)
         .await?;
     let namespaces: Vec<Vec<String>> = listed.items.iter().map(|ns| ns.clone().inner()).collect();
-    Ok(Json(json!({ "namespaces": namespaces, "next-page-token": listed.next_token })))
+    Ok(Json(
+        json!({ "namespaces": namespaces, "next-page-token": listed.next_token }),
+    ))
 }
 
 pub async fn create(

@@ -21,7 +21,10 @@ use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
 type TablePath = PathParams<(String, String, String)>;
 
 fn ident(namespace: &str, table: &str) -> ApiResult<TableIdent> {
-    Ok(TableIdent::new(parse_namespace(namespace)?, table.to_string()))
+    Ok(TableIdent::new(
+        parse_namespace(namespace)?,
+        table.to_string(),
+    ))
 }
 
 /// Which snapshots a load returns.
@@ -44,7 +47,11 @@ fn snapshot_mode(query: &LoadQuery) -> ApiResult<SnapshotMode> {
 fn etag(metadata_location: &str, mode: SnapshotMode) -> String {
     let mut hasher = Sha256::new();
     hasher.update(metadata_location.as_bytes());
-    hasher.update(if mode == SnapshotMode::Refs { b"refs" as &[u8] } else { b"all" });
+    hasher.update(if mode == SnapshotMode::Refs {
+        b"refs" as &[u8]
+    } else {
+        b"all"
+    });
     format!("\"{}\"", hex::encode(&hasher.finalize()[..16]))
 }
 
@@ -114,7 +121,9 @@ pub async fn list(
         .iter()
         .map(|name| Identifier::from_ident(&TableIdent::new(ns.clone(), name.clone())))
         .collect();
-    Ok(Json(json!({ "identifiers": identifiers, "next-page-token": page.next_token })))
+    Ok(Json(
+        json!({ "identifiers": identifiers, "next-page-token": page.next_token }),
+    ))
 }
 
 pub async fn create(
@@ -151,7 +160,10 @@ pub async fn load(
     let ident = ident(&namespace, &table)?;
     let mode = snapshot_mode(&query)?;
     if headers.contains_key(header::IF_NONE_MATCH) {
-        let location = state.catalog.table_metadata_location(&prefix, &ident).await?;
+        let location = state
+            .catalog
+            .table_metadata_location(&prefix, &ident)
+            .await?;
         let tag = etag(&location, mode);
         if if_none_match(&headers, &tag) {
             let mut response = StatusCode::NOT_MODIFIED.into_response();
@@ -165,7 +177,10 @@ pub async fn load(
     load_result(&loaded, mode)
 }
 
-pub async fn exists(State(state): State<AppState>, PathParams((prefix, namespace, table)): TablePath) -> ApiResult<Response> {
+pub async fn exists(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, table)): TablePath,
+) -> ApiResult<Response> {
     let ident = ident(&namespace, &table)?;
     if state.catalog.table_exists(&prefix, &ident).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
@@ -225,7 +240,11 @@ pub async fn rename(
 ) -> ApiResult<StatusCode> {
     state
         .catalog
-        .rename_table(&prefix, &request.source.to_ident()?, &request.destination.to_ident()?)
+        .rename_table(
+            &prefix,
+            &request.source.to_ident()?,
+            &request.destination.to_ident()?,
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -238,7 +257,12 @@ pub async fn register(
     let ident = TableIdent::new(parse_namespace(&namespace)?, request.name);
     let loaded = state
         .catalog
-        .register_table(&prefix, &ident, &request.metadata_location, request.overwrite)
+        .register_table(
+            &prefix,
+            &ident,
+            &request.metadata_location,
+            request.overwrite,
+        )
         .await?;
     load_result(&loaded, SnapshotMode::All)
 }
@@ -261,7 +285,10 @@ pub async fn credentials(
     PathParams((prefix, namespace, table)): TablePath,
 ) -> ApiResult<Json<Value>> {
     let ident = ident(&namespace, &table)?;
-    state.catalog.table_metadata_location(&prefix, &ident).await?;
+    state
+        .catalog
+        .table_metadata_location(&prefix, &ident)
+        .await?;
     Ok(Json(json!({ "storage-credentials": [] })))
 }
 
@@ -272,12 +299,17 @@ pub async fn report_metrics(
 ) -> ApiResult<StatusCode> {
     let ident = ident(&namespace, &table)?;
     if !report.is_object() {
-        return Err(ApiError::bad_request("a metrics report must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "a metrics report must be a JSON object",
+        ));
     }
     if !state.catalog.table_exists(&prefix, &ident).await? {
         return Err(ApiError(floe_catalog::CatalogError::no_such_table(&ident)));
     }
-    let kind = report.get("report-type").and_then(Value::as_str).unwrap_or("unknown");
+    let kind = report
+        .get("report-type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
     tracing::info!(table = %ident, warehouse = %prefix, report_type = kind, "metrics report");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -18,7 +18,9 @@ pub async fn commit(
     for change in request.table_changes {
         let ident = change
             .identifier
-            .ok_or_else(|| ApiError::bad_request("every table change of a transaction needs an identifier"))?
+            .ok_or_else(|| {
+                ApiError::bad_request("every table change of a transaction needs an identifier")
+            })?
             .to_ident()?;
         requests.push(TableCommitRequest {
             ident,

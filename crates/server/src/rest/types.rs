@@ -57,8 +57,9 @@ pub struct Identifier {
 
 impl Identifier {
     pub fn to_ident(&self) -> Result<TableIdent, crate::error::ApiError> {
-        let ns = iceberg::NamespaceIdent::from_vec(self.namespace.clone())
-            .map_err(|_| crate::error::ApiError::bad_request("identifier namespace must not be empty"))?;
+        let ns = iceberg::NamespaceIdent::from_vec(self.namespace.clone()).map_err(|_| {
+            crate::error::ApiError::bad_request("identifier namespace must not be empty")
+        })?;
         Ok(TableIdent::new(ns, self.name.clone()))
     }
 

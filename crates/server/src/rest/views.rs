@@ -9,7 +9,9 @@ use iceberg::TableIdent;
 use serde_json::{Value, json};
 
 use super::page_request;
-use super::types::{CommitViewRequest, CreateViewRequest, Identifier, ListQuery, RegisterViewRequest, RenameRequest};
+use super::types::{
+    CommitViewRequest, CreateViewRequest, Identifier, ListQuery, RegisterViewRequest, RenameRequest,
+};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
@@ -17,7 +19,10 @@ use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
 type ViewPath = PathParams<(String, String, String)>;
 
 fn ident(namespace: &str, view: &str) -> ApiResult<TableIdent> {
-    Ok(TableIdent::new(parse_namespace(namespace)?, view.to_string()))
+    Ok(TableIdent::new(
+        parse_namespace(namespace)?,
+        view.to_string(),
+    ))
 }
 
 fn view_result(loaded: &LoadedView) -> ApiResult<Json<Value>> {
@@ -43,7 +48,9 @@ pub async fn list(
         .iter()
         .map(|name| Identifier::from_ident(&TableIdent::new(ns.clone(), name.clone())))
         .collect();
-    Ok(Json(json!({ "identifiers": identifiers, "next-page-token": page.next_token })))
+    Ok(Json(
+        json!({ "identifiers": identifiers, "next-page-token": page.next_token }),
+    ))
 }
 
 pub async fn create(
@@ -69,12 +76,21 @@ pub async fn create(
     view_result(&loaded)
 }
 
-pub async fn load(State(state): State<AppState>, PathParams((prefix, namespace, view)): ViewPath) -> ApiResult<Json<Value>> {
-    let loaded = state.catalog.load_view(&prefix, &ident(&namespace, &view)?).await?;
+pub async fn load(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, view)): ViewPath,
+) -> ApiResult<Json<Value>> {
+    let loaded = state
+        .catalog
+        .load_view(&prefix, &ident(&namespace, &view)?)
+        .await?;
     view_result(&loaded)
 }
 
-pub async fn exists(State(state): State<AppState>, PathParams((prefix, namespace, view)): ViewPath) -> ApiResult<Response> {
+pub async fn exists(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, view)): ViewPath,
+) -> ApiResult<Response> {
     let ident = ident(&namespace, &view)?;
     if state.catalog.view_exists(&prefix, &ident).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
@@ -92,7 +108,9 @@ pub async fn replace(
     if let Some(body_ident) = &request.identifier
         && body_ident.to_ident()? != ident
     {
-        return Err(ApiError::bad_request("identifier in the body does not match the path"));
+        return Err(ApiError::bad_request(
+            "identifier in the body does not match the path",
+        ));
     }
     let loaded = state
         .catalog
@@ -101,8 +119,14 @@ pub async fn replace(
     view_result(&loaded)
 }
 
-pub async fn drop(State(state): State<AppState>, PathParams((prefix, namespace, view)): ViewPath) -> ApiResult<StatusCode> {
-    state.catalog.drop_view(&prefix, &ident(&namespace, &view)?).await?;
+pub async fn drop(
+    State(state): State<AppState>,
+    PathParams((prefix, namespace, view)): ViewPath,
+) -> ApiResult<StatusCode> {
+    state
+        .catalog
+        .drop_view(&prefix, &ident(&namespace, &view)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -113,7 +137,11 @@ pub async fn rename(
 ) -> ApiResult<StatusCode> {
     state
         .catalog
-        .rename_view(&prefix, &request.source.to_ident()?, &request.destination.to_ident()?)
+        .rename_view(
+            &prefix,
+            &request.source.to_ident()?,
+            &request.destination.to_ident()?,
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

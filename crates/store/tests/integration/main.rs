@@ -12,11 +12,15 @@ use sqlx::Executor;
 async fn sqlite_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}/catalog.db", dir.path().display());
-    let store = SqlStore::connect(&url, StoreOptions::default()).await.unwrap();
+    let store = SqlStore::connect(&url, StoreOptions::default())
+        .await
+        .unwrap();
     suite::run_all(Arc::new(store.clone())).await;
     // Reopening runs no migration twice and keeps the data.
     store.close().await;
-    let reopened = SqlStore::connect(&url, StoreOptions::default()).await.unwrap();
+    let reopened = SqlStore::connect(&url, StoreOptions::default())
+        .await
+        .unwrap();
     suite::data_survives_reopen(Arc::new(reopened)).await;
 }
 
@@ -24,16 +28,22 @@ async fn sqlite_store_conforms() {
 async fn postgres_store_conforms() {
     let Ok(url) = std::env::var("FLOE_TEST_POSTGRES_URL") else {
         if std::env::var("CI").is_ok() {
-            panic!("FLOE_TEST_POSTGRES_URL must be set in CI: the PostgreSQL store is part of the suite");
+            panic!(
+                "FLOE_TEST_POSTGRES_URL must be set in CI: the PostgreSQL store is part of the suite"
+            );
         }
         eprintln!("FLOE_TEST_POSTGRES_URL is not set; skipping the PostgreSQL store suite");
         return;
     };
     let url = fresh_database(&url).await;
-    let store = SqlStore::connect(&url, StoreOptions::default()).await.unwrap();
+    let store = SqlStore::connect(&url, StoreOptions::default())
+        .await
+        .unwrap();
     suite::run_all(Arc::new(store.clone())).await;
     store.close().await;
-    let reopened = SqlStore::connect(&url, StoreOptions::default()).await.unwrap();
+    let reopened = SqlStore::connect(&url, StoreOptions::default())
+        .await
+        .unwrap();
     suite::data_survives_reopen(Arc::new(reopened)).await;
 }
 
@@ -42,7 +52,9 @@ pub async fn fresh_database(url: &str) -> String {
     sqlx::any::install_default_drivers();
     let name = format!("floe_test_{}", uuid::Uuid::new_v4().simple());
     let pool = sqlx::AnyPool::connect(url).await.unwrap();
-    pool.execute(format!("CREATE DATABASE {name}").as_str()).await.unwrap();
+    pool.execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap();
     pool.close().await;
     let mut parsed = url::Url::parse(url).unwrap();
     parsed.set_path(&format!("/{name}"));

@@ -62,17 +62,31 @@ pub async fn run_all(store: Arc<dyn CatalogStore>) {
 
 async fn warehouses(store: &Arc<dyn CatalogStore>) {
     let w = warehouse(store, "wh_a").await;
-    let dup = store.create_warehouse(&Warehouse { id: Uuid::now_v7(), ..w.clone() }).await;
-    assert!(matches!(dup, Err(CatalogError::AlreadyExists { .. })), "{dup:?}");
+    let dup = store
+        .create_warehouse(&Warehouse {
+            id: Uuid::now_v7(),
+            ..w.clone()
+        })
+        .await;
+    assert!(
+        matches!(dup, Err(CatalogError::AlreadyExists { .. })),
+        "{dup:?}"
+    );
     let got = store.get_warehouse("wh_a").await.unwrap().unwrap();
     assert_eq!(got.id, w.id);
     assert_eq!(got.storage, w.storage);
     assert_eq!(got.properties, w.properties);
-    assert_eq!(store.get_warehouse_by_id(w.id).await.unwrap().unwrap().name, "wh_a");
+    assert_eq!(
+        store.get_warehouse_by_id(w.id).await.unwrap().unwrap().name,
+        "wh_a"
+    );
     assert!(store.get_warehouse("missing").await.unwrap().is_none());
     namespace(store, w.id, &["x"]).await;
     let busy = store.delete_warehouse(w.id).await;
-    assert!(matches!(busy, Err(CatalogError::NamespaceNotEmpty(_))), "{busy:?}");
+    assert!(
+        matches!(busy, Err(CatalogError::NamespaceNotEmpty(_))),
+        "{busy:?}"
+    );
     store.drop_namespace(w.id, &ns(&["x"])).await.unwrap();
     assert!(store.delete_warehouse(w.id).await.unwrap());
     assert!(!store.delete_warehouse(w.id).await.unwrap());
@@ -81,7 +95,14 @@ async fn warehouses(store: &Arc<dyn CatalogStore>) {
 async fn namespaces(store: &Arc<dyn CatalogStore>) {
     let w = warehouse(store, "wh_ns").await;
     let other = warehouse(store, "wh_ns_other").await;
-    for parts in [&["a"][..], &["b"], &["c"], &["a", "x"], &["a", "y"], &["a", "x", "deep"]] {
+    for parts in [
+        &["a"][..],
+        &["b"],
+        &["c"],
+        &["a", "x"],
+        &["a", "y"],
+        &["a", "x", "deep"],
+    ] {
         namespace(store, w.id, parts).await;
     }
     namespace(store, other.id, &["a"]).await;
@@ -93,9 +114,15 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
             properties: HashMap::new(),
         })
         .await;
-    assert!(matches!(dup, Err(CatalogError::AlreadyExists { .. })), "{dup:?}");
+    assert!(
+        matches!(dup, Err(CatalogError::AlreadyExists { .. })),
+        "{dup:?}"
+    );
 
-    let top = store.list_namespaces(w.id, None, &PageRequest::default()).await.unwrap();
+    let top = store
+        .list_namespaces(w.id, None, &PageRequest::default())
+        .await
+        .unwrap();
     assert_eq!(top.items, vec![ns(&["a"]), ns(&["b"]), ns(&["c"])]);
     assert!(top.next_token.is_none());
     let children = store
@@ -106,12 +133,26 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
 
     // Pagination walks every namespace exactly once.
     let first = store
-        .list_namespaces(w.id, None, &PageRequest { token: None, size: Some(2) })
+        .list_namespaces(
+            w.id,
+            None,
+            &PageRequest {
+                token: None,
+                size: Some(2),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(first.items.len(), 2);
     let second = store
-        .list_namespaces(w.id, None, &PageRequest { token: first.next_token.clone(), size: Some(2) })
+        .list_namespaces(
+            w.id,
+            None,
+            &PageRequest {
+                token: first.next_token.clone(),
+                size: Some(2),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(second.items, vec![ns(&["c"])]);
@@ -136,15 +177,33 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
     let missing = store
         .update_namespace_properties(w.id, &ns(&["zz"]), &HashMap::new(), &[])
         .await;
-    assert!(matches!(missing, Err(CatalogError::NotFound { .. })), "{missing:?}");
+    assert!(
+        matches!(missing, Err(CatalogError::NotFound { .. })),
+        "{missing:?}"
+    );
 
     let not_empty = store.drop_namespace(w.id, &ns(&["a", "x"])).await;
-    assert!(matches!(not_empty, Err(CatalogError::NamespaceNotEmpty(_))), "{not_empty:?}");
-    store.drop_namespace(w.id, &ns(&["a", "x", "deep"])).await.unwrap();
+    assert!(
+        matches!(not_empty, Err(CatalogError::NamespaceNotEmpty(_))),
+        "{not_empty:?}"
+    );
+    store
+        .drop_namespace(w.id, &ns(&["a", "x", "deep"]))
+        .await
+        .unwrap();
     store.drop_namespace(w.id, &ns(&["a", "x"])).await.unwrap();
     let gone = store.drop_namespace(w.id, &ns(&["a", "x"])).await;
-    assert!(matches!(gone, Err(CatalogError::NotFound { .. })), "{gone:?}");
-    assert!(store.get_namespace(other.id, &ns(&["a"])).await.unwrap().is_some());
+    assert!(
+        matches!(gone, Err(CatalogError::NotFound { .. })),
+        "{gone:?}"
+    );
+    assert!(
+        store
+            .get_namespace(other.id, &ns(&["a"]))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 async fn tabulars(store: &Arc<dyn CatalogStore>) {
@@ -153,47 +212,118 @@ async fn tabulars(store: &Arc<dyn CatalogStore>) {
     namespace(store, w.id, &["m"]).await;
     let t = tabular(w.id, &["n"], "t1", TabularKind::Table);
     store.create_tabular(&t).await.unwrap();
-    store.create_tabular(&tabular(w.id, &["n"], "t2", TabularKind::Table)).await.unwrap();
-    store.create_tabular(&tabular(w.id, &["n"], "v1", TabularKind::View)).await.unwrap();
-    let clash = store.create_tabular(&tabular(w.id, &["n"], "t1", TabularKind::View)).await;
-    assert!(matches!(clash, Err(CatalogError::AlreadyExists { .. })), "{clash:?}");
-    let orphan = store.create_tabular(&tabular(w.id, &["none"], "t", TabularKind::Table)).await;
-    assert!(matches!(orphan, Err(CatalogError::NotFound { .. })), "{orphan:?}");
+    store
+        .create_tabular(&tabular(w.id, &["n"], "t2", TabularKind::Table))
+        .await
+        .unwrap();
+    store
+        .create_tabular(&tabular(w.id, &["n"], "v1", TabularKind::View))
+        .await
+        .unwrap();
+    let clash = store
+        .create_tabular(&tabular(w.id, &["n"], "t1", TabularKind::View))
+        .await;
+    assert!(
+        matches!(clash, Err(CatalogError::AlreadyExists { .. })),
+        "{clash:?}"
+    );
+    let orphan = store
+        .create_tabular(&tabular(w.id, &["none"], "t", TabularKind::Table))
+        .await;
+    assert!(
+        matches!(orphan, Err(CatalogError::NotFound { .. })),
+        "{orphan:?}"
+    );
 
-    let got = store.get_tabular(w.id, &ns(&["n"]), "t1").await.unwrap().unwrap();
+    let got = store
+        .get_tabular(w.id, &ns(&["n"]), "t1")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.id, t.id);
     assert_eq!(got.kind, TabularKind::Table);
     assert_eq!(got.namespace, ns(&["n"]));
     assert_eq!(got.metadata_location, t.metadata_location);
 
     let tables = store
-        .list_tabulars(w.id, &ns(&["n"]), TabularKind::Table, &PageRequest::default())
+        .list_tabulars(
+            w.id,
+            &ns(&["n"]),
+            TabularKind::Table,
+            &PageRequest::default(),
+        )
         .await
         .unwrap();
     assert_eq!(tables.items, vec!["t1", "t2"]);
     let views = store
-        .list_tabulars(w.id, &ns(&["n"]), TabularKind::View, &PageRequest::default())
+        .list_tabulars(
+            w.id,
+            &ns(&["n"]),
+            TabularKind::View,
+            &PageRequest::default(),
+        )
         .await
         .unwrap();
     assert_eq!(views.items, vec!["v1"]);
     let paged = store
-        .list_tabulars(w.id, &ns(&["n"]), TabularKind::Table, &PageRequest { token: None, size: Some(1) })
+        .list_tabulars(
+            w.id,
+            &ns(&["n"]),
+            TabularKind::Table,
+            &PageRequest {
+                token: None,
+                size: Some(1),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(paged.items, vec!["t1"]);
     assert_eq!(paged.next_token.as_deref(), Some("t1"));
 
     let busy = store.drop_namespace(w.id, &ns(&["n"])).await;
-    assert!(matches!(busy, Err(CatalogError::NamespaceNotEmpty(_))), "{busy:?}");
+    assert!(
+        matches!(busy, Err(CatalogError::NamespaceNotEmpty(_))),
+        "{busy:?}"
+    );
 
-    store.rename_tabular(t.id, &ns(&["m"]), "moved").await.unwrap();
-    assert!(store.get_tabular(w.id, &ns(&["n"]), "t1").await.unwrap().is_none());
-    assert_eq!(store.get_tabular(w.id, &ns(&["m"]), "moved").await.unwrap().unwrap().id, t.id);
+    store
+        .rename_tabular(t.id, &ns(&["m"]), "moved")
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get_tabular(w.id, &ns(&["n"]), "t1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .get_tabular(w.id, &ns(&["m"]), "moved")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        t.id
+    );
     let taken = store.rename_tabular(t.id, &ns(&["n"]), "v1").await;
-    assert!(matches!(taken, Err(CatalogError::AlreadyExists { .. })), "{taken:?}");
+    assert!(
+        matches!(taken, Err(CatalogError::AlreadyExists { .. })),
+        "{taken:?}"
+    );
 
-    assert!(!store.drop_tabular_at(t.id, "file:///elsewhere").await.unwrap());
-    assert!(store.drop_tabular_at(t.id, &t.metadata_location).await.unwrap());
+    assert!(
+        !store
+            .drop_tabular_at(t.id, "file:///elsewhere")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .drop_tabular_at(t.id, &t.metadata_location)
+            .await
+            .unwrap()
+    );
     assert!(!store.drop_tabular(t.id).await.unwrap());
 }
 
@@ -209,29 +339,60 @@ async fn commits(store: &Arc<dyn CatalogStore>) {
         expected_location: from.to_string(),
         new_location: to.to_string(),
     };
-    store.commit(&[swap(&a, &a.metadata_location, "a1")]).await.unwrap();
+    store
+        .commit(&[swap(&a, &a.metadata_location, "a1")])
+        .await
+        .unwrap();
     // A stale expectation loses.
     let lost = store.commit(&[swap(&a, &a.metadata_location, "a2")]).await;
     assert!(matches!(lost, Err(SwapFailure::Conflict(0))), "{lost:?}");
     // All or nothing: b's valid swap is rolled back with a's stale one.
     let mixed = store
-        .commit(&[swap(&b, &b.metadata_location, "b1"), swap(&a, "stale", "a3")])
+        .commit(&[
+            swap(&b, &b.metadata_location, "b1"),
+            swap(&a, "stale", "a3"),
+        ])
         .await;
     assert!(matches!(mixed, Err(SwapFailure::Conflict(1))), "{mixed:?}");
-    let b_now = store.get_tabular(w.id, &ns(&["n"]), "b").await.unwrap().unwrap();
+    let b_now = store
+        .get_tabular(w.id, &ns(&["n"]), "b")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(b_now.metadata_location, b.metadata_location);
     // A create inside a commit, and one whose name is taken.
     let c = tabular(w.id, &["n"], "c", TabularKind::Table);
     store
-        .commit(&[swap(&b, &b.metadata_location, "b1"), MetadataSwap::Create(c.clone())])
+        .commit(&[
+            swap(&b, &b.metadata_location, "b1"),
+            MetadataSwap::Create(c.clone()),
+        ])
         .await
         .unwrap();
-    assert_eq!(store.get_tabular(w.id, &ns(&["n"]), "c").await.unwrap().unwrap().id, c.id);
+    assert_eq!(
+        store
+            .get_tabular(w.id, &ns(&["n"]), "c")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        c.id
+    );
     let again = store
-        .commit(&[MetadataSwap::Create(NewTabular { id: Uuid::now_v7(), ..c.clone() })])
+        .commit(&[MetadataSwap::Create(NewTabular {
+            id: Uuid::now_v7(),
+            ..c.clone()
+        })])
         .await;
-    assert!(matches!(again, Err(SwapFailure::AlreadyExists(0))), "{again:?}");
-    let a_now = store.get_tabular(w.id, &ns(&["n"]), "a").await.unwrap().unwrap();
+    assert!(
+        matches!(again, Err(SwapFailure::AlreadyExists(0))),
+        "{again:?}"
+    );
+    let a_now = store
+        .get_tabular(w.id, &ns(&["n"]), "a")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(a_now.metadata_location, "a1");
 
     // Concurrent swaps from one base: exactly one wins.
@@ -267,7 +428,10 @@ async fn idempotency(store: &Arc<dyn CatalogStore>) {
     };
     store.put_idempotent(&record).await.unwrap();
     store
-        .put_idempotent(&IdempotentResponse { status: 200, ..record.clone() })
+        .put_idempotent(&IdempotentResponse {
+            status: 200,
+            ..record.clone()
+        })
         .await
         .unwrap();
     let got = store.get_idempotent(&record.key).await.unwrap().unwrap();
@@ -279,6 +443,14 @@ async fn idempotency(store: &Arc<dyn CatalogStore>) {
 
 pub async fn data_survives_reopen(store: Arc<dyn CatalogStore>) {
     let w = store.get_warehouse("wh_commit").await.unwrap().unwrap();
-    let a = store.get_tabular(w.id, &ns(&["n"]), "a").await.unwrap().unwrap();
-    assert!(a.metadata_location.starts_with("race"), "{}", a.metadata_location);
+    let a = store
+        .get_tabular(w.id, &ns(&["n"]), "a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        a.metadata_location.starts_with("race"),
+        "{}",
+        a.metadata_location
+    );
 }

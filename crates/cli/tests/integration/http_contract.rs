@@ -1,0 +1,534 @@
+//! The REST contract over raw HTTP: statuses, error bodies, concurrency, idempotency.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::harness::{Api, Floe, backends, simple_schema};
+
+const NS: &str = "/catalog/v1/default/namespaces";
+
+async fn create_table(api: &Api, ns: &str, name: &str) {
+    let answer = api
+        .post(
+            &format!("{NS}/{ns}/tables"),
+            json!({"name": name, "schema": simple_schema()}),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// An append commit on top of `parent`, as clients send it.
+fn append_body(parent: Option<i64>, sequence: i64, snapshot_id: i64, location: &str) -> Value {
+    let mut snapshot = json!({
+        "snapshot-id": snapshot_id, "sequence-number": sequence, "timestamp-ms": now_ms(),
+        "manifest-list": format!("{location}/metadata/snap-{snapshot_id}.avro"),
+        "summary": {"operation": "append"}, "schema-id": 0
+    });
+    if let Some(p) = parent {
+        snapshot["parent-snapshot-id"] = json!(p);
+    }
+    json!({
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+        "updates": [
+            {"action": "add-snapshot", "snapshot": snapshot},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn namespaces_tables_and_errors_follow_the_spec() {
+    for backend in backends() {
+        let floe = Floe::start(backend).await;
+        let api = Api::new(&floe);
+
+        let config = api.get("/catalog/v1/config?warehouse=default").await;
+        assert_eq!(config.status, 200);
+        assert_eq!(config.body["overrides"]["prefix"], "default");
+        assert!(config.body["endpoints"].as_array().unwrap().len() > 20);
+        let missing = api.get("/catalog/v1/config?warehouse=nope").await;
+        assert_eq!(
+            (missing.status, missing.error_type().as_str()),
+            (404, "NoSuchWarehouseException")
+        );
+
+        for ns in [json!(["a"]), json!(["b"]), json!(["a", "x"])] {
+            let answer = api
+                .post(NS, json!({"namespace": ns, "properties": {"owner": "qa"}}))
+                .await;
+            assert_eq!(answer.status, 200, "{backend}: {:?}", answer.body);
+        }
+        let dup = api.post(NS, json!({"namespace": ["a"]})).await;
+        assert_eq!(
+            (dup.status, dup.error_type().as_str()),
+            (409, "AlreadyExistsException")
+        );
+        let orphan = api.post(NS, json!({"namespace": ["zz", "y"]})).await;
+        assert_eq!(orphan.status, 404, "{:?}", orphan.body);
+
+        let page = api.get(&format!("{NS}?page-size=1")).await;
+        assert_eq!(page.body["namespaces"], json!([["a"]]));
+        let token = page.body["next-page-token"].as_str().unwrap().to_string();
+        let next = api
+            .get(&format!("{NS}?page-size=1&page-token={token}"))
+            .await;
+        assert_eq!(next.body["namespaces"], json!([["b"]]));
+        let children = api.get(&format!("{NS}?parent=a")).await;
+        assert_eq!(children.body["namespaces"], json!([["a", "x"]]));
+
+        let props = api
+            .post(
+                &format!("{NS}/a/properties"),
+                json!({"updates": {"k": "v"}, "removals": ["owner", "ghost"]}),
+            )
+            .await;
+        assert_eq!(props.body["updated"], json!(["k"]));
+        assert_eq!(props.body["removed"], json!(["owner"]));
+        assert_eq!(props.body["missing"], json!(["ghost"]));
+
+        let not_empty = api.delete(&format!("{NS}/a")).await;
+        assert_eq!(
+            (not_empty.status, not_empty.error_type().as_str()),
+            (409, "NamespaceNotEmptyException")
+        );
+
+        create_table(&api, "b", "t").await;
+        let table = format!("{NS}/b/tables/t");
+        let loaded = api.get(&table).await;
+        assert_eq!(loaded.status, 200);
+        let etag = loaded.headers["etag"].to_str().unwrap().to_string();
+        let cached = api
+            .send(
+                api.http
+                    .get(format!("{}{table}", api.base))
+                    .header("if-none-match", &etag),
+            )
+            .await;
+        assert_eq!(cached.status, 304);
+        let location = loaded.body["metadata"]["location"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            location.starts_with(&format!("file://{}", floe.warehouse_dir().display())),
+            "{location}"
+        );
+
+        let committed = api.post(&table, append_body(None, 1, 11, &location)).await;
+        assert_eq!(committed.status, 200, "{:?}", committed.body);
+        let fresh = api
+            .send(
+                api.http
+                    .get(format!("{}{table}", api.base))
+                    .header("if-none-match", &etag),
+            )
+            .await;
+        assert_eq!(fresh.status, 200, "a commit changes the ETag");
+        let stale = api.post(&table, append_body(None, 1, 12, &location)).await;
+        assert_eq!(
+            (stale.status, stale.error_type().as_str()),
+            (409, "CommitFailedException")
+        );
+        assert!(stale.message().contains("main"), "{}", stale.message());
+
+        // Bad input: each answer names what was wrong.
+        let cases: Vec<(String, reqwest::Body, u16, &str)> = vec![
+            (
+                NS.to_string(),
+                "{not json".into(),
+                400,
+                "invalid request body",
+            ),
+            (
+                NS.to_string(),
+                r#"{"namespace": ["q"], "colour": 1}"#.into(),
+                400,
+                "colour",
+            ),
+            (
+                NS.to_string(),
+                r#"{"namespace": "q"}"#.into(),
+                400,
+                "namespace",
+            ),
+            (NS.to_string(), "".into(), 400, "empty"),
+            (
+                table.clone(),
+                r#"{"updates": [{"action": "explode"}]}"#.into(),
+                400,
+                "explode",
+            ),
+            (
+                table.clone(),
+                r#"{"requirements": [{"type": "assert-magic"}], "updates": []}"#.into(),
+                400,
+                "assert-magic",
+            ),
+            (
+                table.clone(),
+                r#"{"updates": [{"action": "set-current-schema", "schema-id": 99}]}"#.into(),
+                400,
+                "99",
+            ),
+            (
+                format!("{NS}/b/tables"),
+                json!({"name": "out", "schema": simple_schema(), "location": "file:///etc/out"})
+                    .to_string()
+                    .into(),
+                400,
+                "outside the warehouse",
+            ),
+            (
+                format!("{NS}/b/tables"),
+                json!({"name": "bad\u{1}name", "schema": simple_schema()})
+                    .to_string()
+                    .into(),
+                400,
+                "control character",
+            ),
+        ];
+        for (path, body, status, needle) in cases {
+            let answer = api.post_raw(&path, body).await;
+            assert_eq!(answer.status, status, "{backend} {path}: {:?}", answer.body);
+            assert_eq!(answer.body["error"]["code"], status);
+            assert!(
+                answer.message().contains(needle),
+                "{backend} {path}: {:?} should mention {needle:?}",
+                answer.message()
+            );
+        }
+        let huge = api.post_raw(NS, vec![b' '; 40 * 1024 * 1024]).await;
+        assert_eq!(huge.status, 413, "{:?}", huge.body);
+        let bad_page = api.get(&format!("{NS}?page-size=abc")).await;
+        assert_eq!(bad_page.status, 400);
+        assert!(bad_page.message().contains("page-size"));
+        let empty_level = api.get(&format!("{NS}/a%1F")).await;
+        assert_eq!(empty_level.status, 400);
+        let unknown = api.get("/catalog/v1/default/nothing-here").await;
+        assert_eq!(unknown.status, 404);
+        assert_eq!(unknown.body["error"]["code"], 404);
+        let no_table = api.get(&format!("{NS}/b/tables/ghost")).await;
+        assert_eq!(
+            (no_table.status, no_table.error_type().as_str()),
+            (404, "NoSuchTableException")
+        );
+
+        // The server keeps serving after all of that.
+        assert_eq!(api.get(&table).await.status, 200);
+    }
+}
+
+#[tokio::test]
+async fn concurrent_appends_lose_nothing() {
+    for backend in backends() {
+        let floe = Floe::start(backend).await;
+        let api = Arc::new(Api::new(&floe));
+        assert_eq!(api.post(NS, json!({"namespace": ["c"]})).await.status, 200);
+        create_table(&api, "c", "hot").await;
+        let table = format!("{NS}/c/tables/hot");
+        let workers = 12;
+        let per_worker = 6;
+        let mut handles = Vec::new();
+        for w in 0..workers {
+            let api = api.clone();
+            let table = table.clone();
+            handles.push(tokio::spawn(async move {
+                let mut conflicts = 0;
+                let mut committed = Vec::new();
+                for i in 0..per_worker {
+                    let id = 1_000 + (w * per_worker + i) as i64;
+                    loop {
+                        let loaded = api.get(&table).await.body;
+                        let meta = &loaded["metadata"];
+                        let parent = meta["current-snapshot-id"].as_i64().filter(|p| *p > 0);
+                        let seq = meta["last-sequence-number"].as_i64().unwrap() + 1;
+                        let location = meta["location"].as_str().unwrap();
+                        let answer = api
+                            .post(&table, append_body(parent, seq, id, location))
+                            .await;
+                        match answer.status {
+                            200 => break,
+                            409 => conflicts += 1,
+                            other => panic!("commit answered {other}: {:?}", answer.body),
+                        }
+                    }
+                    committed.push(id);
+                }
+                (committed, conflicts)
+            }));
+        }
+        let mut expected = HashSet::new();
+        let mut conflicts = 0;
+        for handle in handles {
+            let (ids, c) = handle.await.unwrap();
+            expected.extend(ids);
+            conflicts += c;
+        }
+        let meta = api.get(&table).await.body["metadata"].clone();
+        let snapshots: Vec<&Value> = meta["snapshots"].as_array().unwrap().iter().collect();
+        let parents: std::collections::HashMap<i64, Option<i64>> = snapshots
+            .iter()
+            .map(|s| {
+                (
+                    s["snapshot-id"].as_i64().unwrap(),
+                    s["parent-snapshot-id"].as_i64(),
+                )
+            })
+            .collect();
+        let mut chain = Vec::new();
+        let mut cursor = meta["current-snapshot-id"].as_i64();
+        while let Some(id) = cursor {
+            chain.push(id);
+            cursor = parents[&id];
+        }
+        let in_chain: HashSet<i64> = chain.iter().copied().collect();
+        assert_eq!(
+            chain.len(),
+            workers * per_worker,
+            "{backend}: every append exactly once"
+        );
+        assert_eq!(in_chain, expected, "{backend}");
+        assert!(
+            conflicts > 0,
+            "{backend}: the test should have produced conflicts"
+        );
+    }
+}
+
+#[tokio::test]
+async fn server_side_retry_applies_compatible_commits() {
+    let floe = Floe::start("sqlite").await;
+    let api = Arc::new(Api::new(&floe));
+    assert_eq!(api.post(NS, json!({"namespace": ["r"]})).await.status, 200);
+    create_table(&api, "r", "t").await;
+    let table = format!("{NS}/r/tables/t");
+    let mut handles = Vec::new();
+    for i in 0..16 {
+        let api = api.clone();
+        let table = table.clone();
+        handles.push(tokio::spawn(async move {
+            let body = json!({"updates": [{"action": "set-properties", "updates": {format!("k{i}"): "v"}}]});
+            api.post(&table, body).await.status
+        }));
+    }
+    for handle in handles {
+        assert_eq!(
+            handle.await.unwrap(),
+            200,
+            "a commit without conflicting requirements never 409s"
+        );
+    }
+    let props = api.get(&table).await.body["metadata"]["properties"].clone();
+    for i in 0..16 {
+        assert_eq!(props[format!("k{i}")], "v");
+    }
+}
+
+#[tokio::test]
+async fn transactions_are_all_or_nothing() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    assert_eq!(api.post(NS, json!({"namespace": ["tx"]})).await.status, 200);
+    create_table(&api, "tx", "a").await;
+    create_table(&api, "tx", "b").await;
+    let change = |name: &str, requirements: Value| {
+        json!({
+            "identifier": {"namespace": ["tx"], "name": name},
+            "requirements": requirements,
+            "updates": [{"action": "set-properties", "updates": {"batch": "1"}}]
+        })
+    };
+    let failing = api
+        .post(
+            "/catalog/v1/default/transactions/commit",
+            json!({"table-changes": [
+                change("a", json!([])),
+                change("b", json!([{"type": "assert-current-schema-id", "current-schema-id": 5}]))
+            ]}),
+        )
+        .await;
+    assert_eq!(failing.status, 409, "{:?}", failing.body);
+    let a = api.get(&format!("{NS}/tx/tables/a")).await.body;
+    assert!(
+        a["metadata"]["properties"].get("batch").is_none(),
+        "a must be unchanged"
+    );
+    let ok = api
+        .post(
+            "/catalog/v1/default/transactions/commit",
+            json!({"table-changes": [change("a", json!([])), change("b", json!([]))]}),
+        )
+        .await;
+    assert_eq!(ok.status, 204, "{:?}", ok.body);
+    for t in ["a", "b"] {
+        let body = api.get(&format!("{NS}/tx/tables/{t}")).await.body;
+        assert_eq!(body["metadata"]["properties"]["batch"], "1");
+    }
+}
+
+#[tokio::test]
+async fn idempotency_keys_replay_final_answers() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    let key = uuid::Uuid::now_v7().to_string();
+    let create = || {
+        api.http
+            .post(format!("{}{NS}", api.base))
+            .header("idempotency-key", &key)
+            .json(&json!({"namespace": ["idem"]}))
+    };
+    let first = api.send(create()).await;
+    assert_eq!(first.status, 200);
+    let replayed = api.send(create()).await;
+    assert_eq!(
+        replayed.status, 200,
+        "a retry with the same key gets the first answer"
+    );
+    assert_eq!(replayed.body, first.body);
+    let without = api.post(NS, json!({"namespace": ["idem"]})).await;
+    assert_eq!(without.status, 409);
+    let other_path = api
+        .send(
+            api.http
+                .post(format!("{}{NS}/idem/properties", api.base))
+                .header("idempotency-key", &key)
+                .json(&json!({"updates": {}})),
+        )
+        .await;
+    assert_eq!(other_path.status, 422);
+    let malformed = api
+        .send(
+            api.http
+                .post(format!("{}{NS}", api.base))
+                .header("idempotency-key", "not-a-uuid")
+                .json(&json!({"namespace": ["x"]})),
+        )
+        .await;
+    assert_eq!(malformed.status, 400);
+}
+
+#[tokio::test]
+async fn load_can_return_only_referenced_snapshots() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    assert_eq!(api.post(NS, json!({"namespace": ["s"]})).await.status, 200);
+    create_table(&api, "s", "t").await;
+    let table = format!("{NS}/s/tables/t");
+    let location = api.get(&table).await.body["metadata"]["location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        api.post(&table, append_body(None, 1, 1, &location))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        api.post(&table, append_body(Some(1), 2, 2, &location))
+            .await
+            .status,
+        200
+    );
+    let all = api.get(&table).await.body;
+    assert_eq!(all["metadata"]["snapshots"].as_array().unwrap().len(), 2);
+    let refs = api.get(&format!("{table}?snapshots=refs")).await.body;
+    let ids: Vec<i64> = refs["metadata"]["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["snapshot-id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![2]);
+    assert_eq!(
+        api.get(&format!("{table}?snapshots=some")).await.status,
+        400
+    );
+}
+
+#[tokio::test]
+async fn warehouses_are_managed_and_validated() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wh2").to_string_lossy().into_owned();
+    let created = api
+        .post(
+            "/api/v1/warehouses",
+            json!({"name": "second", "storage": {"type": "local", "path": path}}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let dup = api
+        .post(
+            "/api/v1/warehouses",
+            json!({"name": "second", "storage": {"type": "local", "path": path}}),
+        )
+        .await;
+    assert_eq!(dup.status, 409);
+    let relative = api
+        .post(
+            "/api/v1/warehouses",
+            json!({"name": "rel", "storage": {"type": "local", "path": "rel/dir"}}),
+        )
+        .await;
+    assert_eq!(relative.status, 400);
+    assert!(
+        relative.message().contains("absolute"),
+        "{}",
+        relative.message()
+    );
+    let listed = api.get("/api/v1/warehouses").await;
+    let names: Vec<&str> = listed.body["warehouses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["default", "second"]);
+    let config = api.get("/catalog/v1/config?warehouse=second").await;
+    assert_eq!(config.body["overrides"]["prefix"], "second");
+    assert_eq!(
+        api.post("/catalog/v1/second/namespaces", json!({"namespace": ["n"]}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(api.delete("/api/v1/warehouses/second").await.status, 409);
+    assert_eq!(
+        api.delete("/catalog/v1/second/namespaces/n").await.status,
+        204
+    );
+    assert_eq!(api.delete("/api/v1/warehouses/second").await.status, 204);
+    assert_eq!(
+        api.get("/api/v1/openapi.json").await.body["openapi"],
+        "3.0.3"
+    );
+}
+
+#[tokio::test]
+async fn health_metrics_and_graceful_shutdown() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    assert_eq!(api.get("/health").await.status, 200);
+    api.get(&format!("{NS}")).await;
+    let metrics = api.get("/metrics").await;
+    let text = metrics.body.as_str().unwrap().to_string();
+    assert!(text.contains("floe_http_requests_total"), "{text}");
+    assert!(
+        text.contains("route=\"/catalog/v1/{prefix}/namespaces\""),
+        "{text}"
+    );
+    assert!(text.contains("process_resident_memory_bytes"));
+    let status = floe.terminate();
+    assert!(status.success(), "SIGTERM exits cleanly: {status:?}");
+}
