@@ -22,7 +22,7 @@ BOTO3_VERSION="1.44.8"
 PYARROW_VERSION="26.0.1"
 
 PINS=(
-  "pyiceberg[pyarrow,sql-sqlite]==${PYICEBERG_VERSION}"
+  "pyiceberg[pyarrow,sql-sqlite,pyiceberg-core]==${PYICEBERG_VERSION}"
   "duckdb==${DUCKDB_VERSION}"
   "duckdb-ext-iceberg==${DUCKDB_EXT_VERSION}"
   "duckdb-ext-avro==${DUCKDB_EXT_VERSION}"

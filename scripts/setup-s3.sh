@@ -28,8 +28,9 @@ command -v go >/dev/null 2>&1 || { echo "setup-s3.sh: go is not installed" >&2; 
 mkdir -p "$BIN_DIR"
 rm -f "$STAMP"
 LOG="$(mktemp -t floe-setup-s3.XXXXXX.log)"
-if ! GOBIN="$BIN_DIR" GOMAXPROCS="${GOMAXPROCS:-1}" GOFLAGS="${GOFLAGS:-} -buildvcs=false" CGO_ENABLED=0 \
-     nice -n 19 go install -p "${GOMAXPROCS:-1}" -trimpath -ldflags "-s -w" "$MINIO_MODULE@$MINIO_VERSION" >"$LOG" 2>&1; then
+JOBS="${GOMAXPROCS:-1}"
+if ! GOBIN="$BIN_DIR" GOMAXPROCS="$JOBS" GOFLAGS="${GOFLAGS:-} -buildvcs=false" CGO_ENABLED=0 \
+     nice -n 19 go install -p "$JOBS" -trimpath -ldflags "-s -w" "$MINIO_MODULE@$MINIO_VERSION" >"$LOG" 2>&1; then
   echo "setup-s3.sh: go install $MINIO_MODULE@$MINIO_VERSION failed (log: $LOG)" >&2
   tail -n 30 "$LOG" >&2
   exit 1

@@ -322,6 +322,7 @@ impl CatalogService {
             .metadata_location(record.metadata_location.clone())
             .metadata(metadata.clone())
             .identifier(ident.clone())
+            .runtime(iceberg::Runtime::current())
             .build();
         match table {
             Ok(table) => {

@@ -228,7 +228,7 @@ pub async fn drop(
     let ident = ident(&namespace, &table)?;
     state
         .catalog
-        .drop_table(&prefix, &ident, query.purge_requested.unwrap_or(false))
+        .drop_table(&prefix, &ident, query.purge()?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

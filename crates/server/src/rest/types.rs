@@ -132,7 +132,20 @@ pub struct ListQuery {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DropQuery {
-    pub purge_requested: Option<bool>,
+    pub purge_requested: Option<String>,
+}
+
+impl DropQuery {
+    /// `purgeRequested`, accepting any letter case (PyIceberg sends `True`).
+    pub fn purge(&self) -> Result<bool, crate::error::ApiError> {
+        match self.purge_requested.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("") | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(other) => Err(crate::error::ApiError::bad_request(format!(
+                "purgeRequested must be true or false, got {other:?}"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

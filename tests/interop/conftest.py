@@ -1,0 +1,159 @@
+"""Fixtures that start a real Floe server (SQLite or PostgreSQL catalog; local or S3
+warehouse) for interop tests driven by real clients."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+FLOE_BIN = os.environ.get("FLOE_BIN")
+PG_URL = os.environ.get("FLOE_TEST_POSTGRES_URL")
+S3_ENDPOINT = os.environ.get("FLOE_TEST_S3_ENDPOINT")
+S3_BUCKET = os.environ.get("FLOE_TEST_S3_BUCKET", "floe-test")
+S3_ACCESS_KEY = os.environ.get("FLOE_TEST_S3_ACCESS_KEY")
+S3_SECRET_KEY = os.environ.get("FLOE_TEST_S3_SECRET_KEY")
+IN_CI = bool(os.environ.get("CI"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fresh_postgres_database() -> str:
+    import psycopg
+
+    name = f"floe_py_{uuid.uuid4().hex}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    base, _, _ = PG_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+@dataclass
+class Floe:
+    process: subprocess.Popen
+    base: str
+    data_dir: Path
+    warehouse: str
+    storage: str
+    backend: str
+
+    @property
+    def catalog_uri(self) -> str:
+        return f"{self.base}/catalog"
+
+    def client_properties(self) -> dict[str, str]:
+        """What a client needs besides the URI: S3 access for S3 warehouses."""
+        props = {"warehouse": self.warehouse}
+        if self.storage == "s3":
+            props.update(
+                {
+                    "s3.endpoint": S3_ENDPOINT,
+                    "s3.access-key-id": S3_ACCESS_KEY,
+                    "s3.secret-access-key": S3_SECRET_KEY,
+                    "s3.region": "us-east-1",
+                }
+            )
+        return props
+
+    def pyiceberg(self):
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog("floe", type="rest", uri=self.catalog_uri, **self.client_properties())
+
+
+def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") -> Floe:
+    if not FLOE_BIN:
+        pytest.fail("FLOE_BIN must name the floe binary (the test script sets it)")
+    if backend == "postgres" and not PG_URL:
+        if IN_CI:
+            pytest.fail("FLOE_TEST_POSTGRES_URL must be set in CI")
+        pytest.skip("no PostgreSQL server (FLOE_TEST_POSTGRES_URL)")
+    if storage == "s3" and not S3_ENDPOINT:
+        if IN_CI:
+            pytest.fail("FLOE_TEST_S3_ENDPOINT must be set in CI")
+        pytest.skip("no S3-compatible server (FLOE_TEST_S3_ENDPOINT)")
+    port = _free_port()
+    data_dir = tmp_path / "floe-data"
+    env = dict(os.environ, FLOE_LOG=os.environ.get("FLOE_LOG", "warn"))
+    env.pop("FLOE_CATALOG_DB", None)
+    if backend == "postgres":
+        env["FLOE_CATALOG_DB"] = _fresh_postgres_database()
+    log = open(tmp_path / "floe.log", "wb")
+    process = subprocess.Popen(
+        [FLOE_BIN, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            if requests.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        if process.poll() is not None or time.time() > deadline:
+            process.kill()
+            raise RuntimeError(f"floe did not start: {(tmp_path / 'floe.log').read_text()}")
+        time.sleep(0.05)
+    warehouse = "default"
+    if storage == "s3":
+        warehouse = "s3wh"
+        response = requests.post(
+            f"{base}/api/v1/warehouses",
+            json={
+                "name": warehouse,
+                "storage": {
+                    "type": "s3",
+                    "bucket": S3_BUCKET,
+                    "key-prefix": f"tests/{uuid.uuid4().hex}",
+                    "endpoint": S3_ENDPOINT,
+                    "path-style-access": True,
+                    "region": "us-east-1",
+                    "access-key-id": S3_ACCESS_KEY,
+                    "secret-access-key": S3_SECRET_KEY,
+                },
+            },
+            timeout=30,
+        )
+        assert response.status_code == 201, response.text
+    return Floe(process, base, data_dir, warehouse, storage, backend)
+
+
+def stop_floe(floe: Floe) -> None:
+    floe.process.terminate()
+    try:
+        floe.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        floe.process.kill()
+
+
+@pytest.fixture
+def floe(tmp_path):
+    """Floe on SQLite with its local default warehouse."""
+    server = start_floe(tmp_path)
+    yield server
+    stop_floe(server)
+
+
+@pytest.fixture(
+    params=["sqlite-local", "postgres-local", "sqlite-s3", "postgres-s3"],
+)
+def floe_matrix(request, tmp_path):
+    """Floe on every catalog database and every kind of warehouse."""
+    backend, storage = request.param.split("-")
+    server = start_floe(tmp_path, backend, storage)
+    yield server
+    stop_floe(server)
