@@ -532,3 +532,34 @@ async fn health_metrics_and_graceful_shutdown() {
     let status = floe.terminate();
     assert!(status.success(), "SIGTERM exits cleanly: {status:?}");
 }
+
+#[tokio::test]
+async fn warehouse_cli_talks_to_the_management_api() {
+    let floe = Floe::start("sqlite").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cli-wh").to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .arg("warehouse")
+            .args(args)
+            .args(["--server", &floe.base])
+            .output()
+            .unwrap()
+    };
+    let created = run(&["create", "cli", "--local", &path]);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let listed = run(&["list"]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        text.contains("\"cli\"") && text.contains("\"default\""),
+        "{text}"
+    );
+    let refused = run(&["create", "bad", "--local", "relative"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("must be absolute"));
+    assert!(run(&["delete", "cli"]).status.success());
+}

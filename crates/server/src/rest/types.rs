@@ -138,7 +138,12 @@ pub struct DropQuery {
 impl DropQuery {
     /// `purgeRequested`, accepting any letter case (PyIceberg sends `True`).
     pub fn purge(&self) -> Result<bool, crate::error::ApiError> {
-        match self.purge_requested.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        match self
+            .purge_requested
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             None | Some("") | Some("false") => Ok(false),
             Some("true") => Ok(true),
             Some(other) => Err(crate::error::ApiError::bad_request(format!(
