@@ -28,6 +28,16 @@ pub enum Applied<T> {
     Changed(T),
 }
 
+/// Table property: delete metadata files that drop out of the metadata log after a commit.
+pub const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
+
+/// New table metadata and the metadata files that fell out of its log.
+#[derive(Debug)]
+pub struct NewTableMetadata {
+    pub metadata: TableMetadata,
+    pub expired_metadata_files: Vec<String>,
+}
+
 /// Maps an iceberg error raised while checking or applying updates to a catalog error.
 pub(crate) fn from_iceberg(e: iceberg::Error) -> CatalogError {
     match e.kind() {
@@ -142,7 +152,7 @@ pub fn apply_table_updates(
     base: &TableMetadata,
     base_location: &str,
     updates: Vec<TableUpdate>,
-) -> Result<Applied<TableMetadata>> {
+) -> Result<Applied<NewTableMetadata>> {
     if updates.is_empty() {
         return Ok(Applied::Unchanged);
     }
@@ -154,7 +164,24 @@ pub fn apply_table_updates(
     if result.changes.is_empty() {
         return Ok(Applied::Unchanged);
     }
-    Ok(Applied::Changed(result.metadata))
+    let delete_expired = result
+        .metadata
+        .properties()
+        .get(DELETE_AFTER_COMMIT)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let expired_metadata_files = if delete_expired {
+        result
+            .expired_metadata_logs
+            .into_iter()
+            .map(|l| l.metadata_file)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Applied::Changed(NewTableMetadata {
+        metadata: result.metadata,
+        expired_metadata_files,
+    }))
 }
 
 /// Builds the first metadata of a table created by a commit (`assert-create`), from the
@@ -321,7 +348,7 @@ mod tests {
             }],
         )
         .unwrap();
-        let Applied::Changed(new) = applied else {
+        let Applied::Changed(NewTableMetadata { metadata: new, .. }) = applied else {
             panic!("expected a change")
         };
         assert_eq!(new.properties().get("k").map(String::as_str), Some("v"));

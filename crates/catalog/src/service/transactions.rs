@@ -32,6 +32,8 @@ struct Prepared {
     loaded: LoadedTable,
     /// `None` when the updates changed nothing.
     swap: Option<(MetadataSwap, String)>,
+    /// Old metadata files to delete once the commit is in (`delete-after-commit`).
+    expired: Vec<String>,
 }
 
 impl CatalogService {
@@ -77,7 +79,14 @@ impl CatalogService {
                 return Ok(prepared.into_iter().map(|p| p.loaded).collect());
             }
             match self.store.commit(&swaps).await {
-                Ok(()) => return Ok(prepared.into_iter().map(|p| p.loaded).collect()),
+                Ok(()) => {
+                    for file in prepared.iter().flat_map(|p| &p.expired) {
+                        if wh.storage.require_inside(file).is_ok() {
+                            self.discard_file(&wh, file).await;
+                        }
+                    }
+                    return Ok(prepared.into_iter().map(|p| p.loaded).collect());
+                }
                 Err(SwapFailure::Store(e)) => {
                     tracing::error!(error = %e, "store failed during commit; outcome unknown");
                     return Err(CatalogError::CommitStateUnknown(
@@ -160,10 +169,13 @@ impl CatalogService {
                             metadata: base,
                         },
                         swap: None,
+                        expired: Vec::new(),
                     });
                 }
                 Applied::Changed(new) => new,
             };
+        let expired = new.expired_metadata_files;
+        let new = new.metadata;
         wh.storage.require_inside(new.location())?;
         let new_location = next_metadata_location(
             new.location(),
@@ -188,6 +200,7 @@ impl CatalogService {
                 },
                 new_location,
             )),
+            expired,
         })
     }
 
@@ -232,6 +245,7 @@ impl CatalogService {
                 }),
                 new_location,
             )),
+            expired: Vec::new(),
         })
     }
 }

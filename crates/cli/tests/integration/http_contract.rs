@@ -563,3 +563,53 @@ async fn warehouse_cli_talks_to_the_management_api() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("must be absolute"));
     assert!(run(&["delete", "cli"]).status.success());
 }
+
+#[tokio::test]
+async fn metadata_log_is_bounded_and_old_files_deleted_when_asked() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    assert_eq!(api.post(NS, json!({"namespace": ["m"]})).await.status, 200);
+    let created = api
+        .post(
+            &format!("{NS}/m/tables"),
+            json!({"name": "t", "schema": simple_schema(), "properties": {
+                "write.metadata.delete-after-commit.enabled": "true",
+                "write.metadata.previous-versions-max": "2"
+            }}),
+        )
+        .await;
+    assert_eq!(created.status, 200);
+    let table = format!("{NS}/m/tables/t");
+    let mut locations = vec![
+        created.body["metadata-location"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    ];
+    for i in 0..4 {
+        let body =
+            json!({"updates": [{"action": "set-properties", "updates": {"n": i.to_string()}}]});
+        let answer = api.post(&table, body).await;
+        assert_eq!(answer.status, 200);
+        locations.push(
+            answer.body["metadata-location"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let metadata = api.get(&table).await.body["metadata"].clone();
+    let log: Vec<&str> = metadata["metadata-log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["metadata-file"].as_str().unwrap())
+        .collect();
+    assert_eq!(log, vec![locations[2].as_str(), locations[3].as_str()]);
+    let exists = |l: &str| std::path::Path::new(l.trim_start_matches("file://")).exists();
+    assert!(
+        !exists(&locations[0]) && !exists(&locations[1]),
+        "expired metadata files are deleted"
+    );
+    assert!(locations[2..].iter().all(|l| exists(l)));
+}
