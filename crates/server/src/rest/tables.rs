@@ -91,33 +91,14 @@ fn metadata_json(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Value> {
     Ok(value)
 }
 
-/// Client configuration for a table's storage: where an S3-compatible store is and how to
-/// address it. Credentials are never part of it.
-async fn table_config(state: &AppState, warehouse: &str) -> ApiResult<Value> {
-    let handle = state.catalog.warehouse(warehouse).await?;
-    Ok(match &handle.warehouse.storage {
-        floe_storage::StorageProfile::S3(s3) => {
-            let mut config = serde_json::Map::new();
-            if let Some(endpoint) = &s3.endpoint {
-                config.insert("s3.endpoint".into(), json!(endpoint));
-            }
-            config.insert(
-                "s3.path-style-access".into(),
-                json!(s3.path_style_access.to_string()),
-            );
-            config.insert("client.region".into(), json!(s3.region));
-            config.insert("s3.region".into(), json!(s3.region));
-            Value::Object(config)
-        }
-        floe_storage::StorageProfile::Local { .. } => json!({}),
-    })
-}
-
-fn load_result(loaded: &LoadedTable, mode: SnapshotMode, config: Value) -> ApiResult<Response> {
+/// A `LoadTableResult`. Its `config` stays empty until credential vending: DuckDB turns S3
+/// settings found there into a secret of their own, which without credentials would shadow
+/// the client's.
+fn load_result(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Response> {
     let body = json!({
         "metadata-location": loaded.metadata_location,
         "metadata": metadata_json(loaded, mode)?,
-        "config": config,
+        "config": {},
     });
     let mut response = Json(body).into_response();
     if let Some(location) = &loaded.metadata_location
@@ -170,11 +151,7 @@ pub async fn create(
             },
         )
         .await?;
-    load_result(
-        &loaded,
-        SnapshotMode::All,
-        table_config(&state, &prefix).await?,
-    )
+    load_result(&loaded, SnapshotMode::All)
 }
 
 pub async fn load(
@@ -200,7 +177,7 @@ pub async fn load(
         }
     }
     let loaded = state.catalog.load_table(&prefix, &ident).await?;
-    load_result(&loaded, mode, table_config(&state, &prefix).await?)
+    load_result(&loaded, mode)
 }
 
 pub async fn exists(
@@ -290,11 +267,7 @@ pub async fn register(
             request.overwrite,
         )
         .await?;
-    load_result(
-        &loaded,
-        SnapshotMode::All,
-        table_config(&state, &prefix).await?,
-    )
+    load_result(&loaded, SnapshotMode::All)
 }
 
 pub async fn unregister(
