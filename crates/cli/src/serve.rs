@@ -21,9 +21,10 @@ pub struct ServeArgs {
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
     #[arg(long, env = "FLOE_CATALOG_DB", hide_env_values = true)]
     pub catalog_db: Option<String>,
-    /// Largest number of database connections.
-    #[arg(long, env = "FLOE_DB_MAX_CONNECTIONS", default_value_t = 16)]
-    pub db_max_connections: u32,
+    /// Largest number of database connections (default: 4 per core, at most 16; more
+    /// connections than the machine can serve only lengthen the latency tail).
+    #[arg(long, env = "FLOE_DB_MAX_CONNECTIONS")]
+    pub db_max_connections: Option<u32>,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -38,7 +39,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let store = SqlStore::connect(
         &db_url,
         StoreOptions {
-            max_connections: args.db_max_connections,
+            max_connections: args.db_max_connections.unwrap_or_else(default_pool_size),
             ..StoreOptions::default()
         },
     )
@@ -56,14 +57,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "floe is serving");
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
-    let state = floe_server::AppState {
-        catalog,
-        metrics: floe_server::metrics::Metrics::new(),
-    };
+    let state = floe_server::AppState::new(catalog);
     floe_server::serve(listener, state, shutdown).await?;
     store.close().await;
     tracing::info!("floe stopped");
     Ok(())
+}
+
+fn default_pool_size() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+    (cores * 4).clamp(4, 16)
 }
 
 async fn ensure_default_warehouse(catalog: &CatalogService, data_dir: &Path) -> anyhow::Result<()> {

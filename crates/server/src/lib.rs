@@ -36,6 +36,19 @@ pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 pub struct AppState {
     pub catalog: Arc<CatalogService>,
     pub metrics: metrics::Metrics,
+    /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
+    /// files never change, so neither does their JSON.
+    load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
+}
+
+impl AppState {
+    pub fn new(catalog: Arc<CatalogService>) -> Self {
+        Self {
+            catalog,
+            metrics: metrics::Metrics::new(),
+            load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
+        }
+    }
 }
 
 /// The whole HTTP application.

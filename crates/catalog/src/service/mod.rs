@@ -36,7 +36,7 @@ impl Default for CatalogConfig {
     fn default() -> Self {
         Self {
             commit_retries: 8,
-            metadata_cache_entries: 4096,
+            metadata_cache_entries: 1024,
             warehouse_cache_ttl: Duration::from_secs(30),
         }
     }

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use floe_catalog::service::{CreateTable, LoadedTable, TableCommitRequest};
 use iceberg::TableIdent;
 use serde_json::{Value, json};
@@ -95,18 +96,31 @@ fn metadata_json(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Value> {
 /// settings found there into a secret of their own, which without credentials would shadow
 /// the client's.
 fn load_result(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Response> {
+    Ok(load_response(loaded, mode, load_body(loaded, mode)?))
+}
+
+fn load_body(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Bytes> {
     let body = json!({
         "metadata-location": loaded.metadata_location,
         "metadata": metadata_json(loaded, mode)?,
         "config": {},
     });
-    let mut response = Json(body).into_response();
+    serde_json::to_vec(&body).map(Bytes::from).map_err(|e| {
+        ApiError(floe_catalog::CatalogError::internal(
+            "encode load result",
+            e,
+        ))
+    })
+}
+
+fn load_response(loaded: &LoadedTable, mode: SnapshotMode, body: Bytes) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
     if let Some(location) = &loaded.metadata_location
         && let Ok(value) = HeaderValue::from_str(&etag(location, mode))
     {
         response.headers_mut().insert(header::ETAG, value);
     }
-    Ok(response)
+    response
 }
 
 pub async fn list(
@@ -177,7 +191,25 @@ pub async fn load(
         }
     }
     let loaded = state.catalog.load_table(&prefix, &ident).await?;
-    load_result(&loaded, mode)
+    let Some(location) = &loaded.metadata_location else {
+        return load_result(&loaded, mode);
+    };
+    let key = format!(
+        "{}{location}",
+        if mode == SnapshotMode::Refs {
+            "refs:"
+        } else {
+            "all:"
+        }
+    );
+    if let Some(body) = state.load_bodies.get(&key) {
+        return Ok(load_response(&loaded, mode, Bytes::clone(&body)));
+    }
+    let body = load_body(&loaded, mode)?;
+    state
+        .load_bodies
+        .insert(&key, std::sync::Arc::new(body.clone()));
+    Ok(load_response(&loaded, mode, body))
 }
 
 pub async fn exists(
