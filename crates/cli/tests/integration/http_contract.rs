@@ -520,7 +520,7 @@ async fn health_metrics_and_graceful_shutdown() {
     let floe = Floe::start("sqlite").await;
     let api = Api::new(&floe);
     assert_eq!(api.get("/health").await.status, 200);
-    api.get(&format!("{NS}")).await;
+    api.get(NS).await;
     let metrics = api.get("/metrics").await;
     let text = metrics.body.as_str().unwrap().to_string();
     assert!(text.contains("floe_http_requests_total"), "{text}");
