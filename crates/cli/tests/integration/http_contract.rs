@@ -613,3 +613,74 @@ async fn metadata_log_is_bounded_and_old_files_deleted_when_asked() {
     );
     assert!(locations[2..].iter().all(|l| exists(l)));
 }
+
+#[tokio::test]
+async fn unregister_keeps_files_and_returns_the_last_metadata() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    assert_eq!(api.post(NS, json!({"namespace": ["u"]})).await.status, 200);
+    create_table(&api, "u", "t").await;
+    let table = format!("{NS}/u/tables/t");
+    let committed = api
+        .post(
+            &table,
+            json!({"updates": [{"action": "set-properties", "updates": {"last": "yes"}}]}),
+        )
+        .await;
+    let location = committed.body["metadata-location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gone = api.post(&format!("{table}/unregister"), json!({})).await;
+    assert_eq!(gone.status, 200, "{:?}", gone.body);
+    assert_eq!(gone.body["metadata-location"], location.as_str());
+    assert_eq!(gone.body["metadata"]["properties"]["last"], "yes");
+    assert!(std::path::Path::new(location.trim_start_matches("file://")).exists());
+    assert_eq!(api.get(&table).await.status, 404);
+    let late = api
+        .post(
+            &table,
+            json!({"updates": [{"action": "set-properties", "updates": {"x": "1"}}]}),
+        )
+        .await;
+    assert_eq!(late.status, 404, "commits after unregister fail");
+    let back = api
+        .post(
+            &format!("{NS}/u/register"),
+            json!({"name": "t", "metadata-location": location}),
+        )
+        .await;
+    assert_eq!(back.status, 200, "{:?}", back.body);
+}
+
+#[tokio::test]
+async fn server_errors_hide_internals_behind_an_error_id() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    assert_eq!(
+        api.post(NS, json!({"namespace": ["broken"]})).await.status,
+        200
+    );
+    // A file where the namespace's directory should be: storage writes below it must fail.
+    let blocker = floe.warehouse_dir().join("broken");
+    std::fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let answer = api
+        .post(
+            &format!("{NS}/broken/tables"),
+            json!({"name": "t", "schema": simple_schema()}),
+        )
+        .await;
+    assert_eq!(answer.status, 500, "{:?}", answer.body);
+    assert_eq!(answer.error_type(), "InternalServerError");
+    let message = answer.message();
+    assert!(message.contains("error id"), "{message}");
+    assert!(
+        !message.contains(&floe.warehouse_dir().display().to_string()),
+        "{message}"
+    );
+    assert!(!message.contains("Not a directory"), "{message}");
+    // Nothing was registered, and the server keeps serving.
+    assert_eq!(api.get(&format!("{NS}/broken/tables/t")).await.status, 404);
+    assert_eq!(api.get("/health").await.status, 200);
+}
