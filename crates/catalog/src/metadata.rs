@@ -181,17 +181,7 @@ impl MetadataIo {
         storage: &WarehouseStorage,
         location: &str,
     ) -> Result<Arc<TableMetadata>> {
-        if let Some(hit) = self.tables.get(location) {
-            // The file can be removed behind the catalog's back; never serve it from memory then.
-            if !storage.exists(location).await? {
-                return Err(CatalogError::not_found_file(location));
-            }
-            return Ok(hit);
-        }
-        let bytes = read_file(storage, location).await?;
-        let metadata: Arc<TableMetadata> = Arc::new(decode(&bytes, location)?);
-        self.tables.insert(location, metadata.clone());
-        Ok(metadata)
+        read_cached(&self.tables, storage, location).await
     }
 
     pub async fn write_table(
@@ -200,11 +190,7 @@ impl MetadataIo {
         location: &str,
         metadata: Arc<TableMetadata>,
     ) -> Result<()> {
-        storage
-            .write(location, encode(&*metadata, location)?)
-            .await?;
-        self.tables.insert(location, metadata);
-        Ok(())
+        write_cached(&self.tables, storage, location, metadata).await
     }
 
     pub async fn read_view(
@@ -212,16 +198,7 @@ impl MetadataIo {
         storage: &WarehouseStorage,
         location: &str,
     ) -> Result<Arc<ViewMetadata>> {
-        if let Some(hit) = self.views.get(location) {
-            if !storage.exists(location).await? {
-                return Err(CatalogError::not_found_file(location));
-            }
-            return Ok(hit);
-        }
-        let bytes = read_file(storage, location).await?;
-        let metadata: Arc<ViewMetadata> = Arc::new(decode(&bytes, location)?);
-        self.views.insert(location, metadata.clone());
-        Ok(metadata)
+        read_cached(&self.views, storage, location).await
     }
 
     pub async fn write_view(
@@ -230,12 +207,39 @@ impl MetadataIo {
         location: &str,
         metadata: Arc<ViewMetadata>,
     ) -> Result<()> {
-        storage
-            .write(location, encode(&*metadata, location)?)
-            .await?;
-        self.views.insert(location, metadata);
-        Ok(())
+        write_cached(&self.views, storage, location, metadata).await
     }
+}
+
+async fn read_cached<T: DeserializeOwned>(
+    cache: &MetadataCache<T>,
+    storage: &WarehouseStorage,
+    location: &str,
+) -> Result<Arc<T>> {
+    if let Some(hit) = cache.get(location) {
+        // The file can be removed behind the catalog's back; never serve it from memory then.
+        if !storage.exists(location).await? {
+            return Err(CatalogError::not_found_file(location));
+        }
+        return Ok(hit);
+    }
+    let bytes = read_file(storage, location).await?;
+    let metadata: Arc<T> = Arc::new(decode(&bytes, location)?);
+    cache.insert(location, metadata.clone());
+    Ok(metadata)
+}
+
+async fn write_cached<T: Serialize>(
+    cache: &MetadataCache<T>,
+    storage: &WarehouseStorage,
+    location: &str,
+    metadata: Arc<T>,
+) -> Result<()> {
+    storage
+        .write(location, encode(&*metadata, location)?)
+        .await?;
+    cache.insert(location, metadata);
+    Ok(())
 }
 
 #[cfg(test)]

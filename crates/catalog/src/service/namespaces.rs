@@ -23,14 +23,8 @@ impl CatalogService {
         if let Some(location) = properties.get("location") {
             wh.storage.require_inside(location)?;
         }
-        if let Some(parent) = ns.parent()
-            && self
-                .store
-                .get_namespace(wh.warehouse.id, &parent)
-                .await?
-                .is_none()
-        {
-            return Err(CatalogError::no_such_namespace(parent.join(".")));
+        if let Some(parent) = ns.parent() {
+            self.require_namespace(&wh, &parent).await?;
         }
         let record = NamespaceRecord {
             id: Uuid::now_v7(),
@@ -49,10 +43,7 @@ impl CatalogService {
     ) -> Result<NamespaceRecord> {
         validate_namespace(ns)?;
         let wh = self.warehouse(warehouse).await?;
-        self.store
-            .get_namespace(wh.warehouse.id, ns)
-            .await?
-            .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))
+        self.require_namespace(&wh, ns).await
     }
 
     pub async fn list_namespaces(
@@ -64,14 +55,7 @@ impl CatalogService {
         let wh = self.warehouse(warehouse).await?;
         if let Some(parent) = parent {
             validate_namespace(parent)?;
-            if self
-                .store
-                .get_namespace(wh.warehouse.id, parent)
-                .await?
-                .is_none()
-            {
-                return Err(CatalogError::no_such_namespace(parent.join(".")));
-            }
+            self.require_namespace(&wh, parent).await?;
         }
         self.store
             .list_namespaces(wh.warehouse.id, parent, page)

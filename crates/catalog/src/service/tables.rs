@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{CatalogService, WarehouseHandle};
 use crate::ident::{validate_name, validate_namespace};
 use crate::metadata::next_metadata_location;
-use crate::model::{NewTabular, Page, PageRequest, TabularKind, TabularRecord};
+use crate::model::{NamespaceRecord, NewTabular, Page, PageRequest, TabularKind, TabularRecord};
 use crate::{CatalogError, Result};
 
 /// What a client asks for when it creates a table.
@@ -73,20 +73,35 @@ fn take_format_version(properties: &mut HashMap<String, String>) -> Result<Forma
 }
 
 impl CatalogService {
-    /// The location a new table or view gets when the client does not ask for one: below the
-    /// namespace's `location` property if set, else below the warehouse root.
-    pub(crate) async fn default_location(
+    /// The namespace, or `NoSuchNamespace`.
+    pub(crate) async fn require_namespace(
+        &self,
+        wh: &WarehouseHandle,
+        ns: &NamespaceIdent,
+    ) -> Result<NamespaceRecord> {
+        self.store
+            .get_namespace(wh.warehouse.id, ns)
+            .await?
+            .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))
+    }
+
+    /// The location of a new table or view: the one the client asked for, verbatim, when it
+    /// lies inside the warehouse; otherwise below the namespace's `location` property if set,
+    /// else below the warehouse root, ending in `<name>-<id>` so a re-created name never
+    /// shares files with its predecessor.
+    pub(crate) async fn new_location(
         &self,
         wh: &WarehouseHandle,
         ns: &NamespaceIdent,
         name: &str,
         id: Uuid,
+        requested: Option<&str>,
     ) -> Result<String> {
-        let namespace = self
-            .store
-            .get_namespace(wh.warehouse.id, ns)
-            .await?
-            .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))?;
+        let namespace = self.require_namespace(wh, ns).await?;
+        if let Some(requested) = requested {
+            wh.storage.require_inside(requested)?;
+            return Ok(requested.trim_end_matches('/').to_string());
+        }
         let leaf = format!("{}-{}", sanitize_segment(name), id.simple());
         let base = match namespace.properties.get("location") {
             Some(location) => wh.storage.require_inside(location)?,
@@ -140,23 +155,9 @@ impl CatalogService {
         validate_ident(&ident, "table")?;
         let wh = self.warehouse(warehouse).await?;
         let id = Uuid::now_v7();
-        let location = match &request.location {
-            Some(requested) => {
-                if self
-                    .store
-                    .get_namespace(wh.warehouse.id, ns)
-                    .await?
-                    .is_none()
-                {
-                    return Err(CatalogError::no_such_namespace(ns.join(".")));
-                }
-                {
-                    wh.storage.require_inside(requested)?;
-                    requested.trim_end_matches('/').to_string()
-                }
-            }
-            None => self.default_location(&wh, ns, &request.name, id).await?,
-        };
+        let location = self
+            .new_location(&wh, ns, &request.name, id, request.location.as_deref())
+            .await?;
         if let Some(existing) = self.find_tabular(&wh, &ident).await? {
             return Err(Self::exists_error(existing.kind, &ident));
         }
@@ -267,14 +268,7 @@ impl CatalogService {
     ) -> Result<Page<String>> {
         validate_namespace(ns)?;
         let wh = self.warehouse(warehouse).await?;
-        if self
-            .store
-            .get_namespace(wh.warehouse.id, ns)
-            .await?
-            .is_none()
-        {
-            return Err(CatalogError::no_such_namespace(ns.join(".")));
-        }
+        self.require_namespace(&wh, ns).await?;
         self.store
             .list_tabulars(wh.warehouse.id, ns, kind, page)
             .await
@@ -385,14 +379,7 @@ impl CatalogService {
                 });
             }
         };
-        if self
-            .store
-            .get_namespace(wh.warehouse.id, &to.namespace)
-            .await?
-            .is_none()
-        {
-            return Err(CatalogError::no_such_namespace(to.namespace.join(".")));
-        }
+        self.require_namespace(&wh, &to.namespace).await?;
         if from == to {
             return Ok(());
         }
@@ -429,14 +416,7 @@ impl CatalogService {
         validate_ident(ident, "table")?;
         let wh = self.warehouse(warehouse).await?;
         wh.storage.require_inside(metadata_location)?;
-        if self
-            .store
-            .get_namespace(wh.warehouse.id, &ident.namespace)
-            .await?
-            .is_none()
-        {
-            return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
-        }
+        self.require_namespace(&wh, &ident.namespace).await?;
         let metadata = self
             .metadata
             .read_table(&wh.storage, metadata_location)

@@ -211,14 +211,7 @@ impl CatalogService {
         request: &TableCommitRequest,
     ) -> Result<Prepared> {
         let ident = &request.ident;
-        if self
-            .store
-            .get_namespace(wh.warehouse.id, &ident.namespace)
-            .await?
-            .is_none()
-        {
-            return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
-        }
+        self.require_namespace(wh, &ident.namespace).await?;
         check_table_requirements(None, &request.requirements)?;
         let metadata: TableMetadata = create_table_from_updates(request.updates.clone())?;
         let location = wh.storage.require_inside(metadata.location())?.to_string();

@@ -68,23 +68,9 @@ impl CatalogService {
         validate_ident(&ident, "view")?;
         let wh = self.warehouse(warehouse).await?;
         let id = Uuid::now_v7();
-        let location = match &request.location {
-            Some(requested) => {
-                if self
-                    .store
-                    .get_namespace(wh.warehouse.id, ns)
-                    .await?
-                    .is_none()
-                {
-                    return Err(CatalogError::no_such_namespace(ns.join(".")));
-                }
-                {
-                    wh.storage.require_inside(requested)?;
-                    requested.trim_end_matches('/').to_string()
-                }
-            }
-            None => self.default_location(&wh, ns, &request.name, id).await?,
-        };
+        let location = self
+            .new_location(&wh, ns, &request.name, id, request.location.as_deref())
+            .await?;
         if let Some(existing) = self.find_tabular(&wh, &ident).await? {
             return Err(Self::view_exists_error(existing.kind, &ident));
         }
@@ -244,14 +230,7 @@ impl CatalogService {
         validate_ident(ident, "view")?;
         let wh = self.warehouse(warehouse).await?;
         wh.storage.require_inside(metadata_location)?;
-        if self
-            .store
-            .get_namespace(wh.warehouse.id, &ident.namespace)
-            .await?
-            .is_none()
-        {
-            return Err(CatalogError::no_such_namespace(ident.namespace.join(".")));
-        }
+        self.require_namespace(&wh, &ident.namespace).await?;
         if let Some(existing) = self.find_tabular(&wh, ident).await? {
             return Err(Self::view_exists_error(existing.kind, ident));
         }

@@ -109,6 +109,22 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/namespaces/{namespace}/register-view",
 ];
 
+/// A `ListTablesResponse` (also used for views).
+pub(crate) fn list_identifiers(
+    ns: &iceberg::NamespaceIdent,
+    page: floe_catalog::model::Page<String>,
+) -> serde_json::Value {
+    let identifiers: Vec<types::Identifier> = page
+        .items
+        .into_iter()
+        .map(|name| types::Identifier {
+            namespace: ns.iter().cloned().collect(),
+            name,
+        })
+        .collect();
+    serde_json::json!({ "identifiers": identifiers, "next-page-token": page.next_token })
+}
+
 /// Reads `page-token` / `page-size`; a page size that is not a positive integer is a 400.
 pub(crate) fn page_request(query: &ListQuery) -> Result<PageRequest, ApiError> {
     let size = match query.page_size.as_deref() {

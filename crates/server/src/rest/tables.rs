@@ -10,11 +10,11 @@ use iceberg::TableIdent;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::page_request;
 use super::types::{
-    CommitTableRequest, CreateTableRequest, DropQuery, Identifier, ListQuery, LoadQuery,
-    RegisterRequest, RenameRequest,
+    CommitTableRequest, CreateTableRequest, DropQuery, ListQuery, LoadQuery, RegisterRequest,
+    RenameRequest,
 };
+use super::{list_identifiers, page_request};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
@@ -133,14 +133,7 @@ pub async fn list(
         .catalog
         .list_tables(&prefix, &ns, &page_request(&query)?)
         .await?;
-    let identifiers: Vec<Identifier> = page
-        .items
-        .iter()
-        .map(|name| Identifier::from_ident(&TableIdent::new(ns.clone(), name.clone())))
-        .collect();
-    Ok(Json(
-        json!({ "identifiers": identifiers, "next-page-token": page.next_token }),
-    ))
+    Ok(Json(list_identifiers(&ns, page)))
 }
 
 pub async fn create(

@@ -62,13 +62,6 @@ impl Identifier {
         })?;
         Ok(TableIdent::new(ns, self.name.clone()))
     }
-
-    pub fn from_ident(ident: &TableIdent) -> Self {
-        Identifier {
-            namespace: ident.namespace.iter().cloned().collect(),
-            name: ident.name.clone(),
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -8,10 +8,10 @@ use floe_catalog::service::{CreateView, LoadedView};
 use iceberg::TableIdent;
 use serde_json::{Value, json};
 
-use super::page_request;
 use super::types::{
-    CommitViewRequest, CreateViewRequest, Identifier, ListQuery, RegisterViewRequest, RenameRequest,
+    CommitViewRequest, CreateViewRequest, ListQuery, RegisterViewRequest, RenameRequest,
 };
+use super::{list_identifiers, page_request};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
@@ -43,14 +43,7 @@ pub async fn list(
         .catalog
         .list_views(&prefix, &ns, &page_request(&query)?)
         .await?;
-    let identifiers: Vec<Identifier> = page
-        .items
-        .iter()
-        .map(|name| Identifier::from_ident(&TableIdent::new(ns.clone(), name.clone())))
-        .collect();
-    Ok(Json(
-        json!({ "identifiers": identifiers, "next-page-token": page.next_token }),
-    ))
+    Ok(Json(list_identifiers(&ns, page)))
 }
 
 pub async fn create(
