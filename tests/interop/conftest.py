@@ -21,6 +21,9 @@ S3_BUCKET = os.environ.get("FLOE_TEST_S3_BUCKET", "floe-test")
 S3_ACCESS_KEY = os.environ.get("FLOE_TEST_S3_ACCESS_KEY")
 S3_SECRET_KEY = os.environ.get("FLOE_TEST_S3_SECRET_KEY")
 IN_CI = bool(os.environ.get("CI"))
+# Root credentials every test server is started with.
+ROOT_ID = "floe-test-root"
+ROOT_SECRET = "floe-test-root-secret"
 
 
 def _free_port() -> int:
@@ -52,9 +55,36 @@ class Floe:
     def catalog_uri(self) -> str:
         return f"{self.base}/catalog"
 
-    def client_properties(self) -> dict[str, str]:
-        """What a client needs besides the URI: S3 access for S3 warehouses."""
-        props = {"warehouse": self.warehouse}
+    @property
+    def token_uri(self) -> str:
+        return f"{self.catalog_uri}/v1/oauth/tokens"
+
+    def token(self, client_id: str = ROOT_ID, client_secret: str = ROOT_SECRET) -> str:
+        response = requests.post(
+            self.token_uri,
+            data={
+                "grant_type": "client_credentials",
+                "client_id": client_id,
+                "client_secret": client_secret,
+                "scope": "catalog",
+            },
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        return response.json()["access_token"]
+
+    def api(self, method: str, path: str, token: str | None = None, **kwargs) -> requests.Response:
+        """A management or catalog request as root (or with `token`)."""
+        headers = {"Authorization": f"Bearer {token or self.token()}"}
+        return requests.request(method, f"{self.base}{path}", headers=headers, timeout=30, **kwargs)
+
+    def client_properties(self, client_id: str = ROOT_ID, client_secret: str = ROOT_SECRET) -> dict[str, str]:
+        """What a client needs besides the URI: credentials, and S3 access for S3 warehouses."""
+        props = {
+            "warehouse": self.warehouse,
+            "credential": f"{client_id}:{client_secret}",
+            "oauth2-server-uri": self.token_uri,
+        }
         if self.storage == "s3":
             props.update(
                 {
@@ -66,10 +96,12 @@ class Floe:
             )
         return props
 
-    def pyiceberg(self):
+    def pyiceberg(self, client_id: str = ROOT_ID, client_secret: str = ROOT_SECRET):
         from pyiceberg.catalog import load_catalog
 
-        return load_catalog("floe", type="rest", uri=self.catalog_uri, **self.client_properties())
+        return load_catalog(
+            "floe", type="rest", uri=self.catalog_uri, **self.client_properties(client_id, client_secret)
+        )
 
 
 def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") -> Floe:
@@ -85,7 +117,12 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
         pytest.skip("no S3-compatible server (FLOE_TEST_S3_ENDPOINT)")
     port = _free_port()
     data_dir = tmp_path / "floe-data"
-    env = dict(os.environ, FLOE_LOG=os.environ.get("FLOE_LOG", "warn"))
+    env = dict(
+        os.environ,
+        FLOE_LOG=os.environ.get("FLOE_LOG", "warn"),
+        FLOE_ROOT_CLIENT_ID=ROOT_ID,
+        FLOE_ROOT_CLIENT_SECRET=ROOT_SECRET,
+    )
     env.pop("FLOE_CATALOG_DB", None)
     if backend == "postgres":
         env["FLOE_CATALOG_DB"] = _fresh_postgres_database()
@@ -108,13 +145,14 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
             process.kill()
             raise RuntimeError(f"floe did not start: {(tmp_path / 'floe.log').read_text()}")
         time.sleep(0.05)
-    warehouse = "default"
+    floe = Floe(process, base, data_dir, "default", storage, backend)
     if storage == "s3":
-        warehouse = "s3wh"
-        response = requests.post(
-            f"{base}/api/v1/warehouses",
+        floe.warehouse = "s3wh"
+        response = floe.api(
+            "POST",
+            "/api/v1/warehouses",
             json={
-                "name": warehouse,
+                "name": floe.warehouse,
                 "storage": {
                     "type": "s3",
                     "bucket": S3_BUCKET,
@@ -126,10 +164,9 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
                     "secret-access-key": S3_SECRET_KEY,
                 },
             },
-            timeout=30,
         )
         assert response.status_code == 201, response.text
-    return Floe(process, base, data_dir, warehouse, storage, backend)
+    return floe
 
 
 def stop_floe(floe: Floe) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from conftest import ROOT_ID, ROOT_SECRET
 from duckdb_ext import connect
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -22,7 +23,7 @@ def floe_duck(request, tmp_path):
     stop_floe(server)
 
 
-def attach(floe):
+def attach(floe, client_id: str = ROOT_ID, client_secret: str = ROOT_SECRET):
     con = connect()
     if floe.storage == "s3":
         props = floe.client_properties()
@@ -32,9 +33,13 @@ def attach(floe):
                 SECRET '{props["s3.secret-access-key"]}', ENDPOINT '{endpoint}', URL_STYLE 'path',
                 USE_SSL false, REGION 'us-east-1')"""
         )
+    props = floe.client_properties(client_id, client_secret)
+    cid, secret = props["credential"].split(":", 1)
     con.execute(
-        f"ATTACH '{floe.warehouse}' AS floe (TYPE iceberg, ENDPOINT '{floe.catalog_uri}', AUTHORIZATION_TYPE 'none')"
+        f"""CREATE SECRET floe_auth (TYPE iceberg, CLIENT_ID '{cid}', CLIENT_SECRET '{secret}',
+            OAUTH2_SERVER_URI '{floe.token_uri}')"""
     )
+    con.execute(f"ATTACH '{floe.warehouse}' AS floe (TYPE iceberg, ENDPOINT '{floe.catalog_uri}', SECRET floe_auth)")
     return con
 
 

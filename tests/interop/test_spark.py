@@ -36,6 +36,8 @@ def spark_floe(request, tmp_path_factory):
         .config("spark.sql.catalog.floe.type", "rest")
         .config("spark.sql.catalog.floe.uri", floe.catalog_uri)
         .config("spark.sql.catalog.floe.warehouse", floe.warehouse)
+        .config("spark.sql.catalog.floe.credential", floe.client_properties()["credential"])
+        .config("spark.sql.catalog.floe.oauth2-server-uri", floe.token_uri)
     )
     if storage == "s3":
         props = floe.client_properties()

@@ -38,6 +38,12 @@ pub enum CatalogError {
         error_type: &'static str,
         message: String,
     },
+    /// Missing, malformed, expired or revoked credentials.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Authenticated, but without the privilege.
+    #[error("{0}")]
+    PermissionDenied(String),
     #[error("{0}")]
     NamespaceNotEmpty(String),
     #[error("{0}")]
@@ -128,6 +134,8 @@ impl CatalogError {
             }
             CatalogError::NotFound { .. } => ErrorCode::NotFound,
             CatalogError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            CatalogError::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            CatalogError::PermissionDenied(_) => ErrorCode::PermissionDenied,
             CatalogError::NamespaceNotEmpty(_) | CatalogError::CommitFailed(_) => {
                 ErrorCode::Conflict
             }
@@ -146,6 +154,8 @@ impl CatalogError {
             CatalogError::InvalidArgument(_) => "IllegalArgumentException",
             CatalogError::NotFound { error_type, .. }
             | CatalogError::AlreadyExists { error_type, .. } => error_type,
+            CatalogError::Unauthenticated(_) => "NotAuthorizedException",
+            CatalogError::PermissionDenied(_) => "ForbiddenException",
             CatalogError::NamespaceNotEmpty(_) => "NamespaceNotEmptyException",
             CatalogError::CommitFailed(_) => "CommitFailedException",
             CatalogError::Unsupported(_) => "UnsupportedOperationException",

@@ -10,6 +10,7 @@
 
 pub mod commit;
 mod error;
+pub mod governance;
 pub mod ident;
 pub mod metadata;
 pub mod model;

@@ -1,6 +1,8 @@
 //! `floe`: the one binary. Parses flags, sets up tracing and dispatches.
 
+mod admin;
 mod bench;
+mod client;
 mod serve;
 mod warehouse;
 
@@ -20,6 +22,9 @@ enum Command {
     /// Manage warehouses of a running server.
     #[command(subcommand)]
     Warehouse(warehouse::WarehouseCommand),
+    /// Administer principals and signing keys of a running server.
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -45,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Warehouse(command) => warehouse::run(command).await,
+            Command::Admin(command) => admin::run(command).await,
             Command::Bench(command) => bench::run(command).await,
         }
     })

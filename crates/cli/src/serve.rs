@@ -2,9 +2,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use floe_catalog::governance::auth::{AuthConfig, AuthService, ClientCredentials};
 use floe_catalog::service::{CatalogConfig, CatalogService};
 use floe_storage::StorageProfile;
 use floe_store::{SqlStore, StoreOptions};
@@ -21,6 +23,9 @@ pub struct ServeArgs {
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
     #[arg(long, env = "FLOE_CATALOG_DB", hide_env_values = true)]
     pub catalog_db: Option<String>,
+    /// Lifetime of issued access tokens, in seconds.
+    #[arg(long, env = "FLOE_TOKEN_TTL_SECS", default_value_t = 3600)]
+    pub token_ttl_secs: u64,
     /// Largest number of database connections (default: 4 per core, at most 16; more
     /// connections than the machine can serve only lengthen the latency tail).
     #[arg(long, env = "FLOE_DB_MAX_CONNECTIONS")]
@@ -50,6 +55,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         CatalogConfig::default(),
     ));
     ensure_default_warehouse(&catalog, &data_dir).await?;
+    let auth = Arc::new(AuthService::new(
+        Arc::new(store.clone()),
+        AuthConfig {
+            token_ttl: Duration::from_secs(args.token_ttl_secs.max(1)),
+            ..AuthConfig::default()
+        },
+    ));
+    auth.init().await.context("load token signing keys")?;
+    bootstrap_root(&auth, &data_dir).await?;
 
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -57,11 +71,53 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "floe is serving");
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
-    let state = floe_server::AppState::new(catalog);
+    let state = floe_server::AppState::new(catalog, auth);
     floe_server::serve(listener, state, shutdown).await?;
     store.close().await;
     tracing::info!("floe stopped");
     Ok(())
+}
+
+/// Creates the root principal on first start: with the credentials in
+/// `FLOE_ROOT_CLIENT_ID` / `FLOE_ROOT_CLIENT_SECRET` when set, otherwise with generated ones
+/// written to `<data-dir>/root-credentials.json` (mode 0600).
+async fn bootstrap_root(auth: &AuthService, data_dir: &Path) -> anyhow::Result<()> {
+    let configured = match (
+        std::env::var("FLOE_ROOT_CLIENT_ID")
+            .ok()
+            .filter(|v| !v.is_empty()),
+        std::env::var("FLOE_ROOT_CLIENT_SECRET")
+            .ok()
+            .filter(|v| !v.is_empty()),
+    ) {
+        (Some(client_id), Some(client_secret)) => Some(ClientCredentials {
+            client_id,
+            client_secret,
+        }),
+        (None, None) => None,
+        _ => anyhow::bail!("set both FLOE_ROOT_CLIENT_ID and FLOE_ROOT_CLIENT_SECRET, or neither"),
+    };
+    if let Some(generated) = auth.bootstrap_root(configured).await? {
+        let path = data_dir.join("root-credentials.json");
+        write_private(&path, &serde_json::to_vec_pretty(&generated)?)
+            .with_context(|| format!("write {}", path.display()))?;
+        tracing::info!(path = %path.display(), "created the root principal; its credentials are in this file");
+    }
+    Ok(())
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 fn default_pool_size() -> u32 {

@@ -1,15 +1,10 @@
 //! `floe warehouse …`: manage warehouses through a running server's management API.
 
-use anyhow::{Context, bail};
-use clap::{Args, Subcommand};
+use anyhow::bail;
+use clap::Subcommand;
 use serde_json::{Value, json};
 
-#[derive(Args, Debug, Clone)]
-pub struct ServerArgs {
-    /// Base URL of the Floe server.
-    #[arg(long, env = "FLOE_SERVER", default_value = "http://127.0.0.1:8181")]
-    pub server: String,
-}
+use crate::client::{ServerArgs, print};
 
 #[derive(Subcommand, Debug)]
 pub enum WarehouseCommand {
@@ -56,8 +51,8 @@ pub enum WarehouseCommand {
 }
 
 pub async fn run(command: WarehouseCommand) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
-    let (request, server) = match command {
+    use reqwest::Method;
+    let answer = match command {
         WarehouseCommand::Create {
             name,
             local,
@@ -73,54 +68,46 @@ pub async fn run(command: WarehouseCommand) -> anyhow::Result<()> {
                 (Some(path), None) => json!({ "type": "local", "path": path }),
                 (None, Some(bucket)) => {
                     let secret = std::env::var("FLOE_S3_SECRET_ACCESS_KEY").ok();
-                    json!({
+                    strip_nulls(json!({
                         "type": "s3", "bucket": bucket, "key-prefix": s3_prefix, "region": s3_region,
                         "endpoint": s3_endpoint, "path-style-access": s3_path_style,
                         "access-key-id": s3_access_key_id, "secret-access-key": secret,
-                    })
+                    }))
                 }
                 _ => bail!("give exactly one of --local or --s3-bucket"),
             };
-            let storage = strip_nulls(storage);
-            let url = format!("{}/api/v1/warehouses", server.server);
-            (
-                client
-                    .post(url)
-                    .json(&json!({ "name": name, "storage": storage })),
-                server,
-            )
+            let body = json!({ "name": name, "storage": storage });
+            server
+                .connect()
+                .await?
+                .call(Method::POST, "/api/v1/warehouses", Some(body))
+                .await?
         }
-        WarehouseCommand::List { server } => (
-            client.get(format!("{}/api/v1/warehouses", server.server)),
-            server,
-        ),
-        WarehouseCommand::Get { name, server } => (
-            client.get(format!("{}/api/v1/warehouses/{name}", server.server)),
-            server,
-        ),
-        WarehouseCommand::Delete { name, server } => (
-            client.delete(format!("{}/api/v1/warehouses/{name}", server.server)),
-            server,
-        ),
+        WarehouseCommand::List { server } => {
+            server
+                .connect()
+                .await?
+                .call(Method::GET, "/api/v1/warehouses", None)
+                .await?
+        }
+        WarehouseCommand::Get { name, server } => {
+            let path = format!("/api/v1/warehouses/{name}");
+            server
+                .connect()
+                .await?
+                .call(Method::GET, &path, None)
+                .await?
+        }
+        WarehouseCommand::Delete { name, server } => {
+            let path = format!("/api/v1/warehouses/{name}");
+            server
+                .connect()
+                .await?
+                .call(Method::DELETE, &path, None)
+                .await?
+        }
     };
-    let response = request
-        .send()
-        .await
-        .with_context(|| format!("reach Floe at {}", server.server))?;
-    let status = response.status();
-    let text = response.text().await?;
-    if !status.is_success() {
-        let message = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-            .unwrap_or(text);
-        bail!("{status}: {message}");
-    }
-    if !text.is_empty() {
-        let value: Value = serde_json::from_str(&text)?;
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    }
-    Ok(())
+    print(&answer)
 }
 
 fn strip_nulls(value: Value) -> Value {

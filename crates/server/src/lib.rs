@@ -8,6 +8,7 @@
 //! and shape the response. Errors become the Iceberg `ErrorModel` in exactly one place,
 //! [`error`].
 
+mod auth;
 pub mod error;
 mod extract;
 mod idempotency;
@@ -35,6 +36,7 @@ pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     pub catalog: Arc<CatalogService>,
+    pub auth: Arc<floe_catalog::governance::auth::AuthService>,
     pub metrics: metrics::Metrics,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
@@ -42,9 +44,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(catalog: Arc<CatalogService>) -> Self {
+    pub fn new(
+        catalog: Arc<CatalogService>,
+        auth: Arc<floe_catalog::governance::auth::AuthService>,
+    ) -> Self {
         Self {
             catalog,
+            auth,
             metrics: metrics::Metrics::new(),
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
@@ -57,9 +63,10 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics::serve_metrics))
         .nest("/catalog", rest::router(state.clone()))
-        .nest("/api/v1", management::router())
+        .nest("/api/v1", management::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

@@ -8,6 +8,7 @@
 
 mod catalog;
 mod error;
+mod governance;
 
 use std::path::Path;
 use std::str::FromStr;

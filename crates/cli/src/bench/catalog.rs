@@ -14,9 +14,8 @@ use tokio::sync::Mutex;
 
 #[derive(Args, Debug, Clone)]
 pub struct CatalogBenchArgs {
-    /// Base URL of the Floe server.
-    #[arg(long, env = "FLOE_SERVER", default_value = "http://127.0.0.1:8181")]
-    server: String,
+    #[command(flatten)]
+    server: crate::client::ServerArgs,
     #[arg(long, default_value = "default")]
     warehouse: String,
     /// Concurrent clients.
@@ -28,24 +27,19 @@ pub struct CatalogBenchArgs {
     /// Tables the load and commit phases spread over.
     #[arg(long, default_value_t = 64)]
     tables: usize,
-    /// Bearer token, when the server requires one.
-    #[arg(long, env = "FLOE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
 }
 
 struct Client {
     http: reqwest::Client,
     base: String,
-    token: Option<String>,
+    token: String,
 }
 
 impl Client {
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let builder = self.http.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(token) => builder.bearer_auth(token),
-            None => builder,
-        }
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
     }
 
     /// Sends a request and drains the body without parsing it: the load generator shares the
@@ -107,13 +101,11 @@ fn table_schema() -> Value {
 }
 
 pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency * 2)
-        .build()?;
+    let connected = args.server.connect().await?;
     let client = Arc::new(Client {
-        http,
-        base: args.server.trim_end_matches('/').to_string(),
-        token: args.token.clone(),
+        http: connected.http,
+        base: connected.base,
+        token: connected.token,
     });
     let (status, config) = client
         .json(
@@ -122,7 +114,7 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
             None,
         )
         .await
-        .with_context(|| format!("reach Floe at {}", args.server))?;
+        .with_context(|| format!("reach Floe at {}", args.server.server))?;
     if status != 200 {
         bail!("GET /v1/config answered {status}: {config}");
     }
@@ -157,7 +149,7 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
     }
     println!(
         "floe bench catalog: server {} warehouse {} namespace {ns}, {} clients, {} s per operation, {} tables",
-        args.server, args.warehouse, args.concurrency, args.seconds, args.tables
+        args.server.server, args.warehouse, args.concurrency, args.seconds, args.tables
     );
 
     let peak_rss = Arc::new(AtomicU64::new(0));

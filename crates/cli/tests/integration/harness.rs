@@ -9,6 +9,34 @@ pub struct Floe {
     child: Child,
     pub base: String,
     pub data_dir: tempfile::TempDir,
+    /// A token of the root principal.
+    pub root_token: String,
+}
+
+/// Root credentials every test server is started with.
+pub const ROOT_ID: &str = "floe-test-root";
+pub const ROOT_SECRET: &str = "floe-test-root-secret";
+
+/// Client credentials grant against a running server.
+pub async fn fetch_token(base: &str, id: &str, secret: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/catalog/v1/oauth/tokens"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", id),
+            ("client_secret", secret),
+            ("scope", "catalog"),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
+pub async fn token_for(base: &str, id: &str, secret: &str) -> String {
+    let response = fetch_token(base, id, secret).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    body["access_token"].as_str().unwrap().to_string()
 }
 
 /// Which catalog databases to test: SQLite always, PostgreSQL when the test script started one.
@@ -67,7 +95,12 @@ impl Floe {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")
             .arg(data_dir.path())
-            .env("FLOE_LOG", "warn")
+            .env(
+                "FLOE_LOG",
+                std::env::var("FLOE_TEST_LOG").unwrap_or_else(|_| "warn".to_string()),
+            )
+            .env("FLOE_ROOT_CLIENT_ID", ROOT_ID)
+            .env("FLOE_ROOT_CLIENT_SECRET", ROOT_SECRET)
             .stdin(Stdio::null());
         if backend == "postgres" {
             command.env("FLOE_CATALOG_DB", fresh_postgres_database().await);
@@ -78,12 +111,14 @@ impl Floe {
             command.env(k, v);
         }
         let child = command.spawn().expect("start floe");
-        let floe = Floe {
+        let mut floe = Floe {
             child,
             base: format!("http://127.0.0.1:{port}"),
             data_dir,
+            root_token: String::new(),
         };
         floe.wait_ready().await;
+        floe.root_token = token_for(&floe.base, ROOT_ID, ROOT_SECRET).await;
         floe
     }
 
@@ -163,7 +198,29 @@ impl Answer {
 }
 
 impl Api {
+    /// A client acting as the root principal.
     pub fn new(floe: &Floe) -> Api {
+        Api::with_token(floe, &floe.root_token)
+    }
+
+    /// A client sending `token` as its bearer token.
+    pub fn with_token(floe: &Floe, token: &str) -> Api {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        Api {
+            http: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            base: floe.base.clone(),
+        }
+    }
+
+    /// A client sending no credentials.
+    pub fn anonymous(floe: &Floe) -> Api {
         Api {
             http: reqwest::Client::new(),
             base: floe.base.clone(),

@@ -543,6 +543,8 @@ async fn warehouse_cli_talks_to_the_management_api() {
             .arg("warehouse")
             .args(args)
             .args(["--server", &floe.base])
+            .args(["--client-id", crate::harness::ROOT_ID])
+            .args(["--client-secret", crate::harness::ROOT_SECRET])
             .output()
             .unwrap()
     };

@@ -21,7 +21,7 @@ use iceberg_catalog_rest::{
 };
 use parquet::file::properties::WriterProperties;
 
-use crate::harness::{Floe, backends};
+use crate::harness::{Floe, ROOT_ID, ROOT_SECRET, backends};
 
 async fn append_rows(
     catalog: &dyn Catalog,
@@ -104,6 +104,11 @@ async fn iceberg_rust_client_creates_appends_and_loads() {
                     (
                         REST_CATALOG_PROP_WAREHOUSE.to_string(),
                         "default".to_string(),
+                    ),
+                    ("credential".to_string(), format!("{ROOT_ID}:{ROOT_SECRET}")),
+                    (
+                        "oauth2-server-uri".to_string(),
+                        format!("{}/v1/oauth/tokens", floe.catalog_uri()),
                     ),
                 ]),
             )

@@ -1,16 +1,17 @@
 //! The management API under `/api/v1`, described by `/api/v1/openapi.json`.
 
+mod principals;
 mod warehouses;
 
 use axum::Router;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::AppState;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/openapi.json", get(openapi))
+/// The management routes; all but the OpenAPI document require an authenticated principal.
+pub fn router(state: AppState) -> Router<AppState> {
+    let authenticated = Router::new()
         .route(
             "/warehouses",
             get(warehouses::list).post(warehouses::create),
@@ -19,6 +20,25 @@ pub fn router() -> Router<AppState> {
             "/warehouses/{name}",
             get(warehouses::get).delete(warehouses::delete),
         )
+        .route(
+            "/principals",
+            get(principals::list).post(principals::create),
+        )
+        .route("/principals/{name}", get(principals::get))
+        .route(
+            "/principals/{name}/rotate-credentials",
+            post(principals::rotate_credentials),
+        )
+        .route("/principals/{name}/disable", post(principals::disable))
+        .route("/principals/{name}/enable", post(principals::enable))
+        .route("/signing-keys/rotate", post(principals::rotate_signing_key))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::auth::require_principal,
+        ));
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .merge(authenticated)
 }
 
 async fn openapi() -> impl IntoResponse {

@@ -2,15 +2,16 @@
 
 use std::collections::HashMap;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use floe_catalog::model::Warehouse;
 use floe_storage::StorageProfile;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::auth::{Principal, require_root};
 use crate::error::ApiResult;
 use crate::extract::{JsonBody, PathParams};
 
@@ -34,7 +35,11 @@ pub fn warehouse_json(w: &Warehouse) -> Value {
     })
 }
 
-pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+) -> ApiResult<Json<Value>> {
+    require_root(&caller)?;
     let warehouses = state.catalog.list_warehouses().await?;
     Ok(Json(json!({
         "warehouses": warehouses.iter().map(warehouse_json).collect::<Vec<_>>()
@@ -43,8 +48,10 @@ pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Value>> {
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     JsonBody(request): JsonBody<CreateWarehouseRequest>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
+    require_root(&caller)?;
     let warehouse = state
         .catalog
         .create_warehouse(&request.name, request.storage, request.properties)

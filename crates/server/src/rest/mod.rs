@@ -2,6 +2,7 @@
 
 mod config;
 mod namespaces;
+mod oauth;
 mod tables;
 mod transactions;
 mod types;
@@ -18,7 +19,7 @@ use types::ListQuery;
 
 pub fn router(state: AppState) -> Router<AppState> {
     let ns = "/v1/{prefix}/namespaces/{namespace}";
-    Router::new()
+    let authenticated = Router::new()
         .route("/v1/config", get(config::get_config))
         .route(
             "/v1/{prefix}/namespaces",
@@ -74,9 +75,16 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/v1/{prefix}/views/rename", post(views::rename))
         .route(&format!("{ns}/register-view"), post(views::register))
         .layer(axum::middleware::from_fn_with_state(
-            state,
+            state.clone(),
             idempotency::layer,
         ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::auth::require_principal,
+        ));
+    Router::new()
+        .route("/v1/oauth/tokens", post(oauth::token))
+        .merge(authenticated)
 }
 
 /// The endpoints advertised in `/v1/config`.

@@ -1,0 +1,80 @@
+//! Authentication of every request but the token endpoint, health, metrics and the OpenAPI
+//! document: a bearer token in, the principal it stands for into the request's extensions.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use floe_catalog::CatalogError;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// The authenticated caller of a request.
+pub use floe_catalog::governance::Principal;
+
+pub async fn require_principal(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let token = match bearer_token(&request) {
+        Ok(token) => token,
+        Err(e) => return challenge(ApiError(e)),
+    };
+    match state.auth.authenticate(&token).await {
+        Ok(principal) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Err(e @ CatalogError::Unauthenticated(_)) => challenge(ApiError(e)),
+        Err(e) => ApiError(e).into_response(),
+    }
+}
+
+fn bearer_token(request: &Request) -> Result<String, CatalogError> {
+    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
+        return Err(CatalogError::Unauthenticated(
+            "authentication required: send an OAuth2 bearer token (Authorization: Bearer …) obtained from /catalog/v1/oauth/tokens".into(),
+        ));
+    };
+    let value = value.to_str().map_err(|_| {
+        CatalogError::Unauthenticated("the Authorization header is not valid text".into())
+    })?;
+    let (scheme, token) = value.split_once(' ').ok_or_else(|| {
+        CatalogError::Unauthenticated("the Authorization header must be 'Bearer <token>'".into())
+    })?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(CatalogError::Unauthenticated(format!(
+            "unsupported authorization scheme {scheme:?}; use Bearer"
+        )));
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(CatalogError::Unauthenticated(
+            "the bearer token is empty".into(),
+        ));
+    }
+    Ok(token.to_string())
+}
+
+fn challenge(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"floe\""),
+    );
+    response
+}
+
+/// Refuses callers other than the root principal (until fine-grained grants cover an endpoint).
+pub fn require_root(principal: &Principal) -> Result<(), ApiError> {
+    if principal.is_root {
+        Ok(())
+    } else {
+        Err(ApiError(CatalogError::PermissionDenied(format!(
+            "principal {} may not administer the server",
+            principal.name
+        ))))
+    }
+}

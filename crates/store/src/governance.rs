@@ -1,0 +1,239 @@
+//! `GovernanceStore` over SQL.
+
+use async_trait::async_trait;
+use floe_catalog::governance::{
+    GovernanceStore, Principal, PrincipalCredentials, PrincipalKind, SigningKey,
+};
+use floe_catalog::{CatalogError, Result};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+use uuid::Uuid;
+
+use crate::error::{is_unique_violation, query_error};
+use crate::{SqlStore, StoreError};
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+const PRINCIPAL_COLUMNS: &str =
+    "id, name, kind, client_id, is_root, disabled, created_at_ms, secret_salt, secret_hash";
+
+fn principal_from_row(row: &AnyRow) -> Result<Principal> {
+    let id: String = row.get("id");
+    let kind: String = row.get("kind");
+    Ok(Principal {
+        id: Uuid::parse_str(&id).map_err(|e| StoreError::Corrupt {
+            what: "principal id",
+            detail: e.to_string(),
+        })?,
+        name: row.get("name"),
+        kind: PrincipalKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
+            what: "principal kind",
+            detail: kind.clone(),
+        })?,
+        client_id: row.get("client_id"),
+        is_root: row.get::<i64, _>("is_root") != 0,
+        disabled: row.get::<i64, _>("disabled") != 0,
+        created_at_ms: row.get("created_at_ms"),
+    })
+}
+
+fn credentials_from_row(row: &AnyRow) -> Result<PrincipalCredentials> {
+    Ok(PrincipalCredentials {
+        principal: principal_from_row(row)?,
+        secret_salt: row.get("secret_salt"),
+        secret_hash: row.get("secret_hash"),
+    })
+}
+
+impl SqlStore {
+    async fn one_principal(&self, filter: &str, value: String) -> Result<Option<AnyRow>> {
+        sqlx::query(&format!(
+            "SELECT {PRINCIPAL_COLUMNS} FROM principals WHERE {filter}"
+        ))
+        .bind(value)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error)
+    }
+}
+
+#[async_trait]
+impl GovernanceStore for SqlStore {
+    async fn create_principal(&self, record: &PrincipalCredentials) -> Result<()> {
+        let _guard = self.write_guard().await;
+        let p = &record.principal;
+        sqlx::query(
+            "INSERT INTO principals (id, name, kind, client_id, secret_salt, secret_hash, is_root, \
+             disabled, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(p.id.to_string())
+        .bind(&p.name)
+        .bind(p.kind.as_str())
+        .bind(&p.client_id)
+        .bind(&record.secret_salt)
+        .bind(&record.secret_hash)
+        .bind(p.is_root as i64)
+        .bind(p.disabled as i64)
+        .bind(p.created_at_ms)
+        .bind(p.created_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                CatalogError::AlreadyExists {
+                    error_type: "AlreadyExistsException",
+                    message: format!("Principal already exists: {}", p.name),
+                }
+            } else {
+                query_error(e)
+            }
+        })?;
+        Ok(())
+    }
+
+    async fn get_principal(&self, id: Uuid) -> Result<Option<Principal>> {
+        self.one_principal("id = $1", id.to_string())
+            .await?
+            .as_ref()
+            .map(principal_from_row)
+            .transpose()
+    }
+
+    async fn get_principal_by_name(&self, name: &str) -> Result<Option<Principal>> {
+        self.one_principal("name = $1", name.to_string())
+            .await?
+            .as_ref()
+            .map(principal_from_row)
+            .transpose()
+    }
+
+    async fn get_credentials_by_client_id(
+        &self,
+        client_id: &str,
+    ) -> Result<Option<PrincipalCredentials>> {
+        self.one_principal("client_id = $1", client_id.to_string())
+            .await?
+            .as_ref()
+            .map(credentials_from_row)
+            .transpose()
+    }
+
+    async fn list_principals(&self) -> Result<Vec<Principal>> {
+        sqlx::query(&format!(
+            "SELECT {PRINCIPAL_COLUMNS} FROM principals ORDER BY name"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error)?
+        .iter()
+        .map(principal_from_row)
+        .collect()
+    }
+
+    async fn root_principal(&self) -> Result<Option<Principal>> {
+        sqlx::query(&format!(
+            "SELECT {PRINCIPAL_COLUMNS} FROM principals WHERE is_root = 1"
+        ))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error)?
+        .as_ref()
+        .map(principal_from_row)
+        .transpose()
+    }
+
+    async fn set_credentials(
+        &self,
+        id: Uuid,
+        client_id: &str,
+        salt: &str,
+        hash: &str,
+    ) -> Result<bool> {
+        let _guard = self.write_guard().await;
+        let updated = sqlx::query(
+            "UPDATE principals SET client_id = $1, secret_salt = $2, secret_hash = $3, updated_at_ms = $4 \
+             WHERE id = $5",
+        )
+        .bind(client_id)
+        .bind(salt)
+        .bind(hash)
+        .bind(now_ms())
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                CatalogError::already_exists(format!("client id {client_id} is taken"))
+            } else {
+                query_error(e)
+            }
+        })?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn set_disabled(&self, id: Uuid, disabled: bool) -> Result<bool> {
+        let _guard = self.write_guard().await;
+        let updated =
+            sqlx::query("UPDATE principals SET disabled = $1, updated_at_ms = $2 WHERE id = $3")
+                .bind(disabled as i64)
+                .bind(now_ms())
+                .bind(id.to_string())
+                .execute(&self.pool)
+                .await
+                .map_err(query_error)?
+                .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn list_signing_keys(&self) -> Result<Vec<SigningKey>> {
+        let rows =
+            sqlx::query("SELECT kid, secret, created_at_ms, retired_at_ms FROM signing_keys")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error)?;
+        rows.iter()
+            .map(|row| {
+                let secret: String = row.get("secret");
+                Ok(SigningKey {
+                    kid: row.get("kid"),
+                    secret: hex::decode(&secret).map_err(|e| StoreError::Corrupt {
+                        what: "signing key",
+                        detail: e.to_string(),
+                    })?,
+                    created_at_ms: row.get("created_at_ms"),
+                    retired_at_ms: row.get("retired_at_ms"),
+                })
+            })
+            .collect()
+    }
+
+    async fn insert_signing_key(&self, key: &SigningKey) -> Result<()> {
+        let _guard = self.write_guard().await;
+        sqlx::query("INSERT INTO signing_keys (kid, secret, created_at_ms, retired_at_ms) VALUES ($1, $2, $3, NULL)")
+            .bind(&key.kid)
+            .bind(hex::encode(&key.secret))
+            .bind(key.created_at_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+        Ok(())
+    }
+
+    async fn retire_signing_keys_before(&self, kid: &str, at_ms: i64) -> Result<u64> {
+        let _guard = self.write_guard().await;
+        Ok(sqlx::query(
+            "UPDATE signing_keys SET retired_at_ms = $1 WHERE kid <> $2 AND retired_at_ms IS NULL \
+             AND created_at_ms < $3",
+        )
+        .bind(now_ms())
+        .bind(kid)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error)?
+        .rows_affected())
+    }
+}
