@@ -60,6 +60,13 @@ pub struct TabularRecord {
     pub location: String,
 }
 
+impl TabularRecord {
+    /// The authorization scope of this table or view.
+    pub fn scope(&self) -> crate::governance::authz::Scope {
+        crate::governance::authz::Scope::tabular(self.warehouse_id, &self.namespace, self.id)
+    }
+}
+
 /// A new table or view to insert.
 #[derive(Debug, Clone)]
 pub struct NewTabular {
@@ -118,4 +125,12 @@ pub struct IdempotentResponse {
     pub status: u16,
     pub body: String,
     pub created_at_ms: i64,
+}
+
+/// Restricts a listing to what a principal can see: children whose scope
+/// (`prefix` + child key) is granted to one of its roles, or has grants below it.
+#[derive(Debug, Clone)]
+pub struct Visibility {
+    pub principal: Uuid,
+    pub prefix: String,
 }

@@ -42,6 +42,7 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
         warehouse: Uuid,
         parent: Option<&NamespaceIdent>,
         page: &PageRequest,
+        visibility: Option<&Visibility>,
     ) -> Result<Page<NamespaceIdent>>;
     /// Drops an empty namespace. `NotFound` when missing, `NamespaceNotEmpty` when it holds
     /// namespaces, tables or views.
@@ -70,12 +71,13 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
         ns: &NamespaceIdent,
         kind: TabularKind,
         page: &PageRequest,
+        visibility: Option<&Visibility>,
     ) -> Result<Page<String>>;
-    /// Removes a table or view record; true when it existed.
+    /// Removes a table or view record, and the grants on it; true when it existed.
     async fn drop_tabular(&self, id: Uuid) -> Result<bool>;
     /// Removes a table or view record only if its metadata is still `expected_location`.
     async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool>;
-    /// Moves a table or view to a new namespace and name.
+    /// Moves a table or view to a new namespace and name; its grants follow.
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()>;
     /// Replaces a table record in place (register with overwrite).
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()>;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use floe_catalog::governance::auth::{AuthConfig, AuthService, ClientCredentials};
+use floe_catalog::governance::authz::Authorizer;
 use floe_catalog::service::{CatalogConfig, CatalogService};
 use floe_storage::StorageProfile;
 use floe_store::{SqlStore, StoreOptions};
@@ -71,7 +72,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "floe is serving");
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
-    let state = floe_server::AppState::new(catalog, auth);
+    let authz = Arc::new(Authorizer::new(
+        Arc::new(store.clone()),
+        Duration::from_secs(2),
+    ));
+    let state = floe_server::AppState::new(catalog, auth, authz);
     floe_server::serve(listener, state, shutdown).await?;
     store.close().await;
     tracing::info!("floe stopped");

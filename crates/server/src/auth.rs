@@ -6,12 +6,10 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use floe_catalog::CatalogError;
+use floe_catalog::governance::authz::{Caller, Privilege, Scope};
 
 use crate::AppState;
 use crate::error::ApiError;
-
-/// The authenticated caller of a request.
-pub use floe_catalog::governance::Principal;
 
 pub async fn require_principal(
     State(state): State<AppState>,
@@ -24,6 +22,14 @@ pub async fn require_principal(
     };
     match state.auth.authenticate(&token).await {
         Ok(principal) => {
+            let grants = match state.authz.grants(&principal).await {
+                Ok(grants) => grants,
+                Err(e) => return ApiError(e).into_response(),
+            };
+            request.extensions_mut().insert(Caller {
+                principal: principal.clone(),
+                grants,
+            });
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
@@ -67,14 +73,15 @@ fn challenge(error: ApiError) -> Response {
     response
 }
 
-/// Refuses callers other than the root principal (until fine-grained grants cover an endpoint).
-pub fn require_root(principal: &Principal) -> Result<(), ApiError> {
-    if principal.is_root {
-        Ok(())
-    } else {
-        Err(ApiError(CatalogError::PermissionDenied(format!(
-            "principal {} may not administer the server",
-            principal.name
-        ))))
-    }
+/// Requires a server-level privilege (principals, roles, signing keys, audit).
+pub fn require_server(caller: &Caller, privilege: Privilege) -> Result<(), ApiError> {
+    caller
+        .require(privilege, &Scope::server(), || {
+            CatalogError::PermissionDenied(format!(
+                "principal {} lacks the {} privilege on the server",
+                caller.principal.name,
+                privilege.as_str()
+            ))
+        })
+        .map_err(ApiError)
 }

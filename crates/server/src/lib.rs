@@ -37,6 +37,7 @@ pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 pub struct AppState {
     pub catalog: Arc<CatalogService>,
     pub auth: Arc<floe_catalog::governance::auth::AuthService>,
+    pub authz: Arc<floe_catalog::governance::authz::Authorizer>,
     pub metrics: metrics::Metrics,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
@@ -47,10 +48,12 @@ impl AppState {
     pub fn new(
         catalog: Arc<CatalogService>,
         auth: Arc<floe_catalog::governance::auth::AuthService>,
+        authz: Arc<floe_catalog::governance::authz::Authorizer>,
     ) -> Self {
         Self {
             catalog,
             auth,
+            authz,
             metrics: metrics::Metrics::new(),
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }

@@ -15,6 +15,9 @@ use uuid::Uuid;
 use crate::error::{is_foreign_key_violation, is_unique_violation, query_error};
 use crate::{Backend, SqlStore, StoreError};
 
+/// Scope separator (see `floe_catalog::governance::authz`).
+const SEP: char = floe_catalog::governance::authz::SEP;
+
 /// Largest page a listing returns, whatever the client asks for.
 const MAX_PAGE: usize = 1000;
 
@@ -89,6 +92,33 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 }
 
 impl SqlStore {
+    /// Deletes a table or view (only at `expected_location` when given) and its grants.
+    async fn delete_tabular(&self, id: Uuid, expected_location: Option<&str>) -> Result<bool> {
+        let _guard = self.write_guard().await;
+        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let deleted = match expected_location {
+            Some(location) => {
+                sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
+                    .bind(id.to_string())
+                    .bind(location)
+            }
+            None => sqlx::query("DELETE FROM tabulars WHERE id = $1").bind(id.to_string()),
+        }
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error)?
+        .rows_affected();
+        if deleted == 1 {
+            sqlx::query("DELETE FROM grants WHERE securable_id = $1")
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
+        tx.commit().await.map_err(query_error)?;
+        Ok(deleted == 1)
+    }
+
     async fn namespace_id(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<Option<Uuid>> {
         let row = sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
             .bind(warehouse.to_string())
@@ -188,6 +218,11 @@ impl CatalogStore for SqlStore {
                 "the warehouse still holds namespaces; drop them first".into(),
             ));
         }
+        sqlx::query("DELETE FROM grants WHERE securable_id = $1")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
         let deleted = sqlx::query("DELETE FROM warehouses WHERE id = $1")
             .bind(id.to_string())
             .execute(&mut *tx)
@@ -254,19 +289,32 @@ impl CatalogStore for SqlStore {
         warehouse: Uuid,
         parent: Option<&NamespaceIdent>,
         page: &PageRequest,
+        visibility: Option<&Visibility>,
     ) -> Result<Page<NamespaceIdent>> {
         let limit = Self::limit_for(page);
-        let rows = sqlx::query(
-            "SELECT name FROM namespaces WHERE warehouse_id = $1 AND parent = $2 AND name > $3 \
-             ORDER BY name LIMIT $4",
-        )
-        .bind(warehouse.to_string())
-        .bind(parent.map(namespace_key).unwrap_or_default())
-        .bind(page.token.clone().unwrap_or_default())
-        .bind(limit.map_or(i64::MAX, |l| l as i64 + 1))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error)?;
+        let visible = if visibility.is_some() {
+            " AND EXISTS (SELECT 1 FROM grants g JOIN principal_roles pr ON pr.role_id = g.role_id \
+               WHERE pr.principal_id = $5 AND (g.scope = $6 || n.name \
+               OR substr(g.scope, 1, length($6 || n.name) + 1) = $6 || n.name || $7))"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT n.name FROM namespaces n WHERE n.warehouse_id = $1 AND n.parent = $2 AND n.name > $3\
+             {visible} ORDER BY n.name LIMIT $4"
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(warehouse.to_string())
+            .bind(parent.map(namespace_key).unwrap_or_default())
+            .bind(page.token.clone().unwrap_or_default())
+            .bind(limit.map_or(i64::MAX, |l| l as i64 + 1));
+        if let Some(v) = visibility {
+            query = query
+                .bind(v.principal.to_string())
+                .bind(v.prefix.clone())
+                .bind(SEP.to_string());
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(query_error)?;
         let keys: Vec<String> = rows.iter().map(|r| r.get("name")).collect();
         let page = paginate(keys, limit, Clone::clone);
         Ok(Page {
@@ -310,6 +358,11 @@ impl CatalogStore for SqlStore {
                 }
             )));
         }
+        sqlx::query("DELETE FROM grants WHERE securable_id = $1")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
         sqlx::query("DELETE FROM namespaces WHERE id = $1")
             .bind(&id)
             .execute(&mut *tx)
@@ -430,47 +483,41 @@ impl CatalogStore for SqlStore {
         ns: &NamespaceIdent,
         kind: TabularKind,
         page: &PageRequest,
+        visibility: Option<&Visibility>,
     ) -> Result<Page<String>> {
         let Some(namespace_id) = self.namespace_id(warehouse, ns).await? else {
             return Err(CatalogError::no_such_namespace(ns.join(".")));
         };
         let limit = Self::limit_for(page);
-        let rows = sqlx::query(
-            "SELECT name FROM tabulars WHERE namespace_id = $1 AND kind = $2 AND name > $3 \
-             ORDER BY name LIMIT $4",
-        )
-        .bind(namespace_id.to_string())
-        .bind(kind.as_str())
-        .bind(page.token.clone().unwrap_or_default())
-        .bind(limit.map_or(i64::MAX, |l| l as i64 + 1))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(query_error)?;
+        let visible = if visibility.is_some() {
+            " AND EXISTS (SELECT 1 FROM grants g JOIN principal_roles pr ON pr.role_id = g.role_id \
+               WHERE pr.principal_id = $5 AND g.scope = $6 || t.id)"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT t.name FROM tabulars t WHERE t.namespace_id = $1 AND t.kind = $2 AND t.name > $3\
+             {visible} ORDER BY t.name LIMIT $4"
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(namespace_id.to_string())
+            .bind(kind.as_str())
+            .bind(page.token.clone().unwrap_or_default())
+            .bind(limit.map_or(i64::MAX, |l| l as i64 + 1));
+        if let Some(v) = visibility {
+            query = query.bind(v.principal.to_string()).bind(v.prefix.clone());
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(query_error)?;
         let names = rows.iter().map(|r| r.get::<String, _>("name")).collect();
         Ok(paginate(names, limit, Clone::clone))
     }
 
     async fn drop_tabular(&self, id: Uuid) -> Result<bool> {
-        let _guard = self.write_guard().await;
-        let deleted = sqlx::query("DELETE FROM tabulars WHERE id = $1")
-            .bind(id.to_string())
-            .execute(&self.pool)
-            .await
-            .map_err(query_error)?
-            .rows_affected();
-        Ok(deleted == 1)
+        self.delete_tabular(id, None).await
     }
 
     async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool> {
-        let _guard = self.write_guard().await;
-        let deleted = sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
-            .bind(id.to_string())
-            .bind(expected_location)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error)?
-            .rows_affected();
-        Ok(deleted == 1)
+        self.delete_tabular(id, Some(expected_location)).await
     }
 
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()> {
@@ -492,6 +539,15 @@ impl CatalogStore for SqlStore {
                 .map_err(query_error)?
                 .ok_or_else(|| CatalogError::no_such_namespace(to_ns.join(".")))?
                 .get("id");
+        sqlx::query("UPDATE grants SET scope = $1 WHERE securable_id = $2")
+            .bind(format!(
+                "{warehouse}{SEP}{}{SEP}t:{id}",
+                namespace_key(to_ns)
+            ))
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
         sqlx::query(
             "UPDATE tabulars SET namespace_id = $1, name = $2, updated_at_ms = $3 WHERE id = $4",
         )

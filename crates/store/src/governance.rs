@@ -237,3 +237,223 @@ impl GovernanceStore for SqlStore {
         .rows_affected())
     }
 }
+
+mod grants {
+    use async_trait::async_trait;
+    use floe_catalog::governance::authz::{GrantRecord, GrantStore, Privilege, Securable};
+    use floe_catalog::{CatalogError, Result};
+    use sqlx::Row;
+    use uuid::Uuid;
+
+    use crate::SqlStore;
+    use crate::error::{is_unique_violation, query_error};
+
+    fn no_such_role(name: &str) -> CatalogError {
+        CatalogError::NotFound {
+            error_type: "NoSuchRoleException",
+            message: format!("Role does not exist: {name}"),
+        }
+    }
+
+    impl SqlStore {
+        async fn role_id(&self, name: &str) -> Result<String> {
+            sqlx::query("SELECT id FROM roles WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_error)?
+                .map(|r| r.get::<String, _>("id"))
+                .ok_or_else(|| no_such_role(name))
+        }
+    }
+
+    #[async_trait]
+    impl GrantStore for SqlStore {
+        async fn principal_grants(&self, principal: Uuid) -> Result<Vec<(String, Privilege)>> {
+            let rows = sqlx::query(
+                "SELECT g.scope, g.privilege FROM grants g \
+                 JOIN principal_roles pr ON pr.role_id = g.role_id WHERE pr.principal_id = $1",
+            )
+            .bind(principal.to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| {
+                    let privilege = Privilege::parse(&r.get::<String, _>("privilege"))?;
+                    Some((r.get::<String, _>("scope"), privilege))
+                })
+                .collect())
+        }
+
+        async fn create_role(&self, name: &str) -> Result<Uuid> {
+            let _guard = self.write_guard().await;
+            let id = Uuid::now_v7();
+            sqlx::query("INSERT INTO roles (id, name, created_at_ms) VALUES ($1, $2, $3)")
+                .bind(id.to_string())
+                .bind(name)
+                .bind(chrono::Utc::now().timestamp_millis())
+                .execute(&self.pool)
+                .await
+                .map_err(|e| {
+                    if is_unique_violation(&e) {
+                        CatalogError::already_exists(format!("Role already exists: {name}"))
+                    } else {
+                        query_error(e)
+                    }
+                })?;
+            Ok(id)
+        }
+
+        async fn delete_role(&self, name: &str) -> Result<bool> {
+            let _guard = self.write_guard().await;
+            let mut tx = self.pool.begin().await.map_err(query_error)?;
+            let Some(row) = sqlx::query("SELECT id FROM roles WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error)?
+            else {
+                return Ok(false);
+            };
+            let id: String = row.get("id");
+            for sql in [
+                "DELETE FROM grants WHERE role_id = $1",
+                "DELETE FROM principal_roles WHERE role_id = $1",
+                "DELETE FROM roles WHERE id = $1",
+            ] {
+                sqlx::query(sql)
+                    .bind(&id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error)?;
+            }
+            tx.commit().await.map_err(query_error)?;
+            Ok(true)
+        }
+
+        async fn list_roles(&self) -> Result<Vec<String>> {
+            Ok(sqlx::query("SELECT name FROM roles ORDER BY name")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error)?
+                .iter()
+                .map(|r| r.get("name"))
+                .collect())
+        }
+
+        async fn assign_role(&self, role: &str, principal: Uuid) -> Result<()> {
+            let role_id = self.role_id(role).await?;
+            let _guard = self.write_guard().await;
+            sqlx::query(
+                "INSERT INTO principal_roles (principal_id, role_id) VALUES ($1, $2) \
+                 ON CONFLICT (principal_id, role_id) DO NOTHING",
+            )
+            .bind(principal.to_string())
+            .bind(role_id)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+            Ok(())
+        }
+
+        async fn unassign_role(&self, role: &str, principal: Uuid) -> Result<bool> {
+            let role_id = self.role_id(role).await?;
+            let _guard = self.write_guard().await;
+            Ok(
+                sqlx::query("DELETE FROM principal_roles WHERE principal_id = $1 AND role_id = $2")
+                    .bind(principal.to_string())
+                    .bind(role_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(query_error)?
+                    .rows_affected()
+                    == 1,
+            )
+        }
+
+        async fn roles_of(&self, principal: Uuid) -> Result<Vec<String>> {
+            Ok(sqlx::query(
+                "SELECT r.name FROM roles r JOIN principal_roles pr ON pr.role_id = r.id \
+                 WHERE pr.principal_id = $1 ORDER BY r.name",
+            )
+            .bind(principal.to_string())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?
+            .iter()
+            .map(|r| r.get("name"))
+            .collect())
+        }
+
+        async fn grant(
+            &self,
+            role: &str,
+            privilege: Privilege,
+            securable: &Securable,
+        ) -> Result<()> {
+            let role_id = self.role_id(role).await?;
+            let _guard = self.write_guard().await;
+            sqlx::query(
+                "INSERT INTO grants (role_id, privilege, scope, securable_kind, securable_id, created_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (role_id, scope, privilege) DO NOTHING",
+            )
+            .bind(role_id)
+            .bind(privilege.as_str())
+            .bind(&securable.scope.0)
+            .bind(securable.kind)
+            .bind(&securable.id)
+            .bind(chrono::Utc::now().timestamp_millis())
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?;
+            Ok(())
+        }
+
+        async fn revoke(
+            &self,
+            role: &str,
+            privilege: Privilege,
+            securable: &Securable,
+        ) -> Result<bool> {
+            let role_id = self.role_id(role).await?;
+            let _guard = self.write_guard().await;
+            Ok(sqlx::query(
+                "DELETE FROM grants WHERE role_id = $1 AND scope = $2 AND privilege = $3",
+            )
+            .bind(role_id)
+            .bind(&securable.scope.0)
+            .bind(privilege.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(query_error)?
+            .rows_affected()
+                == 1)
+        }
+
+        async fn role_grants(&self, role: &str) -> Result<Vec<GrantRecord>> {
+            let role_id = self.role_id(role).await?;
+            let rows = sqlx::query(
+                "SELECT privilege, securable_kind, securable_id, scope FROM grants WHERE role_id = $1 \
+                 ORDER BY scope, privilege",
+            )
+            .bind(role_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| {
+                    Some(GrantRecord {
+                        role: role.to_string(),
+                        privilege: Privilege::parse(&r.get::<String, _>("privilege"))?,
+                        securable_kind: r.get("securable_kind"),
+                        securable_id: r.get("securable_id"),
+                        scope: r.get("scope"),
+                    })
+                })
+                .collect())
+        }
+    }
+}

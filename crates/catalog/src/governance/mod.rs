@@ -2,6 +2,7 @@
 //! tokens and their signing keys.
 
 pub mod auth;
+pub mod authz;
 pub mod secrets;
 pub mod token;
 

@@ -1,6 +1,7 @@
 //! The catalog service: every catalog operation, over a store and the warehouses' storage.
 
 mod namespaces;
+mod securables;
 mod tables;
 mod transactions;
 mod views;
@@ -17,6 +18,7 @@ use crate::model::Warehouse;
 use crate::store::CatalogStore;
 use crate::{CatalogError, Result};
 
+pub use securables::SecurableRef;
 pub use tables::{CreateTable, LoadedTable, TableCommitRequest};
 pub use views::{CreateView, LoadedView};
 
@@ -96,6 +98,20 @@ impl CatalogService {
             .write()
             .expect("warehouse cache")
             .insert(name.to_string(), handle.clone());
+        Ok(handle)
+    }
+
+    /// The named warehouse, if the caller holds anything in it (else `NoSuchWarehouse`).
+    pub async fn visible_warehouse(
+        &self,
+        caller: &crate::governance::authz::Caller,
+        name: &str,
+    ) -> Result<Arc<WarehouseHandle>> {
+        let handle = self.warehouse(name).await?;
+        caller.require_visible(
+            &crate::governance::authz::Scope::warehouse(handle.warehouse.id),
+            || CatalogError::no_such_warehouse(name),
+        )?;
         Ok(handle)
     }
 

@@ -5,21 +5,40 @@ use std::collections::HashMap;
 use iceberg::NamespaceIdent;
 use uuid::Uuid;
 
-use super::CatalogService;
-use crate::ident::validate_namespace;
-use crate::model::{NamespaceRecord, Page, PageRequest};
+use super::{CatalogService, WarehouseHandle};
+use crate::governance::authz::{Caller, Privilege, SEP, Scope};
+use crate::ident::{namespace_key, validate_namespace};
+use crate::model::{NamespaceRecord, Page, PageRequest, Visibility};
 use crate::store::PropertyChanges;
 use crate::{CatalogError, Result};
 
 impl CatalogService {
+    /// The scope of a namespace's container: its parent, or the warehouse.
+    fn parent_scope(wh: &WarehouseHandle, ns: &NamespaceIdent) -> Scope {
+        match ns.parent() {
+            Some(parent) => Scope::namespace(wh.warehouse.id, &parent),
+            None => Scope::warehouse(wh.warehouse.id),
+        }
+    }
+
     pub async fn create_namespace(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<NamespaceRecord> {
         validate_namespace(ns)?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::CreateNamespace,
+            &Self::parent_scope(&wh, ns),
+            || {
+                CatalogError::no_such_namespace(
+                    ns.parent().map(|p| p.join(".")).unwrap_or_default(),
+                )
+            },
+        )?;
         if let Some(location) = properties.get("location") {
             wh.storage.require_inside(location)?;
         }
@@ -38,38 +57,72 @@ impl CatalogService {
 
     pub async fn load_namespace(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
     ) -> Result<NamespaceRecord> {
         validate_namespace(ns)?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require_visible(&Scope::namespace(wh.warehouse.id, ns), || {
+            CatalogError::no_such_namespace(ns.join("."))
+        })?;
         self.require_namespace(&wh, ns).await
     }
 
+    /// Direct children of `parent`: all of them for a caller holding `list-namespaces` on the
+    /// parent, otherwise only those the caller holds a grant on or below (filtered in the
+    /// store query).
     pub async fn list_namespaces(
         &self,
+        caller: &Caller,
         warehouse: &str,
         parent: Option<&NamespaceIdent>,
         page: &PageRequest,
     ) -> Result<Page<NamespaceIdent>> {
-        let wh = self.warehouse(warehouse).await?;
-        if let Some(parent) = parent {
-            validate_namespace(parent)?;
-            self.require_namespace(&wh, parent).await?;
-        }
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let parent_scope = match parent {
+            Some(parent) => {
+                validate_namespace(parent)?;
+                let scope = Scope::namespace(wh.warehouse.id, parent);
+                caller.require_visible(&scope, || {
+                    CatalogError::no_such_namespace(parent.join("."))
+                })?;
+                self.require_namespace(&wh, parent).await?;
+                scope
+            }
+            None => Scope::warehouse(wh.warehouse.id),
+        };
+        let visibility = (!caller
+            .grants
+            .allows(Privilege::ListNamespaces, &parent_scope))
+        .then(|| Visibility {
+            principal: caller.principal.id,
+            prefix: format!("{}{SEP}", wh.warehouse.id),
+        });
         self.store
-            .list_namespaces(wh.warehouse.id, parent, page)
+            .list_namespaces(wh.warehouse.id, parent, page, visibility.as_ref())
             .await
     }
 
-    pub async fn drop_namespace(&self, warehouse: &str, ns: &NamespaceIdent) -> Result<()> {
+    pub async fn drop_namespace(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+    ) -> Result<()> {
         validate_namespace(ns)?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::DropNamespace,
+            &Scope::namespace(wh.warehouse.id, ns),
+            || CatalogError::no_such_namespace(ns.join(".")),
+        )?;
         self.store.drop_namespace(wh.warehouse.id, ns).await
     }
 
     pub async fn update_namespace_properties(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         updates: HashMap<String, String>,
@@ -81,7 +134,12 @@ impl CatalogService {
                 "property {both:?} is both updated and removed"
             )));
         }
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::UpdateNamespace,
+            &Scope::namespace(wh.warehouse.id, ns),
+            || CatalogError::no_such_namespace(ns.join(".")),
+        )?;
         if let Some(location) = updates.get("location") {
             wh.storage.require_inside(location)?;
         }
@@ -89,4 +147,9 @@ impl CatalogService {
             .update_namespace_properties(wh.warehouse.id, ns, &updates, &removals)
             .await
     }
+}
+
+/// The scope prefix of tables and views directly in `ns`: `<warehouse>␟<ns key>␟t:`.
+pub(crate) fn tabular_prefix(warehouse: uuid::Uuid, ns: &NamespaceIdent) -> String {
+    format!("{warehouse}{SEP}{}{SEP}t:", namespace_key(ns))
 }

@@ -10,9 +10,12 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent, TableRequirement, Table
 use uuid::Uuid;
 
 use super::{CatalogService, WarehouseHandle};
+use crate::governance::authz::{Caller, Privilege, Scope};
 use crate::ident::{validate_name, validate_namespace};
 use crate::metadata::next_metadata_location;
-use crate::model::{NamespaceRecord, NewTabular, Page, PageRequest, TabularKind, TabularRecord};
+use crate::model::{
+    NamespaceRecord, NewTabular, Page, PageRequest, TabularKind, TabularRecord, Visibility,
+};
 use crate::{CatalogError, Result};
 
 /// What a client asks for when it creates a table.
@@ -123,13 +126,21 @@ impl CatalogService {
             .await
     }
 
+    /// The table, if the caller holds `privilege` on it (403), or can see it at all (404).
     async fn table_record(
         &self,
+        caller: &Caller,
         wh: &WarehouseHandle,
         ident: &TableIdent,
+        privilege: Privilege,
     ) -> Result<TabularRecord> {
         match self.find_tabular(wh, ident).await? {
-            Some(record) if record.kind == TabularKind::Table => Ok(record),
+            Some(record) if record.kind == TabularKind::Table => {
+                caller.require(privilege, &record.scope(), || {
+                    CatalogError::no_such_table(ident)
+                })?;
+                Ok(record)
+            }
             _ => Err(CatalogError::no_such_table(ident)),
         }
     }
@@ -147,13 +158,19 @@ impl CatalogService {
 
     pub async fn create_table(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         mut request: CreateTable,
     ) -> Result<LoadedTable> {
         let ident = TableIdent::new(ns.clone(), request.name.clone());
         validate_ident(&ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::CreateTable,
+            &Scope::namespace(wh.warehouse.id, ns),
+            || CatalogError::no_such_namespace(ns.join(".")),
+        )?;
         let id = Uuid::now_v7();
         let location = self
             .new_location(&wh, ns, &request.name, id, request.location.as_deref())
@@ -217,10 +234,17 @@ impl CatalogService {
         }
     }
 
-    pub async fn load_table(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedTable> {
+    pub async fn load_table(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<LoadedTable> {
         validate_ident(ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
-        let record = self.table_record(&wh, ident).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let record = self
+            .table_record(caller, &wh, ident, Privilege::ReadMetadata)
+            .await?;
         let metadata = self
             .metadata
             .read_table(&wh.storage, &record.metadata_location)
@@ -235,59 +259,107 @@ impl CatalogService {
     /// The current metadata location of a table, without reading the file (for ETags).
     pub async fn table_metadata_location(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
     ) -> Result<String> {
         validate_ident(ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
-        Ok(self.table_record(&wh, ident).await?.metadata_location)
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        Ok(self
+            .table_record(caller, &wh, ident, Privilege::ReadMetadata)
+            .await?
+            .metadata_location)
     }
 
-    pub async fn table_exists(&self, warehouse: &str, ident: &TableIdent) -> Result<bool> {
+    /// Checks that the table exists and the caller holds `privilege` on it.
+    pub async fn authorize_table(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+        privilege: Privilege,
+    ) -> Result<()> {
         validate_ident(ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
-        Ok(matches!(self.find_tabular(&wh, ident).await?, Some(r) if r.kind == TabularKind::Table))
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        self.table_record(caller, &wh, ident, privilege)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn table_exists(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<bool> {
+        validate_ident(ident, "table")?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        Ok(matches!(
+            self.find_tabular(&wh, ident).await?,
+            Some(r) if r.kind == TabularKind::Table && caller.grants.sees(&r.scope())
+        ))
     }
 
     pub async fn list_tables(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         page: &PageRequest,
     ) -> Result<Page<String>> {
-        self.list_tabulars(warehouse, ns, TabularKind::Table, page)
+        self.list_tabulars(caller, warehouse, ns, TabularKind::Table, page)
             .await
     }
 
     pub(crate) async fn list_tabulars(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         kind: TabularKind,
         page: &PageRequest,
     ) -> Result<Page<String>> {
         validate_namespace(ns)?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let scope = Scope::namespace(wh.warehouse.id, ns);
+        caller.require_visible(&scope, || CatalogError::no_such_namespace(ns.join(".")))?;
         self.require_namespace(&wh, ns).await?;
+        let list = match kind {
+            TabularKind::Table => Privilege::ListTables,
+            TabularKind::View => Privilege::ListViews,
+        };
+        let visibility = (!caller.grants.allows(list, &scope)).then(|| Visibility {
+            principal: caller.principal.id,
+            prefix: super::namespaces::tabular_prefix(wh.warehouse.id, ns),
+        });
         self.store
-            .list_tabulars(wh.warehouse.id, ns, kind, page)
+            .list_tabulars(wh.warehouse.id, ns, kind, page, visibility.as_ref())
             .await
     }
 
     /// Commits one table; see [`CatalogService::commit_tables`].
     pub async fn commit_table(
         &self,
+        caller: &Caller,
         warehouse: &str,
         request: TableCommitRequest,
     ) -> Result<LoadedTable> {
-        let mut committed = self.commit_tables(warehouse, vec![request]).await?;
+        let mut committed = self.commit_tables(caller, warehouse, vec![request]).await?;
         Ok(committed.remove(0))
     }
 
-    pub async fn drop_table(&self, warehouse: &str, ident: &TableIdent, purge: bool) -> Result<()> {
+    pub async fn drop_table(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+        purge: bool,
+    ) -> Result<()> {
         validate_ident(ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
-        let record = self.table_record(&wh, ident).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let record = self
+            .table_record(caller, &wh, ident, Privilege::DropTable)
+            .await?;
         if !self.store.drop_tabular(record.id).await? {
             return Err(CatalogError::no_such_table(ident));
         }
@@ -351,16 +423,18 @@ impl CatalogService {
 
     pub async fn rename_table(
         &self,
+        caller: &Caller,
         warehouse: &str,
         from: &TableIdent,
         to: &TableIdent,
     ) -> Result<()> {
-        self.rename_tabular(warehouse, from, to, TabularKind::Table)
+        self.rename_tabular(caller, warehouse, from, to, TabularKind::Table)
             .await
     }
 
     pub(crate) async fn rename_tabular(
         &self,
+        caller: &Caller,
         warehouse: &str,
         from: &TableIdent,
         to: &TableIdent,
@@ -369,16 +443,25 @@ impl CatalogService {
         let what = kind.as_str();
         validate_ident(from, what)?;
         validate_ident(to, what)?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let missing = || match kind {
+            TabularKind::Table => CatalogError::no_such_table(from),
+            TabularKind::View => CatalogError::no_such_view(from),
+        };
+        let (drop, create) = match kind {
+            TabularKind::Table => (Privilege::DropTable, Privilege::CreateTable),
+            TabularKind::View => (Privilege::DropView, Privilege::CreateView),
+        };
         let record = match self.find_tabular(&wh, from).await? {
             Some(r) if r.kind == kind => r,
-            _ => {
-                return Err(match kind {
-                    TabularKind::Table => CatalogError::no_such_table(from),
-                    TabularKind::View => CatalogError::no_such_view(from),
-                });
-            }
+            _ => return Err(missing()),
         };
+        caller.require(drop, &record.scope(), missing)?;
+        caller.require(
+            create,
+            &Scope::namespace(wh.warehouse.id, &to.namespace),
+            || CatalogError::no_such_namespace(to.namespace.join(".")),
+        )?;
         self.require_namespace(&wh, &to.namespace).await?;
         if from == to {
             return Ok(());
@@ -408,13 +491,19 @@ impl CatalogService {
     /// Registers existing metadata as a table.
     pub async fn register_table(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
         metadata_location: &str,
         overwrite: bool,
     ) -> Result<LoadedTable> {
         validate_ident(ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::CreateTable,
+            &Scope::namespace(wh.warehouse.id, &ident.namespace),
+            || CatalogError::no_such_namespace(ident.namespace.join(".")),
+        )?;
         wh.storage.require_inside(metadata_location)?;
         self.require_namespace(&wh, &ident.namespace).await?;
         let metadata = self
@@ -439,6 +528,9 @@ impl CatalogService {
         };
         match self.find_tabular(&wh, ident).await? {
             Some(existing) if overwrite && existing.kind == TabularKind::Table => {
+                caller.require(Privilege::DropTable, &existing.scope(), || {
+                    CatalogError::no_such_table(ident)
+                })?;
                 self.store
                     .replace_tabular(&NewTabular {
                         id: existing.id,
@@ -459,13 +551,16 @@ impl CatalogService {
     /// Removes a table from the catalog, leaving its files, and returns its last metadata.
     pub async fn unregister_table(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
     ) -> Result<LoadedTable> {
         validate_ident(ident, "table")?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
         for _ in 0..=self.config.commit_retries {
-            let record = self.table_record(&wh, ident).await?;
+            let record = self
+                .table_record(caller, &wh, ident, Privilege::DropTable)
+                .await?;
             let metadata = self
                 .metadata
                 .read_table(&wh.storage, &record.metadata_location)

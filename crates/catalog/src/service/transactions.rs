@@ -23,6 +23,7 @@ use super::{CatalogService, WarehouseHandle};
 use crate::commit::{
     Applied, apply_table_updates, check_table_requirements, create_table_from_updates,
 };
+use crate::governance::authz::{Caller, Privilege, Scope};
 use crate::metadata::next_metadata_location;
 use crate::model::{MetadataSwap, NewTabular, SwapFailure, TabularKind};
 use crate::{CatalogError, Result};
@@ -40,6 +41,7 @@ impl CatalogService {
     /// Commits changes to one or more tables atomically: all of them apply, or none.
     pub async fn commit_tables(
         &self,
+        caller: &Caller,
         warehouse: &str,
         requests: Vec<TableCommitRequest>,
     ) -> Result<Vec<LoadedTable>> {
@@ -58,12 +60,12 @@ impl CatalogService {
                 )));
             }
         }
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
         let mut attempt = 0;
         loop {
             let mut prepared = Vec::with_capacity(requests.len());
             for request in &requests {
-                match self.prepare_commit(&wh, request).await {
+                match self.prepare_commit(caller, &wh, request).await {
                     Ok(p) => prepared.push(p),
                     Err(e) => {
                         self.discard_prepared(&wh, &prepared).await;
@@ -137,6 +139,7 @@ impl CatalogService {
 
     async fn prepare_commit(
         &self,
+        caller: &Caller,
         wh: &WarehouseHandle,
         request: &TableCommitRequest,
     ) -> Result<Prepared> {
@@ -151,9 +154,19 @@ impl CatalogService {
             Some(_) if creating => {
                 return Err(Self::exists_error(TabularKind::View, ident));
             }
-            _ if creating => return self.prepare_create(wh, request).await,
+            _ if creating => {
+                caller.require(
+                    Privilege::CreateTable,
+                    &Scope::namespace(wh.warehouse.id, &ident.namespace),
+                    || CatalogError::no_such_namespace(ident.namespace.join(".")),
+                )?;
+                return self.prepare_create(wh, request).await;
+            }
             _ => return Err(CatalogError::no_such_table(ident)),
         };
+        caller.require(Privilege::WriteData, &record.scope(), || {
+            CatalogError::no_such_table(ident)
+        })?;
         let base = self
             .metadata
             .read_table(&wh.storage, &record.metadata_location)

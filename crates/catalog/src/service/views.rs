@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::CatalogService;
 use super::tables::validate_ident;
 use crate::commit::{ViewRequirement, apply_view_updates, check_view_requirements};
+use crate::governance::authz::{Caller, Privilege, Scope};
 use crate::metadata::next_metadata_location;
 use crate::model::{
     MetadataSwap, NewTabular, Page, PageRequest, SwapFailure, TabularKind, TabularRecord,
@@ -45,28 +46,42 @@ impl CatalogService {
         }
     }
 
+    /// The view, if the caller holds `privilege` on it (403), or can see it at all (404).
     async fn view_record(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
+        privilege: Privilege,
     ) -> Result<(Arc<super::WarehouseHandle>, TabularRecord)> {
         validate_ident(ident, "view")?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
         match self.find_tabular(&wh, ident).await? {
-            Some(record) if record.kind == TabularKind::View => Ok((wh, record)),
+            Some(record) if record.kind == TabularKind::View => {
+                caller.require(privilege, &record.scope(), || {
+                    CatalogError::no_such_view(ident)
+                })?;
+                Ok((wh, record))
+            }
             _ => Err(CatalogError::no_such_view(ident)),
         }
     }
 
     pub async fn create_view(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         request: CreateView,
     ) -> Result<LoadedView> {
         let ident = TableIdent::new(ns.clone(), request.name.clone());
         validate_ident(&ident, "view")?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::CreateView,
+            &Scope::namespace(wh.warehouse.id, ns),
+            || CatalogError::no_such_namespace(ns.join(".")),
+        )?;
         let id = Uuid::now_v7();
         let location = self
             .new_location(&wh, ns, &request.name, id, request.location.as_deref())
@@ -112,8 +127,15 @@ impl CatalogService {
         })
     }
 
-    pub async fn load_view(&self, warehouse: &str, ident: &TableIdent) -> Result<LoadedView> {
-        let (wh, record) = self.view_record(warehouse, ident).await?;
+    pub async fn load_view(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<LoadedView> {
+        let (wh, record) = self
+            .view_record(caller, warehouse, ident, Privilege::ReadMetadata)
+            .await?;
         let metadata = self
             .metadata
             .read_view(&wh.storage, &record.metadata_location)
@@ -125,8 +147,16 @@ impl CatalogService {
         })
     }
 
-    pub async fn view_exists(&self, warehouse: &str, ident: &TableIdent) -> Result<bool> {
-        match self.view_record(warehouse, ident).await {
+    pub async fn view_exists(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<bool> {
+        match self
+            .view_record(caller, warehouse, ident, Privilege::ReadMetadata)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(CatalogError::NotFound {
                 error_type: "NoSuchViewException",
@@ -138,24 +168,28 @@ impl CatalogService {
 
     pub async fn list_views(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ns: &NamespaceIdent,
         page: &PageRequest,
     ) -> Result<Page<String>> {
-        self.list_tabulars(warehouse, ns, TabularKind::View, page)
+        self.list_tabulars(caller, warehouse, ns, TabularKind::View, page)
             .await
     }
 
     /// Replaces a view's metadata, re-applying on the new base when a concurrent replace wins.
     pub async fn replace_view(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
         requirements: Vec<ViewRequirement>,
         updates: Vec<ViewUpdate>,
     ) -> Result<LoadedView> {
         for attempt in 0..=self.config.commit_retries {
-            let (wh, record) = self.view_record(warehouse, ident).await?;
+            let (wh, record) = self
+                .view_record(caller, warehouse, ident, Privilege::WriteData)
+                .await?;
             let base = self
                 .metadata
                 .read_view(&wh.storage, &record.metadata_location)
@@ -203,8 +237,15 @@ impl CatalogService {
         )))
     }
 
-    pub async fn drop_view(&self, warehouse: &str, ident: &TableIdent) -> Result<()> {
-        let (_, record) = self.view_record(warehouse, ident).await?;
+    pub async fn drop_view(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<()> {
+        let (_, record) = self
+            .view_record(caller, warehouse, ident, Privilege::DropView)
+            .await?;
         if !self.store.drop_tabular(record.id).await? {
             return Err(CatalogError::no_such_view(ident));
         }
@@ -213,22 +254,29 @@ impl CatalogService {
 
     pub async fn rename_view(
         &self,
+        caller: &Caller,
         warehouse: &str,
         from: &TableIdent,
         to: &TableIdent,
     ) -> Result<()> {
-        self.rename_tabular(warehouse, from, to, TabularKind::View)
+        self.rename_tabular(caller, warehouse, from, to, TabularKind::View)
             .await
     }
 
     pub async fn register_view(
         &self,
+        caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
         metadata_location: &str,
     ) -> Result<LoadedView> {
         validate_ident(ident, "view")?;
-        let wh = self.warehouse(warehouse).await?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(
+            Privilege::CreateView,
+            &Scope::namespace(wh.warehouse.id, &ident.namespace),
+            || CatalogError::no_such_namespace(ident.namespace.join(".")),
+        )?;
         wh.storage.require_inside(metadata_location)?;
         self.require_namespace(&wh, &ident.namespace).await?;
         if let Some(existing) = self.find_tabular(&wh, ident).await? {

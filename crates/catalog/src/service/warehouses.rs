@@ -6,6 +6,7 @@ use floe_storage::{StorageProfile, WarehouseStorage};
 use uuid::Uuid;
 
 use super::{CatalogService, now_ms};
+use crate::governance::authz::{Caller, Privilege, Scope};
 use crate::ident::validate_name;
 use crate::model::Warehouse;
 use crate::{CatalogError, Result};
@@ -14,10 +15,17 @@ impl CatalogService {
     /// Creates a warehouse after checking that its storage is reachable and writable.
     pub async fn create_warehouse(
         &self,
+        caller: &Caller,
         name: &str,
         storage: StorageProfile,
         properties: HashMap<String, String>,
     ) -> Result<Warehouse> {
+        caller.require(Privilege::ManageWarehouses, &Scope::server(), || {
+            CatalogError::PermissionDenied(format!(
+                "principal {} may not create warehouses",
+                caller.principal.name
+            ))
+        })?;
         validate_name("warehouse", name)?;
         if name.contains('/') {
             return Err(CatalogError::bad_request(format!(
@@ -54,24 +62,37 @@ impl CatalogService {
         if let Some(existing) = self.store.get_warehouse(name).await? {
             return Ok(existing);
         }
-        self.create_warehouse(name, storage, HashMap::new()).await
+        self.create_warehouse(&Caller::system(), name, storage, HashMap::new())
+            .await
     }
 
-    pub async fn list_warehouses(&self) -> Result<Vec<Warehouse>> {
-        self.store.list_warehouses().await
+    /// The warehouses the caller holds anything in.
+    pub async fn list_warehouses(&self, caller: &Caller) -> Result<Vec<Warehouse>> {
+        let mut warehouses = self.store.list_warehouses().await?;
+        warehouses.retain(|w| caller.grants.sees(&Scope::warehouse(w.id)));
+        Ok(warehouses)
     }
 
-    pub async fn get_warehouse(&self, name: &str) -> Result<Warehouse> {
-        Ok(self.warehouse(name).await?.warehouse.clone())
+    pub async fn get_warehouse(&self, caller: &Caller, name: &str) -> Result<Warehouse> {
+        Ok(self
+            .visible_warehouse(caller, name)
+            .await?
+            .warehouse
+            .clone())
     }
 
     /// Deletes an empty warehouse.
-    pub async fn delete_warehouse(&self, name: &str) -> Result<()> {
+    pub async fn delete_warehouse(&self, caller: &Caller, name: &str) -> Result<()> {
         let warehouse = self
-            .store
-            .get_warehouse(name)
+            .visible_warehouse(caller, name)
             .await?
-            .ok_or_else(|| CatalogError::no_such_warehouse(name))?;
+            .warehouse
+            .clone();
+        caller.require(
+            Privilege::ManageWarehouses,
+            &Scope::warehouse(warehouse.id),
+            || CatalogError::no_such_warehouse(name),
+        )?;
         self.store.delete_warehouse(warehouse.id).await?;
         self.forget_warehouse(name);
         Ok(())

@@ -1,5 +1,6 @@
 //! The management API under `/api/v1`, described by `/api/v1/openapi.json`.
 
+mod grants;
 mod principals;
 mod warehouses;
 
@@ -32,6 +33,16 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/principals/{name}/disable", post(principals::disable))
         .route("/principals/{name}/enable", post(principals::enable))
         .route("/signing-keys/rotate", post(principals::rotate_signing_key))
+        .route("/roles", get(grants::list_roles).post(grants::create_role))
+        .route("/roles/{name}", axum::routing::delete(grants::delete_role))
+        .route("/roles/{name}/members", post(grants::add_member))
+        .route(
+            "/roles/{name}/members/{principal}",
+            axum::routing::delete(grants::remove_member),
+        )
+        .route("/roles/{name}/grants", get(grants::role_grants))
+        .route("/grants", post(grants::grant))
+        .route("/grants/revoke", post(grants::revoke))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,

@@ -9,9 +9,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::auth::require_root;
+use crate::auth::require_server;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, PathParams};
+use floe_catalog::governance::authz::{Caller, Privilege};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -36,10 +37,10 @@ async fn by_name(state: &AppState, name: &str) -> ApiResult<Principal> {
 
 pub async fn create(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<CreatePrincipalRequest>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    require_root(&caller)?;
+    require_server(&caller, Privilege::ManageGrants)?;
     let (principal, credentials) = state
         .auth
         .create_principal(&request.name, request.kind)
@@ -55,31 +56,31 @@ pub async fn create(
 
 pub async fn list(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
 ) -> ApiResult<Json<Value>> {
-    require_root(&caller)?;
+    require_server(&caller, Privilege::ManageGrants)?;
     let principals = state.auth.store().list_principals().await?;
     Ok(Json(json!({ "principals": principals })))
 }
 
 pub async fn get(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Value>> {
-    if caller.name != name {
-        require_root(&caller)?;
+    if caller.principal.name != name {
+        require_server(&caller, Privilege::ManageGrants)?;
     }
     Ok(Json(json!(by_name(&state, &name).await?)))
 }
 
 pub async fn rotate_credentials(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Value>> {
-    if caller.name != name {
-        require_root(&caller)?;
+    if caller.principal.name != name {
+        require_server(&caller, Privilege::ManageGrants)?;
     }
     let principal = by_name(&state, &name).await?;
     let credentials = state.auth.rotate_credentials(principal.id).await?;
@@ -90,11 +91,11 @@ pub async fn rotate_credentials(
 
 async fn set_disabled(
     state: &AppState,
-    caller: &Principal,
+    caller: &Caller,
     name: &str,
     disabled: bool,
 ) -> ApiResult<StatusCode> {
-    require_root(caller)?;
+    require_server(caller, Privilege::ManageGrants)?;
     let principal = by_name(state, name).await?;
     state.auth.set_disabled(principal.id, disabled).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -102,7 +103,7 @@ async fn set_disabled(
 
 pub async fn disable(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<StatusCode> {
     set_disabled(&state, &caller, &name, true).await
@@ -110,7 +111,7 @@ pub async fn disable(
 
 pub async fn enable(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<StatusCode> {
     set_disabled(&state, &caller, &name, false).await
@@ -118,9 +119,9 @@ pub async fn enable(
 
 pub async fn rotate_signing_key(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
 ) -> ApiResult<Json<Value>> {
-    require_root(&caller)?;
+    require_server(&caller, Privilege::ManageGrants)?;
     let kid = state.auth.rotate_signing_key().await?;
     Ok(Json(json!({ "kid": kid })))
 }

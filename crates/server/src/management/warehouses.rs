@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::auth::{Principal, require_root};
 use crate::error::ApiResult;
 use crate::extract::{JsonBody, PathParams};
+use floe_catalog::governance::authz::Caller;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -37,10 +37,9 @@ pub fn warehouse_json(w: &Warehouse) -> Value {
 
 pub async fn list(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
 ) -> ApiResult<Json<Value>> {
-    require_root(&caller)?;
-    let warehouses = state.catalog.list_warehouses().await?;
+    let warehouses = state.catalog.list_warehouses(&caller).await?;
     Ok(Json(json!({
         "warehouses": warehouses.iter().map(warehouse_json).collect::<Vec<_>>()
     })))
@@ -48,30 +47,31 @@ pub async fn list(
 
 pub async fn create(
     State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
+    Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<CreateWarehouseRequest>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    require_root(&caller)?;
     let warehouse = state
         .catalog
-        .create_warehouse(&request.name, request.storage, request.properties)
+        .create_warehouse(&caller, &request.name, request.storage, request.properties)
         .await?;
     Ok((StatusCode::CREATED, Json(warehouse_json(&warehouse))))
 }
 
 pub async fn get(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<Json<Value>> {
     Ok(Json(warehouse_json(
-        &state.catalog.get_warehouse(&name).await?,
+        &state.catalog.get_warehouse(&caller, &name).await?,
     )))
 }
 
 pub async fn delete(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(name): PathParams<String>,
 ) -> ApiResult<StatusCode> {
-    state.catalog.delete_warehouse(&name).await?;
+    state.catalog.delete_warehouse(&caller, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,7 +1,9 @@
 //! `GET /v1/config`.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
+use floe_catalog::governance::authz::Caller;
 use serde_json::{Value, json};
 
 use super::ENDPOINTS;
@@ -16,13 +18,14 @@ pub const DEFAULT_WAREHOUSE: &str = "default";
 
 pub async fn get_config(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     QueryParams(query): QueryParams<ConfigQuery>,
 ) -> ApiResult<Json<Value>> {
     let name = query
         .warehouse
         .filter(|w| !w.is_empty())
         .unwrap_or_else(|| DEFAULT_WAREHOUSE.to_string());
-    let warehouse = state.catalog.get_warehouse(&name).await?;
+    let warehouse = state.catalog.get_warehouse(&caller, &name).await?;
     Ok(Json(json!({
         "defaults": {},
         "overrides": { "prefix": warehouse.name },

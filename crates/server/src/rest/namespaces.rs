@@ -1,9 +1,11 @@
 //! Namespace endpoints.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use floe_catalog::governance::authz::Caller;
 use serde_json::{Value, json};
 
 use super::page_request;
@@ -14,6 +16,7 @@ use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
 
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(prefix): PathParams<String>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> ApiResult<Json<Value>> {
@@ -24,7 +27,7 @@ pub async fn list(
     };
     let listed = state
         .catalog
-        .list_namespaces(&prefix, parent.as_ref(), &page)
+        .list_namespaces(&caller, &prefix, parent.as_ref(), &page)
         .await?;
     let namespaces: Vec<Vec<String>> = listed.items.iter().map(|ns| ns.clone().inner()).collect();
     Ok(Json(
@@ -34,6 +37,7 @@ pub async fn list(
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(prefix): PathParams<String>,
     JsonBody(request): JsonBody<CreateNamespaceRequest>,
 ) -> ApiResult<Json<Value>> {
@@ -41,7 +45,7 @@ pub async fn create(
         .map_err(|_| ApiError::bad_request("namespace must have at least one level"))?;
     let record = state
         .catalog
-        .create_namespace(&prefix, &ns, request.properties)
+        .create_namespace(&caller, &prefix, &ns, request.properties)
         .await?;
     Ok(Json(json!({
         "namespace": record.ident.inner(),
@@ -51,10 +55,11 @@ pub async fn create(
 
 pub async fn load(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let ns = parse_namespace(&namespace)?;
-    let record = state.catalog.load_namespace(&prefix, &ns).await?;
+    let record = state.catalog.load_namespace(&caller, &prefix, &ns).await?;
     Ok(Json(json!({
         "namespace": record.ident.inner(),
         "properties": record.properties,
@@ -63,31 +68,34 @@ pub async fn load(
 
 pub async fn exists(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
 ) -> ApiResult<Response> {
     let ns = parse_namespace(&namespace)?;
-    state.catalog.load_namespace(&prefix, &ns).await?;
+    state.catalog.load_namespace(&caller, &prefix, &ns).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub async fn drop(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let ns = parse_namespace(&namespace)?;
-    state.catalog.drop_namespace(&prefix, &ns).await?;
+    state.catalog.drop_namespace(&caller, &prefix, &ns).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn update_properties(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     JsonBody(request): JsonBody<UpdateNamespacePropertiesRequest>,
 ) -> ApiResult<Json<Value>> {
     let ns = parse_namespace(&namespace)?;
     let changes = state
         .catalog
-        .update_namespace_properties(&prefix, &ns, request.updates, request.removals)
+        .update_namespace_properties(&caller, &prefix, &ns, request.updates, request.removals)
         .await?;
     Ok(Json(json!({
         "updated": changes.updated,

@@ -1,10 +1,12 @@
 //! Table endpoints.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::service::{CreateTable, LoadedTable, TableCommitRequest};
 use iceberg::TableIdent;
 use serde_json::{Value, json};
@@ -125,19 +127,21 @@ fn load_response(loaded: &LoadedTable, mode: SnapshotMode, body: Bytes) -> Respo
 
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let ns = parse_namespace(&namespace)?;
     let page = state
         .catalog
-        .list_tables(&prefix, &ns, &page_request(&query)?)
+        .list_tables(&caller, &prefix, &ns, &page_request(&query)?)
         .await?;
     Ok(Json(list_identifiers(&ns, page)))
 }
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     JsonBody(request): JsonBody<CreateTableRequest>,
 ) -> ApiResult<Response> {
@@ -145,6 +149,7 @@ pub async fn create(
     let loaded = state
         .catalog
         .create_table(
+            &caller,
             &prefix,
             &ns,
             CreateTable {
@@ -163,6 +168,7 @@ pub async fn create(
 
 pub async fn load(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
     QueryParams(query): QueryParams<LoadQuery>,
     headers: HeaderMap,
@@ -172,7 +178,7 @@ pub async fn load(
     if headers.contains_key(header::IF_NONE_MATCH) {
         let location = state
             .catalog
-            .table_metadata_location(&prefix, &ident)
+            .table_metadata_location(&caller, &prefix, &ident)
             .await?;
         let tag = etag(&location, mode);
         if if_none_match(&headers, &tag) {
@@ -183,7 +189,7 @@ pub async fn load(
             return Ok(response);
         }
     }
-    let loaded = state.catalog.load_table(&prefix, &ident).await?;
+    let loaded = state.catalog.load_table(&caller, &prefix, &ident).await?;
     let Some(location) = &loaded.metadata_location else {
         return load_result(&loaded, mode);
     };
@@ -207,10 +213,11 @@ pub async fn load(
 
 pub async fn exists(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
 ) -> ApiResult<Response> {
     let ident = ident(&namespace, &table)?;
-    if state.catalog.table_exists(&prefix, &ident).await? {
+    if state.catalog.table_exists(&caller, &prefix, &ident).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError(floe_catalog::CatalogError::no_such_table(&ident)))
@@ -219,6 +226,7 @@ pub async fn exists(
 
 pub async fn commit(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
     JsonBody(request): JsonBody<CommitTableRequest>,
 ) -> ApiResult<Json<Value>> {
@@ -234,6 +242,7 @@ pub async fn commit(
     let loaded = state
         .catalog
         .commit_table(
+            &caller,
             &prefix,
             TableCommitRequest {
                 ident,
@@ -250,25 +259,28 @@ pub async fn commit(
 
 pub async fn drop(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
     QueryParams(query): QueryParams<DropQuery>,
 ) -> ApiResult<StatusCode> {
     let ident = ident(&namespace, &table)?;
     state
         .catalog
-        .drop_table(&prefix, &ident, query.purge()?)
+        .drop_table(&caller, &prefix, &ident, query.purge()?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn rename(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(prefix): PathParams<String>,
     JsonBody(request): JsonBody<RenameRequest>,
 ) -> ApiResult<StatusCode> {
     state
         .catalog
         .rename_table(
+            &caller,
             &prefix,
             &request.source.to_ident()?,
             &request.destination.to_ident()?,
@@ -279,6 +291,7 @@ pub async fn rename(
 
 pub async fn register(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     JsonBody(request): JsonBody<RegisterRequest>,
 ) -> ApiResult<Response> {
@@ -286,6 +299,7 @@ pub async fn register(
     let loaded = state
         .catalog
         .register_table(
+            &caller,
             &prefix,
             &ident,
             &request.metadata_location,
@@ -297,10 +311,14 @@ pub async fn register(
 
 pub async fn unregister(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
 ) -> ApiResult<Json<Value>> {
     let ident = ident(&namespace, &table)?;
-    let loaded = state.catalog.unregister_table(&prefix, &ident).await?;
+    let loaded = state
+        .catalog
+        .unregister_table(&caller, &prefix, &ident)
+        .await?;
     Ok(Json(json!({
         "metadata-location": loaded.metadata_location,
         "metadata": metadata_json(&loaded, SnapshotMode::All)?,
@@ -310,18 +328,20 @@ pub async fn unregister(
 /// Vended credentials. Local-directory warehouses have none to vend.
 pub async fn credentials(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
 ) -> ApiResult<Json<Value>> {
     let ident = ident(&namespace, &table)?;
     state
         .catalog
-        .table_metadata_location(&prefix, &ident)
+        .authorize_table(&caller, &prefix, &ident, Privilege::ReadData)
         .await?;
     Ok(Json(json!({ "storage-credentials": [] })))
 }
 
 pub async fn report_metrics(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
     JsonBody(report): JsonBody<Value>,
 ) -> ApiResult<StatusCode> {
@@ -331,9 +351,10 @@ pub async fn report_metrics(
             "a metrics report must be a JSON object",
         ));
     }
-    if !state.catalog.table_exists(&prefix, &ident).await? {
-        return Err(ApiError(floe_catalog::CatalogError::no_such_table(&ident)));
-    }
+    state
+        .catalog
+        .authorize_table(&caller, &prefix, &ident, Privilege::ReadMetadata)
+        .await?;
     let kind = report
         .get("report-type")
         .and_then(Value::as_str)

@@ -1,7 +1,9 @@
 //! `POST /v1/{prefix}/transactions/commit`: all-or-nothing across tables.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
+use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::TableCommitRequest;
 
 use super::types::CommitTransactionRequest;
@@ -11,6 +13,7 @@ use crate::extract::{JsonBody, PathParams};
 
 pub async fn commit(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(prefix): PathParams<String>,
     JsonBody(request): JsonBody<CommitTransactionRequest>,
 ) -> ApiResult<StatusCode> {
@@ -28,6 +31,9 @@ pub async fn commit(
             updates: change.updates,
         });
     }
-    state.catalog.commit_tables(&prefix, requests).await?;
+    state
+        .catalog
+        .commit_tables(&caller, &prefix, requests)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,9 +1,11 @@
 //! View endpoints.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CreateView, LoadedView};
 use iceberg::TableIdent;
 use serde_json::{Value, json};
@@ -35,19 +37,21 @@ fn view_result(loaded: &LoadedView) -> ApiResult<Json<Value>> {
 
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> ApiResult<Json<Value>> {
     let ns = parse_namespace(&namespace)?;
     let page = state
         .catalog
-        .list_views(&prefix, &ns, &page_request(&query)?)
+        .list_views(&caller, &prefix, &ns, &page_request(&query)?)
         .await?;
     Ok(Json(list_identifiers(&ns, page)))
 }
 
 pub async fn create(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     JsonBody(request): JsonBody<CreateViewRequest>,
 ) -> ApiResult<Json<Value>> {
@@ -55,6 +59,7 @@ pub async fn create(
     let loaded = state
         .catalog
         .create_view(
+            &caller,
             &prefix,
             &ns,
             CreateView {
@@ -71,21 +76,23 @@ pub async fn create(
 
 pub async fn load(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, view)): ViewPath,
 ) -> ApiResult<Json<Value>> {
     let loaded = state
         .catalog
-        .load_view(&prefix, &ident(&namespace, &view)?)
+        .load_view(&caller, &prefix, &ident(&namespace, &view)?)
         .await?;
     view_result(&loaded)
 }
 
 pub async fn exists(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, view)): ViewPath,
 ) -> ApiResult<Response> {
     let ident = ident(&namespace, &view)?;
-    if state.catalog.view_exists(&prefix, &ident).await? {
+    if state.catalog.view_exists(&caller, &prefix, &ident).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError(floe_catalog::CatalogError::no_such_view(&ident)))
@@ -94,6 +101,7 @@ pub async fn exists(
 
 pub async fn replace(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, view)): ViewPath,
     JsonBody(request): JsonBody<CommitViewRequest>,
 ) -> ApiResult<Json<Value>> {
@@ -107,30 +115,39 @@ pub async fn replace(
     }
     let loaded = state
         .catalog
-        .replace_view(&prefix, &ident, request.requirements, request.updates)
+        .replace_view(
+            &caller,
+            &prefix,
+            &ident,
+            request.requirements,
+            request.updates,
+        )
         .await?;
     view_result(&loaded)
 }
 
 pub async fn drop(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, view)): ViewPath,
 ) -> ApiResult<StatusCode> {
     state
         .catalog
-        .drop_view(&prefix, &ident(&namespace, &view)?)
+        .drop_view(&caller, &prefix, &ident(&namespace, &view)?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn rename(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams(prefix): PathParams<String>,
     JsonBody(request): JsonBody<RenameRequest>,
 ) -> ApiResult<StatusCode> {
     state
         .catalog
         .rename_view(
+            &caller,
             &prefix,
             &request.source.to_ident()?,
             &request.destination.to_ident()?,
@@ -141,13 +158,14 @@ pub async fn rename(
 
 pub async fn register(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
     JsonBody(request): JsonBody<RegisterViewRequest>,
 ) -> ApiResult<Json<Value>> {
     let ident = TableIdent::new(parse_namespace(&namespace)?, request.name);
     let loaded = state
         .catalog
-        .register_view(&prefix, &ident, &request.metadata_location)
+        .register_view(&caller, &prefix, &ident, &request.metadata_location)
         .await?;
     view_result(&loaded)
 }

@@ -32,17 +32,21 @@ CREATE TABLE principal_roles (
     PRIMARY KEY (principal_id, role_id)
 );
 
--- A privilege of a role on a securable: the server ('server', ''), a warehouse, a namespace,
--- a table or a view (by id, so grants follow renames).
+-- A privilege of a role on a securable. `scope` is the securable's path: '' for the server,
+-- then the warehouse id, namespace levels and 't:<id>' for a table or view, separated by
+-- 0x1F; a grant covers its scope and everything below it. `securable_id` is the warehouse,
+-- namespace or table/view id, so grants follow renames and vanish with drops.
 CREATE TABLE grants (
     role_id TEXT NOT NULL REFERENCES roles (id) ON DELETE CASCADE,
+    privilege TEXT NOT NULL,
+    scope TEXT COLLATE "C" NOT NULL,
     securable_kind TEXT NOT NULL,
     securable_id TEXT NOT NULL,
-    privilege TEXT NOT NULL,
     created_at_ms BIGINT NOT NULL,
-    PRIMARY KEY (role_id, securable_kind, securable_id, privilege)
+    PRIMARY KEY (role_id, scope, privilege)
 );
-CREATE INDEX grants_by_securable ON grants (securable_id, privilege);
+CREATE INDEX grants_by_securable ON grants (securable_id);
+CREATE INDEX grants_by_scope ON grants (scope);
 
 -- Hash-chained audit records: hash = SHA-256(prev_hash || canonical record).
 CREATE TABLE audit_log (

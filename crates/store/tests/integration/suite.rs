@@ -120,13 +120,13 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
     );
 
     let top = store
-        .list_namespaces(w.id, None, &PageRequest::default())
+        .list_namespaces(w.id, None, &PageRequest::default(), None)
         .await
         .unwrap();
     assert_eq!(top.items, vec![ns(&["a"]), ns(&["b"]), ns(&["c"])]);
     assert!(top.next_token.is_none());
     let children = store
-        .list_namespaces(w.id, Some(&ns(&["a"])), &PageRequest::default())
+        .list_namespaces(w.id, Some(&ns(&["a"])), &PageRequest::default(), None)
         .await
         .unwrap();
     assert_eq!(children.items, vec![ns(&["a", "x"]), ns(&["a", "y"])]);
@@ -140,6 +140,7 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
                 token: None,
                 size: Some(2),
             },
+            None,
         )
         .await
         .unwrap();
@@ -152,6 +153,7 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
                 token: first.next_token.clone(),
                 size: Some(2),
             },
+            None,
         )
         .await
         .unwrap();
@@ -251,6 +253,7 @@ async fn tabulars(store: &Arc<dyn CatalogStore>) {
             &ns(&["n"]),
             TabularKind::Table,
             &PageRequest::default(),
+            None,
         )
         .await
         .unwrap();
@@ -261,6 +264,7 @@ async fn tabulars(store: &Arc<dyn CatalogStore>) {
             &ns(&["n"]),
             TabularKind::View,
             &PageRequest::default(),
+            None,
         )
         .await
         .unwrap();
@@ -274,6 +278,7 @@ async fn tabulars(store: &Arc<dyn CatalogStore>) {
                 token: None,
                 size: Some(1),
             },
+            None,
         )
         .await
         .unwrap();

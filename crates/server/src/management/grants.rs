@@ -1,0 +1,179 @@
+//! `/api/v1/roles` and `/api/v1/grants`: roles, their members and their privileges.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use floe_catalog::governance::auth::not_found_principal;
+use floe_catalog::governance::authz::{Caller, Privilege};
+use floe_catalog::service::SecurableRef;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::auth::require_server;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, PathParams};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleRequest {
+    pub name: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberRequest {
+    pub principal: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    pub role: String,
+    pub privilege: String,
+    pub on: SecurableRef,
+}
+
+fn parse_privilege(name: &str) -> ApiResult<Privilege> {
+    Privilege::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = Privilege::ALL.iter().map(|p| p.as_str()).collect();
+        ApiError::bad_request(format!(
+            "unknown privilege {name:?}; known: {}",
+            known.join(", ")
+        ))
+    })
+}
+
+pub async fn create_role(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<RoleRequest>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    require_server(&caller, Privilege::ManageGrants)?;
+    floe_catalog::ident::validate_name("role", &request.name)?;
+    let id = state.authz.store().create_role(&request.name).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": id, "name": request.name})),
+    ))
+}
+
+pub async fn list_roles(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Value>> {
+    require_server(&caller, Privilege::ManageGrants)?;
+    Ok(Json(
+        json!({"roles": state.authz.store().list_roles().await?}),
+    ))
+}
+
+pub async fn delete_role(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<StatusCode> {
+    require_server(&caller, Privilege::ManageGrants)?;
+    if !state.authz.store().delete_role(&name).await? {
+        return Err(ApiError::not_found(
+            "NoSuchRoleException",
+            format!("Role does not exist: {name}"),
+        ));
+    }
+    state.authz.invalidate();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn principal_id(state: &AppState, name: &str) -> ApiResult<uuid::Uuid> {
+    Ok(state
+        .auth
+        .store()
+        .get_principal_by_name(name)
+        .await?
+        .ok_or_else(|| ApiError(not_found_principal(name)))?
+        .id)
+}
+
+pub async fn add_member(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    PathParams(role): PathParams<String>,
+    JsonBody(request): JsonBody<MemberRequest>,
+) -> ApiResult<StatusCode> {
+    require_server(&caller, Privilege::ManageGrants)?;
+    let id = principal_id(&state, &request.principal).await?;
+    state.authz.store().assign_role(&role, id).await?;
+    state.authz.invalidate();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn remove_member(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    PathParams((role, principal)): PathParams<(String, String)>,
+) -> ApiResult<StatusCode> {
+    require_server(&caller, Privilege::ManageGrants)?;
+    let id = principal_id(&state, &principal).await?;
+    state.authz.store().unassign_role(&role, id).await?;
+    state.authz.invalidate();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn role_grants(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    PathParams(role): PathParams<String>,
+) -> ApiResult<Json<Value>> {
+    require_server(&caller, Privilege::ManageGrants)?;
+    Ok(Json(
+        json!({"grants": state.authz.store().role_grants(&role).await?}),
+    ))
+}
+
+/// Who may grant on a securable: holders of `manage-grants` on it (or above).
+async fn authorized_securable(
+    state: &AppState,
+    caller: &Caller,
+    on: &SecurableRef,
+) -> ApiResult<floe_catalog::governance::authz::Securable> {
+    let securable = state.catalog.resolve_securable(on).await?;
+    caller.require(Privilege::ManageGrants, &securable.scope, || {
+        floe_catalog::CatalogError::NotFound {
+            error_type: "NotFoundException",
+            message: "the securable does not exist".to_string(),
+        }
+    })?;
+    Ok(securable)
+}
+
+pub async fn grant(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<GrantRequest>,
+) -> ApiResult<StatusCode> {
+    let privilege = parse_privilege(&request.privilege)?;
+    let securable = authorized_securable(&state, &caller, &request.on).await?;
+    state
+        .authz
+        .store()
+        .grant(&request.role, privilege, &securable)
+        .await?;
+    state.authz.invalidate();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn revoke(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<GrantRequest>,
+) -> ApiResult<StatusCode> {
+    let privilege = parse_privilege(&request.privilege)?;
+    let securable = authorized_securable(&state, &caller, &request.on).await?;
+    state
+        .authz
+        .store()
+        .revoke(&request.role, privilege, &securable)
+        .await?;
+    state.authz.invalidate();
+    Ok(StatusCode::NO_CONTENT)
+}
