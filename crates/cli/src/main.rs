@@ -1,6 +1,7 @@
 //! `floe`: the one binary. Parses flags, sets up tracing and dispatches.
 
 mod admin;
+mod audit;
 mod bench;
 mod client;
 mod serve;
@@ -25,6 +26,9 @@ enum Command {
     /// Administer principals and signing keys of a running server.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Verify and query the audit trail.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -51,6 +55,7 @@ fn main() -> anyhow::Result<()> {
             Command::Serve(args) => serve::run(args).await,
             Command::Warehouse(command) => warehouse::run(command).await,
             Command::Admin(command) => admin::run(command).await,
+            Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
         }
     })

@@ -72,12 +72,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "floe is serving");
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
+    let audit_shutdown = CancellationToken::new();
+    let (audit, audit_writer) =
+        floe_server::audit::AuditSink::start(Arc::new(store.clone()), audit_shutdown.clone());
     let authz = Arc::new(Authorizer::new(
         Arc::new(store.clone()),
         Duration::from_secs(2),
     ));
-    let state = floe_server::AppState::new(catalog, auth, authz);
+    let state = floe_server::AppState::new(catalog, auth, authz, audit, Arc::new(store.clone()));
     floe_server::serve(listener, state, shutdown).await?;
+    // Every answered request's audit record is written before the process exits.
+    audit_shutdown.cancel();
+    let _ = audit_writer.await;
     store.close().await;
     tracing::info!("floe stopped");
     Ok(())

@@ -30,8 +30,11 @@ pub async fn require_principal(
                 principal: principal.clone(),
                 grants,
             });
+            let subject = crate::audit::AuditSubject(principal.name.clone());
             request.extensions_mut().insert(principal);
-            next.run(request).await
+            let mut response = next.run(request).await;
+            response.extensions_mut().insert(subject);
+            response
         }
         Err(e @ CatalogError::Unauthenticated(_)) => challenge(ApiError(e)),
         Err(e) => ApiError(e).into_response(),

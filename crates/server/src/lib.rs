@@ -8,6 +8,7 @@
 //! and shape the response. Errors become the Iceberg `ErrorModel` in exactly one place,
 //! [`error`].
 
+pub mod audit;
 mod auth;
 pub mod error;
 mod extract;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub catalog: Arc<CatalogService>,
     pub auth: Arc<floe_catalog::governance::auth::AuthService>,
     pub authz: Arc<floe_catalog::governance::authz::Authorizer>,
+    pub audit: audit::AuditSink,
+    pub audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
     pub metrics: metrics::Metrics,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
@@ -49,11 +52,15 @@ impl AppState {
         catalog: Arc<CatalogService>,
         auth: Arc<floe_catalog::governance::auth::AuthService>,
         authz: Arc<floe_catalog::governance::authz::Authorizer>,
+        audit: audit::AuditSink,
+        audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
     ) -> Self {
         Self {
             catalog,
             auth,
             authz,
+            audit,
+            audit_store,
             metrics: metrics::Metrics::new(),
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
@@ -69,6 +76,10 @@ pub fn router(state: AppState) -> Router {
         .nest("/api/v1", management::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit::record,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -103,9 +114,12 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     spawn_idempotency_sweeper(state.clone(), shutdown.clone());
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    axum::serve(
+        listener,
+        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    .await
 }
 
 fn spawn_idempotency_sweeper(state: AppState, shutdown: CancellationToken) {

@@ -457,3 +457,138 @@ mod grants {
         }
     }
 }
+
+mod audit {
+    use async_trait::async_trait;
+    use floe_catalog::Result;
+    use floe_catalog::governance::audit::{
+        AuditEvent, AuditQuery, AuditRecord, AuditStore, GENESIS, chain,
+    };
+    use sqlx::Row;
+    use sqlx::any::AnyRow;
+
+    use crate::error::query_error;
+    use crate::{Backend, SqlStore};
+
+    /// Key of the PostgreSQL advisory lock that serializes appends across nodes.
+    const AUDIT_LOCK: i64 = 0x666c_6f65_6175_6474;
+
+    fn record_from_row(row: &AnyRow) -> AuditRecord {
+        AuditRecord {
+            seq: row.get("seq"),
+            event: AuditEvent {
+                at_ms: row.get("at_ms"),
+                request_id: row.get("request_id"),
+                principal: row.get("principal"),
+                action: row.get("action"),
+                resource: row.get("resource"),
+                decision: row.get("decision"),
+                status: row.get::<i64, _>("status") as u16,
+                client: row.get("client"),
+                details: row.get("details"),
+            },
+            prev_hash: row.get("prev_hash"),
+            hash: row.get("hash"),
+        }
+    }
+
+    #[async_trait]
+    impl AuditStore for SqlStore {
+        async fn append_audit(&self, events: Vec<AuditEvent>) -> Result<()> {
+            if events.is_empty() {
+                return Ok(());
+            }
+            let _guard = self.write_guard().await;
+            let mut tx = self.pool.begin().await.map_err(query_error)?;
+            if self.backend == Backend::Postgres {
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(AUDIT_LOCK)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error)?;
+            }
+            let last = sqlx::query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            let (last_seq, last_hash) = match last {
+                Some(row) => (row.get::<i64, _>("seq"), row.get::<String, _>("hash")),
+                None => (0, GENESIS.to_string()),
+            };
+            for record in chain(last_seq, &last_hash, events) {
+                let e = &record.event;
+                sqlx::query(
+                    "INSERT INTO audit_log (seq, at_ms, request_id, principal, action, resource, decision, \
+                     status, client, details, prev_hash, hash) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .bind(record.seq)
+                .bind(e.at_ms)
+                .bind(&e.request_id)
+                .bind(&e.principal)
+                .bind(&e.action)
+                .bind(&e.resource)
+                .bind(&e.decision)
+                .bind(e.status as i64)
+                .bind(&e.client)
+                .bind(&e.details)
+                .bind(&record.prev_hash)
+                .bind(&record.hash)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            }
+            tx.commit().await.map_err(query_error)
+        }
+
+        async fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+            let mut sql = String::from("SELECT * FROM audit_log WHERE seq > $1");
+            let mut binds: Vec<String> = Vec::new();
+            let mut add = |clause: &str, value: String| {
+                binds.push(value);
+                sql.push_str(&format!(" AND {clause} ${}", binds.len() + 1));
+            };
+            if let Some(p) = &query.principal {
+                add("principal =", p.clone());
+            }
+            if let Some(a) = &query.action {
+                add("action =", a.clone());
+            }
+            if let Some(d) = &query.decision {
+                add("decision =", d.clone());
+            }
+            if let Some(r) = &query.resource {
+                binds.push(r.clone());
+                let n = binds.len() + 1;
+                sql.push_str(&format!(" AND substr(resource, 1, length(${n})) = ${n}"));
+            }
+            let limit = query.limit.unwrap_or(1000).clamp(1, 10_000) as i64;
+            sql.push_str(&format!(
+                " AND at_ms >= ${} AND at_ms <= ${} ORDER BY seq LIMIT ${}",
+                binds.len() + 2,
+                binds.len() + 3,
+                binds.len() + 4
+            ));
+            let mut q = sqlx::query(&sql).bind(query.after_seq.unwrap_or(0));
+            for b in binds {
+                q = q.bind(b);
+            }
+            let rows = q
+                .bind(query.since_ms.unwrap_or(i64::MIN))
+                .bind(query.until_ms.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error)?;
+            Ok(rows.iter().map(record_from_row).collect())
+        }
+
+        async fn audit_trail(&self) -> Result<Vec<AuditRecord>> {
+            let rows = sqlx::query("SELECT * FROM audit_log ORDER BY seq")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error)?;
+            Ok(rows.iter().map(record_from_row).collect())
+        }
+    }
+}

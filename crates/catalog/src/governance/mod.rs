@@ -1,6 +1,7 @@
 //! Governance: who is calling (authentication) — principals, client credentials, access
 //! tokens and their signing keys.
 
+pub mod audit;
 pub mod auth;
 pub mod authz;
 pub mod secrets;

@@ -777,3 +777,192 @@ async fn grants_follow_renames_vanish_with_drops_and_filter_listings() {
         404
     );
 }
+
+/// Polls the audit API until `predicate` holds for the records (the writer batches).
+async fn audit_records(
+    root: &Api,
+    query: &str,
+    predicate: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    for _ in 0..100 {
+        let answer = root.get(&format!("/api/v1/audit?{query}")).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        let records = answer.body["records"].as_array().unwrap().clone();
+        if predicate(&records) {
+            return records;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("audit records for {query} never matched");
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+fn verify_audit(data_dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["audit", "verify", "--data-dir"])
+        .arg(data_dir)
+        .env_remove("FLOE_CATALOG_DB")
+        .output()
+        .unwrap()
+}
+
+async fn tamper(data_dir: &std::path::Path, statements: &[&str]) {
+    sqlx::any::install_default_drivers();
+    let url = format!("sqlite://{}/catalog.db", data_dir.display());
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    for sql in statements {
+        let changed = sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .unwrap()
+            .rows_affected();
+        assert!(changed > 0, "{sql} changed nothing");
+    }
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn every_request_is_audited_in_a_tamper_evident_chain() {
+    let mut floe = Floe::start("sqlite").await;
+    let root = Api::new(&floe);
+    assert_eq!(
+        root.post(NS, json!({"namespace": ["audited"]}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(Api::anonymous(&floe).get(NS).await.status, 401);
+    let (id, secret) = principal(&root, "auditor").await;
+    grant(
+        &root,
+        "auditor",
+        &[("read-audit", json!({"type": "server"}))],
+    )
+    .await;
+    let auditor = Api::with_token(&floe, &token_for(&floe.base, &id, &secret).await);
+    // A server-level grant makes everything visible, so a missing privilege is a 403.
+    assert_eq!(
+        auditor
+            .post(NS, json!({"namespace": ["nope"]}))
+            .await
+            .status,
+        403
+    );
+
+    let records = audit_records(&root, "principal=root&limit=1000", |r| {
+        r.iter()
+            .any(|x| x["action"] == "POST /catalog/v1/{prefix}/namespaces")
+    })
+    .await;
+    let create = records
+        .iter()
+        .find(|x| x["action"] == "POST /catalog/v1/{prefix}/namespaces")
+        .unwrap();
+    assert_eq!(create["status"], 200);
+    assert_eq!(create["decision"], "allow");
+    assert_eq!(create["resource"], "/catalog/v1/default/namespaces");
+    assert_eq!(create["client"], "127.0.0.1");
+    assert!(create["request-id"].as_str().unwrap().len() >= 32);
+    let denied = audit_records(&auditor, "decision=deny", |r| !r.is_empty()).await;
+    assert!(
+        denied
+            .iter()
+            .any(|x| x["principal"] == "anonymous" && x["status"] == 401)
+    );
+    let refused = audit_records(&auditor, "principal=auditor&decision=deny", |r| {
+        !r.is_empty()
+    })
+    .await;
+    assert_eq!(refused[0]["status"], 403);
+    let tokens = audit_records(&auditor, "action=POST%20/catalog/v1/oauth/tokens", |r| {
+        r.len() >= 2
+    })
+    .await;
+    assert!(
+        tokens
+            .iter()
+            .any(|x| x["principal"] == format!("client:{ROOT_ID}"))
+    );
+
+    // Nobody without read-audit reads the trail, and no secret is in it.
+    let (other_id, other_secret) = principal(&root, "curious").await;
+    let curious = Api::with_token(
+        &floe,
+        &token_for(&floe.base, &other_id, &other_secret).await,
+    );
+    assert_eq!(curious.get("/api/v1/audit").await.status, 403);
+    let everything = root.get("/api/v1/audit?limit=10000").await.body.to_string();
+    for secret in [
+        crate::harness::ROOT_SECRET,
+        secret.as_str(),
+        other_secret.as_str(),
+    ] {
+        assert!(
+            !everything.contains(secret),
+            "a secret leaked into the audit trail"
+        );
+    }
+    let review = auditor.get("/api/v1/access-review").await;
+    assert_eq!(review.status, 200);
+    let reviewed = review.body["principals"].as_array().unwrap();
+    let auditor_entry = reviewed
+        .iter()
+        .find(|p| p["principal"] == "auditor")
+        .unwrap();
+    assert_eq!(auditor_entry["privileges"][0]["privilege"], "read-audit");
+
+    // Stop the server (the writer drains), then verify and tamper with copies of the store.
+    let data_dir = floe.data_dir.path().to_path_buf();
+    let status = floe.terminate();
+    assert!(status.success());
+    let missing = verify_audit(&data_dir.join("nowhere"));
+    assert!(
+        !missing.status.success(),
+        "verifying a missing store must fail, not create one"
+    );
+    let intact = verify_audit(&data_dir);
+    assert!(
+        intact.status.success(),
+        "{}",
+        String::from_utf8_lossy(&intact.stderr)
+    );
+    assert!(String::from_utf8_lossy(&intact.stdout).contains("intact"));
+    for (name, sql, expected) in [
+        (
+            "edit",
+            &["UPDATE audit_log SET principal = 'mallory' WHERE seq = 3"][..],
+            "record 3 was edited",
+        ),
+        (
+            "delete",
+            &["DELETE FROM audit_log WHERE seq = 4"][..],
+            "between 3 and 5 are missing",
+        ),
+        (
+            "reorder",
+            &[
+                "UPDATE audit_log SET seq = -1 WHERE seq = 2",
+                "UPDATE audit_log SET seq = 2 WHERE seq = 3",
+                "UPDATE audit_log SET seq = 3 WHERE seq = -1",
+            ][..],
+            "record 2",
+        ),
+    ] {
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(&data_dir, copy.path());
+        tamper(copy.path(), sql).await;
+        let out = verify_audit(copy.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} must be detected");
+        assert!(stderr.contains(expected), "{name}: {stderr}");
+    }
+}

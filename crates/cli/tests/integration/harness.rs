@@ -147,7 +147,7 @@ impl Floe {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    pub fn terminate(mut self) -> std::process::ExitStatus {
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").arg("-TERM").arg(&pid).status();
         let deadline = Instant::now() + Duration::from_secs(20);

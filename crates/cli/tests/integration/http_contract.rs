@@ -517,7 +517,7 @@ async fn warehouses_are_managed_and_validated() {
 
 #[tokio::test]
 async fn health_metrics_and_graceful_shutdown() {
-    let floe = Floe::start("sqlite").await;
+    let mut floe = Floe::start("sqlite").await;
     let api = Api::new(&floe);
     assert_eq!(api.get("/health").await.status, 200);
     api.get(NS).await;

@@ -1,5 +1,6 @@
 //! The management API under `/api/v1`, described by `/api/v1/openapi.json`.
 
+mod audit;
 mod grants;
 mod principals;
 mod warehouses;
@@ -43,6 +44,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/roles/{name}/grants", get(grants::role_grants))
         .route("/grants", post(grants::grant))
         .route("/grants/revoke", post(grants::revoke))
+        .route("/audit", get(audit::list))
+        .route("/access-review", get(audit::access_review))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,

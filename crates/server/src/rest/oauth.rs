@@ -58,6 +58,7 @@ pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Byte
             "grant_type is required",
         );
     };
+    let mut subject = None;
     let issued = match grant_type.as_str() {
         "client_credentials" => {
             let (id, secret) = match (form.get("client_id"), form.get("client_secret")) {
@@ -73,6 +74,7 @@ pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Byte
                     }
                 },
             };
+            subject = Some(format!("client:{id}"));
             state.auth.token_for_client(&id, &secret).await
         }
         TOKEN_EXCHANGE => match form.get("subject_token") {
@@ -95,7 +97,7 @@ pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Byte
             );
         }
     };
-    match issued {
+    let mut response = match issued {
         Ok(token) => Json(json!({
             "access_token": token.access_token,
             "token_type": "bearer",
@@ -107,5 +109,11 @@ pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Byte
             oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", &message)
         }
         Err(e) => crate::error::ApiError(e).into_response(),
+    };
+    if let Some(subject) = subject {
+        response
+            .extensions_mut()
+            .insert(crate::audit::AuditSubject(subject));
     }
+    response
 }

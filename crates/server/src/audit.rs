@@ -1,0 +1,132 @@
+//! One audit record per request (health checks and metrics scrapes aside), handed to a
+//! background writer that appends them to the hash-chained trail in batches.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use floe_catalog::governance::audit::{AuditEvent, AuditStore};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+
+/// Who a request acted as, set on the response by the layers that know.
+#[derive(Debug, Clone)]
+pub struct AuditSubject(pub String);
+
+/// Sends events to the writer; waits when the writer is behind (never drops a record).
+#[derive(Debug, Clone)]
+pub struct AuditSink {
+    sender: mpsc::Sender<AuditEvent>,
+}
+
+impl AuditSink {
+    /// Starts the writer; it drains what is queued when `shutdown` fires.
+    pub fn start(
+        store: Arc<dyn AuditStore>,
+        shutdown: CancellationToken,
+    ) -> (AuditSink, tokio::task::JoinHandle<()>) {
+        let (sender, receiver) = mpsc::channel(16_384);
+        let writer = tokio::spawn(write_batches(store, receiver, shutdown));
+        (AuditSink { sender }, writer)
+    }
+
+    pub async fn send(&self, event: AuditEvent) {
+        if self.sender.send(event).await.is_err() {
+            tracing::error!("audit writer is gone; record lost");
+        }
+    }
+}
+
+async fn write_batches(
+    store: Arc<dyn AuditStore>,
+    mut receiver: mpsc::Receiver<AuditEvent>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            event = receiver.recv() => event,
+            _ = shutdown.cancelled() => {
+                receiver.close();
+                receiver.recv().await
+            }
+        };
+        let Some(first) = first else { break };
+        let mut batch = vec![first];
+        while batch.len() < 1000 {
+            match receiver.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
+            }
+        }
+        let mut attempt = 0u32;
+        loop {
+            match store.append_audit(batch.clone()).await {
+                Ok(()) => break,
+                Err(e) => {
+                    attempt += 1;
+                    tracing::error!(attempt, records = batch.len(), error = %e, "append audit records");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt.min(50))))
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_string();
+    if path == "/health" || path == "/metrics" {
+        return next.run(request).await;
+    }
+    let request_id = uuid::Uuid::now_v7().to_string();
+    let action = format!(
+        "{} {}",
+        request.method(),
+        request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "unmatched".into())
+    );
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_default();
+    let mut response = next.run(request).await;
+    let status = response.status().as_u16();
+    let principal = response
+        .extensions()
+        .get::<AuditSubject>()
+        .map(|s| s.0.clone())
+        .unwrap_or_else(|| "anonymous".into());
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    state
+        .audit
+        .send(AuditEvent {
+            at_ms: chrono::Utc::now().timestamp_millis(),
+            request_id,
+            principal,
+            action,
+            resource: path,
+            decision: if matches!(status, 401 | 403) {
+                "deny"
+            } else {
+                "allow"
+            }
+            .into(),
+            status,
+            client,
+            details: "{}".into(),
+        })
+        .await;
+    response
+}
