@@ -77,13 +77,12 @@ pub fn chain(last_seq: i64, last_hash: &str, events: Vec<AuditEvent>) -> Vec<Aud
         .map(|event| {
             seq += 1;
             let hash = record_hash(&prev, seq, &event);
-            let record = AuditRecord {
+            AuditRecord {
                 seq,
                 event,
                 prev_hash: std::mem::replace(&mut prev, hash.clone()),
                 hash,
-            };
-            record
+            }
         })
         .collect()
 }
