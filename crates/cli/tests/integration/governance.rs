@@ -966,3 +966,106 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
         assert!(stderr.contains(expected), "{name}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn listing_ten_thousand_tables_shows_a_low_privilege_principal_only_its_own() {
+    let floe = Floe::start("sqlite").await;
+    let root = std::sync::Arc::new(Api::new(&floe));
+    assert_eq!(root.post(NS, json!({"namespace": ["big"]})).await.status, 200);
+    let total = 10_000;
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let root = root.clone();
+        workers.push(tokio::spawn(async move {
+            for i in (w..total).step_by(16) {
+                let answer = root
+                    .post(&format!("{NS}/big/tables"), json!({"name": format!("t{i:05}"), "schema": simple_schema()}))
+                    .await;
+                assert_eq!(answer.status, 200, "{:?}", answer.body);
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let (id, secret) = principal(&root, "narrow").await;
+    let mine: Vec<String> = (0..total).step_by(250).map(|i| format!("t{i:05}")).collect();
+    let grants: Vec<(&str, Value)> = mine.iter().map(|t| ("read-metadata", on_table("big", t))).collect();
+    grant(&root, "narrow", &grants).await;
+    let narrow = Api::with_token(&floe, &token_for(&floe.base, &id, &secret).await);
+
+    let list_all = |api: &Api| {
+        let api = Api::with_token(&floe, &api.http_token());
+        async move {
+            let mut names = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let mut path = format!("{NS}/big/tables?page-size=1000");
+                if let Some(t) = &token {
+                    path.push_str(&format!("&page-token={t}"));
+                }
+                let page = api.get(&path).await;
+                assert_eq!(page.status, 200);
+                for ident in page.body["identifiers"].as_array().unwrap() {
+                    names.push(ident["name"].as_str().unwrap().to_string());
+                }
+                match page.body["next-page-token"].as_str() {
+                    Some(t) => token = Some(t.to_string()),
+                    None => break names,
+                }
+            }
+        }
+    };
+    let seen = list_all(&narrow).await;
+    assert_eq!(seen, mine, "exactly the granted tables, in order");
+    let everything = list_all(&root).await;
+    assert_eq!(everything.len(), total);
+}
+
+#[tokio::test]
+async fn token_endpoint_and_authorization_header_survive_garbage() {
+    let floe = Floe::start("sqlite").await;
+    let http = reqwest::Client::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let alphabet: Vec<u8> = (0u8..=255).collect();
+    for round in 0..600 {
+        let len = (next() % 200) as usize;
+        let bytes: Vec<u8> = (0..len).map(|_| alphabet[(next() % 256) as usize]).collect();
+        let mut form = bytes.clone();
+        if round % 3 == 0 {
+            form = format!(
+                "grant_type={}&client_id={}&client_secret={}&subject_token={}",
+                ["client_credentials", "urn:ietf:params:oauth:grant-type:token-exchange", "x"][round % 3],
+                String::from_utf8_lossy(&bytes[..len / 2]),
+                String::from_utf8_lossy(&bytes[len / 2..]),
+                String::from_utf8_lossy(&bytes),
+            )
+            .into_bytes();
+        }
+        let token = http
+            .post(format!("{}/catalog/v1/oauth/tokens", floe.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await
+            .unwrap();
+        assert!(token.status().is_client_error(), "round {round}: {}", token.status());
+        let printable: String = bytes.iter().map(|b| (b % 94 + 33) as char).collect();
+        for header in [format!("Bearer {printable}"), printable.clone(), format!("Bearer {printable}.{printable}.{printable}")] {
+            let answer = http
+                .get(format!("{}{NS}", floe.base))
+                .header("authorization", header)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 401, "round {round}");
+        }
+    }
+    assert_eq!(Api::new(&floe).get(NS).await.status, 200, "still serving");
+}

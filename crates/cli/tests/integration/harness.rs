@@ -172,6 +172,7 @@ impl Drop for Floe {
 pub struct Api {
     pub http: reqwest::Client,
     pub base: String,
+    token: String,
 }
 
 pub struct Answer {
@@ -216,6 +217,7 @@ impl Api {
                 .build()
                 .unwrap(),
             base: floe.base.clone(),
+            token: token.to_string(),
         }
     }
 
@@ -224,7 +226,13 @@ impl Api {
         Api {
             http: reqwest::Client::new(),
             base: floe.base.clone(),
+            token: String::new(),
         }
+    }
+
+    /// The bearer token this client sends.
+    pub fn http_token(&self) -> String {
+        self.token.clone()
     }
 
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
