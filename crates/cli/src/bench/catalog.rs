@@ -27,6 +27,10 @@ pub struct CatalogBenchArgs {
     /// Tables the load and commit phases spread over.
     #[arg(long, default_value_t = 64)]
     tables: usize,
+    /// Run as a new non-root principal holding this many grants, set up with the given
+    /// (administrator) credentials, instead of as that administrator.
+    #[arg(long)]
+    principal_grants: Option<usize>,
 }
 
 struct Client {
@@ -101,7 +105,10 @@ fn table_schema() -> Value {
 }
 
 pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
-    let connected = args.server.connect().await?;
+    let mut connected = args.server.connect().await?;
+    if let Some(grants) = args.principal_grants {
+        connected = bench_principal(&connected, &args.warehouse, grants).await?;
+    }
     let client = Arc::new(Client {
         http: connected.http,
         base: connected.base,
@@ -262,6 +269,80 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
         println!("\nserver resident memory: not reported by /metrics");
     }
     Ok(())
+}
+
+/// Creates a principal whose role holds what the benchmark needs on the warehouse plus
+/// filler grants (read-metadata on namespaces made for them) up to `grants` in all, and
+/// returns a client acting as it.
+async fn bench_principal(
+    admin: &crate::client::Client,
+    warehouse: &str,
+    grants: usize,
+) -> anyhow::Result<crate::client::Client> {
+    use reqwest::Method;
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let name = format!("bench-{tag}");
+    let created = admin
+        .call(Method::POST, "/api/v1/principals", Some(json!({"name": name, "kind": "service"})))
+        .await?;
+    admin.call(Method::POST, "/api/v1/roles", Some(json!({"name": name}))).await?;
+    admin
+        .call(Method::POST, &format!("/api/v1/roles/{name}/members"), Some(json!({"principal": name})))
+        .await?;
+    let on_warehouse = json!({"type": "warehouse", "warehouse": warehouse});
+    let needed = ["create-namespace", "list-namespaces", "create-table", "list-tables", "write-data"];
+    for privilege in needed {
+        admin
+            .call(
+                Method::POST,
+                "/api/v1/grants",
+                Some(json!({"role": name, "privilege": privilege, "on": on_warehouse})),
+            )
+            .await?;
+    }
+    let filler = grants.saturating_sub(needed.len());
+    let parent = format!("benchgrants_{tag}");
+    let namespaces = format!("/catalog/v1/{warehouse}/namespaces");
+    admin.call(Method::POST, &namespaces, Some(json!({"namespace": [parent]}))).await?;
+    println!("setting up principal {name} with {} grants ...", filler + needed.len());
+    let admin = Arc::new(crate::client::Client {
+        http: admin.http.clone(),
+        base: admin.base.clone(),
+        token: admin.token.clone(),
+    });
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (admin, parent, name, namespaces) = (admin.clone(), parent.clone(), name.clone(), namespaces.clone());
+        let warehouse = warehouse.to_string();
+        workers.push(tokio::spawn(async move {
+            for i in (w..filler).step_by(16) {
+                let child = format!("g{i}");
+                admin
+                    .call(Method::POST, &namespaces, Some(json!({"namespace": [&parent, &child]})))
+                    .await?;
+                let on = json!({"type": "namespace", "warehouse": warehouse, "namespace": [&parent, &child]});
+                admin
+                    .call(
+                        Method::POST,
+                        "/api/v1/grants",
+                        Some(json!({"role": name, "privilege": "read-metadata", "on": on})),
+                    )
+                    .await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    let credentials = &created["credentials"];
+    let args = crate::client::ServerArgs {
+        server: admin.base.clone(),
+        client_id: credentials["client-id"].as_str().map(str::to_string),
+        client_secret: credentials["client-secret"].as_str().map(str::to_string),
+        credentials_file: Default::default(),
+    };
+    args.connect().await
 }
 
 fn record(stats: &PhaseStats, status: u16) {

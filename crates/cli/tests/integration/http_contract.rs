@@ -564,6 +564,30 @@ async fn warehouse_cli_talks_to_the_management_api() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("must be absolute"));
     assert!(run(&["delete", "cli"]).status.success());
+
+    // `floe admin …` administers principals, roles and grants the same way.
+    let admin = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .arg("admin")
+            .args(args)
+            .args(["--server", &floe.base])
+            .args(["--client-id", crate::harness::ROOT_ID])
+            .args(["--client-secret", crate::harness::ROOT_SECRET])
+            .output()
+            .unwrap()
+    };
+    let created = admin(&["principal", "create", "cli-user"]);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    assert!(String::from_utf8_lossy(&created.stdout).contains("client-secret"));
+    assert!(admin(&["role", "create", "cli-role"]).status.success());
+    assert!(admin(&["role", "add-member", "cli-role", "cli-user"]).status.success());
+    let granted = admin(&["grant", "--role", "cli-role", "--privilege", "list-namespaces", "--warehouse", "default"]);
+    assert!(granted.status.success(), "{}", String::from_utf8_lossy(&granted.stderr));
+    let grants = admin(&["role", "grants", "cli-role"]);
+    assert!(String::from_utf8_lossy(&grants.stdout).contains("list-namespaces"));
+    let bad = admin(&["grant", "--role", "cli-role", "--privilege", "fly", "--warehouse", "default"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown privilege"));
+    assert!(admin(&["revoke", "--role", "cli-role", "--privilege", "list-namespaces", "--warehouse", "default"]).status.success());
 }
 
 #[tokio::test]
