@@ -264,11 +264,17 @@ pub struct GrantRecord {
 }
 
 /// Decides what a principal may do, with a short-lived cache of each principal's grants.
+///
+/// Loads are single-flight: when a principal's grants expire, one request reloads them while
+/// the others keep using the previous set, so a principal with many grants under heavy
+/// concurrency costs one store query per lifetime, not one per request.
 #[derive(Debug)]
 pub struct Authorizer {
     store: Arc<dyn GrantStore>,
     ttl: Duration,
     cache: RwLock<HashMap<Uuid, (Arc<GrantSet>, Instant)>>,
+    refreshing: std::sync::Mutex<HashSet<Uuid>>,
+    cold_loads: std::sync::Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Authorizer {
@@ -278,7 +284,26 @@ impl Authorizer {
             store,
             ttl,
             cache: RwLock::new(HashMap::new()),
+            refreshing: std::sync::Mutex::new(HashSet::new()),
+            cold_loads: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    fn cached(&self, id: Uuid) -> Option<(Arc<GrantSet>, bool)> {
+        self.cache
+            .read()
+            .expect("grant cache")
+            .get(&id)
+            .map(|(set, at)| (set.clone(), at.elapsed() < self.ttl))
+    }
+
+    async fn load(&self, id: Uuid) -> Result<Arc<GrantSet>> {
+        let set = Arc::new(GrantSet::from_grants(self.store.principal_grants(id).await?));
+        self.cache
+            .write()
+            .expect("grant cache")
+            .insert(id, (set.clone(), Instant::now()));
+        Ok(set)
     }
 
     pub fn store(&self) -> &Arc<dyn GrantStore> {
@@ -289,19 +314,32 @@ impl Authorizer {
         if principal.is_root {
             return Ok(Arc::new(GrantSet::everything()));
         }
-        if let Some((set, at)) = self.cache.read().expect("grant cache").get(&principal.id)
-            && at.elapsed() < self.ttl
-        {
-            return Ok(set.clone());
+        let id = principal.id;
+        match self.cached(id) {
+            Some((set, true)) => Ok(set),
+            Some((stale, false)) => {
+                if !self.refreshing.lock().expect("refresh set").insert(id) {
+                    return Ok(stale);
+                }
+                let loaded = self.load(id).await;
+                self.refreshing.lock().expect("refresh set").remove(&id);
+                loaded
+            }
+            None => {
+                let lock = self
+                    .cold_loads
+                    .lock()
+                    .expect("cold load locks")
+                    .entry(id)
+                    .or_default()
+                    .clone();
+                let _guard = lock.lock().await;
+                if let Some((set, _)) = self.cached(id) {
+                    return Ok(set);
+                }
+                self.load(id).await
+            }
         }
-        let set = Arc::new(GrantSet::from_grants(
-            self.store.principal_grants(principal.id).await?,
-        ));
-        self.cache
-            .write()
-            .expect("grant cache")
-            .insert(principal.id, (set.clone(), Instant::now()));
-        Ok(set)
     }
 
     /// Forgets cached grants after a change made through this node.
