@@ -89,9 +89,15 @@ impl GrantArgs {
         let on = match (&self.warehouse, &self.namespace, &self.table, &self.view) {
             (None, ..) => json!({"type": "server"}),
             (Some(w), None, ..) => json!({"type": "warehouse", "warehouse": w}),
-            (Some(w), Some(ns), None, None) => json!({"type": "namespace", "warehouse": w, "namespace": levels(ns)}),
-            (Some(w), Some(ns), Some(t), _) => json!({"type": "table", "warehouse": w, "namespace": levels(ns), "name": t}),
-            (Some(w), Some(ns), None, Some(v)) => json!({"type": "view", "warehouse": w, "namespace": levels(ns), "name": v}),
+            (Some(w), Some(ns), None, None) => {
+                json!({"type": "namespace", "warehouse": w, "namespace": levels(ns)})
+            }
+            (Some(w), Some(ns), Some(t), _) => {
+                json!({"type": "table", "warehouse": w, "namespace": levels(ns), "name": t})
+            }
+            (Some(w), Some(ns), None, Some(v)) => {
+                json!({"type": "view", "warehouse": w, "namespace": levels(ns), "name": v})
+            }
         };
         json!({"role": self.role, "privilege": self.privilege, "on": on})
     }
@@ -173,31 +179,71 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
                 .await?
         }
         AdminCommand::Role(RoleCommand::Create { name, server }) => {
-            server.connect().await?.call(Method::POST, "/api/v1/roles", Some(json!({"name": name}))).await?
+            server
+                .connect()
+                .await?
+                .call(Method::POST, "/api/v1/roles", Some(json!({"name": name})))
+                .await?
         }
         AdminCommand::Role(RoleCommand::Delete { name, server }) => {
-            server.connect().await?.call(Method::DELETE, &format!("/api/v1/roles/{name}"), None).await?
+            server
+                .connect()
+                .await?
+                .call(Method::DELETE, &format!("/api/v1/roles/{name}"), None)
+                .await?
         }
         AdminCommand::Role(RoleCommand::List { server }) => {
-            server.connect().await?.call(Method::GET, "/api/v1/roles", None).await?
+            server
+                .connect()
+                .await?
+                .call(Method::GET, "/api/v1/roles", None)
+                .await?
         }
-        AdminCommand::Role(RoleCommand::AddMember { role, principal, server }) => {
+        AdminCommand::Role(RoleCommand::AddMember {
+            role,
+            principal,
+            server,
+        }) => {
             let path = format!("/api/v1/roles/{role}/members");
-            server.connect().await?.call(Method::POST, &path, Some(json!({"principal": principal}))).await?
+            server
+                .connect()
+                .await?
+                .call(Method::POST, &path, Some(json!({"principal": principal})))
+                .await?
         }
-        AdminCommand::Role(RoleCommand::RemoveMember { role, principal, server }) => {
+        AdminCommand::Role(RoleCommand::RemoveMember {
+            role,
+            principal,
+            server,
+        }) => {
             let path = format!("/api/v1/roles/{role}/members/{principal}");
-            server.connect().await?.call(Method::DELETE, &path, None).await?
+            server
+                .connect()
+                .await?
+                .call(Method::DELETE, &path, None)
+                .await?
         }
         AdminCommand::Role(RoleCommand::Grants { role, server }) => {
             let path = format!("/api/v1/roles/{role}/grants");
-            server.connect().await?.call(Method::GET, &path, None).await?
+            server
+                .connect()
+                .await?
+                .call(Method::GET, &path, None)
+                .await?
         }
         AdminCommand::Grant(args) => {
-            args.server.connect().await?.call(Method::POST, "/api/v1/grants", Some(args.body())).await?
+            args.server
+                .connect()
+                .await?
+                .call(Method::POST, "/api/v1/grants", Some(args.body()))
+                .await?
         }
         AdminCommand::Revoke(args) => {
-            args.server.connect().await?.call(Method::POST, "/api/v1/grants/revoke", Some(args.body())).await?
+            args.server
+                .connect()
+                .await?
+                .call(Method::POST, "/api/v1/grants/revoke", Some(args.body()))
+                .await?
         }
         AdminCommand::RotateSigningKey { server } => {
             server

@@ -515,28 +515,45 @@ mod audit {
                 Some(row) => (row.get::<i64, _>("seq"), row.get::<String, _>("hash")),
                 None => (0, GENESIS.to_string()),
             };
-            for record in chain(last_seq, &last_hash, events) {
-                let e = &record.event;
-                sqlx::query(
-                    "INSERT INTO audit_log (seq, at_ms, request_id, principal, action, resource, decision, \
-                     status, client, details, prev_hash, hash) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                )
-                .bind(record.seq)
-                .bind(e.at_ms)
-                .bind(&e.request_id)
-                .bind(&e.principal)
-                .bind(&e.action)
-                .bind(&e.resource)
-                .bind(&e.decision)
-                .bind(e.status as i64)
-                .bind(&e.client)
-                .bind(&e.details)
-                .bind(&record.prev_hash)
-                .bind(&record.hash)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error)?;
+            let records = chain(last_seq, &last_hash, events);
+            // Many rows per statement: one round trip per 100 records, not per record.
+            for chunk in records.chunks(100) {
+                let mut sql = String::from(
+                    "INSERT INTO audit_log (seq, at_ms, request_id, principal, action, resource, \
+                     decision, status, client, details, prev_hash, hash) VALUES ",
+                );
+                for i in 0..chunk.len() {
+                    let b = i * 12;
+                    if i > 0 {
+                        sql.push(',');
+                    }
+                    sql.push('(');
+                    sql.push_str(
+                        &(1..=12)
+                            .map(|k| format!("${}", b + k))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    );
+                    sql.push(')');
+                }
+                let mut query = sqlx::query(&sql);
+                for record in chunk {
+                    let e = &record.event;
+                    query = query
+                        .bind(record.seq)
+                        .bind(e.at_ms)
+                        .bind(e.request_id.clone())
+                        .bind(e.principal.clone())
+                        .bind(e.action.clone())
+                        .bind(e.resource.clone())
+                        .bind(e.decision.clone())
+                        .bind(e.status as i64)
+                        .bind(e.client.clone())
+                        .bind(e.details.clone())
+                        .bind(record.prev_hash.clone())
+                        .bind(record.hash.clone());
+                }
+                query.execute(&mut *tx).await.map_err(query_error)?;
             }
             tx.commit().await.map_err(query_error)
         }

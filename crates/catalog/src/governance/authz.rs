@@ -298,7 +298,9 @@ impl Authorizer {
     }
 
     async fn load(&self, id: Uuid) -> Result<Arc<GrantSet>> {
-        let set = Arc::new(GrantSet::from_grants(self.store.principal_grants(id).await?));
+        let set = Arc::new(GrantSet::from_grants(
+            self.store.principal_grants(id).await?,
+        ));
         self.cache
             .write()
             .expect("grant cache")

@@ -283,14 +283,30 @@ async fn bench_principal(
     let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let name = format!("bench-{tag}");
     let created = admin
-        .call(Method::POST, "/api/v1/principals", Some(json!({"name": name, "kind": "service"})))
+        .call(
+            Method::POST,
+            "/api/v1/principals",
+            Some(json!({"name": name, "kind": "service"})),
+        )
         .await?;
-    admin.call(Method::POST, "/api/v1/roles", Some(json!({"name": name}))).await?;
     admin
-        .call(Method::POST, &format!("/api/v1/roles/{name}/members"), Some(json!({"principal": name})))
+        .call(Method::POST, "/api/v1/roles", Some(json!({"name": name})))
+        .await?;
+    admin
+        .call(
+            Method::POST,
+            &format!("/api/v1/roles/{name}/members"),
+            Some(json!({"principal": name})),
+        )
         .await?;
     let on_warehouse = json!({"type": "warehouse", "warehouse": warehouse});
-    let needed = ["create-namespace", "list-namespaces", "create-table", "list-tables", "write-data"];
+    let needed = [
+        "create-namespace",
+        "list-namespaces",
+        "create-table",
+        "list-tables",
+        "write-data",
+    ];
     for privilege in needed {
         admin
             .call(
@@ -303,8 +319,17 @@ async fn bench_principal(
     let filler = grants.saturating_sub(needed.len());
     let parent = format!("benchgrants_{tag}");
     let namespaces = format!("/catalog/v1/{warehouse}/namespaces");
-    admin.call(Method::POST, &namespaces, Some(json!({"namespace": [parent]}))).await?;
-    println!("setting up principal {name} with {} grants ...", filler + needed.len());
+    admin
+        .call(
+            Method::POST,
+            &namespaces,
+            Some(json!({"namespace": [parent]})),
+        )
+        .await?;
+    println!(
+        "setting up principal {name} with {} grants ...",
+        filler + needed.len()
+    );
     let admin = Arc::new(crate::client::Client {
         http: admin.http.clone(),
         base: admin.base.clone(),
@@ -312,7 +337,12 @@ async fn bench_principal(
     });
     let mut workers = Vec::new();
     for w in 0..16 {
-        let (admin, parent, name, namespaces) = (admin.clone(), parent.clone(), name.clone(), namespaces.clone());
+        let (admin, parent, name, namespaces) = (
+            admin.clone(),
+            parent.clone(),
+            name.clone(),
+            namespaces.clone(),
+        );
         let warehouse = warehouse.to_string();
         workers.push(tokio::spawn(async move {
             for i in (w..filler).step_by(16) {

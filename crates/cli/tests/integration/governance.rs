@@ -971,7 +971,10 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
 async fn listing_ten_thousand_tables_shows_a_low_privilege_principal_only_its_own() {
     let floe = Floe::start("sqlite").await;
     let root = std::sync::Arc::new(Api::new(&floe));
-    assert_eq!(root.post(NS, json!({"namespace": ["big"]})).await.status, 200);
+    assert_eq!(
+        root.post(NS, json!({"namespace": ["big"]})).await.status,
+        200
+    );
     let total = 10_000;
     let mut workers = Vec::new();
     for w in 0..16 {
@@ -979,7 +982,10 @@ async fn listing_ten_thousand_tables_shows_a_low_privilege_principal_only_its_ow
         workers.push(tokio::spawn(async move {
             for i in (w..total).step_by(16) {
                 let answer = root
-                    .post(&format!("{NS}/big/tables"), json!({"name": format!("t{i:05}"), "schema": simple_schema()}))
+                    .post(
+                        &format!("{NS}/big/tables"),
+                        json!({"name": format!("t{i:05}"), "schema": simple_schema()}),
+                    )
                     .await;
                 assert_eq!(answer.status, 200, "{:?}", answer.body);
             }
@@ -989,8 +995,14 @@ async fn listing_ten_thousand_tables_shows_a_low_privilege_principal_only_its_ow
         worker.await.unwrap();
     }
     let (id, secret) = principal(&root, "narrow").await;
-    let mine: Vec<String> = (0..total).step_by(250).map(|i| format!("t{i:05}")).collect();
-    let grants: Vec<(&str, Value)> = mine.iter().map(|t| ("read-metadata", on_table("big", t))).collect();
+    let mine: Vec<String> = (0..total)
+        .step_by(250)
+        .map(|i| format!("t{i:05}"))
+        .collect();
+    let grants: Vec<(&str, Value)> = mine
+        .iter()
+        .map(|t| ("read-metadata", on_table("big", t)))
+        .collect();
     grant(&root, "narrow", &grants).await;
     let narrow = Api::with_token(&floe, &token_for(&floe.base, &id, &secret).await);
 
@@ -1036,12 +1048,18 @@ async fn token_endpoint_and_authorization_header_survive_garbage() {
     let alphabet: Vec<u8> = (0u8..=255).collect();
     for round in 0..600 {
         let len = (next() % 200) as usize;
-        let bytes: Vec<u8> = (0..len).map(|_| alphabet[(next() % 256) as usize]).collect();
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| alphabet[(next() % 256) as usize])
+            .collect();
         let mut form = bytes.clone();
         if round % 3 == 0 {
             form = format!(
                 "grant_type={}&client_id={}&client_secret={}&subject_token={}",
-                ["client_credentials", "urn:ietf:params:oauth:grant-type:token-exchange", "x"][round % 3],
+                [
+                    "client_credentials",
+                    "urn:ietf:params:oauth:grant-type:token-exchange",
+                    "x"
+                ][round % 3],
                 String::from_utf8_lossy(&bytes[..len / 2]),
                 String::from_utf8_lossy(&bytes[len / 2..]),
                 String::from_utf8_lossy(&bytes),
@@ -1055,9 +1073,17 @@ async fn token_endpoint_and_authorization_header_survive_garbage() {
             .send()
             .await
             .unwrap();
-        assert!(token.status().is_client_error(), "round {round}: {}", token.status());
+        assert!(
+            token.status().is_client_error(),
+            "round {round}: {}",
+            token.status()
+        );
         let printable: String = bytes.iter().map(|b| (b % 94 + 33) as char).collect();
-        for header in [format!("Bearer {printable}"), printable.clone(), format!("Bearer {printable}.{printable}.{printable}")] {
+        for header in [
+            format!("Bearer {printable}"),
+            printable.clone(),
+            format!("Bearer {printable}.{printable}.{printable}"),
+        ] {
             let answer = http
                 .get(format!("{}{NS}", floe.base))
                 .header("authorization", header)

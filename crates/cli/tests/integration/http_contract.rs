@@ -577,17 +577,57 @@ async fn warehouse_cli_talks_to_the_management_api() {
             .unwrap()
     };
     let created = admin(&["principal", "create", "cli-user"]);
-    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
     assert!(String::from_utf8_lossy(&created.stdout).contains("client-secret"));
     assert!(admin(&["role", "create", "cli-role"]).status.success());
-    assert!(admin(&["role", "add-member", "cli-role", "cli-user"]).status.success());
-    let granted = admin(&["grant", "--role", "cli-role", "--privilege", "list-namespaces", "--warehouse", "default"]);
-    assert!(granted.status.success(), "{}", String::from_utf8_lossy(&granted.stderr));
+    assert!(
+        admin(&["role", "add-member", "cli-role", "cli-user"])
+            .status
+            .success()
+    );
+    let granted = admin(&[
+        "grant",
+        "--role",
+        "cli-role",
+        "--privilege",
+        "list-namespaces",
+        "--warehouse",
+        "default",
+    ]);
+    assert!(
+        granted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
     let grants = admin(&["role", "grants", "cli-role"]);
     assert!(String::from_utf8_lossy(&grants.stdout).contains("list-namespaces"));
-    let bad = admin(&["grant", "--role", "cli-role", "--privilege", "fly", "--warehouse", "default"]);
+    let bad = admin(&[
+        "grant",
+        "--role",
+        "cli-role",
+        "--privilege",
+        "fly",
+        "--warehouse",
+        "default",
+    ]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown privilege"));
-    assert!(admin(&["revoke", "--role", "cli-role", "--privilege", "list-namespaces", "--warehouse", "default"]).status.success());
+    assert!(
+        admin(&[
+            "revoke",
+            "--role",
+            "cli-role",
+            "--privilege",
+            "list-namespaces",
+            "--warehouse",
+            "default"
+        ])
+        .status
+        .success()
+    );
 }
 
 #[tokio::test]
