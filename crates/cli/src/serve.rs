@@ -27,6 +27,16 @@ pub struct ServeArgs {
     /// Lifetime of issued access tokens, in seconds.
     #[arg(long, env = "FLOE_TOKEN_TTL_SECS", default_value_t = 3600)]
     pub token_ttl_secs: u64,
+    /// Also accept access tokens from this OpenID Connect issuer (RS256, checked against its
+    /// published keys).
+    #[arg(long, env = "FLOE_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// The audience external tokens must carry.
+    #[arg(long, env = "FLOE_OIDC_AUDIENCE", default_value = "floe")]
+    pub oidc_audience: String,
+    /// The claim of external tokens that names the Floe principal.
+    #[arg(long, env = "FLOE_OIDC_PRINCIPAL_CLAIM", default_value = "sub")]
+    pub oidc_principal_claim: String,
     /// Largest number of database connections (default: 4 per core, at most 16; more
     /// connections than the machine can serve only lengthen the latency tail).
     #[arg(long, env = "FLOE_DB_MAX_CONNECTIONS")]
@@ -56,13 +66,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         CatalogConfig::default(),
     ));
     ensure_default_warehouse(&catalog, &data_dir).await?;
-    let auth = Arc::new(AuthService::new(
+    let mut auth = AuthService::new(
         Arc::new(store.clone()),
         AuthConfig {
             token_ttl: Duration::from_secs(args.token_ttl_secs.max(1)),
             ..AuthConfig::default()
         },
-    ));
+    );
+    if let Some(issuer) = &args.oidc_issuer {
+        let verifier = floe_server::oidc::OidcVerifier::discover(floe_server::oidc::OidcConfig {
+            issuer: issuer.clone(),
+            audience: args.oidc_audience.clone(),
+            principal_claim: args.oidc_principal_claim.clone(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("OpenID Connect issuer {issuer}: {e}"))?;
+        tracing::info!(issuer, "accepting tokens from the OpenID Connect issuer");
+        auth = auth.with_external(Arc::new(verifier));
+    }
+    let auth = Arc::new(auth);
     auth.init().await.context("load token signing keys")?;
     bootstrap_root(&auth, &data_dir).await?;
 

@@ -15,6 +15,7 @@ mod extract;
 mod idempotency;
 pub mod management;
 pub mod metrics;
+pub mod oidc;
 pub mod rest;
 
 use std::sync::Arc;

@@ -49,11 +49,20 @@ impl Default for AuthConfig {
     }
 }
 
+/// Verifies tokens from an external identity provider (OpenID Connect) and names the Floe
+/// principal they stand for.
+#[async_trait::async_trait]
+pub trait ExternalTokenVerifier: Send + Sync + std::fmt::Debug {
+    /// The principal name the token maps to, or why it is refused (safe to show).
+    async fn verify(&self, token: &str) -> std::result::Result<String, String>;
+}
+
 /// Issues and checks tokens. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct AuthService {
     store: Arc<dyn GovernanceStore>,
     config: AuthConfig,
+    external: Option<Arc<dyn ExternalTokenVerifier>>,
     keys: RwLock<Vec<SigningKey>>,
     principals: RwLock<HashMap<Uuid, (Principal, Instant)>>,
 }
@@ -71,9 +80,16 @@ impl AuthService {
         Self {
             store,
             config,
+            external: None,
             keys: RwLock::new(Vec::new()),
             principals: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Also accepts tokens that `verifier` vouches for.
+    pub fn with_external(mut self, verifier: Arc<dyn ExternalTokenVerifier>) -> Self {
+        self.external = Some(verifier);
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn GovernanceStore> {
@@ -196,8 +212,13 @@ impl AuthService {
 
     /// The principal a bearer token stands for.
     pub async fn authenticate(&self, bearer: &str) -> Result<Principal> {
-        let kid = token::key_id(bearer)
-            .map_err(|e| unauthenticated(format!("invalid access token: {e}")))?;
+        let kid = match (token::key_id(bearer), &self.external) {
+            (Ok(kid), _) => kid,
+            (Err(_), Some(external)) => {
+                return self.authenticate_external(external.as_ref(), bearer).await;
+            }
+            (Err(e), None) => return Err(unauthenticated(format!("invalid access token: {e}"))),
+        };
         let key = self.verification_key(&kid).await?.ok_or_else(|| {
             unauthenticated(format!("invalid access token: {}", TokenError::UnknownKey))
         })?;
@@ -211,6 +232,56 @@ impl AuthService {
             .principal(id)
             .await?
             .ok_or_else(|| unauthenticated("the principal no longer exists"))?;
+        if principal.disabled {
+            return Err(unauthenticated("the principal is disabled"));
+        }
+        Ok(principal)
+    }
+
+    /// A token from the external issuer: its principal claim names a Floe principal, created
+    /// (as a user without grants or usable client credentials) the first time it is seen.
+    async fn authenticate_external(
+        &self,
+        external: &dyn ExternalTokenVerifier,
+        bearer: &str,
+    ) -> Result<Principal> {
+        let name = external
+            .verify(bearer)
+            .await
+            .map_err(|reason| unauthenticated(format!("invalid access token: {reason}")))?;
+        let principal = match self.store.get_principal_by_name(&name).await? {
+            Some(principal) => principal,
+            None => {
+                validate_name("principal", &name)?;
+                let (salt, hash) = hash_secret(&generate_secret());
+                let principal = Principal {
+                    id: Uuid::now_v7(),
+                    name: name.clone(),
+                    kind: PrincipalKind::User,
+                    client_id: generate_client_id("oidc"),
+                    is_root: false,
+                    disabled: false,
+                    created_at_ms: chrono::Utc::now().timestamp_millis(),
+                };
+                match self
+                    .store
+                    .create_principal(&PrincipalCredentials {
+                        principal: principal.clone(),
+                        secret_salt: salt,
+                        secret_hash: hash,
+                    })
+                    .await
+                {
+                    Ok(()) => principal,
+                    Err(CatalogError::AlreadyExists { .. }) => self
+                        .store
+                        .get_principal_by_name(&name)
+                        .await?
+                        .ok_or_else(|| unauthenticated("the principal vanished"))?,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
         if principal.disabled {
             return Err(unauthenticated("the principal is disabled"));
         }

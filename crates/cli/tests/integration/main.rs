@@ -4,4 +4,5 @@
 mod governance;
 mod harness;
 mod http_contract;
+mod oidc;
 mod rest_client;
