@@ -75,7 +75,7 @@ class Floe:
 
     def api(self, method: str, path: str, token: str | None = None, **kwargs) -> requests.Response:
         """A management or catalog request as root (or with `token`)."""
-        headers = {"Authorization": f"Bearer {token or self.token()}"}
+        headers = {"Authorization": f"Bearer {token or self.token()}", **kwargs.pop("headers", {})}
         return requests.request(method, f"{self.base}{path}", headers=headers, timeout=30, **kwargs)
 
     def client_properties(self, client_id: str = ROOT_ID, client_secret: str = ROOT_SECRET) -> dict[str, str]:

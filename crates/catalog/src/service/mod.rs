@@ -1,5 +1,6 @@
 //! The catalog service: every catalog operation, over a store and the warehouses' storage.
 
+mod credentials;
 mod namespaces;
 mod securables;
 mod tables;
@@ -18,6 +19,7 @@ use crate::model::Warehouse;
 use crate::store::CatalogStore;
 use crate::{CatalogError, Result};
 
+pub use credentials::TableCredentials;
 pub use securables::SecurableRef;
 pub use tables::{CreateTable, LoadedTable, TableCommitRequest};
 pub use views::{CreateView, LoadedView};
@@ -32,6 +34,8 @@ pub struct CatalogConfig {
     pub metadata_cache_entries: usize,
     /// How long a warehouse definition is cached before it is read from the store again.
     pub warehouse_cache_ttl: Duration,
+    /// Lifetime of vended storage credentials.
+    pub vended_credentials_ttl: Duration,
 }
 
 impl Default for CatalogConfig {
@@ -40,6 +44,7 @@ impl Default for CatalogConfig {
             commit_retries: 8,
             metadata_cache_entries: 1024,
             warehouse_cache_ttl: Duration::from_secs(30),
+            vended_credentials_ttl: Duration::from_secs(3600),
         }
     }
 }

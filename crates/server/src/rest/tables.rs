@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use floe_catalog::governance::authz::{Caller, Privilege};
-use floe_catalog::service::{CreateTable, LoadedTable, TableCommitRequest};
+use floe_catalog::service::{CreateTable, LoadedTable, TableCommitRequest, TableCredentials};
 use iceberg::TableIdent;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -94,19 +94,51 @@ fn metadata_json(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Value> {
     Ok(value)
 }
 
-/// A `LoadTableResult`. Its `config` stays empty until credential vending: DuckDB turns S3
-/// settings found there into a secret of their own, which without credentials would shadow
-/// the client's.
-fn load_result(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Response> {
-    Ok(load_response(loaded, mode, load_body(loaded, mode)?))
+/// A `LoadTableResult`. Its `config` carries storage settings only with vended credentials:
+/// DuckDB turns S3 settings found there into a secret of their own, which without credentials
+/// would shadow the client's.
+fn load_result(
+    loaded: &LoadedTable,
+    mode: SnapshotMode,
+    credentials: Option<&TableCredentials>,
+) -> ApiResult<Response> {
+    Ok(load_response(
+        loaded,
+        mode,
+        load_body(loaded, mode, credentials)?,
+    ))
 }
 
-fn load_body(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Bytes> {
-    let body = json!({
+/// True when the client asked for vended credentials.
+fn wants_vended_credentials(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("x-iceberg-access-delegation")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().eq_ignore_ascii_case("vended-credentials"))
+}
+
+fn storage_credentials(credentials: Option<&TableCredentials>) -> Value {
+    match credentials {
+        Some(c) => json!([{ "prefix": c.prefix, "config": c.config }]),
+        None => json!([]),
+    }
+}
+
+fn load_body(
+    loaded: &LoadedTable,
+    mode: SnapshotMode,
+    credentials: Option<&TableCredentials>,
+) -> ApiResult<Bytes> {
+    let mut body = json!({
         "metadata-location": loaded.metadata_location,
         "metadata": metadata_json(loaded, mode)?,
-        "config": {},
+        "config": credentials.map(|c| json!(c.config)).unwrap_or_else(|| json!({})),
     });
+    if credentials.is_some() {
+        body["storage-credentials"] = storage_credentials(credentials);
+    }
     serde_json::to_vec(&body).map(Bytes::from).map_err(|e| {
         ApiError(floe_catalog::CatalogError::internal(
             "encode load result",
@@ -143,6 +175,7 @@ pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace)): PathParams<(String, String)>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<CreateTableRequest>,
 ) -> ApiResult<Response> {
     let ns = parse_namespace(&namespace)?;
@@ -163,7 +196,17 @@ pub async fn create(
             },
         )
         .await?;
-    load_result(&loaded, SnapshotMode::All)
+    let credentials = match loaded.metadata_location.is_some() && wants_vended_credentials(&headers)
+    {
+        true => {
+            state
+                .catalog
+                .vend_credentials(&caller, &prefix, &loaded.ident)
+                .await?
+        }
+        false => None,
+    };
+    load_result(&loaded, SnapshotMode::All, credentials.as_ref())
 }
 
 pub async fn load(
@@ -190,8 +233,15 @@ pub async fn load(
         }
     }
     let loaded = state.catalog.load_table(&caller, &prefix, &ident).await?;
+    if wants_vended_credentials(&headers) {
+        let credentials = state
+            .catalog
+            .vend_credentials(&caller, &prefix, &ident)
+            .await?;
+        return load_result(&loaded, mode, credentials.as_ref());
+    }
     let Some(location) = &loaded.metadata_location else {
-        return load_result(&loaded, mode);
+        return load_result(&loaded, mode, None);
     };
     let key = format!(
         "{}{location}",
@@ -204,7 +254,7 @@ pub async fn load(
     if let Some(body) = state.load_bodies.get(&key) {
         return Ok(load_response(&loaded, mode, Bytes::clone(&body)));
     }
-    let body = load_body(&loaded, mode)?;
+    let body = load_body(&loaded, mode, None)?;
     state
         .load_bodies
         .insert(&key, std::sync::Arc::new(body.clone()));
@@ -306,7 +356,7 @@ pub async fn register(
             request.overwrite,
         )
         .await?;
-    load_result(&loaded, SnapshotMode::All)
+    load_result(&loaded, SnapshotMode::All, None)
 }
 
 pub async fn unregister(
@@ -325,18 +375,21 @@ pub async fn unregister(
     })))
 }
 
-/// Vended credentials. Local-directory warehouses have none to vend.
+/// Fresh vended credentials for a table. Local-directory warehouses have none to vend: their
+/// list is empty.
 pub async fn credentials(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
 ) -> ApiResult<Json<Value>> {
     let ident = ident(&namespace, &table)?;
-    state
+    let credentials = state
         .catalog
-        .authorize_table(&caller, &prefix, &ident, Privilege::ReadData)
+        .vend_credentials(&caller, &prefix, &ident)
         .await?;
-    Ok(Json(json!({ "storage-credentials": [] })))
+    Ok(Json(
+        json!({ "storage-credentials": storage_credentials(credentials.as_ref()) }),
+    ))
 }
 
 pub async fn report_metrics(
