@@ -115,3 +115,23 @@ def test_local_warehouses_vend_nothing(floe):
     answer = floe.api("GET", "/catalog/v1/default/namespaces/lake/tables/t/credentials")
     assert answer.status_code == 200
     assert answer.json() == {"storage-credentials": []}
+
+
+def test_duckdb_reads_with_vended_credentials_only(floe_s3):
+    from conftest import ROOT_ID, ROOT_SECRET
+    from duckdb_ext import connect
+
+    root = floe_s3.pyiceberg()
+    root.create_namespace("lake")
+    root.create_table("lake.events", schema=pa.schema([("id", pa.int64())])).append(pa.table({"id": [5, 6]}))
+    con = connect()
+    # No S3 secret at all: the storage credentials come from the catalog.
+    con.execute(
+        f"""CREATE SECRET floe_auth (TYPE iceberg, CLIENT_ID '{ROOT_ID}', CLIENT_SECRET '{ROOT_SECRET}',
+            OAUTH2_SERVER_URI '{floe_s3.token_uri}')"""
+    )
+    con.execute(
+        f"ATTACH '{floe_s3.warehouse}' AS floe (TYPE iceberg, ENDPOINT '{floe_s3.catalog_uri}', SECRET floe_auth, "
+        "ACCESS_DELEGATION_MODE 'vended_credentials')"
+    )
+    assert con.execute("SELECT sum(id) FROM floe.lake.events").fetchone()[0] == 11

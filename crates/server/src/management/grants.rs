@@ -151,15 +151,7 @@ pub async fn grant(
     Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<GrantRequest>,
 ) -> ApiResult<StatusCode> {
-    let privilege = parse_privilege(&request.privilege)?;
-    let securable = authorized_securable(&state, &caller, &request.on).await?;
-    state
-        .authz
-        .store()
-        .grant(&request.role, privilege, &securable)
-        .await?;
-    state.authz.invalidate();
-    Ok(StatusCode::NO_CONTENT)
+    change_grant(&state, &caller, &request, true).await
 }
 
 pub async fn revoke(
@@ -167,13 +159,23 @@ pub async fn revoke(
     Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<GrantRequest>,
 ) -> ApiResult<StatusCode> {
+    change_grant(&state, &caller, &request, false).await
+}
+
+async fn change_grant(
+    state: &AppState,
+    caller: &Caller,
+    request: &GrantRequest,
+    grant: bool,
+) -> ApiResult<StatusCode> {
     let privilege = parse_privilege(&request.privilege)?;
-    let securable = authorized_securable(&state, &caller, &request.on).await?;
-    state
-        .authz
-        .store()
-        .revoke(&request.role, privilege, &securable)
-        .await?;
+    let securable = authorized_securable(state, caller, &request.on).await?;
+    let store = state.authz.store();
+    if grant {
+        store.grant(&request.role, privilege, &securable).await?;
+    } else {
+        store.revoke(&request.role, privilege, &securable).await?;
+    }
     state.authz.invalidate();
     Ok(StatusCode::NO_CONTENT)
 }
