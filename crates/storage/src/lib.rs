@@ -11,6 +11,7 @@
 mod file_io;
 mod location;
 mod profile;
+pub mod sigv4;
 pub mod sts;
 
 use std::sync::Arc;

@@ -1,10 +1,8 @@
 //! Temporary credentials scoped to one table: STS `AssumeRole` with an inline session policy
 //! that allows exactly the table's location, read-only or read-write.
 
-use hmac::{Hmac, Mac};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::{Location, S3Profile, StorageError};
 
@@ -58,12 +56,6 @@ pub fn session_policy(location: &Location, write: bool) -> Value {
     })
 }
 
-fn hmac(key: &[u8], data: &str) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
-    mac.update(data.as_bytes());
-    mac.finalize().into_bytes().to_vec()
-}
-
 fn xml_value(xml: &str, tag: &str) -> Option<String> {
     let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
     let end = start + xml[start..].find(&format!("</{tag}>"))?;
@@ -90,10 +82,6 @@ pub async fn assume_role(
         .unwrap_or_else(|| format!("https://sts.{}.amazonaws.com", profile.region));
     let url = reqwest::Url::parse(&endpoint)
         .map_err(|e| fail(format!("bad endpoint {endpoint}: {e}")))?;
-    let host = match url.port() {
-        Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
-        None => url.host_str().unwrap_or_default().to_string(),
-    };
     let mut form = vec![
         ("Action", "AssumeRole".to_string()),
         ("Version", "2011-06-15".to_string()),
@@ -106,35 +94,27 @@ pub async fn assume_role(
     }
     let body = serde_urlencoded::to_string(&form).map_err(|e| fail(e.to_string()))?;
     let now = chrono::Utc::now();
-    let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
-    let date = now.format("%Y%m%d").to_string();
-    let payload_hash = hex::encode(Sha256::digest(body.as_bytes()));
     let content_type = "application/x-www-form-urlencoded; charset=utf-8";
-    let canonical_headers = format!(
-        "content-type:{content_type}\nhost:{host}\nx-amz-content-sha256:{payload_hash}\nx-amz-date:{amz_date}\n"
-    );
-    let signed_headers = "content-type;host;x-amz-content-sha256;x-amz-date";
-    let canonical_request =
-        format!("POST\n/\n\n{canonical_headers}\n{signed_headers}\n{payload_hash}");
-    let scope = format!("{date}/{}/sts/aws4_request", profile.region);
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex::encode(Sha256::digest(canonical_request.as_bytes()))
-    );
-    let k_date = hmac(format!("AWS4{secret_key}").as_bytes(), &date);
-    let k_region = hmac(&k_date, &profile.region);
-    let k_service = hmac(&k_region, "sts");
-    let k_signing = hmac(&k_service, "aws4_request");
-    let signature = hex::encode(hmac(&k_signing, &string_to_sign));
-    let authorization = format!(
-        "AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed_headers}, Signature={signature}"
-    );
-    let response = reqwest::Client::new()
+    let payload_hash = crate::sigv4::sha256_hex(body.as_bytes());
+    let signed = crate::sigv4::sign(crate::sigv4::SignInput {
+        method: "POST",
+        url: &url,
+        headers: vec![("content-type".to_string(), content_type.to_string())],
+        payload_hash: &payload_hash,
+        region: &profile.region,
+        service: "sts",
+        access_key,
+        secret_key,
+        session_token: None,
+        now,
+    });
+    let mut request = reqwest::Client::new()
         .post(url)
-        .header("content-type", content_type)
-        .header("x-amz-date", &amz_date)
-        .header("x-amz-content-sha256", &payload_hash)
-        .header("authorization", authorization)
+        .header("content-type", content_type);
+    for (name, value) in signed {
+        request = request.header(name, value);
+    }
+    let response = request
         .body(body)
         .send()
         .await

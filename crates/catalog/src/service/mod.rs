@@ -3,6 +3,7 @@
 mod credentials;
 mod namespaces;
 mod securables;
+mod signing;
 mod tables;
 mod transactions;
 mod views;
@@ -21,6 +22,7 @@ use crate::{CatalogError, Result};
 
 pub use credentials::TableCredentials;
 pub use securables::SecurableRef;
+pub use signing::SignRequest;
 pub use tables::{CreateTable, LoadedTable, TableCommitRequest};
 pub use views::{CreateView, LoadedView};
 

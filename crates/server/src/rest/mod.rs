@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router<AppState> {
             &format!("{ns}/tables/{{table}}/credentials"),
             get(tables::credentials),
         )
+        .route(&format!("{ns}/tables/{{table}}/sign"), post(tables::sign))
         .route(
             &format!("{ns}/tables/{{table}}/metrics"),
             post(tables::report_metrics),
@@ -104,6 +105,7 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/namespaces/{namespace}/register",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/unregister",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
     "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",

@@ -415,3 +415,48 @@ pub async fn report_metrics(
     tracing::info!(table = %ident, warehouse = %prefix, report_type = kind, "metrics report");
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteSignRequest {
+    #[allow(dead_code)]
+    region: String,
+    uri: String,
+    method: String,
+    headers: std::collections::HashMap<String, Vec<String>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    properties: std::collections::HashMap<String, String>,
+    body: Option<String>,
+    provider: Option<String>,
+}
+
+/// Signs an S3 request that stays inside the table's location (`read-data` for GET and HEAD,
+/// `write-data` for the rest).
+pub async fn sign(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    PathParams((prefix, namespace, table)): TablePath,
+    JsonBody(request): JsonBody<RemoteSignRequest>,
+) -> ApiResult<Json<Value>> {
+    let ident = ident(&namespace, &table)?;
+    if request.provider.as_deref().is_some_and(|p| p != "s3") {
+        return Err(ApiError::bad_request("only s3 requests can be signed"));
+    }
+    let uri = request.uri.clone();
+    let headers = state
+        .catalog
+        .sign_request(
+            &caller,
+            &prefix,
+            &ident,
+            floe_catalog::service::SignRequest {
+                method: request.method,
+                uri: request.uri,
+                headers: request.headers,
+                body: request.body,
+            },
+        )
+        .await?;
+    Ok(Json(json!({ "uri": uri, "headers": headers })))
+}
