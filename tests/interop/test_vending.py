@@ -190,3 +190,33 @@ def test_remote_signing_signs_only_the_tables_requests(floe_s3):
     assert remote_sign(floe_s3, reader, "orders", "GET", f"{endpoint}/{bucket}?list-type=2&prefix=", {}).status_code == 403
     delete_body = f"<Delete><Object><Key>{key}/data/a</Key></Object><Object><Key>{other_key}/b</Key></Object></Delete>"
     assert remote_sign(floe_s3, writer, "orders", "POST", f"{endpoint}/{bucket}?delete", {}, delete_body).status_code == 403
+
+
+def test_loads_advertise_the_tables_signer_when_asked(floe_s3):
+    import requests
+
+    root = floe_s3.pyiceberg()
+    root.create_namespace("lake")
+    orders = root.create_table("lake.orders", schema=pa.schema([("id", pa.int64())]))
+    token = floe_s3.token()
+    loaded = floe_s3.api(
+        "GET",
+        f"/catalog/v1/{floe_s3.warehouse}/namespaces/lake/tables/orders",
+        headers={"X-Iceberg-Access-Delegation": "remote-signing"},
+        token=token,
+    ).json()
+    config = loaded["config"]
+    assert config["s3.remote-signing-enabled"] == "true"
+    assert "s3.access-key-id" not in config, "signing hands out no keys"
+    signer = f"{config['s3.signer.uri']}/{config['s3.signer.endpoint']}"
+    endpoint = floe_s3.client_properties()["s3.endpoint"]
+    bucket, key = split(orders.metadata_location)
+    uri = f"{endpoint}/{bucket}/{key}"
+    signed = requests.post(
+        signer,
+        headers={"Authorization": f"Bearer {token}"},
+        json={"region": "us-east-1", "uri": uri, "method": "GET", "headers": {"x-amz-content-sha256": ["UNSIGNED-PAYLOAD"]}},
+        timeout=30,
+    )
+    assert signed.status_code == 200, signed.text
+    assert send_signed("GET", uri, signed.json()).status_code == 200

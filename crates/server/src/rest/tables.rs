@@ -109,14 +109,77 @@ fn load_result(
     ))
 }
 
-/// True when the client asked for vended credentials.
-fn wants_vended_credentials(headers: &HeaderMap) -> bool {
+/// True when the client asked for this access delegation mode.
+fn wants_delegation(headers: &HeaderMap, mode: &str) -> bool {
     headers
         .get_all("x-iceberg-access-delegation")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|v| v.trim().eq_ignore_ascii_case("vended-credentials"))
+        .any(|v| v.trim().eq_ignore_ascii_case(mode))
+}
+
+fn wants_vended_credentials(headers: &HeaderMap) -> bool {
+    wants_delegation(headers, "vended-credentials")
+}
+
+/// The configuration that points a client's S3 file IO at this table's `/sign` endpoint, for
+/// S3 warehouses (`None` elsewhere).
+async fn remote_signing_config(
+    state: &AppState,
+    prefix: &str,
+    loaded: &LoadedTable,
+    headers: &HeaderMap,
+) -> ApiResult<Option<TableCredentials>> {
+    let handle = state.catalog.warehouse(prefix).await?;
+    let floe_storage::StorageProfile::S3(s3) = &handle.warehouse.storage else {
+        return Ok(None);
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:8181");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("http");
+    let namespace = loaded
+        .ident
+        .namespace
+        .iter()
+        .map(|l| {
+            percent_encoding::utf8_percent_encode(l, percent_encoding::NON_ALPHANUMERIC).to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("%1F");
+    let table = percent_encoding::utf8_percent_encode(
+        &loaded.ident.name,
+        percent_encoding::NON_ALPHANUMERIC,
+    );
+    let mut config = std::collections::HashMap::from([
+        ("s3.remote-signing-enabled".to_string(), "true".to_string()),
+        (
+            "s3.signer.uri".to_string(),
+            format!("{scheme}://{host}/catalog"),
+        ),
+        (
+            "s3.signer.endpoint".to_string(),
+            format!("v1/{prefix}/namespaces/{namespace}/tables/{table}/sign"),
+        ),
+        (
+            "s3.path-style-access".to_string(),
+            s3.path_style_access.to_string(),
+        ),
+        ("client.region".to_string(), s3.region.clone()),
+        ("s3.region".to_string(), s3.region.clone()),
+    ]);
+    if let Some(endpoint) = &s3.endpoint {
+        config.insert("s3.endpoint".to_string(), endpoint.clone());
+    }
+    Ok(Some(TableCredentials {
+        prefix: loaded.metadata.location().to_string(),
+        config,
+    }))
 }
 
 fn storage_credentials(credentials: Option<&TableCredentials>) -> Value {
@@ -233,6 +296,10 @@ pub async fn load(
         }
     }
     let loaded = state.catalog.load_table(&caller, &prefix, &ident).await?;
+    if !wants_vended_credentials(&headers) && wants_delegation(&headers, "remote-signing") {
+        let signing = remote_signing_config(&state, &prefix, &loaded, &headers).await?;
+        return load_result(&loaded, mode, signing.as_ref());
+    }
     if wants_vended_credentials(&headers) {
         let credentials = state
             .catalog
