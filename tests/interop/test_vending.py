@@ -188,8 +188,28 @@ def test_remote_signing_signs_only_the_tables_requests(floe_s3):
     listing = f"{endpoint}/{bucket}?list-type=2&prefix={key}/data/"
     assert remote_sign(floe_s3, reader, "orders", "GET", listing, {}).status_code == 200
     assert remote_sign(floe_s3, reader, "orders", "GET", f"{endpoint}/{bucket}?list-type=2&prefix=", {}).status_code == 403
+    copy = {**put_headers, "x-amz-copy-source": f"/{bucket}/{other_key}/metadata/x.json"}
+    assert remote_sign(floe_s3, writer, "orders", "PUT", uri, copy).status_code == 403, "copies are not signed"
+    assert remote_sign(floe_s3, writer, "orders", "PUT", f"http://evil.example/{bucket}/{key}/data/x", put_headers).status_code == 403
+    dotted = f"{endpoint}/{bucket}/{key}/data/%2E%2E/%2E%2E/{other_key.rsplit('/', 1)[-1]}/x"
+    assert remote_sign(floe_s3, writer, "orders", "PUT", dotted, put_headers).status_code == 403
+    assert remote_sign(floe_s3, writer, "orders", "PUT", f"{endpoint}/{bucket}?policy&prefix={key}/", {}).status_code == 403
+    assert remote_sign(floe_s3, writer, "orders", "PUT", f"{uri}?acl", put_headers).status_code == 403
+    sibling_listing = f"{endpoint}/{bucket}?list-type=2&prefix={key}"
+    assert remote_sign(floe_s3, reader, "orders", "GET", sibling_listing, {}).status_code == 403
     delete_body = f"<Delete><Object><Key>{key}/data/a</Key></Object><Object><Key>{other_key}/b</Key></Object></Delete>"
     assert remote_sign(floe_s3, writer, "orders", "POST", f"{endpoint}/{bucket}?delete", {}, delete_body).status_code == 403
+    own_delete = f"<Delete><Object><Key>{key}/data/signed.bin</Key></Object></Delete>"
+    signed_delete = remote_sign(
+        floe_s3, writer, "orders", "POST", f"{endpoint}/{bucket}?delete",
+        {"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, own_delete,
+    )
+    assert signed_delete.status_code == 200
+    import hashlib as _h
+
+    assert signed_delete.json()["headers"]["x-amz-content-sha256"] == [_h.sha256(own_delete.encode()).hexdigest()], (
+        "the checked body is what gets signed"
+    )
 
 
 def test_loads_advertise_the_tables_signer_when_asked(floe_s3):

@@ -45,7 +45,7 @@ pub fn session_policy(location: &Location, write: bool) -> Value {
                 "Effect": "Allow",
                 "Action": ["s3:ListBucket"],
                 "Resource": [format!("arn:aws:s3:::{bucket}")],
-                "Condition": {"StringLike": {"s3:prefix": [key.to_string(), format!("{key}/*")]}}
+                "Condition": {"StringLike": {"s3:prefix": [format!("{key}/*")]}}
             },
             {
                 "Effect": "Allow",
@@ -154,7 +154,7 @@ mod tests {
                     {"Effect": "Allow", "Action": ["s3:GetObject", "s3:GetObjectVersion"],
                      "Resource": ["arn:aws:s3:::lake/wh/sales/orders-1/*"]},
                     {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": ["arn:aws:s3:::lake"],
-                     "Condition": {"StringLike": {"s3:prefix": ["wh/sales/orders-1", "wh/sales/orders-1/*"]}}},
+                     "Condition": {"StringLike": {"s3:prefix": ["wh/sales/orders-1/*"]}}},
                     {"Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": ["arn:aws:s3:::lake"]}
                 ]
             })

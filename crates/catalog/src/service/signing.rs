@@ -76,45 +76,96 @@ impl CatalogService {
         let url = reqwest_url(&request.uri)?;
         let table = wh.storage.require_inside(&record.location)?;
         let table_key = table.path().trim_matches('/').to_string();
-        let host = url.host_str().unwrap_or_default();
-        let mut segments = url.path().trim_start_matches('/').splitn(2, '/');
-        let (bucket, key) = if host.starts_with(&format!("{}.", s3.bucket)) {
-            (
-                s3.bucket.clone(),
-                url.path().trim_start_matches('/').to_string(),
-            )
-        } else {
-            (
-                segments.next().unwrap_or_default().to_string(),
-                segments.next().unwrap_or_default().to_string(),
-            )
+        let refuse = |why: &str| {
+            Err(CatalogError::PermissionDenied(format!(
+                "will not sign this request for table {ident}: {why}"
+            )))
         };
-        let key = percent_decode(&key);
-        let within = |k: &str| k == table_key || k.starts_with(&format!("{table_key}/"));
+        // The request must go to this warehouse's endpoint, addressed the way it is configured.
+        let endpoint_host = match &s3.endpoint {
+            Some(endpoint) => reqwest_url(endpoint)?
+                .host_str()
+                .unwrap_or_default()
+                .to_string(),
+            None => format!("s3.{}.amazonaws.com", s3.region),
+        };
+        let host = url.host_str().unwrap_or_default().to_string();
+        let path = url.path().trim_start_matches('/');
+        let (bucket, raw_key) = if host == endpoint_host {
+            path.split_once('/').unwrap_or((path, ""))
+        } else if host == format!("{}.{endpoint_host}", s3.bucket) {
+            (s3.bucket.as_str(), path)
+        } else {
+            return refuse("it is not addressed to the warehouse's endpoint");
+        };
         if bucket != table.authority() {
-            return Err(CatalogError::PermissionDenied(format!(
-                "bucket {bucket} is not the table's bucket"
-            )));
+            return refuse("it is not for the table's bucket");
         }
-        let touched: Vec<String> = if key.is_empty() {
-            // A bucket-level request: listing must stay under the table.
-            let prefix = url
-                .query_pairs()
-                .find(|(k, _)| k == "prefix")
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default();
-            if url.query_pairs().any(|(k, _)| k == "delete") {
-                keys_in_delete_body(request.body.as_deref().unwrap_or_default())
-            } else {
-                vec![prefix]
+        let key = percent_decode(raw_key);
+        let clean = |k: &str| !k.split('/').any(|s| matches!(s, "" | "." | ".."));
+        let within = |k: &str| clean(k) && k.starts_with(&format!("{table_key}/"));
+        if request
+            .headers
+            .keys()
+            .any(|h| h.to_ascii_lowercase().starts_with("x-amz-copy-source"))
+        {
+            return refuse("copies are not signed");
+        }
+        const LISTING: [&str; 9] = [
+            "prefix",
+            "list-type",
+            "continuation-token",
+            "max-keys",
+            "start-after",
+            "delimiter",
+            "encoding-type",
+            "fetch-owner",
+            "x-id",
+        ];
+        let sub_resources: Vec<String> = url
+            .query_pairs()
+            .map(|(k, _)| k.into_owned())
+            .filter(|k| !LISTING.contains(&k.as_str()))
+            .collect();
+        let mut signed_body_hash = None;
+        if key.is_empty() {
+            // Bucket level: a listing under the table, or a multi-object delete of its files.
+            match (method.as_str(), sub_resources.as_slice()) {
+                ("GET", []) => {
+                    let prefix = url
+                        .query_pairs()
+                        .find(|(k, _)| k == "prefix")
+                        .map(|(_, v)| v.into_owned())
+                        .unwrap_or_default();
+                    if prefix != format!("{table_key}/") && !within(&format!("{prefix}x")) {
+                        return refuse("the listing reaches outside the table");
+                    }
+                }
+                ("POST", [d]) if d == "delete" => {
+                    let body = request.body.as_deref().unwrap_or_default();
+                    let keys = keys_in_delete_body(body);
+                    if keys.is_empty() || keys.iter().any(|k| !within(k)) {
+                        return refuse("the delete names files outside the table");
+                    }
+                    // Sign the body the catalog checked, not whatever the client claims.
+                    signed_body_hash = Some(floe_storage::sigv4::sha256_hex(body.as_bytes()));
+                }
+                _ => {
+                    return refuse(
+                        "only listings and multi-object deletes are signed at bucket level",
+                    );
+                }
             }
         } else {
-            vec![key]
-        };
-        if touched.is_empty() || touched.iter().any(|k| !within(k)) {
-            return Err(CatalogError::PermissionDenied(format!(
-                "the request reaches outside table {ident}'s location"
-            )));
+            if !within(&key) {
+                return refuse("the object lies outside the table's location");
+            }
+            let allowed = ["uploads", "uploadId", "partNumber", "versionId"];
+            if sub_resources.iter().any(|r| !allowed.contains(&r.as_str())) {
+                return refuse(
+                    "only object reads, writes, deletes and multipart uploads are signed",
+                );
+            }
         }
         let first = |name: &str| {
             request
@@ -123,14 +174,17 @@ impl CatalogService {
                 .find(|(k, _)| k.eq_ignore_ascii_case(name))
                 .and_then(|(_, v)| v.first().cloned())
         };
-        let payload_hash =
-            first("x-amz-content-sha256").unwrap_or_else(|| UNSIGNED_PAYLOAD.to_string());
+        let payload_hash = signed_body_hash
+            .clone()
+            .or_else(|| first("x-amz-content-sha256"))
+            .unwrap_or_else(|| UNSIGNED_PAYLOAD.to_string());
         let to_sign: Vec<(String, String)> = request
             .headers
             .iter()
             .filter(|(k, _)| {
                 let k = k.to_ascii_lowercase();
-                k.starts_with("x-amz-") || k == "content-md5" || k == "content-type" || k == "range"
+                (k.starts_with("x-amz-") || k == "content-type" || k == "range")
+                    && !(signed_body_hash.is_some() && k == "x-amz-content-sha256")
             })
             .filter_map(|(k, v)| v.first().map(|v| (k.to_ascii_lowercase(), v.clone())))
             .collect();
