@@ -87,7 +87,12 @@ pub enum MetadataSwap {
         id: Uuid,
         expected_location: String,
         new_location: String,
+        /// The table's (possibly changed) data location.
+        table_location: String,
     },
+    /// Only require that a table's metadata location is still `expected_location` (a table of
+    /// a transaction whose updates changed nothing).
+    Assert { id: Uuid, expected_location: String },
     /// Insert a table created by a transaction (`assert-create`).
     Create(NewTabular),
 }

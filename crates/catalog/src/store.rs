@@ -79,6 +79,14 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
     async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool>;
     /// Moves a table or view to a new namespace and name; its grants follow.
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()>;
+    /// A table or view (other than `except`) whose location equals, contains or lies inside
+    /// `location`, as `namespace.name`.
+    async fn location_in_use(
+        &self,
+        warehouse: Uuid,
+        location: &str,
+        except: Option<Uuid>,
+    ) -> Result<Option<String>>;
     /// Replaces a table record in place (register with overwrite).
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()>;
 

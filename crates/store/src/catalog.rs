@@ -572,6 +572,35 @@ impl CatalogStore for SqlStore {
         Ok(())
     }
 
+    async fn location_in_use(
+        &self,
+        warehouse: Uuid,
+        location: &str,
+        except: Option<Uuid>,
+    ) -> Result<Option<String>> {
+        let location = location.trim_end_matches('/');
+        let row = sqlx::query(
+            "SELECT n.name AS ns_name, t.name FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
+             WHERE t.warehouse_id = $1 AND t.id <> $2 AND (t.location = $3 \
+             OR substr(t.location, 1, length($3) + 1) = $3 || '/' \
+             OR substr($3, 1, length(t.location) + 1) = t.location || '/') LIMIT 1",
+        )
+        .bind(warehouse.to_string())
+        .bind(except.unwrap_or_default().to_string())
+        .bind(location)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error)?;
+        Ok(row.map(|r| {
+            let ns: String = r.get("ns_name");
+            format!(
+                "{}.{}",
+                ns.replace('\u{1f}', "."),
+                r.get::<String, _>("name")
+            )
+        }))
+    }
+
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()> {
         let _guard = self.write_guard().await;
         sqlx::query(
@@ -594,19 +623,37 @@ impl CatalogStore for SqlStore {
         let now = now_ms();
         for (index, swap) in swaps.iter().enumerate() {
             match swap {
+                MetadataSwap::Assert {
+                    id,
+                    expected_location,
+                } => {
+                    let current = sqlx::query(
+                        "SELECT 1 FROM tabulars WHERE id = $1 AND metadata_location = $2",
+                    )
+                    .bind(id.to_string())
+                    .bind(expected_location)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(store_failure)?;
+                    if current.is_none() {
+                        return Err(SwapFailure::Conflict(index));
+                    }
+                }
                 MetadataSwap::Update {
                     id,
                     expected_location,
                     new_location,
+                    table_location,
                 } => {
                     let updated = sqlx::query(
-                        "UPDATE tabulars SET metadata_location = $1, updated_at_ms = $2 \
+                        "UPDATE tabulars SET metadata_location = $1, updated_at_ms = $2, location = $5 \
                          WHERE id = $3 AND metadata_location = $4",
                     )
                     .bind(new_location)
                     .bind(now)
                     .bind(id.to_string())
                     .bind(expected_location)
+                    .bind(table_location)
                     .execute(&mut *tx)
                     .await
                     .map_err(store_failure)?

@@ -103,7 +103,9 @@ impl CatalogService {
         let namespace = self.require_namespace(wh, ns).await?;
         if let Some(requested) = requested {
             wh.storage.require_inside(requested)?;
-            return Ok(requested.trim_end_matches('/').to_string());
+            let requested = requested.trim_end_matches('/').to_string();
+            self.require_free_location(wh, &requested, None).await?;
+            return Ok(requested);
         }
         let leaf = format!("{}-{}", sanitize_segment(name), id.simple());
         let base = match namespace.properties.get("location") {
@@ -371,53 +373,32 @@ impl CatalogService {
 
     /// Deletes a dropped table's files: everything its snapshots reference and its metadata
     /// files. Runs after the drop is committed, so failures are logged, not returned.
+    /// Deletes a dropped table's files: everything below its location, which belongs to it
+    /// alone (locations never overlap). Runs after the drop is committed, so failures are
+    /// logged, not returned.
     async fn purge_table(&self, wh: &WarehouseHandle, ident: &TableIdent, record: &TabularRecord) {
-        let metadata = match self
-            .metadata
-            .read_table(&wh.storage, &record.metadata_location)
-            .await
-        {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(table = %ident, error = %e, "read metadata of purged table");
-                return;
-            }
-        };
-        let table = iceberg::table::Table::builder()
-            .file_io(wh.storage.file_io())
-            .metadata_location(record.metadata_location.clone())
-            .metadata(metadata.clone())
-            .identifier(ident.clone())
-            .runtime(iceberg::Runtime::current())
-            .build();
-        match table {
-            Ok(table) => {
-                if let Err(e) = iceberg::drop_table_data(&table).await {
-                    tracing::warn!(table = %ident, error = %e, "purge data of dropped table");
-                }
-            }
-            Err(e) => tracing::warn!(table = %ident, error = %e, "open dropped table for purge"),
+        match wh.storage.delete_prefix(&record.location).await {
+            Ok(files) => tracing::info!(table = %ident, files, "purged dropped table"),
+            Err(e) => tracing::warn!(table = %ident, error = %e, "purge files of dropped table"),
         }
-        let mut metadata_files: Vec<String> = metadata
-            .metadata_log()
-            .iter()
-            .map(|l| l.metadata_file.clone())
-            .collect();
-        metadata_files.push(record.metadata_location.clone());
-        metadata_files.extend(
-            metadata
-                .statistics_iter()
-                .map(|s| s.statistics_path.clone()),
-        );
-        metadata_files.extend(
-            metadata
-                .partition_statistics_iter()
-                .map(|s| s.statistics_path.clone()),
-        );
-        for file in metadata_files {
-            if wh.storage.require_inside(&file).is_ok() {
-                self.discard_file(wh, &file).await;
-            }
+    }
+
+    /// Refuses a location that equals, contains or lies inside another table's or view's.
+    pub(crate) async fn require_free_location(
+        &self,
+        wh: &WarehouseHandle,
+        location: &str,
+        except: Option<Uuid>,
+    ) -> Result<()> {
+        match self
+            .store
+            .location_in_use(wh.warehouse.id, location, except)
+            .await?
+        {
+            Some(other) => Err(CatalogError::bad_request(format!(
+                "location {location} overlaps the location of {other}"
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -517,6 +498,26 @@ impl CatalogService {
                 other => other,
             })?;
         wh.storage.require_inside(metadata.location())?;
+        // The metadata must be the table's own: below its location (or its metadata path).
+        let own = |root: &str| {
+            let root = root.trim_end_matches('/');
+            metadata_location.starts_with(&format!("{root}/"))
+        };
+        let metadata_path = metadata
+            .properties()
+            .get(crate::metadata::METADATA_PATH_PROPERTY);
+        if !own(metadata.location()) && !metadata_path.is_some_and(|p| own(p)) {
+            return Err(CatalogError::bad_request(format!(
+                "metadata file {metadata_location} does not lie under its table's location {}",
+                metadata.location()
+            )));
+        }
+        let replaced = match self.find_tabular(&wh, ident).await? {
+            Some(existing) if overwrite && existing.kind == TabularKind::Table => Some(existing.id),
+            _ => None,
+        };
+        self.require_free_location(&wh, metadata.location(), replaced)
+            .await?;
         let tabular = NewTabular {
             id: Uuid::now_v7(),
             warehouse_id: wh.warehouse.id,

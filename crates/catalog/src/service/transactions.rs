@@ -35,6 +35,8 @@ struct Prepared {
     swap: Option<(MetadataSwap, String)>,
     /// Old metadata files to delete once the commit is in (`delete-after-commit`).
     expired: Vec<String>,
+    /// The table's id, when it existed before the commit.
+    table_id: Option<Uuid>,
 }
 
 impl CatalogService {
@@ -73,10 +75,22 @@ impl CatalogService {
                     }
                 }
             }
-            let swaps: Vec<MetadataSwap> = prepared
+            let mut swaps: Vec<MetadataSwap> = prepared
                 .iter()
                 .filter_map(|p| p.swap.as_ref().map(|(s, _)| s.clone()))
                 .collect();
+            if swaps.is_empty() {
+                return Ok(prepared.into_iter().map(|p| p.loaded).collect());
+            }
+            // Tables whose updates changed nothing must still be unchanged at the commit point.
+            for p in prepared.iter().filter(|p| p.swap.is_none()) {
+                if let (Some(id), Some(location)) = (p.table_id, &p.loaded.metadata_location) {
+                    swaps.push(MetadataSwap::Assert {
+                        id,
+                        expected_location: location.clone(),
+                    });
+                }
+            }
             if swaps.is_empty() {
                 return Ok(prepared.into_iter().map(|p| p.loaded).collect());
             }
@@ -183,6 +197,7 @@ impl CatalogService {
                         },
                         swap: None,
                         expired: Vec::new(),
+                        table_id: Some(record.id),
                     });
                 }
                 Applied::Changed(new) => new,
@@ -190,11 +205,16 @@ impl CatalogService {
         let expired = new.expired_metadata_files;
         let new = new.metadata;
         wh.storage.require_inside(new.location())?;
+        if new.location() != base.location() {
+            self.require_free_location(wh, new.location(), Some(record.id))
+                .await?;
+        }
         let new_location = next_metadata_location(
             new.location(),
             Some(&record.metadata_location),
             new.properties(),
         );
+        let table_location = new.location().trim_end_matches('/').to_string();
         let new = Arc::new(new);
         self.metadata
             .write_table(&wh.storage, &new_location, new.clone())
@@ -210,10 +230,12 @@ impl CatalogService {
                     id: record.id,
                     expected_location: record.metadata_location,
                     new_location: new_location.clone(),
+                    table_location,
                 },
                 new_location,
             )),
             expired,
+            table_id: Some(record.id),
         })
     }
 
@@ -228,6 +250,7 @@ impl CatalogService {
         check_table_requirements(None, &request.requirements)?;
         let metadata: TableMetadata = create_table_from_updates(request.updates.clone())?;
         let location = wh.storage.require_inside(metadata.location())?.to_string();
+        self.require_free_location(wh, &location, None).await?;
         let new_location = next_metadata_location(&location, None, metadata.properties());
         let metadata = Arc::new(metadata);
         self.metadata
@@ -252,6 +275,7 @@ impl CatalogService {
                 new_location,
             )),
             expired: Vec::new(),
+            table_id: None,
         })
     }
 }

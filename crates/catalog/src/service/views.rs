@@ -210,6 +210,7 @@ impl CatalogService {
                 id: record.id,
                 expected_location: record.metadata_location.clone(),
                 new_location: new_location.clone(),
+                table_location: new.location().trim_end_matches('/').to_string(),
             };
             match self.store.commit(&[swap]).await {
                 Ok(()) => {

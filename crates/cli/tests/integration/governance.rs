@@ -358,10 +358,21 @@ async fn authorization_matrix_covers_every_endpoint() {
         fixtures(&root, &ns).await;
         let t = format!("{NS}/{ns}/tables/t");
         let v = format!("{NS}/{ns}/views/v");
-        let location = root.get(&t).await.body["metadata-location"]
+        // A dropped table's metadata, for the register case: its location is free again.
+        let dropped = root
+            .post(
+                &format!("{NS}/{ns}/tables"),
+                json!({"name": "gone", "schema": simple_schema()}),
+            )
+            .await;
+        let location = dropped.body["metadata-location"]
             .as_str()
             .unwrap()
             .to_string();
+        assert_eq!(
+            root.delete(&format!("{NS}/{ns}/tables/gone")).await.status,
+            204
+        );
         let ns_ref = on_ns(&ns);
         let t_ref = on_table(&ns, "t");
         let v_ref = on_view(&ns, "v");
@@ -1094,4 +1105,71 @@ async fn token_endpoint_and_authorization_header_survive_garbage() {
         }
     }
     assert_eq!(Api::new(&floe).get(NS).await.status, 200, "still serving");
+}
+
+#[tokio::test]
+async fn a_table_cannot_take_over_another_tables_files() {
+    let floe = Floe::start("sqlite").await;
+    let root = Api::new(&floe);
+    assert_eq!(
+        root.post(NS, json!({"namespace": ["own"]})).await.status,
+        200
+    );
+    let victim = root
+        .post(
+            &format!("{NS}/own/tables"),
+            json!({"name": "victim", "schema": simple_schema()}),
+        )
+        .await;
+    let location = victim.body["metadata"]["location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let metadata = victim.body["metadata-location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (what, body) in [
+        (
+            "same location",
+            json!({"name": "a", "schema": simple_schema(), "location": location}),
+        ),
+        (
+            "inside it",
+            json!({"name": "b", "schema": simple_schema(), "location": format!("{location}/data")}),
+        ),
+    ] {
+        let answer = root.post(&format!("{NS}/own/tables"), body).await;
+        assert_eq!(answer.status, 400, "{what}: {:?}", answer.body);
+        assert!(
+            answer.message().contains("overlaps"),
+            "{}",
+            answer.message()
+        );
+    }
+    let alias = root
+        .post(
+            &format!("{NS}/own/register"),
+            json!({"name": "alias", "metadata-location": metadata}),
+        )
+        .await;
+    assert_eq!(
+        alias.status, 400,
+        "registering a live table's metadata again: {:?}",
+        alias.body
+    );
+    let other = root
+        .post(
+            &format!("{NS}/own/tables"),
+            json!({"name": "other", "schema": simple_schema()}),
+        )
+        .await;
+    assert_eq!(other.status, 200);
+    let moved = root
+        .post(
+            &format!("{NS}/own/tables/other"),
+            json!({"updates": [{"action": "set-location", "location": location}]}),
+        )
+        .await;
+    assert_eq!(moved.status, 400, "{:?}", moved.body);
 }

@@ -206,8 +206,19 @@ async fn namespaces_tables_and_errors_follow_the_spec() {
                 answer.message()
             );
         }
-        let huge = api.post_raw(NS, vec![b' '; 40 * 1024 * 1024]).await;
-        assert_eq!(huge.status, 413, "{:?}", huge.body);
+        // The server answers 413 as soon as the limit is passed; the client may still be
+        // writing and see the connection close instead.
+        match api
+            .http
+            .post(format!("{}{NS}", api.base))
+            .header("content-type", "application/json")
+            .body(vec![b' '; 40 * 1024 * 1024])
+            .send()
+            .await
+        {
+            Ok(response) => assert_eq!(response.status(), 413),
+            Err(e) => assert!(e.is_request(), "{e}"),
+        }
         let bad_page = api.get(&format!("{NS}?page-size=abc")).await;
         assert_eq!(bad_page.status, 400);
         assert!(bad_page.message().contains("page-size"));

@@ -343,6 +343,7 @@ async fn commits(store: &Arc<dyn CatalogStore>) {
         id: t.id,
         expected_location: from.to_string(),
         new_location: to.to_string(),
+        table_location: t.location.clone(),
     };
     store
         .commit(&[swap(&a, &a.metadata_location, "a1")])
@@ -411,6 +412,7 @@ async fn commits(store: &Arc<dyn CatalogStore>) {
                     id: a.id,
                     expected_location: "a1".into(),
                     new_location: format!("race{i}"),
+                    table_location: a.location.clone(),
                 }])
                 .await
                 .is_ok()
