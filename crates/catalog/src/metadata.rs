@@ -87,10 +87,14 @@ pub fn encode<T: Serialize>(value: &T, location: &str) -> Result<Bytes> {
     }
 }
 
+/// Largest metadata file Floe inflates (a guard against compression bombs).
+const MAX_METADATA_BYTES: u64 = 1 << 30;
+
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], location: &str) -> Result<T> {
     let mut inflated = Vec::new();
     let json: &[u8] = if bytes.starts_with(&[0x1f, 0x8b]) {
         flate2::read::GzDecoder::new(bytes)
+            .take(MAX_METADATA_BYTES)
             .read_to_end(&mut inflated)
             .map_err(|e| {
                 CatalogError::bad_request(format!(

@@ -7,6 +7,7 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use floe_catalog::model::IdempotentResponse;
+use sha2::Digest;
 
 use crate::AppState;
 use crate::error::{ApiError, error_response};
@@ -15,8 +16,6 @@ pub const HEADER: &str = "idempotency-key";
 /// How long keys are kept, as advertised in `/v1/config`.
 pub const LIFETIME_ISO: &str = "PT30M";
 pub const LIFETIME_MS: i64 = 30 * 60 * 1000;
-/// Largest response body replayed.
-const MAX_STORED_BODY: usize = 16 * 1024 * 1024;
 
 pub async fn layer(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(key) = request.headers().get(HEADER).cloned() else {
@@ -36,7 +35,33 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
                 .into_response();
         }
     };
-    let fingerprint = format!("{} {}", request.method(), request.uri().path());
+    // The same caller repeating the same request: method, path, principal and body.
+    let principal = request
+        .extensions()
+        .get::<floe_catalog::governance::authz::Caller>()
+        .map(|c| c.principal.id.to_string())
+        .unwrap_or_default();
+    let delegated = request
+        .headers()
+        .contains_key("x-iceberg-access-delegation")
+        || request.uri().path().ends_with("/sign");
+    let (parts, body) = request.into_parts();
+    let body = match to_bytes(body, crate::MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(_) => {
+            return ApiError(floe_catalog::CatalogError::PayloadTooLarge(
+                "request body exceeds the server's size limit".to_string(),
+            ))
+            .into_response();
+        }
+    };
+    let fingerprint = format!(
+        "{} {} {principal} {}",
+        parts.method,
+        parts.uri.path(),
+        hex::encode(sha2::Sha256::digest(&body))
+    );
+    let request = Request::from_parts(parts, Body::from(body));
     let store = state.catalog.store().clone();
     match store.get_idempotent(&key).await {
         Ok(Some(stored)) if stored.fingerprint == fingerprint => return replay(&stored),
@@ -52,15 +77,18 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
     }
     let response = next.run(request).await;
     let status = response.status();
-    if status.is_server_error() || status.is_informational() || status.is_redirection() {
+    // 5xx are never final; answers carrying credentials or signatures are never stored.
+    if status.is_server_error() || status.is_informational() || status.is_redirection() || delegated
+    {
         return response;
     }
     let (parts, body) = response.into_parts();
-    let bytes = match to_bytes(body, MAX_STORED_BODY).await {
+    let bytes = match to_bytes(body, usize::MAX).await {
         Ok(bytes) => bytes,
         Err(e) => {
             tracing::warn!(error = %e, "buffer response for idempotency record");
-            return Response::from_parts(parts, Body::empty());
+            return ApiError(floe_catalog::CatalogError::internal("buffer response", e))
+                .into_response();
         }
     };
     let record = IdempotentResponse {

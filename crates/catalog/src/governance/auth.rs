@@ -15,6 +15,9 @@ use crate::ident::validate_name;
 use crate::{CatalogError, Result};
 
 pub const ISSUER: &str = "floe";
+/// Client ids of principals created for external identities start with this.
+const OIDC_CLIENT_PREFIX: &str = "oidc-";
+
 /// Name and client id of the bootstrap principal.
 pub const ROOT_NAME: &str = "root";
 
@@ -250,7 +253,13 @@ impl AuthService {
             .await
             .map_err(|reason| unauthenticated(format!("invalid access token: {reason}")))?;
         let principal = match self.store.get_principal_by_name(&name).await? {
-            Some(principal) => principal,
+            // Only principals made for external identities: never root or a service principal.
+            Some(principal) if principal.client_id.starts_with(OIDC_CLIENT_PREFIX) => principal,
+            Some(_) => {
+                return Err(unauthenticated(format!(
+                    "the external identity {name:?} collides with a local principal"
+                )));
+            }
             None => {
                 validate_name("principal", &name)?;
                 let (salt, hash) = hash_secret(&generate_secret());
@@ -258,7 +267,7 @@ impl AuthService {
                     id: Uuid::now_v7(),
                     name: name.clone(),
                     kind: PrincipalKind::User,
-                    client_id: generate_client_id("oidc"),
+                    client_id: generate_client_id(OIDC_CLIENT_PREFIX.trim_end_matches('-')),
                     is_root: false,
                     disabled: false,
                     created_at_ms: chrono::Utc::now().timestamp_millis(),

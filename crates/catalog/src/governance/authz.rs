@@ -323,9 +323,12 @@ impl Authorizer {
                 if !self.refreshing.lock().expect("refresh set").insert(id) {
                     return Ok(stale);
                 }
-                let loaded = self.load(id).await;
-                self.refreshing.lock().expect("refresh set").remove(&id);
-                loaded
+                // Cleared even when this request is dropped mid-load.
+                let _refreshing = RefreshGuard {
+                    set: &self.refreshing,
+                    id,
+                };
+                self.load(id).await
             }
             None => {
                 let lock = self
@@ -347,6 +350,17 @@ impl Authorizer {
     /// Forgets cached grants after a change made through this node.
     pub fn invalidate(&self) {
         self.cache.write().expect("grant cache").clear();
+    }
+}
+
+struct RefreshGuard<'a> {
+    set: &'a std::sync::Mutex<HashSet<Uuid>>,
+    id: Uuid,
+}
+
+impl Drop for RefreshGuard<'_> {
+    fn drop(&mut self) {
+        self.set.lock().expect("refresh set").remove(&self.id);
     }
 }
 

@@ -136,13 +136,17 @@ async fn authorized_securable(
     caller: &Caller,
     on: &SecurableRef,
 ) -> ApiResult<floe_catalog::governance::authz::Securable> {
-    let securable = state.catalog.resolve_securable(on).await?;
-    caller.require(Privilege::ManageGrants, &securable.scope, || {
-        floe_catalog::CatalogError::NotFound {
-            error_type: "NotFoundException",
-            message: "the securable does not exist".to_string(),
-        }
-    })?;
+    // One answer for "missing" and "hidden", so grants cannot probe for existence.
+    let hidden = || floe_catalog::CatalogError::NotFound {
+        error_type: "NotFoundException",
+        message: "the securable does not exist".to_string(),
+    };
+    let securable = match state.catalog.resolve_securable(on).await {
+        Ok(securable) => securable,
+        Err(floe_catalog::CatalogError::NotFound { .. }) => return Err(ApiError(hidden())),
+        Err(e) => return Err(ApiError(e)),
+    };
+    caller.require(Privilege::ManageGrants, &securable.scope, hidden)?;
     Ok(securable)
 }
 

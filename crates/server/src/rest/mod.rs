@@ -75,7 +75,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/v1/{prefix}/views/rename", post(views::rename))
         .route(&format!("{ns}/register-view"), post(views::register))
-        .layer(axum::middleware::from_fn_with_state(
+        // Authentication wraps idempotency, so a replay is only ever the caller's own.
+        .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             idempotency::layer,
         ))
