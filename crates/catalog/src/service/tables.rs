@@ -526,7 +526,8 @@ impl CatalogService {
         }
         let replaced = match self.find_tabular(&wh, ident).await? {
             Some(existing) if overwrite && existing.kind == TabularKind::Table => Some(existing.id),
-            _ => None,
+            Some(existing) => return Err(Self::exists_error(existing.kind, ident)),
+            None => None,
         };
         self.require_free_location(&wh, metadata.location(), replaced)
             .await?;

@@ -407,6 +407,33 @@ async fn idempotency_keys_replay_final_answers() {
     assert_eq!(replayed.body, first.body);
     let without = api.post(NS, json!({"namespace": ["idem"]})).await;
     assert_eq!(without.status, 409);
+    // Another principal reusing the key gets no replay of root's answer.
+    let created = api
+        .post(
+            "/api/v1/principals",
+            json!({"name": "stranger", "kind": "service"}),
+        )
+        .await;
+    let stranger_token = crate::harness::token_for(
+        &floe.base,
+        created.body["credentials"]["client-id"].as_str().unwrap(),
+        created.body["credentials"]["client-secret"]
+            .as_str()
+            .unwrap(),
+    )
+    .await;
+    let stranger = Api::with_token(&floe, &stranger_token);
+    let replay_attempt = stranger
+        .send(
+            stranger
+                .http
+                .post(format!("{}{NS}", stranger.base))
+                .header("idempotency-key", &key)
+                .json(&json!({"namespace": ["idem"]})),
+        )
+        .await;
+    assert_eq!(replay_attempt.status, 422, "{:?}", replay_attempt.body);
+    assert!(replay_attempt.body.get("namespace").is_none());
     let other_path = api
         .send(
             api.http
