@@ -40,6 +40,13 @@ pub fn validate_namespace(ns: &NamespaceIdent) -> Result<()> {
     }
     for part in ns.iter() {
         validate_name("namespace", part)?;
+        // `t:` marks tables and views in authorization scopes; a namespace level must not
+        // look like one.
+        if part.starts_with("t:") {
+            return Err(CatalogError::bad_request(format!(
+                "namespace level {part:?} must not start with 't:'"
+            )));
+        }
     }
     Ok(())
 }
@@ -78,6 +85,12 @@ mod tests {
                 .contains("U+001F")
         );
         assert!(validate_name("table", &"x".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn namespace_levels_cannot_look_like_table_scopes() {
+        assert!(validate_namespace(&NamespaceIdent::from_strs(["a", "t:x"]).unwrap()).is_err());
+        assert!(validate_namespace(&NamespaceIdent::from_strs(["a", "tx"]).unwrap()).is_ok());
     }
 
     #[test]

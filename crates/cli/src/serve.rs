@@ -27,6 +27,9 @@ pub struct ServeArgs {
     /// Lifetime of issued access tokens, in seconds.
     #[arg(long, env = "FLOE_TOKEN_TTL_SECS", default_value_t = 3600)]
     pub token_ttl_secs: u64,
+    /// How long token exchange may extend a session begun with client credentials, in seconds.
+    #[arg(long, env = "FLOE_MAX_SESSION_SECS", default_value_t = 43_200)]
+    pub max_session_secs: u64,
     /// Also accept access tokens from this OpenID Connect issuer (RS256, checked against its
     /// published keys).
     #[arg(long, env = "FLOE_OIDC_ISSUER")]
@@ -70,6 +73,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         AuthConfig {
             token_ttl: Duration::from_secs(args.token_ttl_secs.max(1)),
+            max_session: Duration::from_secs(args.max_session_secs.max(1)),
             ..AuthConfig::default()
         },
     );

@@ -38,6 +38,8 @@ pub struct IssuedToken {
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
     pub token_ttl: Duration,
+    /// How long a chain of token exchanges may extend a session begun with credentials.
+    pub max_session: Duration,
     /// How long a principal looked up for a request is trusted before the store is asked
     /// again (bounds how long a disabled principal's tokens keep working).
     pub principal_cache_ttl: Duration,
@@ -47,6 +49,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         Self {
             token_ttl: Duration::from_secs(3600),
+            max_session: Duration::from_secs(12 * 3600),
             principal_cache_ttl: Duration::from_secs(2),
         }
     }
@@ -167,20 +170,29 @@ impl AuthService {
         Ok(find(&self.keys.read().expect("key lock")))
     }
 
-    fn sign_for(&self, principal: &Principal) -> Result<IssuedToken> {
+    /// Signs a token for `principal`, whose session began at `auth_time`; tokens never reach
+    /// past `auth_time` + the session limit.
+    fn sign_for(&self, principal: &Principal, auth_time: i64) -> Result<IssuedToken> {
         let key = self.signing_key()?;
         let now = now_secs();
-        let ttl = self.config.token_ttl.as_secs() as i64;
+        let session_end = auth_time + self.config.max_session.as_secs() as i64;
+        let exp = (now + self.config.token_ttl.as_secs() as i64).min(session_end);
+        if exp <= now {
+            return Err(unauthenticated(
+                "the session has reached its maximum lifetime; authenticate with credentials again",
+            ));
+        }
         let claims = Claims {
             iss: ISSUER.into(),
             sub: principal.id.to_string(),
             iat: now,
-            exp: now + ttl,
+            exp,
             jti: Uuid::new_v4().simple().to_string(),
+            auth_time,
         };
         Ok(IssuedToken {
             access_token: token::sign(&claims, &key.kid, &key.secret),
-            expires_in: ttl,
+            expires_in: exp - now,
         })
     }
 
@@ -204,13 +216,20 @@ impl AuthService {
         if credentials.principal.disabled {
             return Err(unauthenticated("the principal is disabled"));
         }
-        self.sign_for(&credentials.principal)
+        self.sign_for(&credentials.principal, now_secs())
     }
 
     /// OAuth2 token exchange: a valid token buys a fresh one for the same principal.
     pub async fn exchange(&self, subject_token: &str) -> Result<IssuedToken> {
         let principal = self.authenticate(subject_token).await?;
-        self.sign_for(&principal)
+        // Floe's own tokens carry when their session began; others (OIDC) begin one now but
+        // only live as long as Floe's token lifetime allows.
+        let auth_time = token::key_id(subject_token)
+            .ok()
+            .and_then(|_| token::peek_claims(subject_token))
+            .map(|c| if c.auth_time > 0 { c.auth_time } else { c.iat })
+            .unwrap_or_else(now_secs);
+        self.sign_for(&principal, auth_time)
     }
 
     /// The principal a bearer token stands for.

@@ -1173,3 +1173,37 @@ async fn a_table_cannot_take_over_another_tables_files() {
         .await;
     assert_eq!(moved.status, 400, "{:?}", moved.body);
 }
+
+#[tokio::test]
+async fn token_exchange_cannot_extend_a_session_forever() {
+    let floe = Floe::start_with("sqlite", &[("FLOE_MAX_SESSION_SECS", "2")]).await;
+    let exchange = |token: String| {
+        let base = floe.base.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/catalog/v1/oauth/tokens"))
+                .form(&[
+                    (
+                        "grant_type",
+                        "urn:ietf:params:oauth:grant-type:token-exchange",
+                    ),
+                    ("subject_token", token.as_str()),
+                ])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let first = exchange(floe.root_token.clone()).await;
+    assert_eq!(first.status(), 200);
+    let body: Value = first.json().await.unwrap();
+    assert!(
+        body["expires_in"].as_i64().unwrap() <= 2,
+        "capped by the session: {body}"
+    );
+    let renewed = body["access_token"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(exchange(renewed).await.status(), 401, "the session is over");
+    // Fresh credentials start a fresh session.
+    token_for(&floe.base, ROOT_ID, crate::harness::ROOT_SECRET).await;
+}
