@@ -218,27 +218,38 @@ impl CatalogService {
                 location,
             })
             .await;
-        match inserted {
-            Ok(()) => {}
-            // Definitely not created: the file is garbage.
-            Err(e @ (CatalogError::AlreadyExists { .. } | CatalogError::NotFound { .. })) => {
-                self.discard_file(&wh, &metadata_location).await;
-                return Err(e);
-            }
-            // The store may have committed before failing: keep the file it may point at.
-            Err(e) => {
-                tracing::error!(error = %e, "store failed while creating; outcome unknown");
-                return Err(CatalogError::CommitStateUnknown(
-                    "the metadata store failed while creating; the create may or may not have been applied"
-                        .to_string(),
-                ));
-            }
-        }
+        self.settle_create(&wh, inserted, &metadata_location)
+            .await?;
         Ok(LoadedTable {
             ident,
             metadata_location: Some(metadata_location),
             metadata,
         })
+    }
+
+    /// Turns the store's answer to a create into the caller's: a create that definitely did
+    /// not happen leaves no file behind; one whose outcome is unknown keeps the file the store
+    /// may point at.
+    pub(crate) async fn settle_create(
+        &self,
+        wh: &WarehouseHandle,
+        inserted: Result<()>,
+        metadata_location: &str,
+    ) -> Result<()> {
+        match inserted {
+            Ok(()) => Ok(()),
+            Err(e @ (CatalogError::AlreadyExists { .. } | CatalogError::NotFound { .. })) => {
+                self.discard_file(wh, metadata_location).await;
+                Err(e)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "store failed while creating; outcome unknown");
+                Err(CatalogError::CommitStateUnknown(
+                    "the metadata store failed while creating; the create may or may not have been applied"
+                        .to_string(),
+                ))
+            }
+        }
     }
 
     /// Deletes a metadata file that never became current; failures are only logged.

@@ -116,22 +116,8 @@ impl CatalogService {
                 location,
             })
             .await;
-        match inserted {
-            Ok(()) => {}
-            // Definitely not created: the file is garbage.
-            Err(e @ (CatalogError::AlreadyExists { .. } | CatalogError::NotFound { .. })) => {
-                self.discard_file(&wh, &metadata_location).await;
-                return Err(e);
-            }
-            // The store may have committed before failing: keep the file it may point at.
-            Err(e) => {
-                tracing::error!(error = %e, "store failed while creating; outcome unknown");
-                return Err(CatalogError::CommitStateUnknown(
-                    "the metadata store failed while creating; the create may or may not have been applied"
-                        .to_string(),
-                ));
-            }
-        }
+        self.settle_create(&wh, inserted, &metadata_location)
+            .await?;
         Ok(LoadedView {
             ident,
             metadata_location,
