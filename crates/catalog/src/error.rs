@@ -38,6 +38,10 @@ pub enum CatalogError {
         error_type: &'static str,
         message: String,
     },
+    /// A not-found answer given because the caller may not see the object (which may exist):
+    /// clients see the inner error; the audit records a denial.
+    #[error("{0}")]
+    Hidden(Box<CatalogError>),
     /// Missing, malformed, expired or revoked credentials.
     #[error("{0}")]
     Unauthenticated(String),
@@ -129,6 +133,7 @@ impl CatalogError {
 
     pub fn code(&self) -> ErrorCode {
         match self {
+            CatalogError::Hidden(inner) => inner.code(),
             CatalogError::BadRequest { .. } | CatalogError::InvalidArgument(_) => {
                 ErrorCode::InvalidArgument
             }
@@ -150,6 +155,7 @@ impl CatalogError {
     /// The Iceberg exception name clients map the error to.
     pub fn error_type(&self) -> &'static str {
         match self {
+            CatalogError::Hidden(inner) => inner.error_type(),
             CatalogError::BadRequest { .. } => "BadRequestException",
             CatalogError::InvalidArgument(_) => "IllegalArgumentException",
             CatalogError::NotFound { error_type, .. }

@@ -15,6 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 
+/// Marks a response that hides an object from a caller who may not see it: a denial, though
+/// the client sees a 404.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditDenied;
+
 /// Who a request acted as, set on the response by the layers that know.
 #[derive(Debug, Clone)]
 pub struct AuditSubject(pub String);
@@ -101,6 +106,8 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         .unwrap_or_default();
     let mut response = next.run(request).await;
     let status = response.status().as_u16();
+    let denied =
+        matches!(status, 401 | 403) || response.extensions().get::<AuditDenied>().is_some();
     let principal = response
         .extensions()
         .get::<AuditSubject>()
@@ -117,12 +124,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
             principal,
             action,
             resource: path,
-            decision: if matches!(status, 401 | 403) {
-                "deny"
-            } else {
-                "allow"
-            }
-            .into(),
+            decision: if denied { "deny" } else { "allow" }.into(),
             status,
             client,
             details: "{}".into(),

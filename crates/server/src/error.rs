@@ -66,7 +66,11 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        error_response(status, self.0.error_type(), &message)
+        let mut response = error_response(status, self.0.error_type(), &message);
+        if matches!(self.0, CatalogError::Hidden(_)) {
+            response.extensions_mut().insert(crate::audit::AuditDenied);
+        }
+        response
     }
 }
 

@@ -400,7 +400,7 @@ impl Caller {
             return Ok(());
         }
         if !self.grants.sees(scope) {
-            return Err(not_found());
+            return Err(CatalogError::Hidden(Box::new(not_found())));
         }
         Err(CatalogError::PermissionDenied(format!(
             "principal {} lacks the {} privilege",
@@ -418,7 +418,7 @@ impl Caller {
         if self.grants.sees(scope) {
             Ok(())
         } else {
-            Err(not_found())
+            Err(CatalogError::Hidden(Box::new(not_found())))
         }
     }
 }
@@ -481,7 +481,7 @@ mod tests {
         ));
         assert!(matches!(
             caller.require(Privilege::ReadMetadata, &hidden, nf),
-            Err(CatalogError::NotFound { .. })
+            Err(CatalogError::Hidden(_))
         ));
         for p in Privilege::ALL {
             assert_eq!(Privilege::parse(p.as_str()), Some(p));

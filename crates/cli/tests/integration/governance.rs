@@ -911,6 +911,17 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
         &token_for(&floe.base, &other_id, &other_secret).await,
     );
     assert_eq!(curious.get("/api/v1/audit").await.status, 403);
+    // A 404 that hides an object from the caller is recorded as the denial it is.
+    assert_eq!(curious.get(&format!("{NS}/audited")).await.status, 404);
+    let hidden = audit_records(&root, "principal=curious&decision=deny", |r| {
+        r.iter().any(|x| x["status"] == 404)
+    })
+    .await;
+    assert!(
+        hidden
+            .iter()
+            .any(|x| x["resource"] == "/catalog/v1/default/namespaces/audited")
+    );
     let everything = root.get("/api/v1/audit?limit=10000").await.body.to_string();
     for secret in [
         crate::harness::ROOT_SECRET,
