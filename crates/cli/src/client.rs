@@ -27,6 +27,7 @@ pub struct ServerArgs {
 }
 
 /// A client holding a bearer token.
+#[derive(Clone)]
 pub struct Client {
     pub http: reqwest::Client,
     pub base: String,

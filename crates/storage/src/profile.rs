@@ -65,6 +65,25 @@ impl std::fmt::Debug for S3Profile {
     }
 }
 
+impl S3Profile {
+    /// The client settings that locate this bucket (endpoint, addressing, region), in the
+    /// property names Iceberg clients read from a table's `config`. Never credentials.
+    pub fn client_properties(&self) -> std::collections::HashMap<String, String> {
+        let mut properties = std::collections::HashMap::from([
+            (
+                "s3.path-style-access".to_string(),
+                self.path_style_access.to_string(),
+            ),
+            ("client.region".to_string(), self.region.clone()),
+            ("s3.region".to_string(), self.region.clone()),
+        ]);
+        if let Some(endpoint) = &self.endpoint {
+            properties.insert("s3.endpoint".to_string(), endpoint.clone());
+        }
+        properties
+    }
+}
+
 impl StorageProfile {
     /// Checks the profile's fields and returns a clear message for the first bad one.
     pub fn validate(&self) -> Result<()> {

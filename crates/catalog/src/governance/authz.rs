@@ -215,15 +215,6 @@ impl GrantSet {
             .next()
             .is_some_and(|s| s.starts_with(&below))
     }
-
-    /// True when anything is granted on `scope` or an ancestor (children then all visible).
-    pub fn covers(&self, scope: &Scope) -> bool {
-        self.all
-            || scope
-                .ancestors_and_self()
-                .into_iter()
-                .any(|s| self.by_scope.contains_key(s))
-    }
 }
 
 /// Storage of roles and grants. Implemented by `floe-store`.

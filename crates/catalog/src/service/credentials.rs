@@ -9,7 +9,6 @@ use iceberg::TableIdent;
 use super::CatalogService;
 use super::tables::validate_ident;
 use crate::governance::authz::{Caller, Privilege};
-use crate::model::TabularKind;
 use crate::{CatalogError, Result};
 
 /// The storage configuration an engine needs for one table: where the store is, and (on S3
@@ -32,14 +31,10 @@ impl CatalogService {
     ) -> Result<Option<TableCredentials>> {
         validate_ident(ident, "table")?;
         let wh = self.visible_warehouse(caller, warehouse).await?;
-        let record = match self.find_tabular(&wh, ident).await? {
-            Some(r) if r.kind == TabularKind::Table => r,
-            _ => return Err(CatalogError::no_such_table(ident)),
-        };
+        let record = self
+            .table_record(caller, &wh, ident, Privilege::ReadData)
+            .await?;
         let scope = record.scope();
-        caller.require(Privilege::ReadData, &scope, || {
-            CatalogError::no_such_table(ident)
-        })?;
         let StorageProfile::S3(s3) = &wh.warehouse.storage else {
             return Ok(None);
         };
@@ -54,7 +49,8 @@ impl CatalogService {
         )
         .await
         .map_err(|e| CatalogError::Unavailable(format!("cannot vend credentials: {e}")))?;
-        let mut config = HashMap::from([
+        let mut config = s3.client_properties();
+        config.extend([
             ("s3.access-key-id".to_string(), vended.access_key_id),
             ("s3.secret-access-key".to_string(), vended.secret_access_key),
             ("s3.session-token".to_string(), vended.session_token),
@@ -62,16 +58,7 @@ impl CatalogService {
                 "s3.session-token-expires-at-ms".to_string(),
                 vended.expires_at_ms.to_string(),
             ),
-            (
-                "s3.path-style-access".to_string(),
-                s3.path_style_access.to_string(),
-            ),
-            ("client.region".to_string(), s3.region.clone()),
-            ("s3.region".to_string(), s3.region.clone()),
         ]);
-        if let Some(endpoint) = &s3.endpoint {
-            config.insert("s3.endpoint".to_string(), endpoint.clone());
-        }
         Ok(Some(TableCredentials {
             prefix: location.to_string(),
             config,

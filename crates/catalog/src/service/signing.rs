@@ -10,7 +10,6 @@ use iceberg::TableIdent;
 use super::CatalogService;
 use super::tables::validate_ident;
 use crate::governance::authz::{Caller, Privilege};
-use crate::model::TabularKind;
 use crate::{CatalogError, Result};
 
 /// An S3 request to sign (the spec's `RemoteSignRequest`).
@@ -45,10 +44,6 @@ impl CatalogService {
     ) -> Result<HashMap<String, Vec<String>>> {
         validate_ident(ident, "table")?;
         let wh = self.visible_warehouse(caller, warehouse).await?;
-        let record = match self.find_tabular(&wh, ident).await? {
-            Some(r) if r.kind == TabularKind::Table => r,
-            _ => return Err(CatalogError::no_such_table(ident)),
-        };
         let method = request.method.to_ascii_uppercase();
         let privilege = match method.as_str() {
             "GET" | "HEAD" => Privilege::ReadData,
@@ -59,9 +54,7 @@ impl CatalogService {
                 )));
             }
         };
-        caller.require(privilege, &record.scope(), || {
-            CatalogError::no_such_table(ident)
-        })?;
+        let record = self.table_record(caller, &wh, ident, privilege).await?;
         let StorageProfile::S3(s3) = &wh.warehouse.storage else {
             return Err(CatalogError::bad_request(
                 "the table's warehouse is not on S3; there is nothing to sign",

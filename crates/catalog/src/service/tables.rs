@@ -129,7 +129,7 @@ impl CatalogService {
     }
 
     /// The table, if the caller holds `privilege` on it (403), or can see it at all (404).
-    async fn table_record(
+    pub(crate) async fn table_record(
         &self,
         caller: &Caller,
         wh: &WarehouseHandle,

@@ -330,11 +330,7 @@ async fn bench_principal(
         "setting up principal {name} with {} grants ...",
         filler + needed.len()
     );
-    let admin = Arc::new(crate::client::Client {
-        http: admin.http.clone(),
-        base: admin.base.clone(),
-        token: admin.token.clone(),
-    });
+    let admin = Arc::new(admin.clone());
     let mut workers = Vec::new();
     for w in 0..16 {
         let (admin, parent, name, namespaces) = (

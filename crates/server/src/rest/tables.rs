@@ -156,7 +156,8 @@ async fn remote_signing_config(
         &loaded.ident.name,
         percent_encoding::NON_ALPHANUMERIC,
     );
-    let mut config = std::collections::HashMap::from([
+    let mut config = s3.client_properties();
+    config.extend([
         ("s3.remote-signing-enabled".to_string(), "true".to_string()),
         (
             "s3.signer.uri".to_string(),
@@ -166,16 +167,7 @@ async fn remote_signing_config(
             "s3.signer.endpoint".to_string(),
             format!("v1/{prefix}/namespaces/{namespace}/tables/{table}/sign"),
         ),
-        (
-            "s3.path-style-access".to_string(),
-            s3.path_style_access.to_string(),
-        ),
-        ("client.region".to_string(), s3.region.clone()),
-        ("s3.region".to_string(), s3.region.clone()),
     ]);
-    if let Some(endpoint) = &s3.endpoint {
-        config.insert("s3.endpoint".to_string(), endpoint.clone());
-    }
     Ok(Some(TableCredentials {
         prefix: loaded.metadata.location().to_string(),
         config,
