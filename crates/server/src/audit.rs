@@ -1,15 +1,17 @@
-//! One audit record per request (health checks and metrics scrapes aside), handed to a
-//! background writer that appends them to the hash-chained trail in batches.
+//! One audit record per request (health checks and metrics scrapes aside). A request that
+//! changes state has its record committed by the store in the same transaction as the change
+//! (see [`AuditScope`]); the records of all other requests go to a background writer that
+//! appends them to the hash-chained trail in batches.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
-use floe_catalog::governance::audit::{AuditEvent, AuditStore};
+use floe_catalog::governance::audit::{AuditEvent, AuditScope, AuditStore};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -90,45 +92,79 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         return next.run(request).await;
     }
     let request_id = uuid::Uuid::now_v7().to_string();
-    let action = format!(
-        "{} {}",
-        request.method(),
-        request
-            .extensions()
-            .get::<MatchedPath>()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_else(|| "unmatched".into())
-    );
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
     let client = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string())
         .unwrap_or_default();
-    let mut response = next.run(request).await;
+    // The record as it will read if the request succeeds; the store commits it with the
+    // request's first change, if it makes one.
+    let scope = AuditScope::new(AuditEvent {
+        at_ms: chrono::Utc::now().timestamp_millis(),
+        request_id: request_id.clone(),
+        principal: "anonymous".into(),
+        action: format!("{} {route}", request.method()),
+        resource: path,
+        decision: "allow".into(),
+        status: success_status(request.method(), &route),
+        client,
+        details: "{}".into(),
+    });
+    let mut response = scope.run(next.run(request)).await;
     let status = response.status().as_u16();
     let denied =
         matches!(status, 401 | 403) || response.extensions().get::<AuditDenied>().is_some();
-    let principal = response
-        .extensions()
-        .get::<AuditSubject>()
-        .map(|s| s.0.clone())
-        .unwrap_or_else(|| "anonymous".into());
+    if let Some(subject) = response.extensions().get::<AuditSubject>() {
+        scope.set_principal(&subject.0);
+    }
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert("x-request-id", value);
     }
-    state
-        .audit
-        .send(AuditEvent {
-            at_ms: chrono::Utc::now().timestamp_millis(),
-            request_id,
-            principal,
-            action,
-            resource: path,
-            decision: if denied { "deny" } else { "allow" }.into(),
-            status,
-            client,
-            details: "{}".into(),
-        })
-        .await;
+    let mut event = scope.event();
+    event.status = status;
+    event.decision = if denied { "deny" } else { "allow" }.into();
+    match scope.committed() {
+        // The record went into the store with the change and says what the client saw.
+        Some((_, committed)) if committed == event => {}
+        // The change committed, but the response differs from the record committed with it
+        // (a failure after the commit): a second record says what the client saw.
+        Some((seq, _)) => {
+            event.details = format!("{{\"follows-record\":{seq}}}");
+            state.audit.send(event).await;
+        }
+        // Nothing changed: the writer appends the record in its next batch.
+        None => state.audit.send(event).await,
+    }
     response
+}
+
+/// The status a route answers with when it succeeds, which the record committed together
+/// with a change carries.
+fn success_status(method: &Method, route: &str) -> u16 {
+    const CREATED_POSTS: [&str; 3] = ["/api/v1/warehouses", "/api/v1/principals", "/api/v1/roles"];
+    const NO_CONTENT_POSTS: [&str; 9] = [
+        "/tables/rename",
+        "/views/rename",
+        "/transactions/commit",
+        "/metrics",
+        "/disable",
+        "/enable",
+        "/members",
+        "/grants",
+        "/grants/revoke",
+    ];
+    if *method == Method::DELETE || *method == Method::HEAD {
+        204
+    } else if *method == Method::POST && CREATED_POSTS.contains(&route) {
+        201
+    } else if *method == Method::POST && NO_CONTENT_POSTS.iter().any(|s| route.ends_with(s)) {
+        204
+    } else {
+        200
+    }
 }

@@ -22,6 +22,9 @@ pub async fn require_principal(
     };
     match state.auth.authenticate(&token).await {
         Ok(principal) => {
+            if let Some(scope) = floe_catalog::governance::audit::AuditScope::current() {
+                scope.set_principal(&principal.name);
+            }
             let grants = match state.authz.grants(&principal).await {
                 Ok(grants) => grants,
                 Err(e) => return ApiError(e).into_response(),

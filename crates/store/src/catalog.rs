@@ -94,8 +94,7 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 impl SqlStore {
     /// Deletes a table or view (only at `expected_location` when given) and its grants.
     async fn delete_tabular(&self, id: Uuid, expected_location: Option<&str>) -> Result<bool> {
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let mut tx = self.write().await.map_err(query_error)?;
         let deleted = match expected_location {
             Some(location) => {
                 sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
@@ -148,7 +147,7 @@ impl CatalogStore for SqlStore {
     }
 
     async fn create_warehouse(&self, warehouse: &Warehouse) -> Result<()> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         sqlx::query(
             "INSERT INTO warehouses (id, name, storage_profile, properties, created_at_ms) \
              VALUES ($1, $2, $3, $4, $5)",
@@ -158,7 +157,7 @@ impl CatalogStore for SqlStore {
         .bind(to_json(&warehouse.storage)?)
         .bind(to_json(&warehouse.properties)?)
         .bind(warehouse.created_at_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
@@ -170,6 +169,7 @@ impl CatalogStore for SqlStore {
                 query_error(e)
             }
         })?;
+        tx.commit().await.map_err(query_error)?;
         Ok(())
     }
 
@@ -206,8 +206,7 @@ impl CatalogStore for SqlStore {
     }
 
     async fn delete_warehouse(&self, id: Uuid) -> Result<bool> {
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let mut tx = self.write().await.map_err(query_error)?;
         let used = sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 LIMIT 1")
             .bind(id.to_string())
             .fetch_optional(&mut *tx)
@@ -234,7 +233,7 @@ impl CatalogStore for SqlStore {
     }
 
     async fn create_namespace(&self, record: &NamespaceRecord) -> Result<()> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         sqlx::query(
             "INSERT INTO namespaces (id, warehouse_id, name, parent, properties, created_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -245,7 +244,7 @@ impl CatalogStore for SqlStore {
         .bind(parent_key(&record.ident))
         .bind(to_json(&record.properties)?)
         .bind(now_ms())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
@@ -257,6 +256,7 @@ impl CatalogStore for SqlStore {
                 query_error(e)
             }
         })?;
+        tx.commit().await.map_err(query_error)?;
         Ok(())
     }
 
@@ -324,8 +324,7 @@ impl CatalogStore for SqlStore {
     }
 
     async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()> {
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let mut tx = self.write().await.map_err(query_error)?;
         let key = namespace_key(ns);
         let row = sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
             .bind(warehouse.to_string())
@@ -388,8 +387,7 @@ impl CatalogStore for SqlStore {
         updates: &HashMap<String, String>,
         removals: &[String],
     ) -> Result<PropertyChanges> {
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let mut tx = self.write().await.map_err(query_error)?;
         let select = match self.backend {
             Backend::Postgres => {
                 "SELECT id, properties FROM namespaces WHERE warehouse_id = $1 AND name = $2 FOR UPDATE"
@@ -431,9 +429,8 @@ impl CatalogStore for SqlStore {
     }
 
     async fn create_tabular(&self, tabular: &NewTabular) -> Result<()> {
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
-        insert_tabular(&mut tx, tabular)
+        let mut tx = self.write().await.map_err(query_error)?;
+        insert_tabular(&mut *tx, tabular)
             .await
             .map_err(|f| match f {
                 InsertFailure::NamespaceMissing => {
@@ -521,8 +518,7 @@ impl CatalogStore for SqlStore {
     }
 
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()> {
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(query_error)?;
+        let mut tx = self.write().await.map_err(query_error)?;
         let warehouse: String = sqlx::query("SELECT warehouse_id FROM tabulars WHERE id = $1")
             .bind(id.to_string())
             .fetch_optional(&mut *tx)
@@ -602,7 +598,7 @@ impl CatalogStore for SqlStore {
     }
 
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         sqlx::query(
             "UPDATE tabulars SET metadata_location = $1, location = $2, updated_at_ms = $3 WHERE id = $4",
         )
@@ -610,16 +606,16 @@ impl CatalogStore for SqlStore {
         .bind(&tabular.location)
         .bind(now_ms())
         .bind(tabular.id.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(query_error)?;
+        tx.commit().await.map_err(query_error)?;
         Ok(())
     }
 
     async fn commit(&self, swaps: &[MetadataSwap]) -> std::result::Result<(), SwapFailure> {
         let store_failure = |e: sqlx::Error| SwapFailure::Store(query_error(e));
-        let _guard = self.write_guard().await;
-        let mut tx = self.pool.begin().await.map_err(store_failure)?;
+        let mut tx = self.write().await.map_err(store_failure)?;
         let now = now_ms();
         for (index, swap) in swaps.iter().enumerate() {
             match swap {
@@ -663,7 +659,7 @@ impl CatalogStore for SqlStore {
                     }
                 }
                 MetadataSwap::Create(tabular) => {
-                    insert_tabular(&mut tx, tabular)
+                    insert_tabular(&mut *tx, tabular)
                         .await
                         .map_err(|f| match f {
                             InsertFailure::Exists => SwapFailure::AlreadyExists(index),
@@ -728,14 +724,14 @@ enum InsertFailure {
 }
 
 async fn insert_tabular(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    tx: &mut sqlx::AnyConnection,
     tabular: &NewTabular,
 ) -> std::result::Result<(), InsertFailure> {
     let namespace_id: String =
         sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
             .bind(tabular.warehouse_id.to_string())
             .bind(namespace_key(&tabular.namespace))
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(InsertFailure::Query)?
             .ok_or(InsertFailure::NamespaceMissing)?
@@ -754,7 +750,7 @@ async fn insert_tabular(
     .bind(&tabular.location)
     .bind(now)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await
     .map_err(|e| {
         if is_unique_violation(&e) {

@@ -62,7 +62,7 @@ impl SqlStore {
 #[async_trait]
 impl GovernanceStore for SqlStore {
     async fn create_principal(&self, record: &PrincipalCredentials) -> Result<()> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         let p = &record.principal;
         sqlx::query(
             "INSERT INTO principals (id, name, kind, client_id, secret_salt, secret_hash, is_root, \
@@ -78,7 +78,7 @@ impl GovernanceStore for SqlStore {
         .bind(p.disabled as i64)
         .bind(p.created_at_ms)
         .bind(p.created_at_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
@@ -90,6 +90,7 @@ impl GovernanceStore for SqlStore {
                 query_error(e)
             }
         })?;
+        tx.commit().await.map_err(query_error)?;
         Ok(())
     }
 
@@ -151,7 +152,7 @@ impl GovernanceStore for SqlStore {
         salt: &str,
         hash: &str,
     ) -> Result<bool> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         let updated = sqlx::query(
             "UPDATE principals SET client_id = $1, secret_salt = $2, secret_hash = $3, updated_at_ms = $4 \
              WHERE id = $5",
@@ -161,7 +162,7 @@ impl GovernanceStore for SqlStore {
         .bind(hash)
         .bind(now_ms())
         .bind(id.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
@@ -171,20 +172,22 @@ impl GovernanceStore for SqlStore {
             }
         })?
         .rows_affected();
+        tx.commit().await.map_err(query_error)?;
         Ok(updated == 1)
     }
 
     async fn set_disabled(&self, id: Uuid, disabled: bool) -> Result<bool> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         let updated =
             sqlx::query("UPDATE principals SET disabled = $1, updated_at_ms = $2 WHERE id = $3")
                 .bind(disabled as i64)
                 .bind(now_ms())
                 .bind(id.to_string())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(query_error)?
                 .rows_affected();
+        tx.commit().await.map_err(query_error)?;
         Ok(updated == 1)
     }
 
@@ -211,30 +214,33 @@ impl GovernanceStore for SqlStore {
     }
 
     async fn insert_signing_key(&self, key: &SigningKey) -> Result<()> {
-        let _guard = self.write_guard().await;
+        let mut tx = self.write().await.map_err(query_error)?;
         sqlx::query("INSERT INTO signing_keys (kid, secret, created_at_ms, retired_at_ms) VALUES ($1, $2, $3, NULL)")
             .bind(&key.kid)
             .bind(hex::encode(&key.secret))
             .bind(key.created_at_ms)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+        tx.commit().await.map_err(query_error)?;
         Ok(())
     }
 
     async fn retire_signing_keys_before(&self, kid: &str, at_ms: i64) -> Result<u64> {
-        let _guard = self.write_guard().await;
-        Ok(sqlx::query(
+        let mut tx = self.write().await.map_err(query_error)?;
+        let result = sqlx::query(
             "UPDATE signing_keys SET retired_at_ms = $1 WHERE kid <> $2 AND retired_at_ms IS NULL \
              AND created_at_ms < $3",
         )
         .bind(now_ms())
         .bind(kid)
         .bind(at_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(query_error)?
-        .rows_affected())
+        .rows_affected();
+        tx.commit().await.map_err(query_error)?;
+        Ok(result)
     }
 }
 
@@ -288,13 +294,13 @@ mod grants {
         }
 
         async fn create_role(&self, name: &str) -> Result<Uuid> {
-            let _guard = self.write_guard().await;
+            let mut tx = self.write().await.map_err(query_error)?;
             let id = Uuid::now_v7();
             sqlx::query("INSERT INTO roles (id, name, created_at_ms) VALUES ($1, $2, $3)")
                 .bind(id.to_string())
                 .bind(name)
                 .bind(chrono::Utc::now().timestamp_millis())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(|e| {
                     if is_unique_violation(&e) {
@@ -303,12 +309,12 @@ mod grants {
                         query_error(e)
                     }
                 })?;
+            tx.commit().await.map_err(query_error)?;
             Ok(id)
         }
 
         async fn delete_role(&self, name: &str) -> Result<bool> {
-            let _guard = self.write_guard().await;
-            let mut tx = self.pool.begin().await.map_err(query_error)?;
+            let mut tx = self.write().await.map_err(query_error)?;
             let Some(row) = sqlx::query("SELECT id FROM roles WHERE name = $1")
                 .bind(name)
                 .fetch_optional(&mut *tx)
@@ -345,32 +351,34 @@ mod grants {
 
         async fn assign_role(&self, role: &str, principal: Uuid) -> Result<()> {
             let role_id = self.role_id(role).await?;
-            let _guard = self.write_guard().await;
+            let mut tx = self.write().await.map_err(query_error)?;
             sqlx::query(
                 "INSERT INTO principal_roles (principal_id, role_id) VALUES ($1, $2) \
                  ON CONFLICT (principal_id, role_id) DO NOTHING",
             )
             .bind(principal.to_string())
             .bind(role_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+            tx.commit().await.map_err(query_error)?;
             Ok(())
         }
 
         async fn unassign_role(&self, role: &str, principal: Uuid) -> Result<bool> {
             let role_id = self.role_id(role).await?;
-            let _guard = self.write_guard().await;
-            Ok(
+            let mut tx = self.write().await.map_err(query_error)?;
+            let result =
                 sqlx::query("DELETE FROM principal_roles WHERE principal_id = $1 AND role_id = $2")
                     .bind(principal.to_string())
                     .bind(role_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(query_error)?
                     .rows_affected()
-                    == 1,
-            )
+                    == 1;
+            tx.commit().await.map_err(query_error)?;
+            Ok(result)
         }
 
         async fn roles_of(&self, principal: Uuid) -> Result<Vec<String>> {
@@ -394,7 +402,7 @@ mod grants {
             securable: &Securable,
         ) -> Result<()> {
             let role_id = self.role_id(role).await?;
-            let _guard = self.write_guard().await;
+            let mut tx = self.write().await.map_err(query_error)?;
             sqlx::query(
                 "INSERT INTO grants (role_id, privilege, scope, securable_kind, securable_id, created_at_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (role_id, scope, privilege) DO NOTHING",
@@ -405,9 +413,10 @@ mod grants {
             .bind(securable.kind)
             .bind(&securable.id)
             .bind(chrono::Utc::now().timestamp_millis())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+            tx.commit().await.map_err(query_error)?;
             Ok(())
         }
 
@@ -418,18 +427,20 @@ mod grants {
             securable: &Securable,
         ) -> Result<bool> {
             let role_id = self.role_id(role).await?;
-            let _guard = self.write_guard().await;
-            Ok(sqlx::query(
+            let mut tx = self.write().await.map_err(query_error)?;
+            let result = sqlx::query(
                 "DELETE FROM grants WHERE role_id = $1 AND scope = $2 AND privilege = $3",
             )
             .bind(role_id)
             .bind(&securable.scope.0)
             .bind(privilege.as_str())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(query_error)?
             .rows_affected()
-                == 1)
+                == 1;
+            tx.commit().await.map_err(query_error)?;
+            Ok(result)
         }
 
         async fn role_grants(&self, role: &str) -> Result<Vec<GrantRecord>> {
@@ -457,6 +468,8 @@ mod grants {
         }
     }
 }
+
+pub(crate) use audit::append_chained;
 
 mod audit {
     use async_trait::async_trait;
@@ -492,6 +505,71 @@ mod audit {
         }
     }
 
+    /// Sequences and chains `events` after the last record and inserts them in `tx`; returns
+    /// the last sequence number. On PostgreSQL an advisory lock held until `tx` ends keeps
+    /// concurrent appenders (other requests, other nodes) in line.
+    pub(crate) async fn append_chained(
+        backend: Backend,
+        tx: &mut sqlx::AnyConnection,
+        events: Vec<AuditEvent>,
+    ) -> std::result::Result<i64, sqlx::Error> {
+        if backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(AUDIT_LOCK)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let last = sqlx::query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut *tx)
+            .await?;
+        let (last_seq, last_hash) = match last {
+            Some(row) => (row.get::<i64, _>("seq"), row.get::<String, _>("hash")),
+            None => (0, GENESIS.to_string()),
+        };
+        let records = chain(last_seq, &last_hash, events);
+        let final_seq = records.last().map_or(last_seq, |r| r.seq);
+        // Many rows per statement: one round trip per 100 records, not per record.
+        for chunk in records.chunks(100) {
+            let mut sql = String::from(
+                "INSERT INTO audit_log (seq, at_ms, request_id, principal, action, resource, \
+                 decision, status, client, details, prev_hash, hash) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let b = i * 12;
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push('(');
+                sql.push_str(
+                    &(1..=12)
+                        .map(|k| format!("${}", b + k))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+                sql.push(')');
+            }
+            let mut query = sqlx::query(&sql);
+            for record in chunk {
+                let e = &record.event;
+                query = query
+                    .bind(record.seq)
+                    .bind(e.at_ms)
+                    .bind(e.request_id.clone())
+                    .bind(e.principal.clone())
+                    .bind(e.action.clone())
+                    .bind(e.resource.clone())
+                    .bind(e.decision.clone())
+                    .bind(e.status as i64)
+                    .bind(e.client.clone())
+                    .bind(e.details.clone())
+                    .bind(record.prev_hash.clone())
+                    .bind(record.hash.clone());
+            }
+            query.execute(&mut *tx).await?;
+        }
+        Ok(final_seq)
+    }
+
     #[async_trait]
     impl AuditStore for SqlStore {
         async fn append_audit(&self, events: Vec<AuditEvent>) -> Result<()> {
@@ -500,61 +578,9 @@ mod audit {
             }
             let _guard = self.write_guard().await;
             let mut tx = self.pool.begin().await.map_err(query_error)?;
-            if self.backend == Backend::Postgres {
-                sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                    .bind(AUDIT_LOCK)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_error)?;
-            }
-            let last = sqlx::query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
-                .fetch_optional(&mut *tx)
+            append_chained(self.backend, &mut tx, events)
                 .await
                 .map_err(query_error)?;
-            let (last_seq, last_hash) = match last {
-                Some(row) => (row.get::<i64, _>("seq"), row.get::<String, _>("hash")),
-                None => (0, GENESIS.to_string()),
-            };
-            let records = chain(last_seq, &last_hash, events);
-            // Many rows per statement: one round trip per 100 records, not per record.
-            for chunk in records.chunks(100) {
-                let mut sql = String::from(
-                    "INSERT INTO audit_log (seq, at_ms, request_id, principal, action, resource, \
-                     decision, status, client, details, prev_hash, hash) VALUES ",
-                );
-                for i in 0..chunk.len() {
-                    let b = i * 12;
-                    if i > 0 {
-                        sql.push(',');
-                    }
-                    sql.push('(');
-                    sql.push_str(
-                        &(1..=12)
-                            .map(|k| format!("${}", b + k))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    );
-                    sql.push(')');
-                }
-                let mut query = sqlx::query(&sql);
-                for record in chunk {
-                    let e = &record.event;
-                    query = query
-                        .bind(record.seq)
-                        .bind(e.at_ms)
-                        .bind(e.request_id.clone())
-                        .bind(e.principal.clone())
-                        .bind(e.action.clone())
-                        .bind(e.resource.clone())
-                        .bind(e.decision.clone())
-                        .bind(e.status as i64)
-                        .bind(e.client.clone())
-                        .bind(e.details.clone())
-                        .bind(record.prev_hash.clone())
-                        .bind(record.hash.clone());
-                }
-                query.execute(&mut *tx).await.map_err(query_error)?;
-            }
             tx.commit().await.map_err(query_error)
         }
 

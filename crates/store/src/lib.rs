@@ -37,6 +37,51 @@ pub struct SqlStore {
     write_lock: Option<Arc<Mutex<()>>>,
 }
 
+/// A write transaction that carries the audit record of the change it makes.
+pub(crate) struct WriteTx<'a> {
+    store: &'a SqlStore,
+    tx: sqlx::Transaction<'static, sqlx::Any>,
+    _guard: Option<MutexGuard<'a, ()>>,
+}
+
+impl WriteTx<'_> {
+    /// Appends the request's pending audit record (if any) and commits both together.
+    pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
+        let scope = floe_catalog::governance::audit::AuditScope::current();
+        let pending = scope.as_ref().and_then(|scope| scope.pending());
+        let written = match pending {
+            Some(event) => {
+                let seq = governance::append_chained(
+                    self.store.backend,
+                    &mut self.tx,
+                    vec![event.clone()],
+                )
+                .await?;
+                Some((seq, event))
+            }
+            None => None,
+        };
+        self.tx.commit().await?;
+        if let (Some(scope), Some((seq, event))) = (scope, written) {
+            scope.mark_committed(seq, event);
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = sqlx::AnyConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
 /// Options for opening a store.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -131,6 +176,19 @@ impl SqlStore {
             Some(lock) => Some(lock.lock().await),
             None => None,
         }
+    }
+
+    /// Opens a write transaction. Its [`WriteTx::commit`] also commits the audit record of
+    /// the request being served, when one is pending (see
+    /// [`floe_catalog::governance::audit::AuditScope`]).
+    pub(crate) async fn write(&self) -> Result<WriteTx<'_>, sqlx::Error> {
+        let guard = self.write_guard().await;
+        let tx = self.pool.begin().await?;
+        Ok(WriteTx {
+            store: self,
+            tx,
+            _guard: guard,
+        })
     }
 
     /// Checks that the database answers.

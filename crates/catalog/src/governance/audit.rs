@@ -5,6 +5,8 @@
 //! in a fixed order; the first record chains from [`GENESIS`]. [`verify`] recomputes the chain
 //! and names the first record where it breaks.
 
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -156,6 +158,70 @@ pub struct AuditQuery {
     /// Records after this sequence number (paging).
     pub after_seq: Option<i64>,
     pub limit: Option<usize>,
+}
+
+/// The audit record of the request being served, for the store to write inside the same
+/// transaction as the change the request makes.
+///
+/// The HTTP layer opens a scope per request ([`AuditScope::run`]) holding the record as it
+/// will read if the request succeeds. The first store transaction that changes state within
+/// the scope appends that record to the chain before committing, so the change and its record
+/// land together or not at all; later transactions of the same request add nothing. A request
+/// that changes nothing leaves the record to the HTTP layer, which writes it after responding.
+#[derive(Debug)]
+pub struct AuditScope {
+    event: Mutex<AuditEvent>,
+    /// The record written with a change, and its sequence number.
+    committed: Mutex<Option<(i64, AuditEvent)>>,
+}
+
+tokio::task_local! {
+    static SCOPE: Arc<AuditScope>;
+}
+
+impl AuditScope {
+    /// A scope whose record reads `event` (its `status` the one success would return).
+    pub fn new(event: AuditEvent) -> Arc<Self> {
+        Arc::new(Self {
+            event: Mutex::new(event),
+            committed: Mutex::new(None),
+        })
+    }
+
+    /// Runs `work` inside this scope.
+    pub async fn run<F: std::future::Future>(self: &Arc<Self>, work: F) -> F::Output {
+        SCOPE.scope(self.clone(), work).await
+    }
+
+    /// The scope of the request being served on this task, if any.
+    pub fn current() -> Option<Arc<Self>> {
+        SCOPE.try_with(|scope| scope.clone()).ok()
+    }
+
+    /// Names the principal once authentication has established it.
+    pub fn set_principal(&self, principal: &str) {
+        self.event.lock().expect("audit scope lock").principal = principal.to_string();
+    }
+
+    /// The record as it stands.
+    pub fn event(&self) -> AuditEvent {
+        self.event.lock().expect("audit scope lock").clone()
+    }
+
+    /// The record to write with a change, unless one was already written.
+    pub fn pending(&self) -> Option<AuditEvent> {
+        self.committed().is_none().then(|| self.event())
+    }
+
+    /// Notes that `event` was committed as record number `seq`.
+    pub fn mark_committed(&self, seq: i64, event: AuditEvent) {
+        *self.committed.lock().expect("audit scope lock") = Some((seq, event));
+    }
+
+    /// The record committed with a change, if one was, and its sequence number.
+    pub fn committed(&self) -> Option<(i64, AuditEvent)> {
+        self.committed.lock().expect("audit scope lock").clone()
+    }
 }
 
 /// Storage of the audit trail. Implemented by `floe-store`.

@@ -1218,3 +1218,134 @@ async fn token_exchange_cannot_extend_a_session_forever() {
     // Fresh credentials start a fresh session.
     token_for(&floe.base, ROOT_ID, crate::harness::ROOT_SECRET).await;
 }
+
+/// Every change's audit record is committed with the change itself: it is readable the moment
+/// the response arrives, carries the status the client saw, and each request has exactly one.
+#[tokio::test]
+async fn changes_commit_their_audit_record_in_the_same_transaction() {
+    for backend in crate::harness::backends() {
+        let floe = Floe::start(backend).await;
+        let root = Api::new(&floe);
+        let mut seen: Vec<(String, u16)> = Vec::new();
+        let table = format!("{NS}/changes/tables/t");
+        let steps: Vec<(&str, String, Value)> = vec![
+            ("POST", NS.into(), json!({"namespace": ["changes"]})),
+            ("POST", NS.into(), json!({"namespace": ["changes"]})),
+            (
+                "POST",
+                format!("{NS}/changes/properties"),
+                json!({"updates": {"owner": "ops"}, "removals": []}),
+            ),
+            (
+                "POST",
+                format!("{NS}/changes/tables"),
+                json!({"name": "t", "schema": simple_schema()}),
+            ),
+            (
+                "POST",
+                table.clone(),
+                json!({"requirements": [], "updates": [
+                    {"action": "set-properties", "updates": {"k": "v"}}]}),
+            ),
+            (
+                "POST",
+                "/catalog/v1/default/tables/rename".into(),
+                json!({"source": {"namespace": ["changes"], "name": "t"},
+                       "destination": {"namespace": ["changes"], "name": "u"}}),
+            ),
+            ("DELETE", format!("{NS}/changes/tables/u"), Value::Null),
+            (
+                "POST",
+                "/api/v1/principals".into(),
+                json!({"name": "changer", "kind": "service"}),
+            ),
+            ("POST", "/api/v1/roles".into(), json!({"name": "changers"})),
+            (
+                "POST",
+                "/api/v1/roles/changers/members".into(),
+                json!({"principal": "changer"}),
+            ),
+            (
+                "POST",
+                "/api/v1/grants".into(),
+                json!({"role": "changers", "privilege": "read-data", "on": on_ns("changes")}),
+            ),
+            (
+                "POST",
+                "/api/v1/grants/revoke".into(),
+                json!({"role": "changers", "privilege": "read-data", "on": on_ns("changes")}),
+            ),
+            (
+                "POST",
+                "/api/v1/principals/changer/disable".into(),
+                Value::Null,
+            ),
+            (
+                "POST",
+                "/api/v1/principals/changer/enable".into(),
+                Value::Null,
+            ),
+            (
+                "POST",
+                "/api/v1/principals/changer/rotate-credentials".into(),
+                Value::Null,
+            ),
+            (
+                "DELETE",
+                "/api/v1/roles/changers/members/changer".into(),
+                Value::Null,
+            ),
+            ("DELETE", "/api/v1/roles/changers".into(), Value::Null),
+            ("DELETE", format!("{NS}/changes"), Value::Null),
+        ];
+        for (method, path, body) in steps {
+            let url = format!("{}{path}", root.base);
+            let request = match method {
+                "POST" => root.http.post(url).json(&body),
+                _ => root.http.delete(url),
+            };
+            let answer = root.send(request).await;
+            assert!(
+                answer.status < 300 || (answer.status == 409 && seen.len() == 1),
+                "{method} {path}: {} {:?}",
+                answer.status,
+                answer.body
+            );
+            let id = answer.headers["x-request-id"].to_str().unwrap().to_string();
+            if answer.status < 300 {
+                // Readable at once: written with the change, not after it by the batch writer.
+                let now = root.get("/api/v1/audit?limit=10000").await;
+                assert!(
+                    now.body["records"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|r| r["request-id"] == id.as_str()),
+                    "{method} {path}: no audit record committed with the change"
+                );
+            }
+            seen.push((id, answer.status));
+        }
+        let records = audit_records(&root, "limit=10000", |records| {
+            seen.iter()
+                .all(|(id, _)| records.iter().any(|r| r["request-id"] == id.as_str()))
+        })
+        .await;
+        for (id, status) in &seen {
+            let mine: Vec<&Value> = records
+                .iter()
+                .filter(|r| r["request-id"] == id.as_str())
+                .collect();
+            assert_eq!(mine.len(), 1, "request {id}: {mine:?}");
+            assert_eq!(mine[0]["status"], *status, "request {id}: {:?}", mine[0]);
+            assert_eq!(mine[0]["principal"], "root");
+        }
+        assert!(
+            !records.iter().any(|r| r["details"]
+                .as_str()
+                .unwrap_or("")
+                .contains("follows-record")),
+            "a change was recorded with a status its response did not have"
+        );
+    }
+}

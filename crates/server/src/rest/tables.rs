@@ -159,6 +159,8 @@ async fn remote_signing_config(
     let mut config = s3.client_properties();
     config.extend([
         ("s3.remote-signing-enabled".to_string(), "true".to_string()),
+        // PyIceberg names its signer rather than switching one on.
+        ("s3.signer".to_string(), "S3V4RestSigner".to_string()),
         (
             "s3.signer.uri".to_string(),
             format!("{scheme}://{host}/catalog"),

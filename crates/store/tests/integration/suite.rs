@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use floe_catalog::CatalogError;
+use floe_catalog::governance::audit::{AuditEvent, AuditScope, AuditStore, verify};
 use floe_catalog::model::*;
 use floe_catalog::store::CatalogStore;
 use floe_storage::StorageProfile;
@@ -460,4 +461,108 @@ pub async fn data_survives_reopen(store: Arc<dyn CatalogStore>) {
         "{}",
         a.metadata_location
     );
+}
+
+fn scoped_event(request_id: &str) -> AuditEvent {
+    AuditEvent {
+        at_ms: 7,
+        request_id: request_id.into(),
+        principal: "alice".into(),
+        action: "POST /catalog/v1/{prefix}/namespaces".into(),
+        resource: "/catalog/v1/w/namespaces".into(),
+        decision: "allow".into(),
+        status: 200,
+        client: "127.0.0.1".into(),
+        details: "{}".into(),
+    }
+}
+
+async fn trail_ids(audit: &Arc<dyn AuditStore>) -> Vec<String> {
+    let trail = audit.audit_trail().await.unwrap();
+    verify(&trail).unwrap();
+    trail.into_iter().map(|r| r.event.request_id).collect()
+}
+
+/// A request's audit record commits in the same transaction as the first change the request
+/// makes, and only when that change commits.
+pub async fn audit_commits_with_changes(store: Arc<dyn CatalogStore>, audit: Arc<dyn AuditStore>) {
+    let wh = warehouse(&store, "audited").await;
+    let before = trail_ids(&audit).await;
+
+    // A change inside a scope writes its record, once, even when the request changes twice.
+    let scope = AuditScope::new(scoped_event("req-1"));
+    scope
+        .run(async {
+            namespace(&store, wh.id, &["a"]).await;
+            store
+                .update_namespace_properties(
+                    wh.id,
+                    &ns(&["a"]),
+                    &HashMap::from([("x".into(), "1".into())]),
+                    &[],
+                )
+                .await
+                .unwrap();
+        })
+        .await;
+    let (seq, committed) = scope.committed().expect("record committed with the change");
+    assert_eq!(committed, scoped_event("req-1"));
+    let ids = trail_ids(&audit).await;
+    assert_eq!(ids.len(), before.len() + 1);
+    assert_eq!(ids.last().unwrap(), "req-1");
+    assert_eq!(seq as usize, ids.len());
+
+    // A change that fails writes nothing: the record is the request layer's to write.
+    let scope = AuditScope::new(scoped_event("req-2"));
+    let err = scope
+        .run(store.create_namespace(&NamespaceRecord {
+            id: Uuid::now_v7(),
+            warehouse_id: wh.id,
+            ident: ns(&["a"]),
+            properties: HashMap::new(),
+        }))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CatalogError::AlreadyExists { .. }), "{err:?}");
+    assert!(scope.committed().is_none());
+    let t = tabular(wh.id, &["a"], "t", TabularKind::Table);
+    store.create_tabular(&t).await.unwrap();
+    let lost = scope
+        .run(store.commit(&[MetadataSwap::Update {
+            id: t.id,
+            expected_location: "file:///elsewhere.json".into(),
+            new_location: "file:///w/t/metadata/00001.metadata.json".into(),
+            table_location: t.location.clone(),
+        }]))
+        .await;
+    assert!(matches!(lost, Err(SwapFailure::Conflict(0))));
+    assert!(scope.committed().is_none());
+    // Changes outside any request scope (start-up, background jobs) carry no record.
+    assert_eq!(trail_ids(&audit).await.len(), before.len() + 1);
+
+    // Scoped changes and batched appends from other tasks interleave into one intact chain.
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = store.clone();
+        let audit = audit.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                let scope = AuditScope::new(scoped_event(&format!("c-{i}")));
+                scope
+                    .run(namespace(&store, wh.id, &[&format!("n{i}")]))
+                    .await;
+                assert!(scope.committed().is_some());
+            } else {
+                audit
+                    .append_audit(vec![scoped_event(&format!("b-{i}")); 3])
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let ids = trail_ids(&audit).await;
+    assert_eq!(ids.len(), before.len() + 1 + 8 + 8 * 3);
 }
