@@ -430,7 +430,7 @@ impl CatalogStore for SqlStore {
 
     async fn create_tabular(&self, tabular: &NewTabular) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
-        insert_tabular(&mut *tx, tabular)
+        insert_tabular(&mut tx, tabular)
             .await
             .map_err(|f| match f {
                 InsertFailure::NamespaceMissing => {
@@ -659,7 +659,7 @@ impl CatalogStore for SqlStore {
                     }
                 }
                 MetadataSwap::Create(tabular) => {
-                    insert_tabular(&mut *tx, tabular)
+                    insert_tabular(&mut tx, tabular)
                         .await
                         .map_err(|f| match f {
                             InsertFailure::Exists => SwapFailure::AlreadyExists(index),
