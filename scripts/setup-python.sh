@@ -17,7 +17,11 @@ PYSPARK_VERSION="3.5.9"
 PYTEST_VERSION="9.2.0"
 REQUESTS_VERSION="2.34.2"
 PSYCOPG_VERSION="3.3.9"
-BOTO3_VERSION="1.44.8"
+# boto3 follows the botocore range aiobotocore (under s3fs) accepts.
+BOTO3_VERSION="1.43.117"
+# PyIceberg's fsspec file IO, the one that carries its S3 remote signer.
+S3FS_VERSION="2026.9.0"
+AIOBOTOCORE_VERSION="3.10.0"
 # Not used directly, but pyiceberg and the tests depend on it: pin it too.
 PYARROW_VERSION="26.0.1"
 
@@ -32,6 +36,8 @@ PINS=(
   "requests==${REQUESTS_VERSION}"
   "psycopg[binary]==${PSYCOPG_VERSION}"
   "boto3==${BOTO3_VERSION}"
+  "s3fs==${S3FS_VERSION}"
+  "aiobotocore==${AIOBOTOCORE_VERSION}"
   "pyarrow==${PYARROW_VERSION}"
 )
 

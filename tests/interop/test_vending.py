@@ -240,3 +240,63 @@ def test_loads_advertise_the_tables_signer_when_asked(floe_s3):
     )
     assert signed.status_code == 200, signed.text
     assert send_signed("GET", uri, signed.json()).status_code == 200
+
+
+def signing_catalog(floe, client_id: str, client_secret: str):
+    """A PyIceberg catalog holding no S3 keys: its fsspec file IO asks Floe to sign each request."""
+    import fsspec.config
+    from pyiceberg.catalog import load_catalog
+
+    # PyIceberg (0.12) gives each thread its own S3 file system but fsspec hands them all one
+    # cached instance, whose signer hook every new thread unregisters and registers again: a
+    # request in flight on another thread in that instant goes out unsigned (MinIO: 403). One
+    # instance per thread keeps each hook to itself.
+    fsspec.config.conf.setdefault("s3", {})["skip_instance_cache"] = True
+    return load_catalog(
+        f"signed-{client_id}",
+        type="rest",
+        uri=floe.catalog_uri,
+        warehouse=floe.warehouse,
+        credential=f"{client_id}:{client_secret}",
+        **{
+            "oauth2-server-uri": floe.token_uri,
+            "header.X-Iceberg-Access-Delegation": "remote-signing",
+            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+        },
+    )
+
+
+def test_pyiceberg_signer_reads_and_writes_through_floe(floe_s3):
+    root = floe_s3.pyiceberg()
+    root.create_namespace("lake")
+    schema = pa.schema([("id", pa.int64())])
+    root.create_table("lake.orders", schema=schema).append(pa.table({"id": [1, 2, 3]}))
+    root.create_table("lake.other", schema=schema).append(pa.table({"id": [9]}))
+
+    def on(name):
+        return {"type": "table", "warehouse": floe_s3.warehouse, "namespace": ["lake"], "name": name}
+
+    writer = signing_catalog(
+        floe_s3, *make_principal(floe_s3, "signed-writer", [("read-data", on("orders")), ("write-data", on("orders"))])
+    )
+    orders = writer.load_table("lake.orders")
+    assert orders.io.properties.get("s3.signer") == "S3V4RestSigner"
+    assert "s3.access-key-id" not in orders.io.properties, "the client holds no keys"
+    assert sorted(orders.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3]
+    orders.append(pa.table({"id": [4]}))
+    # The files the signed client wrote are ordinary files: root (with keys) reads them too.
+    assert sorted(root.load_table("lake.orders").scan().to_arrow()["id"].to_pylist()) == [1, 2, 3, 4]
+
+    reader = signing_catalog(floe_s3, *make_principal(floe_s3, "signed-reader", [("read-data", on("orders"))]))
+    readable = reader.load_table("lake.orders")
+    assert sorted(readable.scan().to_arrow()["id"].to_pylist()) == [1, 2, 3, 4]
+    # A reader's writes die at the signer (PUT needs write-data), before any commit.
+    with pytest.raises(Exception) as refused:
+        readable.append(pa.table({"id": [5]}))
+    assert "403" in str(refused.value) or "Forbidden" in str(refused.value) or "sign" in str(refused.value).lower()
+    assert sorted(root.load_table("lake.orders").scan().to_arrow()["id"].to_pylist()) == [1, 2, 3, 4]
+    # Another table is invisible to both.
+    from pyiceberg.exceptions import NoSuchTableError
+
+    with pytest.raises(NoSuchTableError):
+        reader.load_table("lake.other")
