@@ -313,6 +313,29 @@ struct Case {
     ok: u16,
 }
 
+/// A correctly signed token for root that expired a minute ago, minted with the server's own
+/// signing key (read from its SQLite store).
+async fn expired_token(floe: &Floe) -> String {
+    use floe_catalog::governance::token;
+    let kid = token::key_id(&floe.root_token).unwrap();
+    let mut claims = token::peek_claims(&floe.root_token).unwrap();
+    claims.iat -= 7200;
+    claims.exp = chrono::Utc::now().timestamp() - 60;
+    sqlx::any::install_default_drivers();
+    let url = format!("sqlite://{}/catalog.db", floe.data_dir.path().display());
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    let secret: String = sqlx::Row::get(
+        &sqlx::query("SELECT secret FROM signing_keys WHERE kid = $1")
+            .bind(&kid)
+            .fetch_one(&pool)
+            .await
+            .unwrap(),
+        "secret",
+    );
+    pool.close().await;
+    token::sign(&claims, &kid, &hex::decode(secret).unwrap())
+}
+
 #[tokio::test]
 async fn authorization_matrix_covers_every_endpoint() {
     use reqwest::Method;
@@ -322,6 +345,12 @@ async fn authorization_matrix_covers_every_endpoint() {
     let nobody = Api::with_token(
         &floe,
         &token_for(&floe.base, &nobody_id, &nobody_secret).await,
+    );
+    let expired = Api::with_token(&floe, &expired_token(&floe).await);
+    let still_valid = root.get(NS).await;
+    assert_eq!(
+        still_valid.status, 200,
+        "the minted token's key is the server's"
     );
     let mut cases = Vec::new();
     let append =
@@ -350,6 +379,9 @@ async fn authorization_matrix_covers_every_endpoint() {
         "replace-view",
         "drop-view",
         "rename-view",
+        "table-exists",
+        "view-exists",
+        "register-view",
     ]
     .iter()
     .enumerate()
@@ -371,6 +403,18 @@ async fn authorization_matrix_covers_every_endpoint() {
             .to_string();
         assert_eq!(
             root.delete(&format!("{NS}/{ns}/tables/gone")).await.status,
+            204
+        );
+        // The same for a dropped view, for the register-view case.
+        let dropped_view = root
+            .post(&format!("{NS}/{ns}/views"), view_body("vgone"))
+            .await;
+        let view_location = dropped_view.body["metadata-location"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            root.delete(&format!("{NS}/{ns}/views/vgone")).await.status,
             204
         );
         let ns_ref = on_ns(&ns);
@@ -544,6 +588,27 @@ async fn authorization_matrix_covers_every_endpoint() {
                 vec![("drop-view", v_ref), ("create-view", ns_ref)],
                 204,
             ),
+            "table-exists" => (
+                Method::HEAD,
+                t.clone(),
+                None,
+                vec![("read-metadata", t_ref)],
+                204,
+            ),
+            "view-exists" => (
+                Method::HEAD,
+                v.clone(),
+                None,
+                vec![("read-metadata", v_ref)],
+                204,
+            ),
+            "register-view" => (
+                Method::POST,
+                format!("{NS}/{ns}/register-view"),
+                Some(json!({"name": "again", "metadata-location": view_location})),
+                vec![("create-view", ns_ref)],
+                200,
+            ),
             other => unreachable!("{other}"),
         };
         cases.push(Case {
@@ -580,6 +645,12 @@ async fn authorization_matrix_covers_every_endpoint() {
             "{}: malformed token",
             case.name
         );
+        assert_eq!(
+            expired.send(send(&expired)).await.status,
+            401,
+            "{}: expired token",
+            case.name
+        );
         // A principal holding nothing learns nothing: 404.
         let hidden = nobody.send(send(&nobody)).await;
         assert_eq!(
@@ -609,6 +680,8 @@ async fn authorization_matrix_covers_every_endpoint() {
                     | "load-view"
                     | "metrics"
                     | "list-namespaces"
+                    | "table-exists"
+                    | "view-exists"
             ) {
                 case.ok // read-metadata on the namespace suffices for these
             } else {
@@ -632,39 +705,260 @@ async fn authorization_matrix_covers_every_endpoint() {
         );
     }
 
-    // Management endpoints: server-level privileges.
-    for (method, path, body, privilege, ok) in [
-        (
-            Method::GET,
-            "/api/v1/principals",
-            None,
-            "manage-grants",
-            200,
-        ),
-        (
-            Method::POST,
-            "/api/v1/roles",
-            Some(json!({"name": "r-new"})),
-            "manage-grants",
-            201,
-        ),
-        (
-            Method::GET,
-            "/api/v1/warehouses",
-            None,
-            "manage-warehouses",
-            200,
-        ),
-        (
-            Method::POST,
-            "/api/v1/warehouses",
-            Some(
-                json!({"name": "w2", "storage": {"type": "local", "path": floe.data_dir.path().join("w2").to_string_lossy()}}),
+    management_matrix(&floe, &root, &nobody, &expired).await;
+}
+
+/// Every management endpoint: no, malformed and expired tokens get 401; a principal holding
+/// nothing gets 403 (404 where the object itself is hidden from it); a principal holding
+/// exactly the privilege succeeds.
+async fn management_matrix(floe: &Floe, root: &Api, nobody: &Api, expired: &Api) {
+    use reqwest::Method;
+    let server = || json!({"type": "server"});
+    let local = |name: &str| json!({"type": "local", "path": floe.data_dir.path().join(name).to_string_lossy()});
+    for i in 0..21 {
+        // Objects of this case's own, so destructive cases do not disturb the others.
+        let (role, member, wh) = (format!("mr{i}"), format!("mp{i}"), format!("mw{i}"));
+        assert_eq!(
+            root.post("/api/v1/roles", json!({"name": role}))
+                .await
+                .status,
+            201
+        );
+        principal(root, &member).await;
+        assert_eq!(
+            root.post(
+                "/api/v1/warehouses",
+                json!({"name": wh, "storage": local(&wh)})
+            )
+            .await
+            .status,
+            201
+        );
+        assert_eq!(root.post(NS, json!({"namespace": [&wh]})).await.status, 200);
+        let grant_body = json!({"role": role, "privilege": "read-data", "on": on_ns(&wh)});
+        let (method, path, body, privilege, on, ok, nobody_gets): (
+            Method,
+            String,
+            Option<Value>,
+            &str,
+            Value,
+            u16,
+            u16,
+        ) = match i {
+            0 => (
+                Method::GET,
+                "/api/v1/warehouses".into(),
+                None,
+                "manage-warehouses",
+                server(),
+                200,
+                200,
             ),
-            "manage-warehouses",
-            201,
-        ),
-    ] {
+            1 => (
+                Method::POST,
+                "/api/v1/warehouses".into(),
+                Some(json!({"name": format!("new{i}"), "storage": local(&format!("new{i}"))})),
+                "manage-warehouses",
+                server(),
+                201,
+                403,
+            ),
+            2 => (
+                Method::GET,
+                format!("/api/v1/warehouses/{wh}"),
+                None,
+                "manage-warehouses",
+                server(),
+                200,
+                404,
+            ),
+            3 => {
+                let empty = format!("empty{i}");
+                assert_eq!(
+                    root.post(
+                        "/api/v1/warehouses",
+                        json!({"name": empty, "storage": local(&empty)})
+                    )
+                    .await
+                    .status,
+                    201
+                );
+                (
+                    Method::DELETE,
+                    format!("/api/v1/warehouses/{empty}"),
+                    None,
+                    "manage-warehouses",
+                    server(),
+                    204,
+                    404,
+                )
+            }
+            4 => (
+                Method::GET,
+                "/api/v1/principals".into(),
+                None,
+                "manage-grants",
+                server(),
+                200,
+                403,
+            ),
+            5 => (
+                Method::POST,
+                "/api/v1/principals".into(),
+                Some(json!({"name": format!("new{i}"), "kind": "user"})),
+                "manage-grants",
+                server(),
+                201,
+                403,
+            ),
+            6 => (
+                Method::GET,
+                format!("/api/v1/principals/{member}"),
+                None,
+                "manage-grants",
+                server(),
+                200,
+                403,
+            ),
+            7 => (
+                Method::POST,
+                format!("/api/v1/principals/{member}/rotate-credentials"),
+                None,
+                "manage-grants",
+                server(),
+                200,
+                403,
+            ),
+            8 => (
+                Method::POST,
+                format!("/api/v1/principals/{member}/disable"),
+                None,
+                "manage-grants",
+                server(),
+                204,
+                403,
+            ),
+            9 => (
+                Method::POST,
+                format!("/api/v1/principals/{member}/enable"),
+                None,
+                "manage-grants",
+                server(),
+                204,
+                403,
+            ),
+            10 => (
+                Method::POST,
+                "/api/v1/signing-keys/rotate".into(),
+                None,
+                "manage-grants",
+                server(),
+                200,
+                403,
+            ),
+            11 => (
+                Method::GET,
+                "/api/v1/roles".into(),
+                None,
+                "manage-grants",
+                server(),
+                200,
+                403,
+            ),
+            12 => (
+                Method::POST,
+                "/api/v1/roles".into(),
+                Some(json!({"name": format!("new{i}")})),
+                "manage-grants",
+                server(),
+                201,
+                403,
+            ),
+            13 => (
+                Method::DELETE,
+                format!("/api/v1/roles/{role}"),
+                None,
+                "manage-grants",
+                server(),
+                204,
+                403,
+            ),
+            14 => (
+                Method::POST,
+                format!("/api/v1/roles/{role}/members"),
+                Some(json!({"principal": member})),
+                "manage-grants",
+                server(),
+                204,
+                403,
+            ),
+            15 => {
+                assert_eq!(
+                    root.post(
+                        &format!("/api/v1/roles/{role}/members"),
+                        json!({"principal": member})
+                    )
+                    .await
+                    .status,
+                    204
+                );
+                (
+                    Method::DELETE,
+                    format!("/api/v1/roles/{role}/members/{member}"),
+                    None,
+                    "manage-grants",
+                    server(),
+                    204,
+                    403,
+                )
+            }
+            16 => (
+                Method::GET,
+                format!("/api/v1/roles/{role}/grants"),
+                None,
+                "manage-grants",
+                server(),
+                200,
+                403,
+            ),
+            // Grants on a namespace need manage-grants on it; to others it does not exist.
+            17 => (
+                Method::POST,
+                "/api/v1/grants".into(),
+                Some(grant_body),
+                "manage-grants",
+                on_ns(&wh),
+                204,
+                404,
+            ),
+            18 => (
+                Method::POST,
+                "/api/v1/grants/revoke".into(),
+                Some(grant_body),
+                "manage-grants",
+                on_ns(&wh),
+                204,
+                404,
+            ),
+            19 => (
+                Method::GET,
+                "/api/v1/audit".into(),
+                None,
+                "read-audit",
+                server(),
+                200,
+                403,
+            ),
+            _ => (
+                Method::GET,
+                "/api/v1/access-review".into(),
+                None,
+                "read-audit",
+                server(),
+                200,
+                403,
+            ),
+        };
         let request = |api: &Api| {
             let mut r = api
                 .http
@@ -674,32 +968,43 @@ async fn authorization_matrix_covers_every_endpoint() {
             }
             r
         };
-        let anonymous = Api::anonymous(&floe);
-        assert_eq!(
-            anonymous.send(request(&anonymous)).await.status,
-            401,
-            "{path}"
-        );
-        let denied = nobody.send(request(&nobody)).await.status;
-        assert!(
-            denied == 403
-                || (denied == 200 && method == Method::GET && path.ends_with("warehouses")),
-            "{path}: {denied}"
-        );
-        let name = format!("admin-{}", privilege);
-        if root.get(&format!("/api/v1/principals/{name}")).await.status == 404 {
-            let (id, secret) = principal(&root, &name).await;
-            grant(&root, &name, &[(privilege, json!({"type": "server"}))]).await;
-            let _ = (id, secret);
+        let anonymous = Api::anonymous(floe);
+        let garbage = Api::with_token(floe, "garbage");
+        for (who, api) in [
+            ("no", &anonymous),
+            ("malformed", &garbage),
+            ("expired", expired),
+        ] {
+            assert_eq!(
+                api.send(request(api)).await.status,
+                401,
+                "{method} {path}: {who} token"
+            );
         }
+        let denied = nobody.send(request(nobody)).await;
+        assert_eq!(
+            denied.status, nobody_gets,
+            "{method} {path}: principal without the privilege: {:?}",
+            denied.body
+        );
+        if method == Method::GET && path == "/api/v1/warehouses" {
+            assert_eq!(
+                denied.body["warehouses"],
+                json!([]),
+                "lists only what it may see"
+            );
+        }
+        let admin = format!("admin{i}");
+        principal(root, &admin).await;
+        grant(root, &admin, &[(privilege, on)]).await;
         let rotated = root
             .post(
-                &format!("/api/v1/principals/{name}/rotate-credentials"),
+                &format!("/api/v1/principals/{admin}/rotate-credentials"),
                 json!({}),
             )
             .await;
-        let admin = Api::with_token(
-            &floe,
+        let granted = Api::with_token(
+            floe,
             &token_for(
                 &floe.base,
                 rotated.body["client-id"].as_str().unwrap(),
@@ -707,10 +1012,11 @@ async fn authorization_matrix_covers_every_endpoint() {
             )
             .await,
         );
+        let answer = granted.send(request(&granted)).await;
         assert_eq!(
-            admin.send(request(&admin)).await.status,
-            ok,
-            "{path} with {privilege}"
+            answer.status, ok,
+            "{method} {path} with exactly {privilege}: {:?}",
+            answer.body
         );
     }
 }

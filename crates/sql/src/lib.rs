@@ -1,0 +1,1 @@
+//! Floe's SQL engine: a DataFusion session whose catalogs are Floe warehouses.
