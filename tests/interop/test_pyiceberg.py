@@ -211,6 +211,21 @@ def test_drop_without_purge_keeps_files(floe):
     assert ids_of(registered) == [1]
 
 
+def test_purge_refused_when_gc_is_disabled(floe):
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("g")
+    table = catalog.create_table("g.shared", schema=SCHEMA, properties={"gc.enabled": "false"})
+    table.append(rows([1]))
+    table = catalog.load_table("g.shared")
+    data_files = [task.file.file_path for task in table.scan().plan_files()]
+    with pytest.raises(Exception, match="gc.enabled is false"):
+        catalog.purge_table("g.shared")
+    assert catalog.table_exists("g.shared"), "a refused purge drops nothing"
+    assert all(table.io.new_input(path).exists() for path in data_files)
+    catalog.drop_table("g.shared")
+    assert all(table.io.new_input(path).exists() for path in data_files)
+
+
 def test_views(floe_matrix):
     from pyiceberg.view.metadata import SQLViewRepresentation, ViewVersion
 

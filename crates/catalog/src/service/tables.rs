@@ -385,6 +385,22 @@ impl CatalogService {
         let record = self
             .table_record(caller, &wh, ident, Privilege::DropTable)
             .await?;
+        if purge {
+            let metadata = self
+                .metadata
+                .read_table(&wh.storage, &record.metadata_location)
+                .await?;
+            if metadata
+                .properties()
+                .get("gc.enabled")
+                .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+            {
+                return Err(CatalogError::bad_request(format!(
+                    "Cannot purge table {ident}: gc.enabled is false (its files may belong to \
+                     other tables); drop it without purging"
+                )));
+            }
+        }
         if !self.store.drop_tabular(record.id).await? {
             return Err(CatalogError::no_such_table(ident));
         }
@@ -394,8 +410,6 @@ impl CatalogService {
         Ok(())
     }
 
-    /// Deletes a dropped table's files: everything its snapshots reference and its metadata
-    /// files. Runs after the drop is committed, so failures are logged, not returned.
     /// Deletes a dropped table's files: everything below its location, which belongs to it
     /// alone (locations never overlap). Runs after the drop is committed, so failures are
     /// logged, not returned.
