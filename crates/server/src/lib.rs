@@ -43,6 +43,8 @@ pub struct AppState {
     pub audit: audit::AuditSink,
     pub audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
     pub metrics: metrics::Metrics,
+    /// The SQL engine behind `/api/v1/sql`.
+    pub sql: Arc<floe_sql::SqlEngine>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -56,7 +58,12 @@ impl AppState {
         audit: audit::AuditSink,
         audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
     ) -> Self {
+        let sql = Arc::new(
+            floe_sql::SqlEngine::new(catalog.clone(), floe_sql::EngineConfig::default())
+                .expect("a DataFusion runtime with default settings"),
+        );
         Self {
+            sql,
             catalog,
             auth,
             authz,

@@ -203,6 +203,11 @@ impl AuditScope {
         self.event.lock().expect("audit scope lock").principal = principal.to_string();
     }
 
+    /// Sets the record's extra facts (JSON text, never secrets), e.g. a SQL statement.
+    pub fn set_details(&self, details: String) {
+        self.event.lock().expect("audit scope lock").details = details;
+    }
+
     /// The record as it stands.
     pub fn event(&self) -> AuditEvent {
         self.event.lock().expect("audit scope lock").clone()

@@ -3,6 +3,7 @@
 mod audit;
 mod grants;
 mod principals;
+pub mod sql;
 mod warehouses;
 
 use axum::Router;
@@ -46,6 +47,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/grants/revoke", post(grants::revoke))
         .route("/audit", get(audit::list))
         .route("/access-review", get(audit::access_review))
+        .route("/sql", post(sql::run))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,

@@ -1,0 +1,244 @@
+//! The SQL engine: one DataFusion session per statement, over the warehouses the caller may
+//! see, sharing one runtime (object stores, memory pool, Parquet metadata cache).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use floe_catalog::CatalogError;
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::CatalogService;
+
+use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
+use crate::provider::TableAccess;
+
+/// How the engine runs queries.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Partitions each scan and operator is split into (default: the machine's cores).
+    pub target_partitions: usize,
+    /// Rows per batch.
+    pub batch_size: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            target_partitions: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            batch_size: 8192,
+        }
+    }
+}
+
+/// Where unqualified names resolve.
+#[derive(Debug, Clone, Default)]
+pub struct QueryOptions {
+    /// The catalog of `schema.table` names (default: `default`).
+    pub warehouse: Option<String>,
+    /// The schema of bare `table` names (default: `default`).
+    pub namespace: Option<String>,
+}
+
+/// Why a statement failed, classified for the front doors (HTTP status, PostgreSQL code).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SqlErrorKind {
+    /// The caller lacks a privilege on an object it can see.
+    PermissionDenied,
+    /// Bad SQL, an unknown table or column, a type error.
+    Invalid,
+    /// A statement or feature Floe does not support yet.
+    Unsupported,
+    /// A failure while running the query.
+    Execution,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct SqlError {
+    pub kind: SqlErrorKind,
+    pub message: String,
+}
+
+impl SqlError {
+    fn new(kind: SqlErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<DataFusionError> for SqlError {
+    fn from(e: DataFusionError) -> Self {
+        let root = e.find_root();
+        if let DataFusionError::External(inner) = root
+            && let Some(catalog) = inner.downcast_ref::<CatalogError>()
+        {
+            return SqlError::from(catalog);
+        }
+        let kind = match root {
+            DataFusionError::Plan(_)
+            | DataFusionError::SQL(..)
+            | DataFusionError::SchemaError(..) => SqlErrorKind::Invalid,
+            DataFusionError::NotImplemented(_) => SqlErrorKind::Unsupported,
+            _ => SqlErrorKind::Execution,
+        };
+        SqlError::new(kind, root.to_string())
+    }
+}
+
+impl From<&CatalogError> for SqlError {
+    fn from(e: &CatalogError) -> Self {
+        let kind = match e {
+            CatalogError::PermissionDenied(_) | CatalogError::Unauthenticated(_) => {
+                SqlErrorKind::PermissionDenied
+            }
+            CatalogError::NotFound { .. }
+            | CatalogError::Hidden(_)
+            | CatalogError::BadRequest { .. }
+            | CatalogError::InvalidArgument(_) => SqlErrorKind::Invalid,
+            CatalogError::Unsupported(_) => SqlErrorKind::Unsupported,
+            _ => SqlErrorKind::Execution,
+        };
+        SqlError::new(kind, e.to_string())
+    }
+}
+
+impl From<CatalogError> for SqlError {
+    fn from(e: CatalogError) -> Self {
+        SqlError::from(&e)
+    }
+}
+
+/// A statement's result, streamed.
+pub struct QueryResult {
+    pub schema: SchemaRef,
+    pub stream: SendableRecordBatchStream,
+}
+
+/// Runs SQL over a catalog service.
+#[derive(Debug)]
+pub struct SqlEngine {
+    service: Arc<CatalogService>,
+    runtime: Arc<RuntimeEnv>,
+    config: EngineConfig,
+    /// Warehouses whose object store is registered in `runtime`.
+    registered: Mutex<HashSet<uuid::Uuid>>,
+}
+
+impl SqlEngine {
+    pub fn new(service: Arc<CatalogService>, config: EngineConfig) -> Result<Self, SqlError> {
+        let runtime = RuntimeEnvBuilder::new().build_arc()?;
+        Ok(Self {
+            service,
+            runtime,
+            config,
+            registered: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Plans and starts one statement as `caller`.
+    pub async fn query(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        options: &QueryOptions,
+    ) -> Result<QueryResult, SqlError> {
+        let warehouse = options.warehouse.as_deref().unwrap_or("default");
+        let namespace = options.namespace.as_deref().unwrap_or("default");
+        let config = SessionConfig::new()
+            .with_target_partitions(self.config.target_partitions)
+            .with_batch_size(self.config.batch_size)
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(warehouse, namespace);
+        let parser = SessionStateBuilder::new()
+            .with_config(config.clone())
+            .with_runtime_env(self.runtime.clone())
+            .with_default_features()
+            .build();
+        let dialect = parser.config().options().sql_parser.dialect;
+        let statement = parser.sql_to_statement(sql, &dialect)?;
+        let references = parser.resolve_table_references(&statement)?;
+        let lists = references
+            .iter()
+            .any(|r| r.schema() == Some("information_schema"));
+
+        let catalogs = self.catalogs(caller, lists).await?;
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(self.runtime.clone())
+            .with_default_features()
+            .with_catalog_list(Arc::new(catalogs))
+            .build();
+        let plan = state.statement_to_plan(statement).await?;
+        SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_dml(false)
+            .with_allow_statements(false)
+            .verify_plan(&plan)
+            .map_err(|_| unsupported(&plan))?;
+        let context = SessionContext::new_with_state(state);
+        let frame = context.execute_logical_plan(plan).await?;
+        let schema = frame.schema().inner().clone();
+        let stream = frame.execute_stream().await?;
+        Ok(QueryResult { schema, stream })
+    }
+
+    /// The caller's warehouses as DataFusion catalogs; with `listing`, also every namespace
+    /// and table name in them.
+    async fn catalogs(&self, caller: &Caller, listing: bool) -> Result<FloeCatalogList, SqlError> {
+        let mut warehouses = HashMap::new();
+        for warehouse in self.service.list_warehouses(caller).await? {
+            let handle = self.service.warehouse(&warehouse.name).await?;
+            let store_url = ObjectStoreUrl::parse(format!("floe://wh-{}", warehouse.id))?;
+            let newly = self
+                .registered
+                .lock()
+                .expect("registered stores")
+                .insert(warehouse.id);
+            if newly {
+                self.runtime
+                    .register_object_store(store_url.as_ref(), handle.storage.object_store());
+            }
+            let access = TableAccess {
+                service: self.service.clone(),
+                caller: caller.clone(),
+                warehouse: warehouse.name.clone(),
+                file_io: handle.storage.file_io(),
+                store_url,
+            };
+            let listing = if listing {
+                Some(list_warehouse(&access).await?)
+            } else {
+                None
+            };
+            warehouses.insert(
+                warehouse.name.clone(),
+                Arc::new(WarehouseCatalog { access, listing }),
+            );
+        }
+        Ok(FloeCatalogList { warehouses })
+    }
+}
+
+fn unsupported(plan: &LogicalPlan) -> SqlError {
+    let what = match plan {
+        LogicalPlan::Ddl(ddl) => ddl.name().to_string(),
+        LogicalPlan::Dml(dml) => dml.op.to_string(),
+        _ => plan.display().to_string(),
+    };
+    SqlError::new(
+        SqlErrorKind::Unsupported,
+        format!("{what} is not supported yet: Floe's SQL runs queries (SELECT, EXPLAIN, SHOW)"),
+    )
+}

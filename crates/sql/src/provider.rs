@@ -1,0 +1,364 @@
+//! An Iceberg table as a DataFusion table.
+//!
+//! Planning uses iceberg's own scan planning over the table's manifests: the query's filters,
+//! converted to an Iceberg predicate ([`crate::predicate`]), prune whole manifests by their
+//! partition summaries and files by partition values and column metrics. The files left are
+//! handed to DataFusion's native Parquet scan, which splits them into byte ranges across
+//! partitions, prunes row groups and pages with the same filters, and reads columns by
+//! Iceberg field id ([`crate::adapter`]). Files with delete files attached are read by
+//! iceberg's reader, which applies position and equality deletes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::catalog::TableProvider;
+use datafusion::common::stats::Precision;
+use datafusion::common::{DataFusionError, Result, Statistics, project_schema};
+use datafusion::datasource::TableType;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use floe_catalog::governance::authz::{Caller, Privilege};
+use floe_catalog::service::{CatalogService, LoadedTable};
+use floe_storage::Location;
+use futures::{StreamExt, TryStreamExt};
+use iceberg::scan::FileScanTask;
+use iceberg::table::Table;
+
+use crate::adapter::FieldIdAdapterFactory;
+use crate::predicate;
+
+/// Who reads a table, from which warehouse, through which object store.
+#[derive(Debug, Clone)]
+pub struct TableAccess {
+    pub service: Arc<CatalogService>,
+    pub caller: Caller,
+    pub warehouse: String,
+    pub file_io: iceberg::io::FileIO,
+    /// Where the warehouse's object store is registered in the session's runtime.
+    pub store_url: ObjectStoreUrl,
+}
+
+/// One Iceberg table (at its current snapshot, or a chosen one).
+#[derive(Debug)]
+pub struct IcebergTableProvider {
+    access: TableAccess,
+    loaded: LoadedTable,
+    snapshot_id: Option<i64>,
+    schema: SchemaRef,
+}
+
+impl IcebergTableProvider {
+    pub fn try_new(access: TableAccess, loaded: LoadedTable) -> Result<Self> {
+        let schema = arrow_schema(loaded.metadata.current_schema())?;
+        Ok(Self {
+            access,
+            loaded,
+            snapshot_id: None,
+            schema,
+        })
+    }
+
+    fn table(&self) -> Result<Table> {
+        let mut builder = Table::builder()
+            .metadata(self.loaded.metadata.clone())
+            .identifier(self.loaded.ident.clone())
+            .file_io(self.access.file_io.clone())
+            .readonly(true)
+            .runtime(iceberg::Runtime::current());
+        if let Some(location) = &self.loaded.metadata_location {
+            builder = builder.metadata_location(location.clone());
+        }
+        builder.build().map_err(iceberg_error)
+    }
+
+    async fn plan(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
+        let table = self.table()?;
+        let mut builder = table.scan().select_all();
+        if let Some(predicate) = predicate::to_iceberg(filters, &self.schema) {
+            builder = builder.with_filter(predicate);
+        }
+        if let Some(id) = self.snapshot_id {
+            builder = builder.snapshot_id(id);
+        }
+        let scan = builder.build().map_err(iceberg_error)?;
+        scan.plan_files()
+            .await
+            .map_err(iceberg_error)?
+            .try_collect()
+            .await
+            .map_err(iceberg_error)
+    }
+}
+
+/// The Arrow schema DataFusion sees: Iceberg's, with field ids kept in the field metadata and
+/// strings and binaries as view types (what DataFusion's Parquet reader produces natively).
+pub fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
+    let arrow = iceberg::arrow::schema_to_arrow_schema(schema).map_err(iceberg_error)?;
+    let fields: Vec<Field> = arrow
+        .fields()
+        .iter()
+        .map(|f| {
+            let data_type = match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+                DataType::Binary | DataType::LargeBinary => DataType::BinaryView,
+                other => other.clone(),
+            };
+            f.as_ref().clone().with_data_type(data_type)
+        })
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+pub fn iceberg_error(e: iceberg::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// The object-store path of a data file's location.
+fn object_path(location: &str) -> Result<String> {
+    let parsed = Location::parse(location)
+        .map_err(|e| DataFusionError::Execution(format!("data file {location}: {e}")))?;
+    Ok(parsed.path().trim_start_matches('/').to_string())
+}
+
+#[async_trait]
+impl TableProvider for IcebergTableProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Filters prune partitions, files, row groups and pages; rows are still filtered.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.access
+            .service
+            .authorize_table(
+                &self.access.caller,
+                &self.access.warehouse,
+                &self.loaded.ident,
+                Privilege::ReadData,
+            )
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let projected = project_schema(&self.schema, projection)?;
+        let tasks = self.plan(filters).await?;
+        let (plain, with_deletes): (Vec<_>, Vec<_>) =
+            tasks.into_iter().partition(|t| t.deletes.is_empty());
+        let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        if !plain.is_empty() {
+            plans.push(self.parquet_scan(state, plain, projection, limit).await?);
+        }
+        if !with_deletes.is_empty() {
+            plans.push(Arc::new(DeletesApplyingExec::new(
+                self.access.file_io.clone(),
+                with_deletes,
+                projected.clone(),
+            )));
+        }
+        Ok(match plans.len() {
+            0 => Arc::new(EmptyExec::new(projected)),
+            1 => plans.pop().expect("one plan"),
+            _ => UnionExec::try_new(plans)?,
+        })
+    }
+}
+
+impl IcebergTableProvider {
+    async fn parquet_scan(
+        &self,
+        state: &dyn Session,
+        tasks: Vec<FileScanTask>,
+        projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = state.config().target_partitions().max(1);
+        let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); target.min(tasks.len())];
+        let mut sizes = vec![0u64; groups.len()];
+        let mut rows = 0usize;
+        let mut rows_known = true;
+        let mut tasks = tasks;
+        // Largest first into the lightest group: balanced partitions.
+        tasks.sort_by_key(|t| std::cmp::Reverse(t.length));
+        for task in tasks {
+            let mut file =
+                PartitionedFile::new(object_path(&task.data_file_path)?, task.file_size_in_bytes);
+            if task.start > 0 || task.length < task.file_size_in_bytes {
+                file = file.with_range(task.start as i64, (task.start + task.length) as i64);
+            }
+            match task.record_count {
+                Some(count) => {
+                    rows += count as usize;
+                    let mut stats = Statistics::new_unknown(&self.schema);
+                    stats.num_rows = Precision::Exact(count as usize);
+                    file = file.with_statistics(Arc::new(stats));
+                }
+                None => rows_known = false,
+            }
+            let lightest = (0..sizes.len()).min_by_key(|&i| sizes[i]).unwrap_or(0);
+            sizes[lightest] += task.length;
+            groups[lightest].push(file);
+        }
+        let mut statistics = Statistics::new_unknown(&self.schema);
+        if rows_known {
+            statistics.num_rows = Precision::Exact(rows);
+        }
+        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        let source = format.file_source(self.schema.clone().into());
+        let config = FileScanConfigBuilder::new(self.access.store_url.clone(), source)
+            .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+            .with_statistics(statistics)
+            .with_projection_indices(projection.cloned())?
+            .with_limit(limit)
+            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
+            .build();
+        format.create_physical_plan(state, config).await
+    }
+}
+
+/// Reads data files that have delete files with iceberg's reader, which applies position
+/// deletes, equality deletes and deletion vectors.
+#[derive(Debug)]
+pub struct DeletesApplyingExec {
+    file_io: iceberg::io::FileIO,
+    tasks: Vec<FileScanTask>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl DeletesApplyingExec {
+    fn new(file_io: iceberg::io::FileIO, tasks: Vec<FileScanTask>, schema: SchemaRef) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            file_io,
+            tasks,
+            schema,
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for DeletesApplyingExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let deletes: usize = self.tasks.iter().map(|t| t.deletes.len()).sum();
+        write!(
+            f,
+            "IcebergDeletesApplyingExec: files={}, delete_files={deletes}",
+            self.tasks.len()
+        )
+    }
+}
+
+impl ExecutionPlan for DeletesApplyingExec {
+    fn name(&self) -> &str {
+        "IcebergDeletesApplyingExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let ids: Vec<i32> = self
+            .schema
+            .fields()
+            .iter()
+            .filter_map(|f| crate::adapter::field_id(f))
+            .collect();
+        let tasks: Vec<iceberg::Result<FileScanTask>> = self
+            .tasks
+            .iter()
+            .cloned()
+            .map(|mut task| {
+                task.project_field_ids = ids.clone();
+                Ok(task)
+            })
+            .collect();
+        let reader = iceberg::arrow::ArrowReaderBuilder::new(
+            self.file_io.clone(),
+            iceberg::Runtime::current(),
+        )
+        .build();
+        let batches = reader
+            .read(Box::pin(futures::stream::iter(tasks)))
+            .map_err(iceberg_error)?
+            .stream();
+        let schema = self.schema.clone();
+        let conformed = batches.map(move |batch| conform(batch.map_err(iceberg_error)?, &schema));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            conformed,
+        )))
+    }
+}
+
+/// Casts a batch from iceberg's reader to the schema DataFusion expects (view types).
+fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(column.clone())
+            } else {
+                Ok(datafusion::arrow::compute::cast(column, field.data_type())?)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
+}
