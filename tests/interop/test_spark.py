@@ -114,3 +114,13 @@ def test_spark_writes_merges_evolves_and_others_read_identically(spark_floe):
     con = attach(floe)
     duck_rows = con.execute("SELECT id, owner, balance, tier FROM floe.sp.accounts ORDER BY id").fetchall()
     assert [tuple(r) for r in duck_rows] == expected
+
+    # Floe's own SQL engine applies Spark's position deletes and reads the evolved schema.
+    answer = floe.api(
+        "POST",
+        "/api/v1/sql",
+        json={"sql": "SELECT id, owner, balance, tier FROM sp.accounts ORDER BY id", "warehouse": floe.warehouse},
+    )
+    assert answer.status_code == 200, answer.text
+    floe_rows = [(r["id"], r["owner"], r["balance"], r["tier"]) for r in answer.json()["rows"]]
+    assert floe_rows == expected
