@@ -210,3 +210,41 @@ def test_sql_needs_read_data_and_is_audited_with_its_text(floe_sql):
         time.sleep(0.1)
     assert {(r["principal"], r["decision"], r["status"]) for r in mine} == {("looker", "deny", 403), ("reader", "allow", 200)}
     assert all(statement in r["details"] for r in mine)
+
+
+def test_floe_sql_command_remote_and_embedded(floe):
+    import subprocess
+
+    from conftest import FLOE_BIN, ROOT_ID, ROOT_SECRET
+
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("cli")
+    catalog.create_table("cli.t", schema=Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))).append(
+        pa.table({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", "b,c", None]})
+    )
+
+    def floe_sql(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([FLOE_BIN, "sql", *args], input=stdin, capture_output=True, text=True, timeout=60)
+
+    remote = ["--server", floe.base, "--client-id", ROOT_ID, "--client-secret", ROOT_SECRET]
+    csv = floe_sql(*remote, "--format", "csv", "-e", "SELECT id, s FROM cli.t ORDER BY id")
+    assert csv.returncode == 0, csv.stderr
+    assert csv.stdout.splitlines() == ["id,s", "1,a", '2,"b,c"', "3,"]
+    as_json = floe_sql(*remote, "--format", "json", "-e", "SELECT count(*) AS n FROM cli.t")
+    assert as_json.stdout.strip() == '{"n":3}'
+    table = floe_sql(*remote, "-e", "SELECT max(id) AS top FROM cli.t")
+    assert "| top |" in table.stdout and "| 3   |" in table.stdout and "(1 row)" in table.stdout
+    missing = floe_sql(*remote, "-e", "SELECT * FROM cli.nope")
+    assert missing.returncode != 0 and "not found" in missing.stderr
+
+    # Embedded on the data directory (next to the running server), statements from stdin.
+    embedded = floe_sql(
+        "--embedded", "--data-dir", str(floe.data_dir), "--format", "csv",
+        stdin="SELECT sum(id) AS total FROM cli.t;\nSELECT count(*)\n  AS n FROM cli.t;\n",
+    )
+    assert embedded.returncode == 0, embedded.stderr
+    assert embedded.stdout.splitlines() == ["total", "6", "n", "3"]
+    script = floe.data_dir / "script.sql"
+    script.write_text("-- two statements\nSELECT 1 AS one; SELECT 'x;y' AS s;\n")
+    from_file = floe_sql(*remote, "--format", "csv", "-f", str(script))
+    assert from_file.stdout.splitlines() == ["one", "1", "s", "x;y"]

@@ -5,6 +5,7 @@ mod audit;
 mod bench;
 mod client;
 mod serve;
+mod sql;
 mod warehouse;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     /// Verify and query the audit trail.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Run SQL over the lakehouse: against a running server, or embedded on a data directory.
+    Sql(sql::SqlArgs),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -57,6 +60,7 @@ fn main() -> anyhow::Result<()> {
             Command::Admin(command) => admin::run(command).await,
             Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
+            Command::Sql(args) => sql::run(args).await,
         }
     })
 }

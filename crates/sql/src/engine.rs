@@ -10,7 +10,10 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::Column;
+use datafusion::dataframe::DataFrame;
+use datafusion::logical_expr::{Expr, LogicalPlan, cast};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
@@ -188,7 +191,7 @@ impl SqlEngine {
             .verify_plan(&plan)
             .map_err(|_| unsupported(&plan))?;
         let context = SessionContext::new_with_state(state);
-        let frame = context.execute_logical_plan(plan).await?;
+        let frame = plain_types(context.execute_logical_plan(plan).await?)?;
         let schema = frame.schema().inner().clone();
         let stream = frame.execute_stream().await?;
         Ok(QueryResult { schema, stream })
@@ -229,6 +232,28 @@ impl SqlEngine {
         }
         Ok(FloeCatalogList { warehouses })
     }
+}
+
+/// Results leave with plain string and binary types: DataFusion computes with view types,
+/// which many clients (and the PostgreSQL and Flight SQL front doors' peers) do not read.
+fn plain_types(frame: DataFrame) -> Result<DataFrame, DataFusionError> {
+    let viewed = |t: &DataType| matches!(t, DataType::Utf8View | DataType::BinaryView);
+    if !frame.schema().fields().iter().any(|f| viewed(f.data_type())) {
+        return Ok(frame);
+    }
+    let columns: Vec<Expr> = frame
+        .schema()
+        .iter()
+        .map(|(qualifier, field)| {
+            let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+            match field.data_type() {
+                DataType::Utf8View => cast(column, DataType::Utf8).alias(field.name()),
+                DataType::BinaryView => cast(column, DataType::Binary).alias(field.name()),
+                _ => column,
+            }
+        })
+        .collect();
+    frame.select(columns)
 }
 
 fn unsupported(plan: &LogicalPlan) -> SqlError {
