@@ -248,3 +248,42 @@ def test_floe_sql_command_remote_and_embedded(floe):
     script.write_text("-- two statements\nSELECT 1 AS one; SELECT 'x;y' AS s;\n")
     from_file = floe_sql(*remote, "--format", "csv", "-f", str(script))
     assert from_file.stdout.splitlines() == ["one", "1", "s", "x;y"]
+
+
+def test_time_travel_and_metadata_tables(floe_sql):
+    catalog = floe_sql.pyiceberg()
+    catalog.create_namespace("tt")
+    table = catalog.create_table("tt.t", schema=Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False)))
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "s": ["a", "b"]}))
+    first = catalog.load_table("tt.t").current_snapshot()
+    table = catalog.load_table("tt.t")
+    table.manage_snapshots().create_tag(first.snapshot_id, "v1").commit()
+    with table.update_schema() as update:
+        update.rename_column("s", "label")
+    table = catalog.load_table("tt.t")
+    table.append(pa.table({"id": pa.array([3], pa.int64()), "label": ["c"]}))
+    w = {"warehouse": floe_sql.warehouse}
+
+    def rows(statement):
+        answer = sql(floe_sql, statement, **w)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["rows"]
+
+    # The snapshot's own schema: `s`, not `label`.
+    assert rows(f'SELECT * FROM tt."t@snapshot={first.snapshot_id}" ORDER BY id') == [{"id": 1, "s": "a"}, {"id": 2, "s": "b"}]
+    assert rows('SELECT count(*) AS n FROM tt."t@ref=v1"') == [{"n": 2}]
+    assert rows(f'SELECT count(*) AS n FROM tt."t@ts={first.timestamp_ms}"') == [{"n": 2}]
+    assert rows('SELECT count(*) AS n FROM tt."t@ref=main"') == [{"n": 3}]
+    assert rows("SELECT count(*) AS n FROM tt.t") == [{"n": 3}]
+    early = sql(floe_sql, 'SELECT * FROM tt."t@ts=2001-01-01"', **w)
+    assert early.status_code == 400 and "no snapshot at or before" in early.text
+
+    snapshots = rows('SELECT snapshot_id, operation FROM tt."t$snapshots"')
+    assert len(snapshots) == 2 and all(s["operation"] == "append" for s in snapshots)
+    history = rows('SELECT snapshot_id, is_current_ancestor FROM tt."t$history" ORDER BY made_current_at')
+    assert history[0] == {"snapshot_id": first.snapshot_id, "is_current_ancestor": True}
+    assert {(r["name"], r["type"]) for r in rows('SELECT name, type FROM tt."t$refs"')} == {("main", "BRANCH"), ("v1", "TAG")}
+    files = rows('SELECT sum(record_count) AS n, count(*) AS files FROM tt."t$files"')
+    assert files == [{"n": 3, "files": 2}]
+    assert rows('SELECT count(*) AS n FROM tt."t$manifests"')[0]["n"] >= 1
+    assert sql(floe_sql, 'SELECT * FROM tt."t$nope"', **w).status_code == 400

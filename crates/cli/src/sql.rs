@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use floe_catalog::governance::audit::{AuditEvent, AuditStore};
 use floe_catalog::governance::GovernanceStore;
+use floe_catalog::governance::audit::{AuditEvent, AuditStore};
 use floe_catalog::governance::authz::{Caller, GrantSet};
 use floe_catalog::service::{CatalogConfig, CatalogService};
 use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
@@ -81,8 +81,8 @@ pub async fn run(args: SqlArgs) -> anyhow::Result<()> {
         return run_one(&target, statement, &options, args.format).await;
     }
     if let Some(file) = &args.file {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("read {}", file.display()))?;
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
         for statement in split_statements(&text) {
             run_one(&target, &statement, &options, args.format).await?;
         }
@@ -310,7 +310,11 @@ async fn repl(target: &Target, options: &QueryOptions, format: Format) -> anyhow
     }
     let mut pending = String::new();
     loop {
-        let prompt = if pending.is_empty() { "floe> " } else { "   -> " };
+        let prompt = if pending.is_empty() {
+            "floe> "
+        } else {
+            "   -> "
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 pending.push_str(&line);

@@ -16,6 +16,7 @@ use floe_catalog::CatalogError;
 use floe_catalog::model::PageRequest;
 use iceberg::{NamespaceIdent, TableIdent};
 
+use crate::metadata_tables::{self, Suffix};
 use crate::provider::{IcebergTableProvider, TableAccess};
 
 /// Namespaces and table names of one warehouse, fetched ahead when a statement lists them
@@ -90,20 +91,29 @@ impl SchemaProvider for NamespaceSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let ident = TableIdent::new(self.namespace.clone(), name.to_string());
-        match self
+        let (table_name, suffix) = metadata_tables::parse(name)?;
+        let ident = TableIdent::new(self.namespace.clone(), table_name.to_string());
+        let loaded = match self
             .access
             .service
             .load_table(&self.access.caller, &self.access.warehouse, &ident)
             .await
         {
-            Ok(loaded) => Ok(Some(Arc::new(IcebergTableProvider::try_new(
-                self.access.clone(),
-                loaded,
-            )?))),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(DataFusionError::External(Box::new(e))),
-        }
+            Ok(loaded) => loaded,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(DataFusionError::External(Box::new(e))),
+        };
+        let provider = IcebergTableProvider::try_new(self.access.clone(), loaded)?;
+        Ok(Some(match suffix {
+            Suffix::Current => Arc::new(provider),
+            Suffix::Metadata(kind) => {
+                metadata_tables::metadata_table(&provider.table()?, &kind).await?
+            }
+            travel => {
+                let id = metadata_tables::snapshot_for(provider.metadata(), &travel, table_name)?;
+                Arc::new(provider.at_snapshot(id)?)
+            }
+        }))
     }
 
     fn table_exist(&self, name: &str) -> bool {

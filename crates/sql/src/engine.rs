@@ -4,15 +4,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Column;
 use datafusion::common::DataFusionError;
+use datafusion::dataframe::DataFrame;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::arrow::datatypes::DataType;
-use datafusion::common::Column;
-use datafusion::dataframe::DataFrame;
 use datafusion::logical_expr::{Expr, LogicalPlan, cast};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
@@ -238,7 +238,12 @@ impl SqlEngine {
 /// which many clients (and the PostgreSQL and Flight SQL front doors' peers) do not read.
 fn plain_types(frame: DataFrame) -> Result<DataFrame, DataFusionError> {
     let viewed = |t: &DataType| matches!(t, DataType::Utf8View | DataType::BinaryView);
-    if !frame.schema().fields().iter().any(|f| viewed(f.data_type())) {
+    if !frame
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| viewed(f.data_type()))
+    {
         return Ok(frame);
     }
     let columns: Vec<Expr> = frame

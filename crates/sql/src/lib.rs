@@ -5,6 +5,7 @@
 pub mod adapter;
 pub mod catalog;
 pub mod engine;
+pub mod metadata_tables;
 pub mod predicate;
 pub mod provider;
 

@@ -74,7 +74,25 @@ impl IcebergTableProvider {
         })
     }
 
-    fn table(&self) -> Result<Table> {
+    /// The same table as of snapshot `id`, with the schema that snapshot was written with.
+    pub fn at_snapshot(mut self, id: i64) -> Result<Self> {
+        let metadata = &self.loaded.metadata;
+        let schema = metadata
+            .snapshot_by_id(id)
+            .and_then(|s| s.schema_id())
+            .and_then(|schema_id| metadata.schema_by_id(schema_id))
+            .unwrap_or_else(|| metadata.current_schema());
+        self.schema = arrow_schema(schema)?;
+        self.snapshot_id = Some(id);
+        Ok(self)
+    }
+
+    pub fn metadata(&self) -> &iceberg::spec::TableMetadata {
+        &self.loaded.metadata
+    }
+
+    /// The table as iceberg's reader and inspectors take it.
+    pub fn table(&self) -> Result<Table> {
         let mut builder = Table::builder()
             .metadata(self.loaded.metadata.clone())
             .identifier(self.loaded.ident.clone())
