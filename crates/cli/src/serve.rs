@@ -18,6 +18,9 @@ pub struct ServeArgs {
     /// Address of the HTTP server (Iceberg REST catalog, management API, metrics).
     #[arg(long, env = "FLOE_LISTEN", default_value = "127.0.0.1:8181")]
     pub listen: String,
+    /// Address of the PostgreSQL wire protocol server (`off` to disable).
+    #[arg(long, env = "FLOE_PG_LISTEN", default_value = "127.0.0.1:5433")]
+    pub pg_listen: String,
     /// Directory for the embedded catalog database and the default warehouse.
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -106,7 +109,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Duration::from_secs(2),
     ));
     let state = floe_server::AppState::new(catalog, auth, authz, audit, Arc::new(store.clone()));
+    let pg = if args.pg_listen == "off" {
+        None
+    } else {
+        let pg_listener = tokio::net::TcpListener::bind(&args.pg_listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "listen on {} for the PostgreSQL wire protocol (--pg-listen; `off` disables it)",
+                    args.pg_listen
+                )
+            })?;
+        tracing::info!(address = %pg_listener.local_addr()?, "PostgreSQL wire protocol is serving");
+        Some(tokio::spawn(floe_server::pg::serve(
+            pg_listener,
+            state.clone(),
+            shutdown.clone(),
+        )))
+    };
     floe_server::serve(listener, state, shutdown).await?;
+    if let Some(pg) = pg {
+        let _ = pg.await;
+    }
     // Every answered request's audit record is written before the process exits.
     audit_shutdown.cancel();
     let _ = audit_writer.await;

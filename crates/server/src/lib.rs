@@ -16,6 +16,7 @@ mod idempotency;
 pub mod management;
 pub mod metrics;
 pub mod oidc;
+pub mod pg;
 pub mod rest;
 
 use std::sync::Arc;

@@ -252,6 +252,7 @@ async fn root_credentials_file_is_written_private_when_not_configured() {
         .unwrap()
         .port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .env("FLOE_PG_LISTEN", "127.0.0.1:0")
         .args([
             "serve",
             "--listen",
@@ -1125,6 +1126,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 
 fn verify_audit(data_dir: &std::path::Path) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+        .env("FLOE_PG_LISTEN", "127.0.0.1:0")
         .args(["audit", "verify", "--data-dir"])
         .arg(data_dir)
         .env_remove("FLOE_CATALOG_DB")

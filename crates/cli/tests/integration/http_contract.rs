@@ -578,6 +578,7 @@ async fn warehouse_cli_talks_to_the_management_api() {
     let path = dir.path().join("cli-wh").to_string_lossy().into_owned();
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .env("FLOE_PG_LISTEN", "127.0.0.1:0")
             .arg("warehouse")
             .args(args)
             .args(["--server", &floe.base])
@@ -606,6 +607,7 @@ async fn warehouse_cli_talks_to_the_management_api() {
     // `floe admin …` administers principals, roles and grants the same way.
     let admin = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
+            .env("FLOE_PG_LISTEN", "127.0.0.1:0")
             .arg("admin")
             .args(args)
             .args(["--server", &floe.base])

@@ -1,0 +1,672 @@
+//! The PostgreSQL wire protocol front door (`floe serve --pg-listen`, default 127.0.0.1:5433),
+//! so `psql` and PostgreSQL drivers run SQL over the lakehouse.
+//!
+//! A connection authenticates as a Floe principal with the password flow: the user name is the
+//! client id and the password its secret (or a Floe access token). The database name selects
+//! the warehouse; bare table names resolve in the `default` namespace unless the connection's
+//! `search_path` option names another. Statements run through the same engine, authorization
+//! and audit as `POST /api/v1/sql`; both the simple and the extended query protocol are served
+//! (statements without parameters). Transaction statements are accepted and do nothing: every
+//! statement stands alone.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    Array, AsArray, RecordBatch, types::Date32Type, types::Decimal128Type, types::Float32Type,
+    types::Float64Type, types::Int8Type, types::Int16Type, types::Int32Type, types::Int64Type,
+    types::UInt8Type, types::UInt16Type, types::UInt32Type,
+};
+use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions as ArrowFormat};
+use floe_catalog::governance::Principal;
+use floe_catalog::governance::audit::AuditEvent;
+use floe_catalog::governance::authz::Caller;
+use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
+use futures::{Sink, StreamExt, stream};
+use pgwire::api::auth::cleartext::CleartextPasswordAuth;
+use pgwire::api::auth::driver::AuthOutcome;
+use pgwire::api::auth::mechanism::AuthMechanismFactory;
+use pgwire::api::auth::{
+    AuthDriver, AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+    protocol_negotiation, save_startup_parameters_to_metadata,
+};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    QueryResponse, Response, Tag,
+};
+use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::types::format::FormatOptions;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+
+/// Accepts PostgreSQL connections until `shutdown` fires.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let handlers = Arc::new(Handlers::new(state));
+    loop {
+        let (socket, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            _ = shutdown.cancelled() => return Ok(()),
+        };
+        let handlers = handlers.clone();
+        tokio::spawn(async move {
+            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                tracing::debug!(error = %e, "PostgreSQL connection ended with an error");
+            }
+        });
+    }
+}
+
+struct Handlers {
+    startup: Arc<Startup>,
+    queries: Arc<Queries>,
+}
+
+impl Handlers {
+    fn new(state: AppState) -> Self {
+        let source = Arc::new(Credentials {
+            state: state.clone(),
+        });
+        Self {
+            startup: Arc::new(Startup {
+                driver: AuthDriver::new(DefaultServerParameterProvider::default()),
+                passwords: CleartextPasswordAuth::new(source),
+            }),
+            queries: Arc::new(Queries {
+                state,
+                parser: Arc::new(NoopQueryParser::new()),
+            }),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.queries.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.queries.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        self.startup.clone()
+    }
+}
+
+/// Checks a connection's user and password as Floe client credentials (or a token).
+struct Credentials {
+    state: AppState,
+}
+
+impl Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials")
+    }
+}
+
+#[async_trait]
+impl AuthSource<Principal> for Credentials {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        // Secrets are stored only as salted hashes; `verify_password` checks them instead.
+        Err(PgWireError::InvalidPassword(
+            login.user().unwrap_or_default().to_owned(),
+        ))
+    }
+
+    async fn verify_password(
+        &self,
+        login: &LoginInfo,
+        presented: &[u8],
+    ) -> PgWireResult<Option<Principal>> {
+        let user = login.user().unwrap_or_default().to_owned();
+        let refused = || PgWireError::InvalidPassword(user.clone());
+        let password = std::str::from_utf8(presented).map_err(|_| refused())?;
+        let auth = &self.state.auth;
+        let token = match auth.token_for_client(&user, password).await {
+            Ok(issued) => issued.access_token,
+            // Not a client secret: perhaps an access token.
+            Err(_) => password.to_string(),
+        };
+        match auth.authenticate(&token).await {
+            Ok(principal) => Ok(Some(principal)),
+            Err(_) => Err(refused()),
+        }
+    }
+}
+
+struct Startup {
+    driver: AuthDriver<DefaultServerParameterProvider, Principal>,
+    passwords: CleartextPasswordAuth<Credentials>,
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let outcome = match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                if client.metadata().get("user").is_none() {
+                    return Err(PgWireError::UserNameRequired);
+                }
+                self.driver
+                    .begin_authentication(client, self.passwords.create())
+                    .await?
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(message) => {
+                self.driver.advance_authentication(client, message).await?
+            }
+            _ => return Ok(()),
+        };
+        if let AuthOutcome::Authenticated {
+            final_message,
+            identity,
+        } = outcome
+        {
+            if let Some(principal) = identity {
+                client.session_extensions().insert(principal);
+            }
+            self.driver
+                .complete_authentication(client, final_message)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+struct Queries {
+    state: AppState,
+    parser: Arc<NoopQueryParser>,
+}
+
+/// What a statement needs from its connection.
+struct Session {
+    caller: Caller,
+    options: QueryOptions,
+    client: String,
+}
+
+impl Queries {
+    async fn session<C: ClientInfo>(&self, client: &C) -> PgWireResult<Session> {
+        let principal = client
+            .session_extensions()
+            .get::<Principal>()
+            .ok_or_else(|| PgWireError::InvalidPassword(String::new()))?;
+        let grants = self
+            .state
+            .authz
+            .grants(&principal)
+            .await
+            .map_err(|e| user_error("XX000", &e.to_string()))?;
+        let metadata = client.metadata();
+        let namespace = metadata
+            .get("options")
+            .and_then(|o| search_path(o))
+            .or_else(|| metadata.get("search_path").cloned());
+        Ok(Session {
+            caller: Caller {
+                principal: principal.as_ref().clone(),
+                grants,
+            },
+            options: QueryOptions {
+                warehouse: metadata.get("database").cloned(),
+                namespace,
+            },
+            client: client.socket_addr().ip().to_string(),
+        })
+    }
+
+    /// Runs one statement; `formats` picks text or binary per column.
+    async fn run(
+        &self,
+        session: &Session,
+        sql: &str,
+        formats: impl Fn(usize) -> FieldFormat,
+    ) -> PgWireResult<Response> {
+        let trimmed = sql.trim().trim_end_matches(';').trim();
+        if trimmed.is_empty() {
+            return Ok(Response::EmptyQuery);
+        }
+        if let Some(tag) = no_op_tag(trimmed) {
+            return Ok(tag);
+        }
+        let outcome = self
+            .state
+            .sql
+            .query(&session.caller, trimmed, &session.options)
+            .await;
+        self.audit(session, trimmed, outcome.as_ref().err()).await;
+        let result = outcome.map_err(sql_error)?;
+        let fields = Arc::new(
+            result
+                .schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    FieldInfo::new(
+                        f.name().clone(),
+                        None,
+                        None,
+                        pg_type(f.data_type()),
+                        formats(i),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        let rows = encode_rows(result.schema.clone(), fields.clone(), result.stream);
+        Ok(Response::Query(QueryResponse::new(fields, rows)))
+    }
+
+    async fn audit(&self, session: &Session, sql: &str, error: Option<&SqlError>) {
+        let (decision, status) = match error.map(|e| &e.kind) {
+            None => ("allow", 200),
+            Some(SqlErrorKind::PermissionDenied) => ("deny", 403),
+            Some(_) => ("allow", 400),
+        };
+        self.state
+            .audit
+            .send(AuditEvent {
+                at_ms: chrono::Utc::now().timestamp_millis(),
+                request_id: uuid::Uuid::now_v7().to_string(),
+                principal: session.caller.principal.name.clone(),
+                action: "SQL (PostgreSQL wire)".into(),
+                resource: format!(
+                    "pg://{}",
+                    session.options.warehouse.as_deref().unwrap_or("default")
+                ),
+                decision: decision.into(),
+                status,
+                client: session.client.clone(),
+                details: serde_json::json!({ "statement": sql }).to_string(),
+            })
+            .await;
+    }
+
+    /// The columns a statement will return, for `Describe`.
+    async fn describe(
+        &self,
+        session: &Session,
+        sql: &str,
+        format: &Format,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        let trimmed = sql.trim().trim_end_matches(';').trim();
+        if trimmed.is_empty() || no_op_tag(trimmed).is_some() {
+            return Ok(Vec::new());
+        }
+        let result = self
+            .state
+            .sql
+            .query(&session.caller, trimmed, &session.options)
+            .await
+            .map_err(sql_error)?;
+        Ok(result
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                FieldInfo::new(
+                    f.name().clone(),
+                    None,
+                    None,
+                    pg_type(f.data_type()),
+                    format.format_for(i),
+                )
+            })
+            .collect())
+    }
+}
+
+/// `search_path` from a startup `options` string such as `-c search_path=sales`.
+fn search_path(options: &str) -> Option<String> {
+    options
+        .split_whitespace()
+        .filter_map(|o| o.strip_prefix("search_path="))
+        .next()
+        .or_else(|| options.split("search_path=").nth(1))
+        .map(|v| v.split([',', ' ']).next().unwrap_or(v).to_string())
+}
+
+/// Session and transaction statements drivers send, accepted without effect.
+fn no_op_tag(sql: &str) -> Option<Response> {
+    let first = sql
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    match first.as_str() {
+        "BEGIN" | "START" => Some(Response::TransactionStart(Tag::new("BEGIN"))),
+        "COMMIT" | "END" => Some(Response::TransactionEnd(Tag::new("COMMIT"))),
+        "ROLLBACK" | "ABORT" => Some(Response::TransactionEnd(Tag::new("ROLLBACK"))),
+        "SET" | "RESET" | "DISCARD" | "DEALLOCATE" => Some(Response::Execution(Tag::new(&first))),
+        _ => None,
+    }
+}
+
+fn user_error(code: &str, message: &str) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        code.to_owned(),
+        message.to_owned(),
+    )))
+}
+
+fn sql_error(e: SqlError) -> PgWireError {
+    let code = match e.kind {
+        SqlErrorKind::PermissionDenied => "42501", // insufficient_privilege
+        SqlErrorKind::Invalid => "42000",          // syntax_error_or_access_rule_violation
+        SqlErrorKind::Unsupported => "0A000",      // feature_not_supported
+        SqlErrorKind::Execution => "XX000",        // internal_error
+    };
+    user_error(code, &e.message)
+}
+
+fn pg_type(data_type: &DataType) -> Type {
+    match data_type {
+        DataType::Boolean => Type::BOOL,
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
+        DataType::Int32 | DataType::UInt16 => Type::INT4,
+        DataType::Int64 | DataType::UInt32 => Type::INT8,
+        DataType::Float32 => Type::FLOAT4,
+        DataType::Float64 => Type::FLOAT8,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::VARCHAR,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Type::BYTEA,
+        DataType::Date32 => Type::DATE,
+        DataType::Timestamp(_, None) => Type::TIMESTAMP,
+        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        DataType::Decimal128(..) => Type::NUMERIC,
+        _ => Type::TEXT,
+    }
+}
+
+/// Encodes each batch's rows as they arrive.
+fn encode_rows(
+    schema: SchemaRef,
+    fields: Arc<Vec<FieldInfo>>,
+    batches: datafusion::execution::SendableRecordBatchStream,
+) -> impl futures::Stream<Item = PgWireResult<DataRow>> + Send + 'static {
+    batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<DataRow>> = match batch {
+            Ok(batch) => encode_batch(&schema, &fields, &batch),
+            Err(e) => vec![Err(sql_error(SqlError::from(e)))],
+        };
+        stream::iter(rows)
+    })
+}
+
+fn encode_batch(
+    _schema: &SchemaRef,
+    fields: &Arc<Vec<FieldInfo>>,
+    batch: &RecordBatch,
+) -> Vec<PgWireResult<DataRow>> {
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    let text = ArrowFormat::default();
+    let formatters: Vec<Option<ArrayFormatter>> = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &text).ok())
+        .collect();
+    let options = FormatOptions::default();
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        let mut encoded = Ok(());
+        for (i, column) in batch.columns().iter().enumerate() {
+            let field = &fields[i];
+            encoded = encode_value(
+                &mut encoder,
+                column.as_ref(),
+                row,
+                field,
+                formatters[i].as_ref(),
+                &options,
+            );
+            if encoded.is_err() {
+                break;
+            }
+        }
+        rows.push(encoded.map(|_| encoder.take_row()));
+    }
+    rows
+}
+
+fn encode_value(
+    encoder: &mut DataRowEncoder,
+    column: &dyn Array,
+    row: usize,
+    field: &FieldInfo,
+    formatter: Option<&ArrayFormatter>,
+    options: &FormatOptions,
+) -> PgWireResult<()> {
+    let pg = field.datatype();
+    let format = field.format();
+    macro_rules! put {
+        ($value:expr) => {
+            encoder.encode_field_with_type_and_format(&$value, pg, format, options)
+        };
+    }
+    if column.is_null(row) {
+        return put!(None::<i32>);
+    }
+    match column.data_type() {
+        DataType::Boolean => put!(column.as_boolean().value(row)),
+        DataType::Int8 => put!(column.as_primitive::<Int8Type>().value(row) as i16),
+        DataType::Int16 => put!(column.as_primitive::<Int16Type>().value(row)),
+        DataType::UInt8 => put!(column.as_primitive::<UInt8Type>().value(row) as i16),
+        DataType::Int32 => put!(column.as_primitive::<Int32Type>().value(row)),
+        DataType::UInt16 => put!(column.as_primitive::<UInt16Type>().value(row) as i32),
+        DataType::Int64 => put!(column.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt32 => put!(column.as_primitive::<UInt32Type>().value(row) as i64),
+        DataType::Float32 => put!(column.as_primitive::<Float32Type>().value(row)),
+        DataType::Float64 => put!(column.as_primitive::<Float64Type>().value(row)),
+        DataType::Utf8 => put!(column.as_string::<i32>().value(row)),
+        DataType::LargeUtf8 => put!(column.as_string::<i64>().value(row)),
+        DataType::Utf8View => put!(column.as_string_view().value(row)),
+        DataType::Binary => put!(column.as_binary::<i32>().value(row)),
+        DataType::LargeBinary => put!(column.as_binary::<i64>().value(row)),
+        DataType::BinaryView => put!(column.as_binary_view().value(row)),
+        DataType::Date32 => {
+            let days = column.as_primitive::<Date32Type>().value(row);
+            match chrono::NaiveDate::from_num_days_from_ce_opt(days + 719_163) {
+                Some(date) => put!(date),
+                None => put!(text_of(formatter, row)),
+            }
+        }
+        DataType::Timestamp(unit, tz) => {
+            let micros = timestamp_micros(column, unit, row);
+            match (chrono::DateTime::from_timestamp_micros(micros), tz) {
+                (Some(at), Some(_)) => put!(at),
+                (Some(at), None) => put!(at.naive_utc()),
+                (None, _) => put!(text_of(formatter, row)),
+            }
+        }
+        DataType::Decimal128(_, scale) => {
+            let raw = column.as_primitive::<Decimal128Type>().value(row);
+            match rust_decimal::Decimal::try_from_i128_with_scale(raw, *scale as u32) {
+                Ok(decimal) => put!(decimal),
+                Err(_) => put!(text_of(formatter, row)),
+            }
+        }
+        _ => put!(text_of(formatter, row)),
+    }
+}
+
+fn timestamp_micros(column: &dyn Array, unit: &TimeUnit, row: usize) -> i64 {
+    use datafusion::arrow::datatypes::{
+        TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    match unit {
+        TimeUnit::Second => column.as_primitive::<TimestampSecondType>().value(row) * 1_000_000,
+        TimeUnit::Millisecond => {
+            column.as_primitive::<TimestampMillisecondType>().value(row) * 1_000
+        }
+        TimeUnit::Microsecond => column.as_primitive::<TimestampMicrosecondType>().value(row),
+        TimeUnit::Nanosecond => column.as_primitive::<TimestampNanosecondType>().value(row) / 1_000,
+    }
+}
+
+fn text_of(formatter: Option<&ArrayFormatter>, row: usize) -> String {
+    formatter
+        .map(|f| f.value(row).to_string())
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Queries {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let mut responses = Vec::new();
+        for statement in split(query) {
+            match self.run(&session, &statement, |_| FieldFormat::Text).await {
+                Ok(response) => responses.push(response),
+                Err(PgWireError::UserError(info)) => {
+                    responses.push(Response::Error(info));
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(responses)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Queries {
+    type Statement = String;
+    type QueryParser = NoopQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        client: &mut C,
+        target: &StoredStatement<Self::Statement>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let fields = self
+            .describe(&session, &target.statement, &Format::UnifiedText)
+            .await?;
+        Ok(DescribeStatementResponse::new(Vec::new(), fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        client: &mut C,
+        target: &Portal<Self::Statement>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client).await?;
+        let fields = self
+            .describe(
+                &session,
+                &target.statement.statement,
+                &target.result_column_format,
+            )
+            .await?;
+        Ok(DescribePortalResponse::new(fields))
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !portal.parameters.is_empty() {
+            return Err(user_error(
+                "0A000",
+                "statement parameters are not supported yet; inline the values",
+            ));
+        }
+        let session = self.session(client).await?;
+        let format = portal.result_column_format.clone();
+        self.run(&session, &portal.statement.statement, move |i| {
+            format.format_for(i)
+        })
+        .await
+    }
+}
+
+/// Statements of a simple query string, split at `;` outside quotes.
+fn split(query: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    let mut quote: Option<char> = None;
+    for c in query.chars() {
+        match quote {
+            Some(q) if c == q => {
+                quote = None;
+                current.push(c);
+            }
+            Some(_) => current.push(c),
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                current.push(c);
+            }
+            None if c == ';' => {
+                if !current.trim().is_empty() {
+                    statements.push(std::mem::take(&mut current));
+                }
+                current.clear();
+            }
+            None => current.push(c),
+        }
+    }
+    if !current.trim().is_empty() {
+        statements.push(current);
+    }
+    if statements.is_empty() {
+        statements.push(String::new());
+    }
+    statements
+}
