@@ -22,6 +22,8 @@ BOTO3_VERSION="1.43.117"
 # PyIceberg's fsspec file IO, the one that carries its S3 remote signer.
 S3FS_VERSION="2026.9.0"
 AIOBOTOCORE_VERSION="3.10.0"
+# Arrow Flight SQL client (the Go driver, through the ADBC driver manager).
+ADBC_VERSION="1.13.0"
 # Not used directly, but pyiceberg and the tests depend on it: pin it too.
 PYARROW_VERSION="26.0.1"
 
@@ -38,6 +40,8 @@ PINS=(
   "boto3==${BOTO3_VERSION}"
   "s3fs==${S3FS_VERSION}"
   "aiobotocore==${AIOBOTOCORE_VERSION}"
+  "adbc-driver-manager==${ADBC_VERSION}"
+  "adbc-driver-flightsql==${ADBC_VERSION}"
   "pyarrow==${PYARROW_VERSION}"
 )
 

@@ -51,6 +51,7 @@ class Floe:
     storage: str
     backend: str
     pg_port: int = 0
+    flight_port: int = 0
 
     @property
     def catalog_uri(self) -> str:
@@ -118,6 +119,7 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
         pytest.skip("no S3-compatible server (FLOE_TEST_S3_ENDPOINT)")
     port = _free_port()
     pg_port = _free_port()
+    flight_port = _free_port()
     data_dir = tmp_path / "floe-data"
     env = dict(
         os.environ,
@@ -130,7 +132,8 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
         env["FLOE_CATALOG_DB"] = _fresh_postgres_database()
     log = open(tmp_path / "floe.log", "wb")
     process = subprocess.Popen(
-        [FLOE_BIN, "serve", "--listen", f"127.0.0.1:{port}", "--pg-listen", f"127.0.0.1:{pg_port}", "--data-dir", str(data_dir)],
+        [FLOE_BIN, "serve", "--listen", f"127.0.0.1:{port}", "--pg-listen", f"127.0.0.1:{pg_port}",
+         "--flight-listen", f"127.0.0.1:{flight_port}", "--data-dir", str(data_dir)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -147,7 +150,7 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
             process.kill()
             raise RuntimeError(f"floe did not start: {(tmp_path / 'floe.log').read_text()}")
         time.sleep(0.05)
-    floe = Floe(process, base, data_dir, "default", storage, backend, pg_port)
+    floe = Floe(process, base, data_dir, "default", storage, backend, pg_port, flight_port)
     if storage == "s3":
         floe.warehouse = "s3wh"
         response = floe.api(

@@ -21,6 +21,9 @@ pub struct ServeArgs {
     /// Address of the PostgreSQL wire protocol server (`off` to disable).
     #[arg(long, env = "FLOE_PG_LISTEN", default_value = "127.0.0.1:5433")]
     pub pg_listen: String,
+    /// Address of the Arrow Flight SQL server (`off` to disable).
+    #[arg(long, env = "FLOE_FLIGHT_LISTEN", default_value = "127.0.0.1:50051")]
+    pub flight_listen: String,
     /// Directory for the embedded catalog database and the default warehouse.
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -127,7 +130,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             shutdown.clone(),
         )))
     };
+    let flight = if args.flight_listen == "off" {
+        None
+    } else {
+        let flight_listener = tokio::net::TcpListener::bind(&args.flight_listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "listen on {} for Arrow Flight SQL (--flight-listen; `off` disables it)",
+                    args.flight_listen
+                )
+            })?;
+        tracing::info!(address = %flight_listener.local_addr()?, "Arrow Flight SQL is serving");
+        Some(tokio::spawn(floe_server::flight::serve(
+            flight_listener,
+            state.clone(),
+            shutdown.clone(),
+        )))
+    };
     floe_server::serve(listener, state, shutdown).await?;
+    if let Some(flight) = flight {
+        let _ = flight.await;
+    }
     if let Some(pg) = pg {
         let _ = pg.await;
     }

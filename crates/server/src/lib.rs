@@ -12,6 +12,7 @@ pub mod audit;
 mod auth;
 pub mod error;
 mod extract;
+pub mod flight;
 mod idempotency;
 pub mod management;
 pub mod metrics;

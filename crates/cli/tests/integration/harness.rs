@@ -103,6 +103,7 @@ impl Floe {
             .env("FLOE_ROOT_CLIENT_SECRET", ROOT_SECRET)
             // Many servers run at once: none takes the fixed PostgreSQL port.
             .env("FLOE_PG_LISTEN", "127.0.0.1:0")
+            .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null());
         if backend == "postgres" {
             command.env("FLOE_CATALOG_DB", fresh_postgres_database().await);

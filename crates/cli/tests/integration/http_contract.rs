@@ -579,6 +579,7 @@ async fn warehouse_cli_talks_to_the_management_api() {
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
             .env("FLOE_PG_LISTEN", "127.0.0.1:0")
+            .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
             .arg("warehouse")
             .args(args)
             .args(["--server", &floe.base])
@@ -608,6 +609,7 @@ async fn warehouse_cli_talks_to_the_management_api() {
     let admin = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
             .env("FLOE_PG_LISTEN", "127.0.0.1:0")
+            .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
             .arg("admin")
             .args(args)
             .args(["--server", &floe.base])

@@ -1,0 +1,414 @@
+//! The Arrow Flight SQL front door (`floe serve --flight-listen`, default 127.0.0.1:50051), for
+//! ADBC and JDBC Flight SQL clients.
+//!
+//! Clients authenticate with a handshake carrying HTTP Basic credentials (client id and
+//! secret), answered with a bearer token they send on every later call; a Floe access token
+//! may also be sent directly as `authorization: Bearer …`. The warehouse and namespace of
+//! unqualified names come from the optional `x-floe-warehouse` and `x-floe-namespace` call
+//! headers. Statements (direct or prepared, without parameters) run through the same engine,
+//! authorization and audit as `POST /api/v1/sql`; results stream as Arrow record batches.
+
+use std::pin::Pin;
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightServiceServer;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetSqlInfo, CommandPreparedStatementQuery,
+    CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket,
+};
+use base64::Engine;
+use datafusion::arrow::ipc::writer::IpcWriteOptions;
+use floe_catalog::governance::audit::AuditEvent;
+use floe_catalog::governance::authz::Caller;
+use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
+use futures::{Stream, TryStreamExt};
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::AppState;
+
+/// Serves Flight SQL until `shutdown` fires.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let service = FloeFlightSql {
+        state,
+        info: sql_info(),
+    };
+    tonic::transport::Server::builder()
+        .add_service(FlightServiceServer::new(service))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown.cancelled_owned(),
+        )
+        .await
+}
+
+fn sql_info() -> SqlInfoData {
+    let mut builder = SqlInfoDataBuilder::new();
+    builder.append(SqlInfo::FlightSqlServerName, "Floe");
+    builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    builder.append(SqlInfo::FlightSqlServerArrowVersion, "58");
+    builder.append(SqlInfo::FlightSqlServerReadOnly, true);
+    builder.append(SqlInfo::FlightSqlServerSql, true);
+    builder.append(SqlInfo::FlightSqlServerSubstrait, false);
+    builder.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+    builder.build().expect("static SQL info")
+}
+
+struct FloeFlightSql {
+    state: AppState,
+    info: SqlInfoData,
+}
+
+/// What a ticket or prepared-statement handle carries: the statement and where its
+/// unqualified names resolve.
+#[derive(Debug, Serialize, Deserialize)]
+struct Handle {
+    sql: String,
+    warehouse: Option<String>,
+    namespace: Option<String>,
+}
+
+impl Handle {
+    fn new(sql: String, metadata: &MetadataMap) -> Self {
+        let header = |name: &str| {
+            metadata
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        Handle {
+            sql,
+            warehouse: header("x-floe-warehouse"),
+            namespace: header("x-floe-namespace"),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a handle serializes")
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, Status> {
+        serde_json::from_slice(bytes)
+            .map_err(|_| Status::invalid_argument("not a statement handle issued by this server"))
+    }
+
+    fn options(&self) -> QueryOptions {
+        QueryOptions {
+            warehouse: self.warehouse.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+fn status(e: SqlError) -> Status {
+    match e.kind {
+        SqlErrorKind::PermissionDenied => Status::permission_denied(e.message),
+        SqlErrorKind::Invalid => Status::invalid_argument(e.message),
+        SqlErrorKind::Unsupported => Status::unimplemented(e.message),
+        SqlErrorKind::Execution => Status::internal(e.message),
+    }
+}
+
+impl FloeFlightSql {
+    /// The caller a request's bearer token stands for.
+    async fn caller(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+        let header = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "authentication required: handshake first or send a bearer token",
+                )
+            })?;
+        let token = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization header must be 'Bearer <token>'")
+            })?;
+        let principal = self
+            .state
+            .auth
+            .authenticate(token)
+            .await
+            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+        let grants = self
+            .state
+            .authz
+            .grants(&principal)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Caller { principal, grants })
+    }
+
+    /// Plans the statement (for its schema) and answers with one endpoint to fetch it.
+    async fn flight_info(
+        &self,
+        caller: &Caller,
+        handle: &Handle,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let result = self
+            .state
+            .sql
+            .query(caller, &handle.sql, &handle.options())
+            .await
+            .map_err(status)?;
+        let ticket = TicketStatementQuery {
+            statement_handle: handle.encode().into(),
+        };
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(&result.schema)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .with_endpoint(endpoint)
+            .with_descriptor(descriptor);
+        Ok(Response::new(info))
+    }
+
+    async fn audit(
+        &self,
+        caller: &Caller,
+        metadata: &MetadataMap,
+        sql: &str,
+        error: Option<&SqlError>,
+    ) {
+        let (decision, status) = match error.map(|e| &e.kind) {
+            None => ("allow", 200),
+            Some(SqlErrorKind::PermissionDenied) => ("deny", 403),
+            Some(_) => ("allow", 400),
+        };
+        let client = metadata
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        self.state
+            .audit
+            .send(AuditEvent {
+                at_ms: chrono::Utc::now().timestamp_millis(),
+                request_id: uuid::Uuid::now_v7().to_string(),
+                principal: caller.principal.name.clone(),
+                action: "SQL (Flight SQL)".into(),
+                resource: "flightsql".into(),
+                decision: decision.into(),
+                status,
+                client,
+                details: serde_json::json!({ "statement": sql }).to_string(),
+            })
+            .await;
+    }
+}
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl FlightSqlService for FloeFlightSql {
+    type FlightService = FloeFlightSql;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                Status::unauthenticated("send client id and secret as HTTP Basic credentials")
+            })?;
+        let encoded = header
+            .strip_prefix("Basic ")
+            .ok_or_else(|| Status::unauthenticated("the handshake takes HTTP Basic credentials"))?;
+        // Some clients (Go's Flight client among them) leave the padding off.
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
+        let (client_id, secret) = decoded
+            .split_once(':')
+            .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
+        let issued = self
+            .state
+            .auth
+            .token_for_client(client_id, secret)
+            .await
+            .map_err(|_| Status::unauthenticated("invalid client credentials"))?;
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: issued.access_token.clone().into(),
+        };
+        let mut response: Response<
+            Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>,
+        > = Response::new(Box::pin(futures::stream::iter([Ok(reply)])));
+        let bearer = format!("Bearer {}", issued.access_token)
+            .parse()
+            .map_err(|_| Status::internal("token is not a header value"))?;
+        response.metadata_mut().insert("authorization", bearer);
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let handle = Handle::new(query.query, request.metadata());
+        self.flight_info(&caller, &handle, request.into_inner())
+            .await
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let handle = Handle::decode(&query.prepared_statement_handle)?;
+        self.flight_info(&caller, &handle, request.into_inner())
+            .await
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let handle = Handle::decode(&ticket.statement_handle)?;
+        let outcome = self
+            .state
+            .sql
+            .query(&caller, &handle.sql, &handle.options())
+            .await;
+        self.audit(
+            &caller,
+            request.metadata(),
+            &handle.sql,
+            outcome.as_ref().err(),
+        )
+        .await;
+        let result = outcome.map_err(status)?;
+        let batches = result
+            .stream
+            .map_err(|e| FlightError::Tonic(Box::new(status(SqlError::from(e)))));
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(result.schema)
+            .build(batches)
+            .map_err(|e| match e {
+                FlightError::Tonic(status) => *status,
+                other => Status::internal(other.to_string()),
+            });
+        Ok(Response::new(Box::pin(data)))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let handle = Handle::new(query.query, request.metadata());
+        let result = self
+            .state
+            .sql
+            .query(&caller, &handle.sql, &handle.options())
+            .await
+            .map_err(status)?;
+        let IpcMessage(schema) = SchemaAsIpc::new(&result.schema, &IpcWriteOptions::default())
+            .try_into()
+            .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.encode().into(),
+            dataset_schema: schema,
+            parameter_schema: Default::default(),
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        _query: ActionClosePreparedStatementRequest,
+        _request: Request<arrow_flight::Action>,
+    ) -> Result<(), Status> {
+        Ok(())
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        _query: CommandPreparedStatementQuery,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<arrow_flight::sql::DoPutPreparedStatementResult, Status> {
+        Err(Status::unimplemented(
+            "statement parameters are not supported yet; inline the values",
+        ))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(request.metadata()).await?;
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(query.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(query.into_builder(&self.info).schema().as_ref())
+            .map_err(|e| Status::internal(e.to_string()))?
+            .with_endpoint(endpoint)
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.caller(request.metadata()).await?;
+        let batch = query
+            .into_builder(&self.info)
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(batch.schema())
+            .build(futures::stream::iter([Ok(batch)]))
+            .map_err(|e| Status::internal(e.to_string()));
+        Ok(Response::new(Box::pin(data)))
+    }
+
+    async fn do_get_fallback(
+        &self,
+        _request: Request<Ticket>,
+        message: Any,
+    ) -> Result<Response<DoGetStream>, Status> {
+        Err(Status::unimplemented(format!(
+            "Floe's Flight SQL does not serve {} yet",
+            message.type_url
+        )))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
