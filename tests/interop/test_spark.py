@@ -124,3 +124,14 @@ def test_spark_writes_merges_evolves_and_others_read_identically(spark_floe):
     assert answer.status_code == 200, answer.text
     floe_rows = [(r["id"], r["owner"], r["balance"], r["tier"]) for r in answer.json()["rows"]]
     assert floe_rows == expected
+
+    # A table Floe's SQL writes (partitioned, two snapshots) reads the same in Spark.
+    for statement in (
+        "CREATE TABLE sp.floe_made (id BIGINT, day DATE, label VARCHAR) PARTITIONED BY (day)",
+        "INSERT INTO sp.floe_made VALUES (1, DATE '2026-02-01', 'a'), (2, DATE '2026-02-02', NULL)",
+        "INSERT INTO sp.floe_made SELECT id + 2, day, label FROM sp.floe_made",
+    ):
+        answer = floe.api("POST", "/api/v1/sql", json={"sql": statement, "warehouse": floe.warehouse})
+        assert answer.status_code == 200, answer.text
+    spark_rows = rows_of(spark.sql("SELECT id, CAST(day AS STRING), label FROM floe.sp.floe_made"))
+    assert spark_rows == [(1, "2026-02-01", "a"), (2, "2026-02-02", None), (3, "2026-02-01", "a"), (4, "2026-02-02", None)]

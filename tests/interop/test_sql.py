@@ -198,7 +198,7 @@ def test_sql_needs_read_data_and_is_audited_with_its_text(floe_sql):
     assert allowed.json()["rows"] == [{"s": 6}]
 
     assert sql(floe_sql, "SELEC 1").status_code == 400
-    assert sql(floe_sql, "CREATE TABLE sec.x (id BIGINT)", warehouse=floe_sql.warehouse).status_code in (400, 406)
+    assert sql(floe_sql, "CREATE VIEW sec.v AS SELECT 1", warehouse=floe_sql.warehouse).status_code in (400, 406)
 
     import time
 
@@ -287,3 +287,71 @@ def test_time_travel_and_metadata_tables(floe_sql):
     assert files == [{"n": 3, "files": 2}]
     assert rows('SELECT count(*) AS n FROM tt."t$manifests"')[0]["n"] >= 1
     assert sql(floe_sql, 'SELECT * FROM tt."t$nope"', **w).status_code == 400
+
+
+def test_floe_writes_tables_pyiceberg_and_duckdb_read(floe_sql):
+    w = {"warehouse": floe_sql.warehouse}
+
+    def ok(statement):
+        answer = sql(floe_sql, statement, **w)
+        assert answer.status_code == 200, f"{statement}: {answer.text}"
+        return answer.json()["rows"]
+
+    ok("CREATE SCHEMA mart")
+    ok("CREATE SCHEMA IF NOT EXISTS mart")
+    ok(
+        "CREATE TABLE mart.events (id BIGINT, ts TIMESTAMP, city VARCHAR, amount DOUBLE) "
+        "PARTITIONED BY (day(ts), city)"
+    )
+    inserted = ok(
+        "INSERT INTO mart.events VALUES "
+        "(1, TIMESTAMP '2026-01-01 10:00:00', 'oslo', 1.5), (2, TIMESTAMP '2026-01-02 11:00:00', 'lima', 2.5), "
+        "(3, TIMESTAMP '2026-01-02 12:00:00', 'oslo', NULL), (4, NULL, NULL, 4.5)"
+    )
+    assert inserted == [{"count": 4}]
+    assert ok("INSERT INTO mart.events SELECT id + 10, ts, city, amount FROM mart.events WHERE id <= 2") == [{"count": 2}]
+    assert ok("CREATE TABLE mart.by_city AS SELECT city, count(*) AS n, sum(amount) AS total FROM mart.events GROUP BY city") == [
+        {"count": 3}
+    ]
+
+    catalog = floe_sql.pyiceberg()
+    events = catalog.load_table("mart.events")
+    assert [(f.name, str(f.transform)) for f in events.spec().fields] == [("ts_day", "day"), ("city", "identity")]
+    py = sorted(events.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    floe_rows = ok("SELECT * FROM mart.events ORDER BY id")
+    assert [r["id"] for r in py] == [r["id"] for r in floe_rows] == [1, 2, 3, 4, 11, 12]
+    assert [r["city"] for r in py] == [r["city"] for r in floe_rows]
+    assert [r["amount"] for r in py] == [r["amount"] for r in floe_rows]
+    assert len(events.current_snapshot().summary.additional_properties) > 0
+    files = events.inspect.files()
+    assert files.num_rows >= 4, "one file per partition"
+
+    from test_duckdb import attach
+
+    duck = attach(floe_sql)
+    assert duck.execute("SELECT count(*), sum(id), count(city) FROM floe.mart.events").fetchone() == (6, 33, 5)
+    assert sorted(duck.execute("SELECT city, n, total FROM floe.mart.by_city").fetchall(), key=str) == sorted(
+        [(r["city"], r["n"], r["total"]) for r in ok("SELECT * FROM mart.by_city")], key=str
+    )
+
+    ok("DROP TABLE mart.by_city")
+    ok("DROP TABLE IF EXISTS mart.by_city")
+    assert not catalog.table_exists("mart.by_city")
+
+
+def test_writes_need_their_privileges(floe_sql):
+    catalog = floe_sql.pyiceberg()
+    catalog.create_namespace("guarded")
+    catalog.create_table("guarded.t", schema=Schema(NestedField(1, "id", LongType(), required=False)))
+    on_t = {"type": "table", "warehouse": floe_sql.warehouse, "namespace": ["guarded"], "name": "t"}
+    reader = floe_sql.token(*make_principal(floe_sql, "sql-reader", [("read-data", on_t)]))
+    refused = sql(floe_sql, "INSERT INTO guarded.t VALUES (1)", token=reader, warehouse=floe_sql.warehouse)
+    assert refused.status_code == 403 and "write-data" in refused.text
+    assert catalog.load_table("guarded.t").current_snapshot() is None, "nothing committed"
+    created = sql(floe_sql, "CREATE TABLE guarded.other (id BIGINT)", token=reader, warehouse=floe_sql.warehouse)
+    assert created.status_code == 403, created.text
+    dropped = sql(floe_sql, "DROP TABLE guarded.t", token=reader, warehouse=floe_sql.warehouse)
+    assert dropped.status_code == 403, dropped.text
+    writer = floe_sql.token(*make_principal(floe_sql, "sql-writer", [("read-data", on_t), ("write-data", on_t)]))
+    assert sql(floe_sql, "INSERT INTO guarded.t VALUES (1), (2)", token=writer, warehouse=floe_sql.warehouse).status_code == 200
+    assert sorted(catalog.load_table("guarded.t").scan().to_arrow()["id"].to_pylist()) == [1, 2]

@@ -22,6 +22,8 @@ use floe_catalog::service::CatalogService;
 use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
 use crate::provider::TableAccess;
 
+mod ddl;
+
 /// How the engine runs queries.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -72,7 +74,7 @@ pub struct SqlError {
 }
 
 impl SqlError {
-    fn new(kind: SqlErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: SqlErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
@@ -170,7 +172,8 @@ impl SqlEngine {
             .with_default_features()
             .build();
         let dialect = parser.config().options().sql_parser.dialect;
-        let statement = parser.sql_to_statement(sql, &dialect)?;
+        let (sql, partitioned_by) = crate::write::take_partitioned_by(sql)?;
+        let statement = parser.sql_to_statement(&sql, &dialect)?;
         let references = parser.resolve_table_references(&statement)?;
         let lists = references
             .iter()
@@ -184,13 +187,30 @@ impl SqlEngine {
             .with_catalog_list(Arc::new(catalogs))
             .build();
         let plan = state.statement_to_plan(statement).await?;
+        let context = SessionContext::new_with_state(state);
+        if let LogicalPlan::Ddl(ddl) = &plan {
+            let access = |name: &str| {
+                catalogs_access(&context, name).ok_or_else(|| {
+                    SqlError::new(
+                        SqlErrorKind::Invalid,
+                        format!("warehouse {name:?} does not exist"),
+                    )
+                })
+            };
+            return ddl::run(&context, ddl, access, warehouse, namespace, partitioned_by).await;
+        }
+        if partitioned_by.is_some() {
+            return Err(SqlError::new(
+                SqlErrorKind::Invalid,
+                "PARTITIONED BY belongs to CREATE TABLE",
+            ));
+        }
         SQLOptions::new()
             .with_allow_ddl(false)
-            .with_allow_dml(false)
+            .with_allow_dml(true)
             .with_allow_statements(false)
             .verify_plan(&plan)
             .map_err(|_| unsupported(&plan))?;
-        let context = SessionContext::new_with_state(state);
         let frame = plain_types(context.execute_logical_plan(plan).await?)?;
         let schema = frame.schema().inner().clone();
         let stream = frame.execute_stream().await?;
@@ -261,6 +281,13 @@ fn plain_types(frame: DataFrame) -> Result<DataFrame, DataFusionError> {
     frame.select(columns)
 }
 
+/// The table access of a warehouse of this session.
+fn catalogs_access(context: &SessionContext, warehouse: &str) -> Option<TableAccess> {
+    let catalog = context.catalog(warehouse)?;
+    let catalog = catalog.downcast_ref::<WarehouseCatalog>()?;
+    Some(catalog.access.clone())
+}
+
 fn unsupported(plan: &LogicalPlan) -> SqlError {
     let what = match plan {
         LogicalPlan::Ddl(ddl) => ddl.name().to_string(),
@@ -269,6 +296,9 @@ fn unsupported(plan: &LogicalPlan) -> SqlError {
     };
     SqlError::new(
         SqlErrorKind::Unsupported,
-        format!("{what} is not supported yet: Floe's SQL runs queries (SELECT, EXPLAIN, SHOW)"),
+        format!(
+            "{what} is not supported yet: Floe's SQL runs queries, INSERT INTO, CREATE SCHEMA, \
+             CREATE TABLE [AS SELECT] and DROP TABLE"
+        ),
     )
 }

@@ -8,5 +8,6 @@ pub mod engine;
 pub mod metadata_tables;
 pub mod predicate;
 pub mod provider;
+pub mod write;
 
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};

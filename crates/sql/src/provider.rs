@@ -22,8 +22,10 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::sink::DataSinkExec;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::empty::EmptyExec;
@@ -170,6 +172,27 @@ impl TableProvider for IcebergTableProvider {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         // Filters prune partitions, files, row groups and pages; rows are still filtered.
         Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} is not supported yet; INSERT INTO appends"
+            )));
+        }
+        if self.snapshot_id.is_some() {
+            return Err(DataFusionError::Plan(
+                "a time-travel name cannot be written to".into(),
+            ));
+        }
+        let sink =
+            crate::write::IcebergSink::new(self.access.clone(), self.table()?, self.schema.clone());
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 
     async fn scan(
