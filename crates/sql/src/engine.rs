@@ -217,29 +217,40 @@ impl SqlEngine {
         Ok(QueryResult { schema, stream })
     }
 
+    /// The catalog service the engine runs over.
+    pub fn catalog(&self) -> &Arc<CatalogService> {
+        &self.service
+    }
+
+    /// How `caller` reads and writes tables of `warehouse` (its object store registered).
+    pub async fn access(&self, caller: &Caller, warehouse: &str) -> Result<TableAccess, SqlError> {
+        let handle = self.service.warehouse(warehouse).await?;
+        let id = handle.warehouse.id;
+        let store_url = ObjectStoreUrl::parse(format!("floe://wh-{id}"))?;
+        let newly = self
+            .registered
+            .lock()
+            .expect("registered stores")
+            .insert(id);
+        if newly {
+            self.runtime
+                .register_object_store(store_url.as_ref(), handle.storage.object_store());
+        }
+        Ok(TableAccess {
+            service: self.service.clone(),
+            caller: caller.clone(),
+            warehouse: warehouse.to_string(),
+            file_io: handle.storage.file_io(),
+            store_url,
+        })
+    }
+
     /// The caller's warehouses as DataFusion catalogs; with `listing`, also every namespace
     /// and table name in them.
     async fn catalogs(&self, caller: &Caller, listing: bool) -> Result<FloeCatalogList, SqlError> {
         let mut warehouses = HashMap::new();
         for warehouse in self.service.list_warehouses(caller).await? {
-            let handle = self.service.warehouse(&warehouse.name).await?;
-            let store_url = ObjectStoreUrl::parse(format!("floe://wh-{}", warehouse.id))?;
-            let newly = self
-                .registered
-                .lock()
-                .expect("registered stores")
-                .insert(warehouse.id);
-            if newly {
-                self.runtime
-                    .register_object_store(store_url.as_ref(), handle.storage.object_store());
-            }
-            let access = TableAccess {
-                service: self.service.clone(),
-                caller: caller.clone(),
-                warehouse: warehouse.name.clone(),
-                file_io: handle.storage.file_io(),
-                store_url,
-            };
+            let access = self.access(caller, &warehouse.name).await?;
             let listing = if listing {
                 Some(list_warehouse(&access).await?)
             } else {

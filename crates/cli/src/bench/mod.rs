@@ -2,6 +2,7 @@
 //! one run; none of them is a test.
 
 mod catalog;
+mod tpch;
 
 use clap::Subcommand;
 
@@ -9,10 +10,13 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// Load-test a running server's Iceberg REST catalog.
     Catalog(catalog::CatalogBenchArgs),
+    /// TPC-H over Iceberg tables, side by side with DataFusion on Parquet and DuckDB.
+    Tpch(tpch::TpchBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Catalog(args) => catalog::run(args).await,
+        BenchCommand::Tpch(args) => tpch::run(args).await,
     }
 }

@@ -1,0 +1,945 @@
+//! `floe bench tpch`: TPC-H over Iceberg tables in Floe's SQL engine, side by side in one run
+//! with DataFusion on the same data as plain Parquet files and with DuckDB on those files.
+//!
+//! Data comes from `tpchgen` (the TPC-H generator), is written once as Parquet (one file per
+//! table) and as Iceberg tables in a `tpch` warehouse of an embedded Floe catalog under
+//! `--dir`; later runs reuse it. Every query runs `--iterations` times per engine after one
+//! warm-up; the best time counts. Row counts are compared across engines.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use datafusion::arrow::array::{
+    ArrayRef, Date32Builder, Decimal128Builder, Int32Builder, Int64Builder, RecordBatch,
+    StringBuilder,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::datasource::sink::DataSink;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::{CatalogConfig, CatalogService, CreateTable};
+use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
+use floe_storage::StorageProfile;
+use floe_store::{SqlStore, StoreOptions};
+use futures::TryStreamExt;
+use iceberg::NamespaceIdent;
+use tpchgen::generators::{
+    CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator,
+    PartSuppGenerator, RegionGenerator, SupplierGenerator,
+};
+
+#[derive(Args, Debug)]
+pub struct TpchBenchArgs {
+    /// TPC-H scale factor (1 = 6 million lineitem rows).
+    #[arg(long, default_value_t = 1.0)]
+    sf: f64,
+    /// Directory holding the generated data (reused when present).
+    #[arg(long, default_value = "./floe-bench-tpch")]
+    dir: PathBuf,
+    /// Timed runs per query and engine (after one warm-up); the best counts.
+    #[arg(long, default_value_t = 3)]
+    iterations: usize,
+    /// Only these queries (e.g. `1,3,6`).
+    #[arg(long, value_delimiter = ',')]
+    queries: Vec<usize>,
+    /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
+    #[arg(long)]
+    duckdb_python: Option<PathBuf>,
+}
+
+const TABLES: [&str; 8] = [
+    "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
+];
+
+pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
+    let dir = args.dir.join(format!("sf{}", args.sf));
+    std::fs::create_dir_all(&dir)?;
+    let dir = std::fs::canonicalize(&dir)?;
+    let parquet = dir.join("parquet");
+    let (engine, caller) = iceberg_side(&dir).await?;
+    if !dir.join("ready").exists() {
+        generate(&dir, &parquet, args.sf, &engine, &caller).await?;
+        std::fs::write(dir.join("ready"), "")?;
+    }
+    let queries: Vec<(usize, String)> = (1..=22)
+        .filter(|q| args.queries.is_empty() || args.queries.contains(q))
+        .map(|q| (q, query(q, args.sf)))
+        .collect();
+
+    println!(
+        "floe bench tpch: scale factor {}, {} iteration(s) after a warm-up, best time in ms",
+        args.sf, args.iterations
+    );
+    let options = QueryOptions {
+        warehouse: Some("tpch".into()),
+        namespace: Some("tpch".into()),
+    };
+    let mut floe_times = BTreeMap::new();
+    for (q, sql) in &queries {
+        floe_times.insert(
+            *q,
+            best_of(args.iterations, || async {
+                let result = engine.query(&caller, sql, &options).await?;
+                let batches: Vec<RecordBatch> = result.stream.try_collect().await?;
+                Ok(batches.iter().map(|b| b.num_rows()).sum())
+            })
+            .await
+            .with_context(|| format!("Floe, Q{q}"))?,
+        );
+    }
+    let raw = SessionContext::new_with_config(
+        SessionConfig::new().with_target_partitions(EngineConfig::default().target_partitions),
+    );
+    for table in TABLES {
+        raw.register_parquet(
+            table,
+            parquet
+                .join(format!("{table}.parquet"))
+                .to_string_lossy()
+                .as_ref(),
+            ParquetReadOptions::default(),
+        )
+        .await?;
+    }
+    let mut raw_times = BTreeMap::new();
+    for (q, sql) in &queries {
+        raw_times.insert(
+            *q,
+            best_of(args.iterations, || async {
+                let batches = raw.sql(sql).await?.collect().await?;
+                Ok(batches.iter().map(|b| b.num_rows()).sum())
+            })
+            .await
+            .with_context(|| format!("DataFusion on Parquet, Q{q}"))?,
+        );
+    }
+    let duck = duckdb_times(&args, &parquet, &queries)?;
+
+    println!(
+        "\n{:>5} {:>10} {:>14} {:>10} {:>13} {:>14}",
+        "query", "floe", "df-parquet", "duckdb", "floe/duckdb", "floe/df-parq"
+    );
+    let (mut log_duck, mut log_raw, mut n_duck) = (0.0, 0.0, 0);
+    for (q, _) in &queries {
+        let (floe_ms, floe_rows) = floe_times[q];
+        let (raw_ms, raw_rows) = raw_times[q];
+        let duck_entry = duck.as_ref().and_then(|d| d.get(q)).copied();
+        if floe_rows != raw_rows || duck_entry.is_some_and(|(_, rows)| rows != floe_rows) {
+            bail!(
+                "Q{q}: engines disagree on the row count (floe {floe_rows}, datafusion {raw_rows}, duckdb {:?})",
+                duck_entry.map(|d| d.1)
+            );
+        }
+        log_raw += (floe_ms / raw_ms).ln();
+        let duck_text = match duck_entry {
+            Some((ms, _)) => {
+                log_duck += (floe_ms / ms).ln();
+                n_duck += 1;
+                (format!("{ms:.1}"), format!("{:.2}", floe_ms / ms))
+            }
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "{:>5} {:>10.1} {:>14.1} {:>10} {:>13} {:>14.2}",
+            format!("Q{q}"),
+            floe_ms,
+            raw_ms,
+            duck_text.0,
+            duck_text.1,
+            floe_ms / raw_ms
+        );
+    }
+    let n = queries.len() as f64;
+    println!(
+        "\ngeometric mean of ratios: floe/df-parquet {:.2}{}",
+        (log_raw / n).exp(),
+        if n_duck > 0 {
+            format!(", floe/duckdb {:.2}", (log_duck / n_duck as f64).exp())
+        } else {
+            " (DuckDB not run: no Python with the duckdb module)".into()
+        }
+    );
+    Ok(())
+}
+
+/// Best wall time in ms over `iterations` runs after a warm-up, and the row count.
+async fn best_of<F, Fut>(iterations: usize, mut run: F) -> anyhow::Result<(f64, usize)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<usize>>,
+{
+    let rows = run().await?;
+    let mut best = f64::MAX;
+    for _ in 0..iterations.max(1) {
+        let start = Instant::now();
+        run().await?;
+        best = best.min(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok((best, rows))
+}
+
+/// The embedded catalog with its `tpch` warehouse, and a root caller.
+async fn iceberg_side(dir: &Path) -> anyhow::Result<(SqlEngine, Caller)> {
+    let url = format!("sqlite:{}", dir.join("catalog.db").display());
+    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
+    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
+    let caller = Caller::system();
+    if catalog.warehouse("tpch").await.is_err() {
+        catalog
+            .create_warehouse(
+                &caller,
+                "tpch",
+                StorageProfile::Local {
+                    path: dir.join("warehouse").to_string_lossy().into_owned(),
+                },
+                Default::default(),
+            )
+            .await?;
+    }
+    let engine = SqlEngine::new(catalog, EngineConfig::default())?;
+    Ok((engine, caller))
+}
+
+/// Generates every table into Parquet and into Iceberg.
+async fn generate(
+    dir: &Path,
+    parquet: &Path,
+    sf: f64,
+    engine: &SqlEngine,
+    caller: &Caller,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(parquet)?;
+    let catalog = engine.catalog();
+    let ns = NamespaceIdent::new("tpch".into());
+    if catalog.load_namespace(caller, "tpch", &ns).await.is_err() {
+        catalog
+            .create_namespace(caller, "tpch", &ns, Default::default())
+            .await?;
+    }
+    for table in TABLES {
+        let started = Instant::now();
+        let batches = table_batches(table, sf);
+        let schema = batches[0].schema();
+        let file = std::fs::File::create(parquet.join(format!("{table}.parquet")))?;
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), None)?;
+        for batch in &batches {
+            writer.write(batch)?;
+        }
+        writer.close()?;
+        let access = engine.access(caller, "tpch").await?;
+        let loaded = catalog
+            .create_table(
+                caller,
+                "tpch",
+                &ns,
+                CreateTable {
+                    name: table.into(),
+                    location: None,
+                    schema: floe_sql::write::iceberg_schema(&schema)?,
+                    partition_spec: None,
+                    write_order: None,
+                    stage_create: false,
+                    properties: Default::default(),
+                },
+            )
+            .await?;
+        let iceberg_table = floe_sql::write::table_of(&access, loaded)?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        let stream = RecordBatchStreamAdapter::new(
+            schema.clone(),
+            futures::stream::iter(batches.into_iter().map(Ok)),
+        );
+        floe_sql::write::IcebergSink::new(access, iceberg_table, schema)
+            .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
+            .await?;
+        println!(
+            "generated {table}: {rows} rows in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let _ = dir;
+    Ok(())
+}
+
+fn decimal() -> DataType {
+    DataType::Decimal128(15, 2)
+}
+
+fn schema_of(fields: &[(&str, DataType)]) -> SchemaRef {
+    Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|(n, t)| Field::new(*n, t.clone(), false))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// Days since 1970-01-01 of a generated date.
+fn days(date: tpchgen::dates::TPCHDate) -> i32 {
+    date.into_inner() + tpchgen::dates::TPCHDate::UNIX_EPOCH_OFFSET
+}
+
+/// One table's rows as Arrow batches of up to 65,536 rows.
+fn table_batches(table: &str, sf: f64) -> Vec<RecordBatch> {
+    const BATCH: usize = 65_536;
+    macro_rules! collect {
+        ($iter:expr, $schema:expr, [$(($builder:ident, $ty:ty, $value:expr)),* $(,)?]) => {{
+            let schema = $schema;
+            let mut batches = Vec::new();
+            let mut iter = $iter.peekable();
+            while iter.peek().is_some() {
+                $(let mut $builder = <$ty>::new();)*
+                for row in iter.by_ref().take(BATCH) {
+                    #[allow(clippy::redundant_closure_call)]
+                    {
+                        $( ($value)(&mut $builder, &row); )*
+                    }
+                }
+                let columns: Vec<ArrayRef> = vec![$(Arc::new(finish(&mut $builder, &schema, stringify!($builder)))),*];
+                batches.push(RecordBatch::try_new(schema.clone(), columns).expect("generated columns"));
+            }
+            batches
+        }};
+    }
+    let s = |b: &mut StringBuilder, v: &dyn std::fmt::Display| b.append_value(v.to_string());
+    match table {
+        "region" => collect!(
+            RegionGenerator::default().iter(),
+            schema_of(&[
+                ("r_regionkey", DataType::Int64),
+                ("r_name", DataType::Utf8),
+                ("r_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    r_regionkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Region| b
+                        .append_value(r.r_regionkey)
+                ),
+                (
+                    r_name,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Region| s(b, &r.r_name)
+                ),
+                (
+                    r_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Region| s(b, &r.r_comment)
+                ),
+            ]
+        ),
+        "nation" => collect!(
+            NationGenerator::default().iter(),
+            schema_of(&[
+                ("n_nationkey", DataType::Int64),
+                ("n_name", DataType::Utf8),
+                ("n_regionkey", DataType::Int64),
+                ("n_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    n_nationkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Nation| b
+                        .append_value(r.n_nationkey)
+                ),
+                (
+                    n_name,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Nation| s(b, &r.n_name)
+                ),
+                (
+                    n_regionkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Nation| b
+                        .append_value(r.n_regionkey)
+                ),
+                (
+                    n_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Nation| s(b, &r.n_comment)
+                ),
+            ]
+        ),
+        "supplier" => collect!(
+            SupplierGenerator::new(sf, 1, 1).iter(),
+            schema_of(&[
+                ("s_suppkey", DataType::Int64),
+                ("s_name", DataType::Utf8),
+                ("s_address", DataType::Utf8),
+                ("s_nationkey", DataType::Int64),
+                ("s_phone", DataType::Utf8),
+                ("s_acctbal", decimal()),
+                ("s_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    s_suppkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Supplier| b
+                        .append_value(r.s_suppkey)
+                ),
+                (
+                    s_name,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Supplier| s(b, &r.s_name)
+                ),
+                (
+                    s_address,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Supplier| s(b, &r.s_address)
+                ),
+                (
+                    s_nationkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Supplier| b
+                        .append_value(r.s_nationkey)
+                ),
+                (
+                    s_phone,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Supplier| s(b, &r.s_phone)
+                ),
+                (
+                    s_acctbal,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::Supplier| b
+                        .append_value(r.s_acctbal.0 as i128)
+                ),
+                (
+                    s_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Supplier| s(b, &r.s_comment)
+                ),
+            ]
+        ),
+        "customer" => collect!(
+            CustomerGenerator::new(sf, 1, 1).iter(),
+            schema_of(&[
+                ("c_custkey", DataType::Int64),
+                ("c_name", DataType::Utf8),
+                ("c_address", DataType::Utf8),
+                ("c_nationkey", DataType::Int64),
+                ("c_phone", DataType::Utf8),
+                ("c_acctbal", decimal()),
+                ("c_mktsegment", DataType::Utf8),
+                ("c_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    c_custkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Customer| b
+                        .append_value(r.c_custkey)
+                ),
+                (
+                    c_name,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Customer| s(b, &r.c_name)
+                ),
+                (
+                    c_address,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Customer| s(b, &r.c_address)
+                ),
+                (
+                    c_nationkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Customer| b
+                        .append_value(r.c_nationkey)
+                ),
+                (
+                    c_phone,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Customer| s(b, &r.c_phone)
+                ),
+                (
+                    c_acctbal,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::Customer| b
+                        .append_value(r.c_acctbal.0 as i128)
+                ),
+                (
+                    c_mktsegment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Customer| s(
+                        b,
+                        &r.c_mktsegment
+                    )
+                ),
+                (
+                    c_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Customer| s(b, &r.c_comment)
+                ),
+            ]
+        ),
+        "part" => collect!(
+            PartGenerator::new(sf, 1, 1).iter(),
+            schema_of(&[
+                ("p_partkey", DataType::Int64),
+                ("p_name", DataType::Utf8),
+                ("p_mfgr", DataType::Utf8),
+                ("p_brand", DataType::Utf8),
+                ("p_type", DataType::Utf8),
+                ("p_size", DataType::Int32),
+                ("p_container", DataType::Utf8),
+                ("p_retailprice", decimal()),
+                ("p_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    p_partkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Part| b
+                        .append_value(r.p_partkey)
+                ),
+                (
+                    p_name,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Part| s(b, &r.p_name)
+                ),
+                (
+                    p_mfgr,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Part| s(b, &r.p_mfgr)
+                ),
+                (
+                    p_brand,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Part| s(b, &r.p_brand)
+                ),
+                (
+                    p_type,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Part| s(b, &r.p_type)
+                ),
+                (
+                    p_size,
+                    Int32Builder,
+                    |b: &mut Int32Builder, r: &tpchgen::generators::Part| b.append_value(r.p_size)
+                ),
+                (
+                    p_container,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Part| s(b, &r.p_container)
+                ),
+                (
+                    p_retailprice,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::Part| b
+                        .append_value(r.p_retailprice.0 as i128)
+                ),
+                (
+                    p_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Part| s(b, &r.p_comment)
+                ),
+            ]
+        ),
+        "partsupp" => collect!(
+            PartSuppGenerator::new(sf, 1, 1).iter(),
+            schema_of(&[
+                ("ps_partkey", DataType::Int64),
+                ("ps_suppkey", DataType::Int64),
+                ("ps_availqty", DataType::Int32),
+                ("ps_supplycost", decimal()),
+                ("ps_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    ps_partkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::PartSupp| b
+                        .append_value(r.ps_partkey)
+                ),
+                (
+                    ps_suppkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::PartSupp| b
+                        .append_value(r.ps_suppkey)
+                ),
+                (
+                    ps_availqty,
+                    Int32Builder,
+                    |b: &mut Int32Builder, r: &tpchgen::generators::PartSupp| b
+                        .append_value(r.ps_availqty)
+                ),
+                (
+                    ps_supplycost,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::PartSupp| b
+                        .append_value(r.ps_supplycost.0 as i128)
+                ),
+                (
+                    ps_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::PartSupp| s(b, &r.ps_comment)
+                ),
+            ]
+        ),
+        "orders" => collect!(
+            OrderGenerator::new(sf, 1, 1).iter(),
+            schema_of(&[
+                ("o_orderkey", DataType::Int64),
+                ("o_custkey", DataType::Int64),
+                ("o_orderstatus", DataType::Utf8),
+                ("o_totalprice", decimal()),
+                ("o_orderdate", DataType::Date32),
+                ("o_orderpriority", DataType::Utf8),
+                ("o_clerk", DataType::Utf8),
+                ("o_shippriority", DataType::Int32),
+                ("o_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    o_orderkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Order| b
+                        .append_value(r.o_orderkey)
+                ),
+                (
+                    o_custkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::Order| b
+                        .append_value(r.o_custkey)
+                ),
+                (
+                    o_orderstatus,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Order| s(b, &r.o_orderstatus)
+                ),
+                (
+                    o_totalprice,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::Order| b
+                        .append_value(r.o_totalprice.0 as i128)
+                ),
+                (
+                    o_orderdate,
+                    Date32Builder,
+                    |b: &mut Date32Builder, r: &tpchgen::generators::Order| b
+                        .append_value(days(r.o_orderdate))
+                ),
+                (
+                    o_orderpriority,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Order| s(
+                        b,
+                        &r.o_orderpriority
+                    )
+                ),
+                (
+                    o_clerk,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Order| s(b, &r.o_clerk)
+                ),
+                (
+                    o_shippriority,
+                    Int32Builder,
+                    |b: &mut Int32Builder, r: &tpchgen::generators::Order| b
+                        .append_value(r.o_shippriority)
+                ),
+                (
+                    o_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::Order| s(b, &r.o_comment)
+                ),
+            ]
+        ),
+        _ => collect!(
+            LineItemGenerator::new(sf, 1, 1).iter(),
+            schema_of(&[
+                ("l_orderkey", DataType::Int64),
+                ("l_partkey", DataType::Int64),
+                ("l_suppkey", DataType::Int64),
+                ("l_linenumber", DataType::Int32),
+                ("l_quantity", decimal()),
+                ("l_extendedprice", decimal()),
+                ("l_discount", decimal()),
+                ("l_tax", decimal()),
+                ("l_returnflag", DataType::Utf8),
+                ("l_linestatus", DataType::Utf8),
+                ("l_shipdate", DataType::Date32),
+                ("l_commitdate", DataType::Date32),
+                ("l_receiptdate", DataType::Date32),
+                ("l_shipinstruct", DataType::Utf8),
+                ("l_shipmode", DataType::Utf8),
+                ("l_comment", DataType::Utf8)
+            ]),
+            [
+                (
+                    l_orderkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_orderkey)
+                ),
+                (
+                    l_partkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_partkey)
+                ),
+                (
+                    l_suppkey,
+                    Int64Builder,
+                    |b: &mut Int64Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_suppkey)
+                ),
+                (
+                    l_linenumber,
+                    Int32Builder,
+                    |b: &mut Int32Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_linenumber)
+                ),
+                (
+                    l_quantity,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_quantity as i128 * 100)
+                ),
+                (
+                    l_extendedprice,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_extendedprice.0 as i128)
+                ),
+                (
+                    l_discount,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_discount.0 as i128)
+                ),
+                (
+                    l_tax,
+                    Decimal128Builder,
+                    |b: &mut Decimal128Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(r.l_tax.0 as i128)
+                ),
+                (
+                    l_returnflag,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::LineItem| s(
+                        b,
+                        &r.l_returnflag
+                    )
+                ),
+                (
+                    l_linestatus,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::LineItem| s(
+                        b,
+                        &r.l_linestatus
+                    )
+                ),
+                (
+                    l_shipdate,
+                    Date32Builder,
+                    |b: &mut Date32Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(days(r.l_shipdate))
+                ),
+                (
+                    l_commitdate,
+                    Date32Builder,
+                    |b: &mut Date32Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(days(r.l_commitdate))
+                ),
+                (
+                    l_receiptdate,
+                    Date32Builder,
+                    |b: &mut Date32Builder, r: &tpchgen::generators::LineItem| b
+                        .append_value(days(r.l_receiptdate))
+                ),
+                (
+                    l_shipinstruct,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::LineItem| s(
+                        b,
+                        &r.l_shipinstruct
+                    )
+                ),
+                (
+                    l_shipmode,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::LineItem| s(b, &r.l_shipmode)
+                ),
+                (
+                    l_comment,
+                    StringBuilder,
+                    |b: &mut StringBuilder, r: &tpchgen::generators::LineItem| s(b, &r.l_comment)
+                ),
+            ]
+        ),
+    }
+}
+
+/// Finishes a column builder, with the decimal precision of its field.
+fn finish<B: ColumnBuilder>(builder: &mut B, schema: &SchemaRef, name: &str) -> B::Array {
+    builder.finish_as(
+        schema
+            .field_with_name(name)
+            .expect("known column")
+            .data_type(),
+    )
+}
+
+trait ColumnBuilder {
+    type Array: datafusion::arrow::array::Array + 'static;
+    fn finish_as(&mut self, data_type: &DataType) -> Self::Array;
+}
+
+macro_rules! plain_builder {
+    ($builder:ty, $array:ty) => {
+        impl ColumnBuilder for $builder {
+            type Array = $array;
+            fn finish_as(&mut self, _data_type: &DataType) -> $array {
+                self.finish()
+            }
+        }
+    };
+}
+
+plain_builder!(Int64Builder, datafusion::arrow::array::Int64Array);
+plain_builder!(Int32Builder, datafusion::arrow::array::Int32Array);
+plain_builder!(Date32Builder, datafusion::arrow::array::Date32Array);
+plain_builder!(StringBuilder, datafusion::arrow::array::StringArray);
+
+impl ColumnBuilder for Decimal128Builder {
+    type Array = datafusion::arrow::array::Decimal128Array;
+    fn finish_as(&mut self, data_type: &DataType) -> Self::Array {
+        let DataType::Decimal128(precision, scale) = data_type else {
+            unreachable!("decimal columns are Decimal128")
+        };
+        self.finish()
+            .with_precision_and_scale(*precision, *scale)
+            .expect("valid decimal precision")
+    }
+}
+
+/// TPC-H query `q` with the specification's validation parameters, from `tpchgen`'s templates
+/// (Q15's view becomes a common table expression; row limits as the specification sets them).
+fn query(q: usize, sf: f64) -> String {
+    let fraction = format!("{}", 0.0001 / sf);
+    let params: &[&str] = match q {
+        1 => &["90"],
+        2 => &["15", "BRASS", "EUROPE"],
+        3 => &["BUILDING", "1995-03-15"],
+        4 => &["1993-07-01"],
+        5 => &["ASIA", "1994-01-01"],
+        6 => &["1994-01-01", "0.06", "24"],
+        7 => &["FRANCE", "GERMANY"],
+        8 => &["BRAZIL", "AMERICA", "ECONOMY ANODIZED STEEL"],
+        9 => &["green"],
+        10 => &["1993-10-01"],
+        11 => &["GERMANY", fraction.as_str()],
+        12 => &["MAIL", "SHIP", "1994-01-01"],
+        13 => &["special", "requests"],
+        14 => &["1995-09-01"],
+        15 => &["1996-01-01"],
+        16 => &[
+            "Brand#45",
+            "MEDIUM POLISHED",
+            "49",
+            "14",
+            "23",
+            "45",
+            "19",
+            "3",
+            "36",
+            "9",
+        ],
+        17 => &["Brand#23", "MED BOX"],
+        18 => &["300"],
+        19 => &["Brand#12", "Brand#23", "Brand#34", "1", "10", "20"],
+        20 => &["forest", "1994-01-01", "CANADA"],
+        21 => &["SAUDI ARABIA"],
+        _ => &["13", "31", "23", "29", "30", "18", "17"],
+    };
+    let mut text = tpchgen::q_and_a::queries::query(q as i32)
+        .expect("queries 1 to 22")
+        .to_string();
+    // Substitute the highest-numbered parameters first (`:10` before `:1`).
+    for (i, value) in params.iter().enumerate().rev() {
+        text = text.replace(&format!(":{}", i + 1), value);
+    }
+    text = text.replace("day (3)", "day");
+    if q == 15 {
+        let create = text.split(';').next().expect("the view");
+        let body = create.split_once(" as").map(|(_, b)| b).expect("view body");
+        let select = text.split(';').nth(1).expect("the query");
+        return format!(
+            "with revenue0 (supplier_no, total_revenue) as ({body}) {}",
+            select.replace("revenue:s", "revenue0")
+        );
+    }
+    let text = text.trim().trim_end_matches(';').to_string();
+    match q {
+        2 | 18 | 21 => format!("{text} limit 100"),
+        3 => format!("{text} limit 10"),
+        10 => format!("{text} limit 20"),
+        _ => text,
+    }
+}
+
+/// DuckDB's best times over the same Parquet files, run by a Python with the `duckdb` module.
+fn duckdb_times(
+    args: &TpchBenchArgs,
+    parquet: &Path,
+    queries: &[(usize, String)],
+) -> anyhow::Result<Option<BTreeMap<usize, (f64, usize)>>> {
+    let python = args.duckdb_python.clone().or_else(|| {
+        let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
+        venv.exists().then_some(venv)
+    });
+    let Some(python) = python else {
+        return Ok(None);
+    };
+    let script = r#"
+import json, sys, time, duckdb
+parquet, iterations, queries = sys.argv[1], int(sys.argv[2]), json.loads(sys.stdin.read())
+con = duckdb.connect()
+for t in ["region","nation","supplier","customer","part","partsupp","orders","lineitem"]:
+    con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{parquet}/{t}.parquet')")
+out = {}
+for q, sql in queries:
+    rows = len(con.execute(sql).fetchall())
+    best = float("inf")
+    for _ in range(max(iterations, 1)):
+        start = time.perf_counter()
+        con.execute(sql).fetchall()
+        best = min(best, (time.perf_counter() - start) * 1000)
+    out[q] = [best, rows]
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(parquet)
+        .arg(args.iterations.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {}", python.display()))?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        stdin.write_all(serde_json::to_string(queries)?.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!("DuckDB side failed (see its error above)");
+    }
+    let parsed: BTreeMap<String, (f64, usize)> = serde_json::from_slice(&output.stdout)?;
+    Ok(Some(
+        parsed
+            .into_iter()
+            .map(|(q, v)| (q.parse().expect("query numbers"), v))
+            .collect(),
+    ))
+}
