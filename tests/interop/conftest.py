@@ -106,7 +106,7 @@ class Floe:
         )
 
 
-def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") -> Floe:
+def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", extra_args: tuple[str, ...] = ()) -> Floe:
     if not FLOE_BIN:
         pytest.fail("FLOE_BIN must name the floe binary (the test script sets it)")
     if backend == "postgres" and not PG_URL:
@@ -133,7 +133,7 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local") 
     log = open(tmp_path / "floe.log", "wb")
     process = subprocess.Popen(
         [FLOE_BIN, "serve", "--listen", f"127.0.0.1:{port}", "--pg-listen", f"127.0.0.1:{pg_port}",
-         "--flight-listen", f"127.0.0.1:{flight_port}", "--data-dir", str(data_dir)],
+         "--flight-listen", f"127.0.0.1:{flight_port}", *extra_args, "--data-dir", str(data_dir)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

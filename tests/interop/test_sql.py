@@ -355,3 +355,33 @@ def test_writes_need_their_privileges(floe_sql):
     writer = floe_sql.token(*make_principal(floe_sql, "sql-writer", [("read-data", on_t), ("write-data", on_t)]))
     assert sql(floe_sql, "INSERT INTO guarded.t VALUES (1), (2)", token=writer, warehouse=floe_sql.warehouse).status_code == 200
     assert sorted(catalog.load_table("guarded.t").scan().to_arrow()["id"].to_pylist()) == [1, 2]
+
+
+def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conftest import start_floe, stop_floe
+
+    floe = start_floe(tmp_path, extra_args=("--query-memory-limit-mb", "64", "--max-concurrent-queries", "1"))
+    try:
+        w = {"warehouse": floe.warehouse}
+        assert sql(floe, "CREATE SCHEMA big", **w).status_code == 200
+        made = sql(
+            floe,
+            "CREATE TABLE big.t AS SELECT value AS id, md5(CAST(value AS VARCHAR)) || md5(CAST(value * 7 AS VARCHAR)) AS h "
+            "FROM generate_series(1, 1000000)",
+            **w,
+        )
+        assert made.status_code == 200, made.text
+        # Sorting ~80 MB of strings (as DataFusion holds them) in a 64 MiB budget only works by
+        # spilling to disk.
+        ordered = arrow_rows(floe, "SELECT h FROM big.t ORDER BY h", **w)
+        assert ordered.num_rows == 1000000
+        values = ordered["h"].to_pylist()
+        assert values == sorted(values)
+        # One query at a time: the others wait their turn and all complete.
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda i: sql(floe, f"SELECT count(*) AS n FROM big.t WHERE id % 4 = {i}", **w), range(4)))
+        assert [a.json()["rows"][0]["n"] for a in answers] == [250000] * 4
+    finally:
+        stop_floe(floe)

@@ -24,6 +24,12 @@ pub struct ServeArgs {
     /// Address of the Arrow Flight SQL server (`off` to disable).
     #[arg(long, env = "FLOE_FLIGHT_LISTEN", default_value = "127.0.0.1:50051")]
     pub flight_listen: String,
+    /// Memory (MiB) one SQL query may hold before it spills to disk.
+    #[arg(long, env = "FLOE_QUERY_MEMORY_LIMIT_MB", default_value_t = 2048)]
+    pub query_memory_limit_mb: usize,
+    /// SQL queries running at once; more wait in line.
+    #[arg(long, env = "FLOE_MAX_CONCURRENT_QUERIES", default_value_t = 8)]
+    pub max_concurrent_queries: usize,
     /// Directory for the embedded catalog database and the default warehouse.
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -111,7 +117,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         Duration::from_secs(2),
     ));
-    let state = floe_server::AppState::new(catalog, auth, authz, audit, Arc::new(store.clone()));
+    let sql_config = floe_sql::EngineConfig {
+        query_memory_limit: args.query_memory_limit_mb.max(1) << 20,
+        max_concurrent_queries: args.max_concurrent_queries.max(1),
+        ..floe_sql::EngineConfig::default()
+    };
+    let state = floe_server::AppState::with_sql_config(
+        catalog,
+        auth,
+        authz,
+        audit,
+        Arc::new(store.clone()),
+        sql_config,
+    );
     let pg = if args.pg_listen == "off" {
         None
     } else {

@@ -61,7 +61,7 @@ pub enum Format {
 enum Target {
     Remote(crate::client::Client),
     Embedded {
-        engine: SqlEngine,
+        engine: Box<SqlEngine>,
         caller: Caller,
         audit: Arc<SqlStore>,
     },
@@ -112,7 +112,7 @@ async fn embedded(args: &SqlArgs) -> anyhow::Result<Target> {
         .await?
         .context("the catalog has no root principal yet: start `floe serve` once")?;
     Ok(Target::Embedded {
-        engine,
+        engine: Box::new(engine),
         caller: Caller {
             principal: root,
             grants: Arc::new(GrantSet::everything()),

@@ -60,9 +60,28 @@ impl AppState {
         audit: audit::AuditSink,
         audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
     ) -> Self {
+        Self::with_sql_config(
+            catalog,
+            auth,
+            authz,
+            audit,
+            audit_store,
+            floe_sql::EngineConfig::default(),
+        )
+    }
+
+    /// Like [`AppState::new`], with the SQL engine's limits given.
+    pub fn with_sql_config(
+        catalog: Arc<CatalogService>,
+        auth: Arc<floe_catalog::governance::auth::AuthService>,
+        authz: Arc<floe_catalog::governance::authz::Authorizer>,
+        audit: audit::AuditSink,
+        audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
+        sql_config: floe_sql::EngineConfig,
+    ) -> Self {
         let sql = Arc::new(
-            floe_sql::SqlEngine::new(catalog.clone(), floe_sql::EngineConfig::default())
-                .expect("a DataFusion runtime with default settings"),
+            floe_sql::SqlEngine::new(catalog.clone(), sql_config)
+                .expect("a DataFusion runtime and its query threads"),
         );
         Self {
             sql,

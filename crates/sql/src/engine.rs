@@ -4,20 +4,22 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::Column;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::DataFusionError;
-use datafusion::dataframe::DataFrame;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::logical_expr::{Expr, LogicalPlan, cast};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CatalogService;
+use futures::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
 use crate::provider::TableAccess;
@@ -31,6 +33,12 @@ pub struct EngineConfig {
     pub target_partitions: usize,
     /// Rows per batch.
     pub batch_size: usize,
+    /// Memory one query may hold before its sorts, joins and aggregations spill to disk.
+    pub query_memory_limit: usize,
+    /// Queries running at once; more wait in line.
+    pub max_concurrent_queries: usize,
+    /// Threads of the runtime queries execute on, apart from the server's own.
+    pub cpu_threads: usize,
 }
 
 impl Default for EngineConfig {
@@ -40,6 +48,11 @@ impl Default for EngineConfig {
                 .map(|n| n.get())
                 .unwrap_or(2),
             batch_size: 8192,
+            query_memory_limit: 2 << 30,
+            max_concurrent_queries: 8,
+            cpu_threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
         }
     }
 }
@@ -134,21 +147,86 @@ pub struct QueryResult {
 #[derive(Debug)]
 pub struct SqlEngine {
     service: Arc<CatalogService>,
+    /// Object stores, the Parquet metadata cache and the spill directory, shared by queries.
     runtime: Arc<RuntimeEnv>,
     config: EngineConfig,
     /// Warehouses whose object store is registered in `runtime`.
     registered: Mutex<HashSet<uuid::Uuid>>,
+    /// Admission: a query holds a permit from planning until its stream ends or is dropped.
+    permits: Arc<Semaphore>,
+    /// Where query streams are driven, so heavy queries do not starve the server's requests.
+    cpu: CpuRuntime,
+}
+
+/// A dedicated Tokio runtime, shut down without blocking when the engine goes away.
+struct CpuRuntime(Option<tokio::runtime::Runtime>);
+
+impl CpuRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("runtime lives as long as the engine")
+            .handle()
+    }
+}
+
+impl Drop for CpuRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for CpuRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CpuRuntime")
+    }
 }
 
 impl SqlEngine {
     pub fn new(service: Arc<CatalogService>, config: EngineConfig) -> Result<Self, SqlError> {
         let runtime = RuntimeEnvBuilder::new().build_arc()?;
+        let cpu = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.cpu_threads.max(1))
+            .thread_name("floe-sql")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                SqlError::new(
+                    SqlErrorKind::Execution,
+                    format!("start the query runtime: {e}"),
+                )
+            })?;
         Ok(Self {
             service,
             runtime,
+            permits: Arc::new(Semaphore::new(config.max_concurrent_queries.max(1))),
             config,
             registered: Mutex::new(HashSet::new()),
+            cpu: CpuRuntime(Some(cpu)),
         })
+    }
+
+    /// A runtime for one query: the shared object stores, caches and spill directory, and a
+    /// memory pool of the query's own limit (spilling operators share it fairly).
+    fn query_runtime(&self) -> Result<Arc<RuntimeEnv>, SqlError> {
+        let mut env = RuntimeEnvBuilder::new()
+            .with_object_store_registry(self.runtime.object_store_registry.clone())
+            .with_memory_pool(Arc::new(FairSpillPool::new(self.config.query_memory_limit)))
+            .build()?;
+        env.cache_manager = self.runtime.cache_manager.clone();
+        env.disk_manager = self.runtime.disk_manager.clone();
+        Ok(Arc::new(env))
+    }
+
+    /// Queries waiting for a slot right now.
+    pub fn queued(&self) -> usize {
+        self.config.max_concurrent_queries
+            - self
+                .permits
+                .available_permits()
+                .min(self.config.max_concurrent_queries)
     }
 
     /// Plans and starts one statement as `caller`.
@@ -158,9 +236,21 @@ impl SqlEngine {
         sql: &str,
         options: &QueryOptions,
     ) -> Result<QueryResult, SqlError> {
+        // Wait in line; the permit travels with the result stream.
+        let permit =
+            self.permits.clone().acquire_owned().await.map_err(|_| {
+                SqlError::new(SqlErrorKind::Execution, "the engine is shutting down")
+            })?;
+        let runtime = self.query_runtime()?;
         let warehouse = options.warehouse.as_deref().unwrap_or("default");
         let namespace = options.namespace.as_deref().unwrap_or("default");
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new();
+        // Each sorting partition holds back this much for merging its spilled runs: a share
+        // of the query's budget, so small budgets spill instead of failing.
+        config.options_mut().execution.sort_spill_reservation_bytes =
+            (self.config.query_memory_limit / (4 * self.config.target_partitions.max(1)))
+                .clamp(256 << 10, 10 << 20);
+        let config = config
             .with_target_partitions(self.config.target_partitions)
             .with_batch_size(self.config.batch_size)
             .with_information_schema(true)
@@ -168,7 +258,7 @@ impl SqlEngine {
             .with_default_catalog_and_schema(warehouse, namespace);
         let parser = SessionStateBuilder::new()
             .with_config(config.clone())
-            .with_runtime_env(self.runtime.clone())
+            .with_runtime_env(runtime.clone())
             .with_default_features()
             .build();
         let dialect = parser.config().options().sql_parser.dialect;
@@ -182,7 +272,7 @@ impl SqlEngine {
         let catalogs = self.catalogs(caller, lists).await?;
         let state = SessionStateBuilder::new()
             .with_config(config)
-            .with_runtime_env(self.runtime.clone())
+            .with_runtime_env(runtime.clone())
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs))
             .build();
@@ -211,10 +301,36 @@ impl SqlEngine {
             .with_allow_statements(false)
             .verify_plan(&plan)
             .map_err(|_| unsupported(&plan))?;
-        let frame = plain_types(context.execute_logical_plan(plan).await?)?;
-        let schema = frame.schema().inner().clone();
+        let frame = context.execute_logical_plan(plan).await?;
+        let schema = plain_schema(frame.schema().inner());
         let stream = frame.execute_stream().await?;
-        Ok(QueryResult { schema, stream })
+        Ok(QueryResult {
+            schema: schema.clone(),
+            stream: self.drive(schema, stream, permit),
+        })
+    }
+
+    /// Polls `stream` on the query runtime and hands its batches over; when the consumer
+    /// goes away (a client disconnects), the query stops and its permit returns.
+    fn drive(
+        &self,
+        schema: datafusion::arrow::datatypes::SchemaRef,
+        mut stream: SendableRecordBatchStream,
+        permit: OwnedSemaphorePermit,
+    ) -> SendableRecordBatchStream {
+        let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
+        let plain = schema.clone();
+        self.cpu.handle().spawn(async move {
+            let _permit = permit;
+            while let Some(batch) = stream.next().await {
+                let batch = batch.and_then(|b| plain_batch(b, &plain));
+                if sender.send(batch).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let batches = futures::stream::poll_fn(move |cx| receiver.poll_recv(cx));
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 
     /// The catalog service the engine runs over.
@@ -267,29 +383,38 @@ impl SqlEngine {
 
 /// Results leave with plain string and binary types: DataFusion computes with view types,
 /// which many clients (and the PostgreSQL and Flight SQL front doors' peers) do not read.
-fn plain_types(frame: DataFrame) -> Result<DataFrame, DataFusionError> {
-    let viewed = |t: &DataType| matches!(t, DataType::Utf8View | DataType::BinaryView);
-    if !frame
-        .schema()
+/// Converted batch by batch as they leave (a cast projection in the plan on top of a sort
+/// of view types is merged wrongly by DataFusion 54's optimizer).
+fn plain_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .any(|f| viewed(f.data_type()))
-    {
-        return Ok(frame);
-    }
-    let columns: Vec<Expr> = frame
-        .schema()
-        .iter()
-        .map(|(qualifier, field)| {
-            let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
-            match field.data_type() {
-                DataType::Utf8View => cast(column, DataType::Utf8).alias(field.name()),
-                DataType::BinaryView => cast(column, DataType::Binary).alias(field.name()),
-                _ => column,
-            }
+        .map(|f| match f.data_type() {
+            DataType::Utf8View => f.as_ref().clone().with_data_type(DataType::Utf8),
+            DataType::BinaryView => f.as_ref().clone().with_data_type(DataType::Binary),
+            _ => f.as_ref().clone(),
         })
         .collect();
-    frame.select(columns)
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+fn plain_batch(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, DataFusionError> {
+    if batch.schema_ref() == schema {
+        return Ok(batch);
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                datafusion::arrow::compute::cast(c, f.data_type()).map_err(DataFusionError::from)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// The table access of a warehouse of this session.
