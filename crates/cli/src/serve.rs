@@ -130,42 +130,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         sql_config,
     );
-    let pg = if args.pg_listen == "off" {
-        None
-    } else {
-        let pg_listener = tokio::net::TcpListener::bind(&args.pg_listen)
-            .await
-            .with_context(|| {
-                format!(
-                    "listen on {} for the PostgreSQL wire protocol (--pg-listen; `off` disables it)",
-                    args.pg_listen
-                )
-            })?;
-        tracing::info!(address = %pg_listener.local_addr()?, "PostgreSQL wire protocol is serving");
-        Some(tokio::spawn(floe_server::pg::serve(
-            pg_listener,
-            state.clone(),
-            shutdown.clone(),
-        )))
-    };
-    let flight = if args.flight_listen == "off" {
-        None
-    } else {
-        let flight_listener = tokio::net::TcpListener::bind(&args.flight_listen)
-            .await
-            .with_context(|| {
-                format!(
-                    "listen on {} for Arrow Flight SQL (--flight-listen; `off` disables it)",
-                    args.flight_listen
-                )
-            })?;
-        tracing::info!(address = %flight_listener.local_addr()?, "Arrow Flight SQL is serving");
-        Some(tokio::spawn(floe_server::flight::serve(
-            flight_listener,
-            state.clone(),
-            shutdown.clone(),
-        )))
-    };
+    let pg = bind_optional(
+        &args.pg_listen,
+        "the PostgreSQL wire protocol",
+        "--pg-listen",
+    )
+    .await?
+    .map(|pg| tokio::spawn(floe_server::pg::serve(pg, state.clone(), shutdown.clone())));
+    let flight = bind_optional(&args.flight_listen, "Arrow Flight SQL", "--flight-listen")
+        .await?
+        .map(|flight| {
+            tokio::spawn(floe_server::flight::serve(
+                flight,
+                state.clone(),
+                shutdown.clone(),
+            ))
+        });
     floe_server::serve(listener, state, shutdown).await?;
     if let Some(flight) = flight {
         let _ = flight.await;
@@ -179,6 +159,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     store.close().await;
     tracing::info!("floe stopped");
     Ok(())
+}
+
+/// Binds a front door's listener, unless its address is `off`.
+async fn bind_optional(
+    address: &str,
+    what: &str,
+    flag: &str,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    if address == "off" {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("listen on {address} for {what} ({flag}; `off` disables it)"))?;
+    tracing::info!(address = %listener.local_addr()?, "{what} is serving");
+    Ok(Some(listener))
 }
 
 /// Creates the root principal on first start: with the credentials in

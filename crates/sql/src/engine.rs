@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
@@ -323,7 +322,7 @@ impl SqlEngine {
         self.cpu.handle().spawn(async move {
             let _permit = permit;
             while let Some(batch) = stream.next().await {
-                let batch = batch.and_then(|b| plain_batch(b, &plain));
+                let batch = batch.and_then(|b| crate::cast_batch(&b, &plain));
                 if sender.send(batch).await.is_err() {
                     break;
                 }
@@ -396,25 +395,6 @@ fn plain_schema(schema: &SchemaRef) -> SchemaRef {
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
-}
-
-fn plain_batch(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, DataFusionError> {
-    if batch.schema_ref() == schema {
-        return Ok(batch);
-    }
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                datafusion::arrow::compute::cast(c, f.data_type()).map_err(DataFusionError::from)
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// The table access of a warehouse of this session.

@@ -11,3 +11,38 @@ pub mod provider;
 pub mod write;
 
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};
+
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+
+/// `batch` with its columns cast, by position, to the types of `schema`'s fields (view and
+/// plain string types, widened numbers); columns already of the right type are kept as they are.
+pub fn cast_batch(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> datafusion::common::Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(datafusion::common::DataFusionError::Plan(format!(
+            "{} columns given where {} are expected",
+            batch.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| {
+            if column.data_type() == field.data_type() {
+                Ok(column.clone())
+            } else {
+                datafusion::arrow::compute::cast(column, field.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
+}

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::catalog::TableProvider;
@@ -375,31 +374,11 @@ impl ExecutionPlan for DeletesApplyingExec {
             .map_err(iceberg_error)?
             .stream();
         let schema = self.schema.clone();
-        let conformed = batches.map(move |batch| conform(batch.map_err(iceberg_error)?, &schema));
+        let conformed =
+            batches.map(move |batch| crate::cast_batch(&batch.map_err(iceberg_error)?, &schema));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
             conformed,
         )))
     }
-}
-
-/// Casts a batch from iceberg's reader to the schema DataFusion expects (view types).
-fn conform(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                Ok(datafusion::arrow::compute::cast(column, field.data_type())?)
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new_with_options(
-        schema.clone(),
-        columns,
-        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-    )?)
 }

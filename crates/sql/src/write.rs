@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::sink::DataSink;
@@ -113,7 +112,7 @@ impl DataSink for IcebergSink {
         let data_files: Vec<DataFile> = if spec.is_unpartitioned() {
             let mut writer = writer_builder.build(None).await.map_err(iceberg_error)?;
             while let Some(batch) = data.next().await {
-                let batch = conform(&batch?, &file_schema)?;
+                let batch = crate::cast_batch(&batch?, &file_schema)?;
                 rows += batch.num_rows() as u64;
                 writer.write(batch).await.map_err(iceberg_error)?;
             }
@@ -126,7 +125,7 @@ impl DataSink for IcebergSink {
             .map_err(iceberg_error)?;
             let mut writer = FanoutWriter::new(writer_builder);
             while let Some(batch) = data.next().await {
-                let batch = conform(&batch?, &file_schema)?;
+                let batch = crate::cast_batch(&batch?, &file_schema)?;
                 rows += batch.num_rows() as u64;
                 for (key, part) in splitter.split(&batch).map_err(iceberg_error)? {
                     writer.write(key, part).await.map_err(iceberg_error)?;
@@ -149,30 +148,6 @@ impl DataSink for IcebergSink {
         transaction.commit(&catalog).await.map_err(iceberg_error)?;
         Ok(rows)
     }
-}
-
-/// A batch as iceberg's writers take it: the table's Arrow schema, plain string types.
-fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    if batch.num_columns() != schema.fields().len() {
-        return Err(DataFusionError::Plan(format!(
-            "INSERT gives {} columns; the table has {}",
-            batch.num_columns(),
-            schema.fields().len()
-        )));
-    }
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(column, field)| {
-            if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                Ok(datafusion::arrow::compute::cast(column, field.data_type())?)
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Just enough of iceberg's `Catalog` for iceberg's transactions to commit through Floe.

@@ -58,11 +58,7 @@ pub(super) async fn run(
                 .clone()
                 .resolve(default_warehouse, default_namespace);
             let target = access(&name.catalog)?;
-            let ident = TableIdent::new(
-                NamespaceIdent::from_strs(name.schema.split('.'))
-                    .map_err(|e| SqlError::new(SqlErrorKind::Invalid, e.to_string()))?,
-                name.table.to_string(),
-            );
+            let ident = table_ident(&name)?;
             if create.or_replace {
                 return Err(SqlError::new(
                     SqlErrorKind::Unsupported,
@@ -122,11 +118,7 @@ pub(super) async fn run(
                 .clone()
                 .resolve(default_warehouse, default_namespace);
             let target = access(&name.catalog)?;
-            let ident = TableIdent::new(
-                NamespaceIdent::from_strs(name.schema.split('.'))
-                    .map_err(|e| SqlError::new(SqlErrorKind::Invalid, e.to_string()))?,
-                name.table.to_string(),
-            );
+            let ident = table_ident(&name)?;
             match target
                 .service
                 .drop_table(&target.caller, &name.catalog, &ident, false)
@@ -143,6 +135,13 @@ pub(super) async fn run(
             format!("{} is not supported yet", other.name()),
         )),
     }
+}
+
+/// The Iceberg name of a resolved SQL table name (a dotted schema is a nested namespace).
+fn table_ident(name: &datafusion::sql::ResolvedTableReference) -> Result<TableIdent, SqlError> {
+    let namespace = NamespaceIdent::from_strs(name.schema.split('.'))
+        .map_err(|e| SqlError::new(SqlErrorKind::Invalid, e.to_string()))?;
+    Ok(TableIdent::new(namespace, name.table.to_string()))
 }
 
 /// The answer of a statement that changes the catalog: the rows it wrote, if any.
