@@ -385,3 +385,30 @@ def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
         assert [a.json()["rows"][0]["n"] for a in answers] == [250000] * 4
     finally:
         stop_floe(floe)
+
+
+def metric(floe, name: str) -> float:
+    text = requests.get(f"{floe.base}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_repeated_reads_come_from_the_cache(tmp_path):
+    from conftest import start_floe, stop_floe
+
+    # A tiny memory tier: what does not fit moves to the disk tier.
+    floe = start_floe(tmp_path, extra_args=("--cache-memory-mb", "1", "--cache-disk-mb", "256"))
+    try:
+        w = {"warehouse": floe.warehouse}
+        assert sql(floe, "CREATE SCHEMA c", **w).status_code == 200
+        made = sql(floe, "CREATE TABLE c.t AS SELECT value AS id, md5(CAST(value AS VARCHAR)) AS h FROM generate_series(1, 200000)", **w)
+        assert made.status_code == 200, made.text
+        query = "SELECT count(*) AS n, max(h) AS top FROM c.t WHERE id % 3 = 0"
+        first = sql(floe, query, **w).json()["rows"]
+        misses = metric(floe, "floe_sql_cache_misses_total")
+        assert misses > 0
+        assert sql(floe, query, **w).json()["rows"] == first
+        assert metric(floe, "floe_sql_cache_misses_total") == misses, "the second run fetches nothing"
+        assert metric(floe, 'floe_sql_cache_hits_total{tier="disk"}') > 0
+        assert (tmp_path / "floe-data" / "cache").is_dir()
+    finally:
+        stop_floe(floe)

@@ -30,6 +30,15 @@ pub struct ServeArgs {
     /// SQL queries running at once; more wait in line.
     #[arg(long, env = "FLOE_MAX_CONCURRENT_QUERIES", default_value_t = 8)]
     pub max_concurrent_queries: usize,
+    /// Memory (MiB) for cached data-file ranges read by SQL (0 disables the cache).
+    #[arg(long, env = "FLOE_CACHE_MEMORY_MB", default_value_t = 256)]
+    pub cache_memory_mb: u64,
+    /// Local disk (MiB) for cached ranges that no longer fit in memory.
+    #[arg(long, env = "FLOE_CACHE_DISK_MB", default_value_t = 4096)]
+    pub cache_disk_mb: u64,
+    /// Directory of the disk cache (default: `<data-dir>/cache`, emptied at start).
+    #[arg(long, env = "FLOE_CACHE_DIR")]
+    pub cache_dir: Option<std::path::PathBuf>,
     /// Directory for the embedded catalog database and the default warehouse.
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -120,6 +129,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let sql_config = floe_sql::EngineConfig {
         query_memory_limit: args.query_memory_limit_mb.max(1) << 20,
         max_concurrent_queries: args.max_concurrent_queries.max(1),
+        cache: (args.cache_memory_mb > 0).then(|| floe_storage::cache::CacheConfig {
+            memory_bytes: args.cache_memory_mb << 20,
+            disk_bytes: args.cache_disk_mb << 20,
+            dir: args
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("cache")),
+        }),
         ..floe_sql::EngineConfig::default()
     };
     let state = floe_server::AppState::with_sql_config(

@@ -94,9 +94,36 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
 }
 
 pub async fn serve_metrics(State(state): State<AppState>) -> Response {
-    (
-        [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
-        .into_response()
+    let mut text = state.metrics.render();
+    text.push_str(&sql_metrics(&state.sql));
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The SQL engine's cache and queue, in Prometheus text.
+fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut text = format!(
+        "# HELP floe_sql_queries_waiting SQL queries waiting for a slot\n\
+         # TYPE floe_sql_queries_waiting gauge\nfloe_sql_queries_waiting {}\n",
+        engine.queued()
+    );
+    if let Some(stats) = engine.cache_stats() {
+        text.push_str(&format!(
+            "# HELP floe_sql_cache_hits_total Byte ranges served by the query cache\n\
+             # TYPE floe_sql_cache_hits_total counter\n\
+             floe_sql_cache_hits_total{{tier=\"memory\"}} {}\n\
+             floe_sql_cache_hits_total{{tier=\"disk\"}} {}\n\
+             # HELP floe_sql_cache_misses_total Byte ranges the query cache fetched from storage\n\
+             # TYPE floe_sql_cache_misses_total counter\n\
+             floe_sql_cache_misses_total {}\n\
+             # HELP floe_sql_cache_fetched_bytes_total Bytes the query cache fetched from storage\n\
+             # TYPE floe_sql_cache_fetched_bytes_total counter\n\
+             floe_sql_cache_fetched_bytes_total {}\n",
+            stats.memory_hits.load(Relaxed),
+            stats.disk_hits.load(Relaxed),
+            stats.misses.load(Relaxed),
+            stats.bytes_read_from_store.load(Relaxed),
+        ));
+    }
+    text
 }

@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub max_concurrent_queries: usize,
     /// Threads of the runtime queries execute on, apart from the server's own.
     pub cpu_threads: usize,
+    /// The memory + disk cache of data-file ranges, if any.
+    pub cache: Option<floe_storage::cache::CacheConfig>,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +54,7 @@ impl Default for EngineConfig {
             cpu_threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
+            cache: None,
         }
     }
 }
@@ -155,6 +158,7 @@ pub struct SqlEngine {
     permits: Arc<Semaphore>,
     /// Where query streams are driven, so heavy queries do not starve the server's requests.
     cpu: CpuRuntime,
+    cache: Option<Arc<floe_storage::cache::RangeCache>>,
 }
 
 /// A dedicated Tokio runtime, shut down without blocking when the engine goes away.
@@ -197,9 +201,21 @@ impl SqlEngine {
                     format!("start the query runtime: {e}"),
                 )
             })?;
+        let cache = match &config.cache {
+            Some(cache) => Some(floe_storage::cache::RangeCache::new(cache.clone()).map_err(
+                |e| {
+                    SqlError::new(
+                        SqlErrorKind::Execution,
+                        format!("prepare the cache directory {}: {e}", cache.dir.display()),
+                    )
+                },
+            )?),
+            None => None,
+        };
         Ok(Self {
             service,
             runtime,
+            cache,
             permits: Arc::new(Semaphore::new(config.max_concurrent_queries.max(1))),
             config,
             registered: Mutex::new(HashSet::new()),
@@ -217,6 +233,11 @@ impl SqlEngine {
         env.cache_manager = self.runtime.cache_manager.clone();
         env.disk_manager = self.runtime.disk_manager.clone();
         Ok(Arc::new(env))
+    }
+
+    /// The range cache's hits and misses, when a cache is configured.
+    pub fn cache_stats(&self) -> Option<&floe_storage::cache::CacheStats> {
+        self.cache.as_ref().map(|c| &c.stats)
     }
 
     /// Queries waiting for a slot right now.
@@ -348,8 +369,13 @@ impl SqlEngine {
             .expect("registered stores")
             .insert(id);
         if newly {
+            let store = handle.storage.object_store();
+            let store = match &self.cache {
+                Some(cache) => cache.wrap(store, &id.to_string()),
+                None => store,
+            };
             self.runtime
-                .register_object_store(store_url.as_ref(), handle.storage.object_store());
+                .register_object_store(store_url.as_ref(), store);
         }
         Ok(TableAccess {
             service: self.service.clone(),

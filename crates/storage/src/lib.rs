@@ -8,6 +8,7 @@
 //! The same object store backs iceberg's `FileIO` through [`ObjectStoreStorage`], so iceberg's
 //! metadata and manifest readers and writers go through exactly one IO stack.
 
+pub mod cache;
 mod file_io;
 mod location;
 mod profile;
