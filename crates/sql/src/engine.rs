@@ -265,6 +265,8 @@ impl SqlEngine {
         let warehouse = options.warehouse.as_deref().unwrap_or("default");
         let namespace = options.namespace.as_deref().unwrap_or("default");
         let mut config = SessionConfig::new();
+        // `TIMESTAMP WITH TIME ZONE` is Iceberg's `timestamptz`: instants, shown in UTC.
+        config.options_mut().execution.time_zone = Some("UTC".into());
         // Each sorting partition holds back this much for merging its spilled runs: a share
         // of the query's budget, so small budgets spill instead of failing.
         config.options_mut().execution.sort_spill_reservation_bytes =
