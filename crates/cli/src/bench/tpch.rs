@@ -51,6 +51,9 @@ pub struct TpchBenchArgs {
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,
+    /// Memory budget (MiB) of each Floe query; the peers run without one.
+    #[arg(long, default_value_t = 16_384)]
+    query_memory_limit_mb: usize,
 }
 
 const TABLES: [&str; 8] = [
@@ -62,7 +65,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let dir = std::fs::canonicalize(&dir)?;
     let parquet = dir.join("parquet");
-    let (engine, caller) = iceberg_side(&dir).await?;
+    let (engine, caller) = iceberg_side(&dir, args.query_memory_limit_mb << 20).await?;
     if !dir.join("ready").exists() {
         generate(&dir, &parquet, args.sf, &engine, &caller).await?;
         std::fs::write(dir.join("ready"), "")?;
@@ -185,7 +188,7 @@ where
 }
 
 /// The embedded catalog with its `tpch` warehouse, and a root caller.
-async fn iceberg_side(dir: &Path) -> anyhow::Result<(SqlEngine, Caller)> {
+async fn iceberg_side(dir: &Path, memory_limit: usize) -> anyhow::Result<(SqlEngine, Caller)> {
     let url = format!("sqlite:{}", dir.join("catalog.db").display());
     let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
     let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
@@ -202,7 +205,13 @@ async fn iceberg_side(dir: &Path) -> anyhow::Result<(SqlEngine, Caller)> {
             )
             .await?;
     }
-    let engine = SqlEngine::new(catalog, EngineConfig::default())?;
+    let engine = SqlEngine::new(
+        catalog,
+        EngineConfig {
+            query_memory_limit: memory_limit,
+            ..EngineConfig::default()
+        },
+    )?;
     Ok((engine, caller))
 }
 
