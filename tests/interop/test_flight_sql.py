@@ -72,3 +72,15 @@ def test_adbc_credentials_and_read_data(flight_floe):
             break
         time.sleep(0.1)
     assert any(r["principal"] == "flight-reader" and r["decision"] == "allow" and "count(*)" in r["details"] for r in records)
+
+
+def test_adbc_writes_run_once(flight_floe):
+    # GetFlightInfo plans the statement; only DoGet runs it.
+    with connect(flight_floe) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE fs.made (id BIGINT)")
+        cursor.fetchall()
+        cursor.execute("INSERT INTO fs.made VALUES (1), (2)")
+        cursor.fetchall()
+        cursor.execute("SELECT count(*) FROM fs.made")
+        assert cursor.fetchone() == (2,)
+    assert len(flight_floe.pyiceberg().load_table("fs.made").snapshots()) == 1

@@ -115,3 +115,12 @@ def test_credentials_and_read_data_are_enforced(pg_floe):
         time.sleep(0.1)
     looker = [r for r in records if r["principal"] == "pg-looker"]
     assert looker and looker[0]["decision"] == "deny" and "shop.items" in looker[0]["details"]
+
+
+def test_writes_over_the_extended_protocol_run_once(pg_floe):
+    # psycopg parses, describes and then executes each statement: describing must not run it.
+    with connect(pg_floe) as conn:
+        conn.execute("CREATE TABLE shop.made (id BIGINT)")
+        conn.execute("INSERT INTO shop.made VALUES (1), (2)")
+        assert conn.execute("SELECT count(*) FROM shop.made").fetchone() == (2,)
+    assert len(pg_floe.pyiceberg().load_table("shop.made").snapshots()) == 1

@@ -157,17 +157,18 @@ impl FloeFlightSql {
         Ok(Caller { principal, grants })
     }
 
-    /// Plans the statement (for its schema) and answers with one endpoint to fetch it.
+    /// Plans the statement (for its schema, without running it) and answers with one
+    /// endpoint to fetch it.
     async fn flight_info(
         &self,
         caller: &Caller,
         handle: &Handle,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
-        let result = self
+        let schema = self
             .state
             .sql
-            .query(caller, &handle.sql, &handle.options())
+            .describe(caller, &handle.sql, &handle.options())
             .await
             .map_err(status)?;
         let ticket = TicketStatementQuery {
@@ -176,7 +177,7 @@ impl FloeFlightSql {
         let endpoint =
             FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
         let info = FlightInfo::new()
-            .try_with_schema(&result.schema)
+            .try_with_schema(&schema)
             .map_err(|e| Status::internal(e.to_string()))?
             .with_endpoint(endpoint)
             .with_descriptor(descriptor);
@@ -332,13 +333,13 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = self.caller(request.metadata()).await?;
         let handle = Handle::new(query.query, request.metadata());
-        let result = self
+        let schema = self
             .state
             .sql
-            .query(&caller, &handle.sql, &handle.options())
+            .describe(&caller, &handle.sql, &handle.options())
             .await
             .map_err(status)?;
-        let IpcMessage(schema) = SchemaAsIpc::new(&result.schema, &IpcWriteOptions::default())
+        let IpcMessage(schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
             .try_into()
             .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
         Ok(ActionCreatePreparedStatementResult {

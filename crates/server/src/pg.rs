@@ -261,24 +261,8 @@ impl Queries {
             .await;
         self.audit(session, trimmed, outcome.as_ref().err()).await;
         let result = outcome.map_err(sql_error)?;
-        let fields = Arc::new(
-            result
-                .schema
-                .fields()
-                .iter()
-                .enumerate()
-                .map(|(i, f)| {
-                    FieldInfo::new(
-                        f.name().clone(),
-                        None,
-                        None,
-                        pg_type(f.data_type()),
-                        formats(i),
-                    )
-                })
-                .collect::<Vec<_>>(),
-        );
-        let rows = encode_rows(result.schema.clone(), fields.clone(), result.stream);
+        let fields = Arc::new(field_infos(&result.schema, formats));
+        let rows = encode_rows(fields.clone(), result.stream);
         Ok(Response::Query(QueryResponse::new(fields, rows)))
     }
 
@@ -307,7 +291,7 @@ impl Queries {
             .await;
     }
 
-    /// The columns a statement will return, for `Describe`.
+    /// The columns a statement will return, for `Describe`: planned, not run.
     async fn describe(
         &self,
         session: &Session,
@@ -318,28 +302,32 @@ impl Queries {
         if trimmed.is_empty() || no_op_tag(trimmed).is_some() {
             return Ok(Vec::new());
         }
-        let result = self
+        let schema = self
             .state
             .sql
-            .query(&session.caller, trimmed, &session.options)
+            .describe(&session.caller, trimmed, &session.options)
             .await
             .map_err(sql_error)?;
-        Ok(result
-            .schema
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                FieldInfo::new(
-                    f.name().clone(),
-                    None,
-                    None,
-                    pg_type(f.data_type()),
-                    format.format_for(i),
-                )
-            })
-            .collect())
+        Ok(field_infos(&schema, |i| format.format_for(i)))
     }
+}
+
+/// The row description of a result schema; `formats` picks text or binary per column.
+fn field_infos(schema: &SchemaRef, formats: impl Fn(usize) -> FieldFormat) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            FieldInfo::new(
+                f.name().clone(),
+                None,
+                None,
+                pg_type(f.data_type()),
+                formats(i),
+            )
+        })
+        .collect()
 }
 
 /// `search_path` from a startup `options` string such as `-c search_path=sales`.
@@ -406,24 +394,19 @@ fn pg_type(data_type: &DataType) -> Type {
 
 /// Encodes each batch's rows as they arrive.
 fn encode_rows(
-    schema: SchemaRef,
     fields: Arc<Vec<FieldInfo>>,
     batches: datafusion::execution::SendableRecordBatchStream,
 ) -> impl futures::Stream<Item = PgWireResult<DataRow>> + Send + 'static {
     batches.flat_map(move |batch| {
         let rows: Vec<PgWireResult<DataRow>> = match batch {
-            Ok(batch) => encode_batch(&schema, &fields, &batch),
+            Ok(batch) => encode_batch(&fields, &batch),
             Err(e) => vec![Err(sql_error(SqlError::from(e)))],
         };
         stream::iter(rows)
     })
 }
 
-fn encode_batch(
-    _schema: &SchemaRef,
-    fields: &Arc<Vec<FieldInfo>>,
-    batch: &RecordBatch,
-) -> Vec<PgWireResult<DataRow>> {
+fn encode_batch(fields: &Arc<Vec<FieldInfo>>, batch: &RecordBatch) -> Vec<PgWireResult<DataRow>> {
     let mut encoder = DataRowEncoder::new(fields.clone());
     let text = ArrowFormat::default();
     let formatters: Vec<Option<ArrayFormatter>> = batch

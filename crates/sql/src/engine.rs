@@ -139,6 +139,15 @@ impl From<CatalogError> for SqlError {
     }
 }
 
+/// A planned statement and the session it was planned in.
+struct Prepared {
+    context: SessionContext,
+    plan: LogicalPlan,
+    partitioned_by: Option<crate::write::PartitionFields>,
+    warehouse: String,
+    namespace: String,
+}
+
 /// A statement's result, streamed.
 pub struct QueryResult {
     pub schema: SchemaRef,
@@ -261,7 +270,71 @@ impl SqlEngine {
             self.permits.clone().acquire_owned().await.map_err(|_| {
                 SqlError::new(SqlErrorKind::Execution, "the engine is shutting down")
             })?;
-        let runtime = self.query_runtime()?;
+        let prepared = self
+            .prepare(caller, sql, options, self.query_runtime()?)
+            .await?;
+        let Prepared {
+            context,
+            plan,
+            partitioned_by,
+            warehouse,
+            namespace,
+        } = prepared;
+        if let LogicalPlan::Ddl(ddl) = &plan {
+            let access = |name: &str| {
+                catalogs_access(&context, name).ok_or_else(|| {
+                    SqlError::new(
+                        SqlErrorKind::Invalid,
+                        format!("warehouse {name:?} does not exist"),
+                    )
+                })
+            };
+            return ddl::run(
+                &context,
+                ddl,
+                access,
+                &warehouse,
+                &namespace,
+                partitioned_by,
+            )
+            .await;
+        }
+        let frame = context.execute_logical_plan(plan).await?;
+        let schema = plain_schema(frame.schema().inner());
+        let stream = frame.execute_stream().await?;
+        Ok(QueryResult {
+            schema: schema.clone(),
+            stream: self.drive(schema, stream, permit),
+        })
+    }
+
+    /// The columns a statement will answer with, planned but neither run nor queued (for
+    /// the PostgreSQL and Flight SQL describe steps): a statement that changes something is
+    /// not carried out here.
+    pub async fn describe(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        options: &QueryOptions,
+    ) -> Result<SchemaRef, SqlError> {
+        let prepared = self
+            .prepare(caller, sql, options, self.runtime.clone())
+            .await?;
+        Ok(match &prepared.plan {
+            LogicalPlan::Ddl(_) => ddl::count_schema(),
+            plan => plain_schema(plan.schema().inner()),
+        })
+    }
+
+    /// Parses and plans a statement as `caller`; DDL is returned unplanned for [`ddl::run`],
+    /// anything else is checked to be a query or an insert.
+    async fn prepare(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        options: &QueryOptions,
+        runtime: Arc<RuntimeEnv>,
+    ) -> Result<Prepared, SqlError> {
         let warehouse = options.warehouse.as_deref().unwrap_or("default");
         let namespace = options.namespace.as_deref().unwrap_or("default");
         let mut config = SessionConfig::new();
@@ -294,41 +367,31 @@ impl SqlEngine {
         let catalogs = self.catalogs(caller, lists).await?;
         let state = SessionStateBuilder::new()
             .with_config(config)
-            .with_runtime_env(runtime.clone())
+            .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs))
             .build();
         let plan = state.statement_to_plan(statement).await?;
-        let context = SessionContext::new_with_state(state);
-        if let LogicalPlan::Ddl(ddl) = &plan {
-            let access = |name: &str| {
-                catalogs_access(&context, name).ok_or_else(|| {
-                    SqlError::new(
-                        SqlErrorKind::Invalid,
-                        format!("warehouse {name:?} does not exist"),
-                    )
-                })
-            };
-            return ddl::run(&context, ddl, access, warehouse, namespace, partitioned_by).await;
+        if !matches!(plan, LogicalPlan::Ddl(_)) {
+            if partitioned_by.is_some() {
+                return Err(SqlError::new(
+                    SqlErrorKind::Invalid,
+                    "PARTITIONED BY belongs to CREATE TABLE",
+                ));
+            }
+            SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_dml(true)
+                .with_allow_statements(false)
+                .verify_plan(&plan)
+                .map_err(|_| unsupported(&plan))?;
         }
-        if partitioned_by.is_some() {
-            return Err(SqlError::new(
-                SqlErrorKind::Invalid,
-                "PARTITIONED BY belongs to CREATE TABLE",
-            ));
-        }
-        SQLOptions::new()
-            .with_allow_ddl(false)
-            .with_allow_dml(true)
-            .with_allow_statements(false)
-            .verify_plan(&plan)
-            .map_err(|_| unsupported(&plan))?;
-        let frame = context.execute_logical_plan(plan).await?;
-        let schema = plain_schema(frame.schema().inner());
-        let stream = frame.execute_stream().await?;
-        Ok(QueryResult {
-            schema: schema.clone(),
-            stream: self.drive(schema, stream, permit),
+        Ok(Prepared {
+            context: SessionContext::new_with_state(state),
+            plan,
+            partitioned_by,
+            warehouse: warehouse.to_string(),
+            namespace: namespace.to_string(),
         })
     }
 

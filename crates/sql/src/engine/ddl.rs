@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::sink::DataSink;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
@@ -144,13 +144,18 @@ fn table_ident(name: &datafusion::sql::ResolvedTableReference) -> Result<TableId
     Ok(TableIdent::new(namespace, name.table.to_string()))
 }
 
-/// The answer of a statement that changes the catalog: the rows it wrote, if any.
-fn done(rows: Option<u64>) -> QueryResult {
-    let schema = Arc::new(Schema::new(vec![Field::new(
+/// What a statement that changes the catalog answers with: the rows it wrote.
+pub(super) fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
         "count",
         DataType::UInt64,
         false,
-    )]));
+    )]))
+}
+
+/// The answer of a statement that changes the catalog: the rows it wrote, if any.
+fn done(rows: Option<u64>) -> QueryResult {
+    let schema = count_schema();
     let batches: Vec<RecordBatch> = rows
         .map(|n| {
             RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(vec![n]))])
