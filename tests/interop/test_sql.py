@@ -358,6 +358,7 @@ def test_writes_need_their_privileges(floe_sql):
 
 
 def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     from conftest import start_floe, stop_floe
@@ -379,10 +380,18 @@ def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
         assert ordered.num_rows == 1000000
         values = ordered["h"].to_pylist()
         assert values == sorted(values)
-        # One query at a time: the others wait their turn and all complete.
-        with ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(lambda i: sql(floe, f"SELECT count(*) AS n FROM big.t WHERE id % 4 = {i}", **w), range(4)))
-        assert [a.json()["rows"][0]["n"] for a in answers] == [250000] * 4
+        # One query at a time: the others wait their turn (as /metrics shows) and all complete.
+        with ThreadPoolExecutor(5) as pool:
+            heavy = "SELECT count(*) AS n FROM (SELECT h FROM big.t WHERE id % 4 = {} ORDER BY h OFFSET 1)"
+            running = [pool.submit(sql, floe, heavy.format(i), **w) for i in range(4)]
+            waiting_seen = 0
+            while not all(f.done() for f in running):
+                waiting_seen = max(waiting_seen, metric(floe, "floe_sql_queries_waiting"))
+                time.sleep(0.02)
+            answers = [f.result() for f in running]
+        assert [a.json()["rows"][0]["n"] for a in answers] == [249999] * 4
+        assert waiting_seen >= 2, waiting_seen
+        assert metric(floe, "floe_sql_queries_waiting") == 0
     finally:
         stop_floe(floe)
 

@@ -139,6 +139,22 @@ impl From<CatalogError> for SqlError {
     }
 }
 
+/// One query in the admission line, counted until it leaves the line either way.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A planned statement and the session it was planned in.
 struct Prepared {
     context: SessionContext,
@@ -165,6 +181,8 @@ pub struct SqlEngine {
     registered: Mutex<HashSet<uuid::Uuid>>,
     /// Admission: a query holds a permit from planning until its stream ends or is dropped.
     permits: Arc<Semaphore>,
+    /// Queries waiting for a permit.
+    waiting: std::sync::atomic::AtomicUsize,
     /// Where query streams are driven, so heavy queries do not starve the server's requests.
     cpu: CpuRuntime,
     cache: Option<Arc<floe_storage::cache::RangeCache>>,
@@ -226,6 +244,7 @@ impl SqlEngine {
             runtime,
             cache,
             permits: Arc::new(Semaphore::new(config.max_concurrent_queries.max(1))),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
             config,
             registered: Mutex::new(HashSet::new()),
             cpu: CpuRuntime(Some(cpu)),
@@ -251,11 +270,7 @@ impl SqlEngine {
 
     /// Queries waiting for a slot right now.
     pub fn queued(&self) -> usize {
-        self.config.max_concurrent_queries
-            - self
-                .permits
-                .available_permits()
-                .min(self.config.max_concurrent_queries)
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Plans and starts one statement as `caller`.
@@ -266,10 +281,13 @@ impl SqlEngine {
         options: &QueryOptions,
     ) -> Result<QueryResult, SqlError> {
         // Wait in line; the permit travels with the result stream.
-        let permit =
+        let permit = {
+            // Counted while waiting, also when the caller gives up mid-wait.
+            let _waiting = Waiting::enter(&self.waiting);
             self.permits.clone().acquire_owned().await.map_err(|_| {
                 SqlError::new(SqlErrorKind::Execution, "the engine is shutting down")
-            })?;
+            })?
+        };
         let prepared = self
             .prepare(caller, sql, options, self.query_runtime()?)
             .await?;

@@ -67,7 +67,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let parquet = dir.join("parquet");
     let (engine, caller) = iceberg_side(&dir, args.query_memory_limit_mb << 20).await?;
     if !dir.join("ready").exists() {
-        generate(&dir, &parquet, args.sf, &engine, &caller).await?;
+        generate(&parquet, args.sf, &engine, &caller).await?;
         std::fs::write(dir.join("ready"), "")?;
     }
     let queries: Vec<(usize, String)> = (1..=22)
@@ -217,7 +217,6 @@ async fn iceberg_side(dir: &Path, memory_limit: usize) -> anyhow::Result<(SqlEng
 
 /// Generates every table into Parquet and into Iceberg.
 async fn generate(
-    dir: &Path,
     parquet: &Path,
     sf: f64,
     engine: &SqlEngine,
@@ -272,7 +271,6 @@ async fn generate(
             started.elapsed().as_secs_f64()
         );
     }
-    let _ = dir;
     Ok(())
 }
 
