@@ -86,6 +86,34 @@ async fn write_batches(
     }
 }
 
+/// The record of one SQL statement from a front door that is not HTTP (PostgreSQL wire,
+/// Flight SQL): its outcome as an HTTP-like status, a missing privilege as a denial.
+pub fn statement_event(
+    principal: &str,
+    action: &str,
+    resource: String,
+    client: String,
+    sql: &str,
+    error: Option<&floe_sql::SqlError>,
+) -> AuditEvent {
+    let (decision, status) = match error.map(|e| &e.kind) {
+        None => ("allow", 200),
+        Some(floe_sql::SqlErrorKind::PermissionDenied) => ("deny", 403),
+        Some(_) => ("allow", 400),
+    };
+    AuditEvent {
+        at_ms: chrono::Utc::now().timestamp_millis(),
+        request_id: uuid::Uuid::now_v7().to_string(),
+        principal: principal.to_string(),
+        action: action.to_string(),
+        resource,
+        decision: decision.into(),
+        status,
+        client,
+        details: serde_json::json!({ "statement": sql }).to_string(),
+    }
+}
+
 pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
     if path == "/health" || path == "/metrics" {

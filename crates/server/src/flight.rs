@@ -26,7 +26,6 @@ use arrow_flight::{
 };
 use base64::Engine;
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
-use floe_catalog::governance::audit::AuditEvent;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
 use futures::{Stream, TryStreamExt};
@@ -191,11 +190,6 @@ impl FloeFlightSql {
         sql: &str,
         error: Option<&SqlError>,
     ) {
-        let (decision, status) = match error.map(|e| &e.kind) {
-            None => ("allow", 200),
-            Some(SqlErrorKind::PermissionDenied) => ("deny", 403),
-            Some(_) => ("allow", 400),
-        };
         let client = metadata
             .get("x-forwarded-for")
             .and_then(|v| v.to_str().ok())
@@ -203,17 +197,14 @@ impl FloeFlightSql {
             .to_string();
         self.state
             .audit
-            .send(AuditEvent {
-                at_ms: chrono::Utc::now().timestamp_millis(),
-                request_id: uuid::Uuid::now_v7().to_string(),
-                principal: caller.principal.name.clone(),
-                action: "SQL (Flight SQL)".into(),
-                resource: "flightsql".into(),
-                decision: decision.into(),
-                status,
+            .send(crate::audit::statement_event(
+                &caller.principal.name,
+                "SQL (Flight SQL)",
+                "flightsql".into(),
                 client,
-                details: serde_json::json!({ "statement": sql }).to_string(),
-            })
+                sql,
+                error,
+            ))
             .await;
     }
 }

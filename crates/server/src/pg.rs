@@ -21,7 +21,6 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions as ArrowFormat};
 use floe_catalog::governance::Principal;
-use floe_catalog::governance::audit::AuditEvent;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
 use futures::{Sink, StreamExt, stream};
@@ -267,27 +266,17 @@ impl Queries {
     }
 
     async fn audit(&self, session: &Session, sql: &str, error: Option<&SqlError>) {
-        let (decision, status) = match error.map(|e| &e.kind) {
-            None => ("allow", 200),
-            Some(SqlErrorKind::PermissionDenied) => ("deny", 403),
-            Some(_) => ("allow", 400),
-        };
+        let warehouse = session.options.warehouse.as_deref().unwrap_or("default");
         self.state
             .audit
-            .send(AuditEvent {
-                at_ms: chrono::Utc::now().timestamp_millis(),
-                request_id: uuid::Uuid::now_v7().to_string(),
-                principal: session.caller.principal.name.clone(),
-                action: "SQL (PostgreSQL wire)".into(),
-                resource: format!(
-                    "pg://{}",
-                    session.options.warehouse.as_deref().unwrap_or("default")
-                ),
-                decision: decision.into(),
-                status,
-                client: session.client.clone(),
-                details: serde_json::json!({ "statement": sql }).to_string(),
-            })
+            .send(crate::audit::statement_event(
+                &session.caller.principal.name,
+                "SQL (PostgreSQL wire)",
+                format!("pg://{warehouse}"),
+                session.client.clone(),
+                sql,
+                error,
+            ))
             .await;
     }
 
