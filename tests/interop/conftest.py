@@ -106,30 +106,8 @@ class Floe:
         )
 
 
-def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", extra_args: tuple[str, ...] = ()) -> Floe:
-    if not FLOE_BIN:
-        pytest.fail("FLOE_BIN must name the floe binary (the test script sets it)")
-    if backend == "postgres" and not PG_URL:
-        if IN_CI:
-            pytest.fail("FLOE_TEST_POSTGRES_URL must be set in CI")
-        pytest.skip("no PostgreSQL server (FLOE_TEST_POSTGRES_URL)")
-    if storage == "s3" and not S3_ENDPOINT:
-        if IN_CI:
-            pytest.fail("FLOE_TEST_S3_ENDPOINT must be set in CI")
-        pytest.skip("no S3-compatible server (FLOE_TEST_S3_ENDPOINT)")
-    port = _free_port()
-    pg_port = _free_port()
-    flight_port = _free_port()
-    data_dir = tmp_path / "floe-data"
-    env = dict(
-        os.environ,
-        FLOE_LOG=os.environ.get("FLOE_LOG", "warn"),
-        FLOE_ROOT_CLIENT_ID=ROOT_ID,
-        FLOE_ROOT_CLIENT_SECRET=ROOT_SECRET,
-    )
-    env.pop("FLOE_CATALOG_DB", None)
-    if backend == "postgres":
-        env["FLOE_CATALOG_DB"] = _fresh_postgres_database()
+def _launch(tmp_path: Path, env, data_dir: Path, port: int, pg_port: int, flight_port: int, extra_args):
+    """Starts `floe serve` and waits for /health; returns (None, None) if the process exited."""
     log = open(tmp_path / "floe.log", "wb")
     process = subprocess.Popen(
         [FLOE_BIN, "serve", "--listen", f"127.0.0.1:{port}", "--pg-listen", f"127.0.0.1:{pg_port}",
@@ -143,13 +121,48 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", 
     while True:
         try:
             if requests.get(f"{base}/health", timeout=1).status_code == 200:
-                break
+                return process, base
         except requests.RequestException:
             pass
-        if process.poll() is not None or time.time() > deadline:
+        if process.poll() is not None:
+            return None, None
+        if time.time() > deadline:
             process.kill()
             raise RuntimeError(f"floe did not start: {(tmp_path / 'floe.log').read_text()}")
         time.sleep(0.05)
+
+
+def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", extra_args: tuple[str, ...] = ()) -> Floe:
+    if not FLOE_BIN:
+        pytest.fail("FLOE_BIN must name the floe binary (the test script sets it)")
+    if backend == "postgres" and not PG_URL:
+        if IN_CI:
+            pytest.fail("FLOE_TEST_POSTGRES_URL must be set in CI")
+        pytest.skip("no PostgreSQL server (FLOE_TEST_POSTGRES_URL)")
+    if storage == "s3" and not S3_ENDPOINT:
+        if IN_CI:
+            pytest.fail("FLOE_TEST_S3_ENDPOINT must be set in CI")
+        pytest.skip("no S3-compatible server (FLOE_TEST_S3_ENDPOINT)")
+    data_dir = tmp_path / "floe-data"
+    env = dict(
+        os.environ,
+        FLOE_LOG=os.environ.get("FLOE_LOG", "warn"),
+        FLOE_ROOT_CLIENT_ID=ROOT_ID,
+        FLOE_ROOT_CLIENT_SECRET=ROOT_SECRET,
+    )
+    env.pop("FLOE_CATALOG_DB", None)
+    if backend == "postgres":
+        env["FLOE_CATALOG_DB"] = _fresh_postgres_database()
+    # Free ports are picked here and bound by Floe a moment later; another process can take one
+    # in between. Floe then exits saying so, and the start is retried with fresh ports.
+    for attempt in range(5):
+        port, pg_port, flight_port = _free_port(), _free_port(), _free_port()
+        process, base = _launch(tmp_path, env, data_dir, port, pg_port, flight_port, extra_args)
+        if process is not None:
+            break
+        log_text = (tmp_path / "floe.log").read_text()
+        if "Address already in use" not in log_text or attempt == 4:
+            raise RuntimeError(f"floe did not start: {log_text}")
     floe = Floe(process, base, data_dir, "default", storage, backend, pg_port, flight_port)
     if storage == "s3":
         floe.warehouse = "s3wh"
