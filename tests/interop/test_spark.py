@@ -135,3 +135,43 @@ def test_spark_writes_merges_evolves_and_others_read_identically(spark_floe):
         assert answer.status_code == 200, answer.text
     spark_rows = rows_of(spark.sql("SELECT id, CAST(day AS STRING), label FROM floe.sp.floe_made"))
     assert spark_rows == [(1, "2026-02-01", "a"), (2, "2026-02-02", None), (3, "2026-02-01", "a"), (4, "2026-02-02", None)]
+
+
+def test_floe_reads_spark_deletes_v2_and_deletion_vectors_v3(spark_floe):
+    """Spark's merge-on-read position deletes (format v2) and deletion vectors (format v3),
+    checked by the sqllogictest file tests/slt/engines/spark_deletes.slt over Floe's SQL."""
+    from pathlib import Path
+
+    from slt import run_file
+
+    spark, floe = spark_floe
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS floe.eng")
+    firsts = {}
+    for version in (2, 3):
+        table = f"floe.eng.deletes_v{version}"
+        spark.sql(
+            f"""CREATE TABLE {table} (id BIGINT, part STRING, amount DOUBLE)
+                USING iceberg PARTITIONED BY (part)
+                TBLPROPERTIES ('format-version'='{version}', 'write.delete.mode'='merge-on-read',
+                               'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read',
+                               'write.parquet.row-group-size-bytes'='4096')"""
+        )
+        spark.sql(
+            f"""INSERT INTO {table}
+                SELECT id, CASE WHEN id % 2 = 0 THEN 'even' ELSE 'odd' END, id * 1.5
+                FROM range(0, 2000)"""
+        )
+        spark.sql(f"DELETE FROM {table} WHERE id % 10 = 3")
+        first_delete = spark.sql(
+            f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        ).collect()[0][0]
+        # A second delete on the same files: v2 adds position delete files, v3 replaces each
+        # file's deletion vector with the union.
+        spark.sql(f"DELETE FROM {table} WHERE id < 100 OR id BETWEEN 1000 AND 1100")
+        spark.sql(f"UPDATE {table} SET amount = -1 WHERE id = 1500")
+        formats = {r[0] for r in spark.sql(f"SELECT file_format FROM {table}.delete_files").collect()}
+        assert formats == ({"PUFFIN"} if version == 3 else {"PARQUET"}), formats
+        expected = spark.sql(f"SELECT count(*), sum(id), sum(amount) FROM {table}").collect()[0]
+        assert tuple(expected) == (1619, 1699360, 2546789.0), tuple(expected)
+        firsts[f"first_v{version}"] = first_delete
+    run_file(floe, Path(__file__).parent.parent / "slt" / "engines" / "spark_deletes.slt", firsts)

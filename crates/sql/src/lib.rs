@@ -4,6 +4,7 @@
 
 pub mod adapter;
 pub mod catalog;
+pub mod deletes;
 pub mod engine;
 pub mod metadata_tables;
 pub mod predicate;

@@ -5,17 +5,18 @@
 //! partition summaries and files by partition values and column metrics. The files left are
 //! handed to DataFusion's native Parquet scan, which splits them into byte ranges across
 //! partitions, prunes row groups and pages with the same filters, and reads columns by
-//! Iceberg field id ([`crate::adapter`]). Files with delete files attached are read by
-//! iceberg's reader, which applies position and equality deletes.
+//! Iceberg field id ([`crate::adapter`]). Position deletes and deletion vectors become row
+//! selections in that scan ([`crate::deletes`]); files with equality deletes are read by
+//! iceberg's reader, which applies them.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::Session;
 use datafusion::catalog::TableProvider;
 use datafusion::common::stats::Precision;
-use datafusion::common::{DataFusionError, Result, Statistics, project_schema};
+use datafusion::common::{DataFusionError, Result, ScalarValue, Statistics, project_schema};
 use datafusion::datasource::TableType;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -39,10 +40,11 @@ use floe_catalog::service::{CatalogService, LoadedTable};
 use floe_storage::Location;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataContentType, Literal, PrimitiveLiteral, Transform};
 use iceberg::table::Table;
 
 use crate::adapter::FieldIdAdapterFactory;
-use crate::predicate;
+use crate::{deletes, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
 #[derive(Debug, Clone)]
@@ -149,7 +151,7 @@ pub fn iceberg_error(e: iceberg::Error) -> DataFusionError {
 }
 
 /// The object-store path of a data file's location.
-fn object_path(location: &str) -> Result<String> {
+pub(crate) fn object_path(location: &str) -> Result<String> {
     let parsed = Location::parse(location)
         .map_err(|e| DataFusionError::Execution(format!("data file {location}: {e}")))?;
     Ok(parsed.path().trim_start_matches('/').to_string())
@@ -213,11 +215,24 @@ impl TableProvider for IcebergTableProvider {
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let projected = project_schema(&self.schema, projection)?;
         let tasks = self.plan(filters).await?;
-        let (plain, with_deletes): (Vec<_>, Vec<_>) =
-            tasks.into_iter().partition(|t| t.deletes.is_empty());
+        // Position deletes and deletion vectors become row selections in the native scan;
+        // equality deletes need iceberg's reader.
+        let (native, with_deletes): (Vec<_>, Vec<_>) =
+            tasks.into_iter().partition(deletes::positional_only);
+        if let Some(task) = with_deletes.iter().find(|t| {
+            t.deletes
+                .iter()
+                .any(|d| d.file_type == DataContentType::PositionDeletes)
+        }) {
+            return Err(DataFusionError::NotImplemented(format!(
+                "data file {} has both equality deletes and position deletes; reading that \
+                 combination is not supported yet",
+                task.data_file_path
+            )));
+        }
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-        if !plain.is_empty() {
-            plans.push(self.parquet_scan(state, plain, projection, limit).await?);
+        if !native.is_empty() {
+            plans.push(self.parquet_scan(state, native, projection, limit).await?);
         }
         if !with_deletes.is_empty() {
             plans.push(Arc::new(DeletesApplyingExec::new(
@@ -242,6 +257,14 @@ impl IcebergTableProvider {
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let store = state.runtime_env().object_store(&self.access.store_url)?;
+        let with_deletes: Vec<FileScanTask> = tasks
+            .iter()
+            .filter(|t| !t.deletes.is_empty())
+            .cloned()
+            .collect();
+        let mut deletes =
+            deletes::plan_deletes(&self.table()?, self.snapshot_id, store, &with_deletes).await?;
         let target = state.config().target_partitions().max(1);
         let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); target.min(tasks.len())];
         let mut sizes = vec![0u64; groups.len()];
@@ -256,11 +279,17 @@ impl IcebergTableProvider {
             if task.start > 0 || task.length < task.file_size_in_bytes {
                 file = file.with_range(task.start as i64, (task.start + task.length) as i64);
             }
-            match task.record_count {
+            let mut count = task.record_count;
+            if let Some(found) = deletes.remove(&task.data_file_path) {
+                count = Some(found.live_rows);
+                file = file.with_extension(found.plan);
+            }
+            match count {
                 Some(count) => {
                     rows += count as usize;
                     let mut stats = Statistics::new_unknown(&self.schema);
                     stats.num_rows = Precision::Exact(count as usize);
+                    identity_constants(&self.schema, &task, &mut stats);
                     file = file.with_statistics(Arc::new(stats));
                 }
                 None => rows_known = false,
@@ -286,8 +315,64 @@ impl IcebergTableProvider {
     }
 }
 
-/// Reads data files that have delete files with iceberg's reader, which applies position
-/// deletes, equality deletes and deletion vectors.
+/// Tells the scan that an identity-partitioned column holds one value in the whole file, as the
+/// file's partition tuple says. DataFusion's Parquet scan then reads the column as that constant,
+/// which also covers files that do not store the column at all (added or migrated files).
+fn identity_constants(schema: &SchemaRef, task: &FileScanTask, stats: &mut Statistics) {
+    let (Some(partition), Some(spec)) = (&task.partition, &task.partition_spec) else {
+        return;
+    };
+    for (spec_field, value) in spec.fields().iter().zip(partition.iter()) {
+        if spec_field.transform != Transform::Identity {
+            continue;
+        }
+        let Some(Literal::Primitive(value)) = value else {
+            continue;
+        };
+        let Some(index) = schema
+            .fields()
+            .iter()
+            .position(|f| crate::adapter::field_id(f) == Some(spec_field.source_id))
+        else {
+            continue;
+        };
+        let Some(scalar) = scalar_of(value, schema.field(index).data_type()) else {
+            continue;
+        };
+        let column = &mut stats.column_statistics[index];
+        column.min_value = Precision::Exact(scalar.clone());
+        column.max_value = Precision::Exact(scalar);
+        column.null_count = Precision::Exact(0);
+    }
+}
+
+/// A partition value as a scalar of the column's Arrow type, for the types identity partitions
+/// commonly use.
+fn scalar_of(value: &PrimitiveLiteral, data_type: &DataType) -> Option<ScalarValue> {
+    use PrimitiveLiteral as L;
+    Some(match (value, data_type) {
+        (L::Boolean(v), DataType::Boolean) => ScalarValue::Boolean(Some(*v)),
+        (L::Int(v), DataType::Int32) => ScalarValue::Int32(Some(*v)),
+        (L::Int(v), DataType::Date32) => ScalarValue::Date32(Some(*v)),
+        (L::Long(v), DataType::Int64) => ScalarValue::Int64(Some(*v)),
+        (L::Long(v), DataType::Time64(TimeUnit::Microsecond)) => {
+            ScalarValue::Time64Microsecond(Some(*v))
+        }
+        (L::Long(v), DataType::Timestamp(TimeUnit::Microsecond, tz)) => {
+            ScalarValue::TimestampMicrosecond(Some(*v), tz.clone())
+        }
+        (L::Long(v), DataType::Timestamp(TimeUnit::Nanosecond, tz)) => {
+            ScalarValue::TimestampNanosecond(Some(*v), tz.clone())
+        }
+        (L::Float(v), DataType::Float32) => ScalarValue::Float32(Some(v.0)),
+        (L::Double(v), DataType::Float64) => ScalarValue::Float64(Some(v.0)),
+        (L::String(v), DataType::Utf8View) => ScalarValue::Utf8View(Some(v.clone())),
+        (L::Int128(v), DataType::Decimal128(p, s)) => ScalarValue::Decimal128(Some(*v), *p, *s),
+        _ => return None,
+    })
+}
+
+/// Reads data files that have equality delete files with iceberg's reader, which applies them.
 #[derive(Debug)]
 pub struct DeletesApplyingExec {
     file_io: iceberg::io::FileIO,
