@@ -82,22 +82,25 @@ def show(value) -> str:
 
 
 def run_file(floe, path: Path, variables: dict[str, object] | None = None) -> int:
-    """Runs every record of `path`; raises AssertionError naming the first that fails. Returns
-    how many records ran."""
+    """Runs every record of `path`; raises AssertionError naming every record that failed.
+    Returns how many records ran."""
     text = path.read_text()
     for name, value in (variables or {}).items():
         text = text.replace("${" + name + "}", str(value))
     if "${" in text:
         raise AssertionError(f"{path.name}: unreplaced variable in {re.findall(r'[$][{][^}]*[}]', text)}")
     records = parse(text)
+    failures: list[str] = []
     for record in records:
         answer = floe.api("POST", "/api/v1/sql", json={"sql": record.sql, "warehouse": floe.warehouse})
         where = f"{path.name}:{record.line}: {record.sql}"
         if record.error is not None:
-            assert answer.status_code >= 400, f"{where}\nexpected an error, got {answer.text[:500]}"
-            assert record.error in answer.text, f"{where}\nexpected error containing {record.error!r}, got {answer.text}"
+            if answer.status_code < 400 or record.error not in answer.text:
+                failures.append(f"{where}\nexpected an error containing {record.error!r}, got {answer.text[:500]}")
             continue
-        assert answer.status_code == 200, f"{where}\n{answer.status_code} {answer.text}"
+        if answer.status_code != 200:
+            failures.append(f"{where}\n{answer.status_code} {answer.text}")
+            continue
         if record.kind == "statement":
             continue
         body = answer.json()
@@ -105,7 +108,9 @@ def run_file(floe, path: Path, variables: dict[str, object] | None = None) -> in
         rows = [" ".join(show(row[c]) for c in columns) for row in body["rows"]]
         if record.sort:
             rows.sort()
-        assert rows == record.expected, (
-            f"{where}\nexpected:\n" + "\n".join(record.expected or []) + "\ngot:\n" + "\n".join(rows)
-        )
+        if rows != record.expected:
+            failures.append(
+                f"{where}\nexpected:\n" + "\n".join(record.expected or []) + "\ngot:\n" + "\n".join(rows)
+            )
+    assert not failures, f"{len(failures)} of {len(records)} records failed:\n\n" + "\n\n".join(failures)
     return len(records)

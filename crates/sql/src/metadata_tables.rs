@@ -5,7 +5,7 @@
 //!   `"orders@ref=<branch or tag>"` read the table as of that snapshot, with that snapshot's
 //!   schema;
 //! - `"orders$snapshots"`, `"orders$history"`, `"orders$refs"`, `"orders$manifests"` and
-//!   `"orders$files"` are its metadata tables.
+//!   `"orders$files"` and `"orders$partitions"` are its metadata tables.
 
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::datasource::MemTable;
 use futures::TryStreamExt;
-use iceberg::spec::{ManifestList, TableMetadata};
+use iceberg::spec::{Literal, ManifestList, PartitionField, Struct, TableMetadata, Transform};
 use iceberg::table::Table;
 
 use crate::provider::iceberg_error;
@@ -39,11 +39,11 @@ pub fn parse(name: &str) -> Result<(&str, Suffix)> {
         && !table.is_empty()
     {
         return match kind {
-            "snapshots" | "history" | "refs" | "manifests" | "files" => {
+            "snapshots" | "history" | "refs" | "manifests" | "files" | "partitions" => {
                 Ok((table, Suffix::Metadata(kind.to_string())))
             }
             other => plan_err!(
-                "unknown metadata table {other:?}; known: snapshots, history, refs, manifests, files"
+                "unknown metadata table {other:?}; known: snapshots, history, refs, manifests, files, partitions"
             ),
         };
     }
@@ -128,6 +128,7 @@ pub async fn metadata_table(table: &Table, kind: &str) -> Result<Arc<dyn TablePr
         "history" => history(table.metadata())?,
         "refs" => refs(table.metadata())?,
         "files" => files(table).await?,
+        "partitions" => partitions(table).await?,
         other => return plan_err!("unknown metadata table {other}"),
     };
     Ok(Arc::new(MemTable::try_new(
@@ -246,45 +247,106 @@ fn refs(metadata: &TableMetadata) -> Result<RecordBatch> {
 }
 
 /// Live data and delete files of the current snapshot.
-async fn files(table: &Table) -> Result<RecordBatch> {
+/// One live file of the current snapshot, as the manifests list it.
+struct LiveFile {
+    content: i32,
+    path: String,
+    format: String,
+    spec_id: i32,
+    partition: String,
+    records: i64,
+    size: i64,
+    /// The snapshot that added the file.
+    snapshot_id: Option<i64>,
+}
+
+async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
     let metadata = table.metadata();
-    let mut content = Vec::new();
-    let mut path = Vec::new();
-    let mut format = Vec::new();
-    let mut spec_id = Vec::new();
-    let mut partition = Vec::new();
-    let mut records = Vec::new();
-    let mut size = Vec::new();
-    if let Some(snapshot) = metadata.current_snapshot() {
-        let bytes = table
-            .file_io()
-            .new_input(snapshot.manifest_list())
-            .map_err(iceberg_error)?
-            .read()
+    let mut files = Vec::new();
+    let Some(snapshot) = metadata.current_snapshot() else {
+        return Ok(files);
+    };
+    let bytes = table
+        .file_io()
+        .new_input(snapshot.manifest_list())
+        .map_err(iceberg_error)?
+        .read()
+        .await
+        .map_err(iceberg_error)?;
+    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
+        .map_err(iceberg_error)?;
+    for manifest_file in list.entries() {
+        let manifest = manifest_file
+            .load_manifest(table.file_io())
             .await
             .map_err(iceberg_error)?;
-        let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-            .map_err(iceberg_error)?;
-        for manifest_file in list.entries() {
-            let manifest = manifest_file
-                .load_manifest(table.file_io())
-                .await
-                .map_err(iceberg_error)?;
-            for entry in manifest.entries() {
-                if !entry.is_alive() {
-                    continue;
-                }
-                let file = entry.data_file();
-                content.push(file.content_type() as i32);
-                path.push(file.file_path().to_string());
-                format.push(format!("{:?}", file.file_format()).to_ascii_uppercase());
-                spec_id.push(manifest_file.partition_spec_id);
-                partition.push(format!("{:?}", file.partition()));
-                records.push(file.record_count() as i64);
-                size.push(file.file_size_in_bytes() as i64);
+        let spec = metadata.partition_spec_by_id(manifest_file.partition_spec_id);
+        for entry in manifest.entries() {
+            if !entry.is_alive() {
+                continue;
             }
+            let file = entry.data_file();
+            files.push(LiveFile {
+                content: file.content_type() as i32,
+                path: file.file_path().to_string(),
+                format: format!("{:?}", file.file_format()).to_ascii_uppercase(),
+                spec_id: manifest_file.partition_spec_id,
+                partition: match spec {
+                    Some(spec) => partition_text(spec.fields(), file.partition()),
+                    None => format!("{:?}", file.partition()),
+                },
+                records: file.record_count() as i64,
+                size: file.file_size_in_bytes() as i64,
+                snapshot_id: entry.snapshot_id(),
+            });
         }
     }
+    Ok(files)
+}
+
+/// A partition tuple as people read it: `{day=2026-01-02, region=eu}`, with time transforms'
+/// values shown as dates and hours rather than counts since 1970.
+pub fn partition_text(fields: &[PartitionField], values: &Struct) -> String {
+    let shown: Vec<String> = fields
+        .iter()
+        .zip(values.iter())
+        .map(|(field, value)| format!("{}={}", field.name, partition_value(&field.transform, value)))
+        .collect();
+    format!("{{{}}}", shown.join(", "))
+}
+
+fn partition_value(transform: &Transform, value: Option<&Literal>) -> String {
+    use iceberg::spec::PrimitiveLiteral as L;
+    let Some(Literal::Primitive(value)) = value else {
+        return "null".into();
+    };
+    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).expect("valid date");
+    match (transform, value) {
+        (Transform::Year, L::Int(years)) => format!("{}", 1970 + years),
+        (Transform::Month, L::Int(months)) => {
+            let months = 1970 * 12 + *months;
+            format!("{:04}-{:02}", months.div_euclid(12), months.rem_euclid(12) + 1)
+        }
+        (Transform::Day, L::Int(days)) => (epoch + chrono::Duration::days(*days as i64))
+            .format("%Y-%m-%d")
+            .to_string(),
+        (Transform::Hour, L::Int(hours)) => (epoch.and_hms_opt(0, 0, 0).expect("midnight")
+            + chrono::Duration::hours(*hours as i64))
+        .format("%Y-%m-%d-%H")
+        .to_string(),
+        (_, L::Boolean(v)) => v.to_string(),
+        (_, L::Int(v)) => v.to_string(),
+        (_, L::Long(v)) => v.to_string(),
+        (_, L::Float(v)) => v.to_string(),
+        (_, L::Double(v)) => v.to_string(),
+        (_, L::String(v)) => v.clone(),
+        (_, L::Int128(v)) => v.to_string(),
+        (_, other) => format!("{other:?}"),
+    }
+}
+
+async fn files(table: &Table) -> Result<RecordBatch> {
+    let files = live_files(table).await?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("content", DataType::Int32, false),
         Field::new("file_path", DataType::Utf8, false),
@@ -295,13 +357,101 @@ async fn files(table: &Table) -> Result<RecordBatch> {
         Field::new("file_size_in_bytes", DataType::Int64, false),
     ]));
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from(content)),
-        Arc::new(StringArray::from(path)),
-        Arc::new(StringArray::from(format)),
-        Arc::new(Int32Array::from(spec_id)),
-        Arc::new(StringArray::from(partition)),
-        Arc::new(Int64Array::from(records)),
-        Arc::new(Int64Array::from(size)),
+        Arc::new(Int32Array::from_iter_values(files.iter().map(|f| f.content))),
+        Arc::new(StringArray::from_iter_values(files.iter().map(|f| &f.path))),
+        Arc::new(StringArray::from_iter_values(files.iter().map(|f| &f.format))),
+        Arc::new(Int32Array::from_iter_values(files.iter().map(|f| f.spec_id))),
+        Arc::new(StringArray::from_iter_values(files.iter().map(|f| &f.partition))),
+        Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.records))),
+        Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.size))),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// Per partition of the current snapshot: its data and delete files, rows, bytes and the last
+/// snapshot that added a file to it.
+async fn partitions(table: &Table) -> Result<RecordBatch> {
+    #[derive(Default)]
+    struct Totals {
+        records: i64,
+        files: i32,
+        bytes: i64,
+        position_delete_records: i64,
+        position_delete_files: i32,
+        equality_delete_records: i64,
+        equality_delete_files: i32,
+        last_snapshot: Option<i64>,
+        last_at: Option<i64>,
+    }
+    let metadata = table.metadata();
+    let mut by_partition: std::collections::BTreeMap<(String, i32), Totals> = Default::default();
+    for file in live_files(table).await? {
+        let totals = by_partition
+            .entry((file.partition.clone(), file.spec_id))
+            .or_default();
+        match file.content {
+            0 => {
+                totals.records += file.records;
+                totals.files += 1;
+                totals.bytes += file.size;
+            }
+            1 => {
+                totals.position_delete_records += file.records;
+                totals.position_delete_files += 1;
+            }
+            _ => {
+                totals.equality_delete_records += file.records;
+                totals.equality_delete_files += 1;
+            }
+        }
+        let at = file
+            .snapshot_id
+            .and_then(|id| metadata.snapshot_by_id(id))
+            .map(|s| s.timestamp_ms());
+        if at > totals.last_at {
+            totals.last_at = at;
+            totals.last_snapshot = file.snapshot_id;
+        }
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("partition", DataType::Utf8, false),
+        Field::new("spec_id", DataType::Int32, false),
+        Field::new("record_count", DataType::Int64, false),
+        Field::new("file_count", DataType::Int32, false),
+        Field::new("total_data_file_size_in_bytes", DataType::Int64, false),
+        Field::new("position_delete_record_count", DataType::Int64, false),
+        Field::new("position_delete_file_count", DataType::Int32, false),
+        Field::new("equality_delete_record_count", DataType::Int64, false),
+        Field::new("equality_delete_file_count", DataType::Int32, false),
+        Field::new("last_updated_at", utc_ms(), true),
+        Field::new("last_updated_snapshot_id", DataType::Int64, true),
+    ]));
+    let rows: Vec<(&(String, i32), &Totals)> = by_partition.iter().collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| &k.0))),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|(k, _)| k.1))),
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, t)| t.records))),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|(_, t)| t.files))),
+        Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, t)| t.bytes))),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.position_delete_records),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.position_delete_files),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.equality_delete_records),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.equality_delete_files),
+        )),
+        Arc::new(
+            TimestampMillisecondArray::from(rows.iter().map(|(_, t)| t.last_at).collect::<Vec<_>>())
+                .with_timezone("UTC"),
+        ),
+        Arc::new(Int64Array::from(
+            rows.iter().map(|(_, t)| t.last_snapshot).collect::<Vec<_>>(),
+        )),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
