@@ -574,6 +574,41 @@ def test_slt_over_tables_pyiceberg_wrote(floe_sql):
     # A copy-on-write delete, the kind PyIceberg writes.
     evolve.delete("id = 2")
 
+    # A data file that does not store its identity-partition column (as files added from
+    # elsewhere or migrated from Hive often don't): the value comes from the manifest.
+    import io
+
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    added = catalog.create_table(
+        "eng.added",
+        Schema(NestedField(1, "id", LongType()), NestedField(2, "region", StringType())),
+        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region")),
+    )
+    buffer = io.BytesIO()
+    ids = pa.table({"id": pa.array([10, 11, 12], pa.int64())})
+    ids = ids.cast(pa.schema([pa.field("id", pa.int64(), metadata={"PARQUET:field_id": "1"})]))
+    pq.write_table(ids, buffer)
+    path = f"{added.location()}/data/region=apac/external.parquet"
+    with added.io.new_output(path).create() as out:
+        out.write(buffer.getvalue())
+    with added.transaction() as tx:
+        with tx.update_snapshot().fast_append() as append:
+            append.append_data_file(
+                DataFile.from_args(
+                    content=DataFileContent.DATA,
+                    file_path=path,
+                    file_format=FileFormat.PARQUET,
+                    partition=Record("apac"),
+                    record_count=3,
+                    file_size_in_bytes=len(buffer.getvalue()),
+                    _table_format_version=2,
+                )
+            )
+    added.append(pa.Table.from_pylist([{"id": 1, "region": "eu"}], schema=added.schema().as_arrow()))
+
     ran = run_file(
         floe_sql,
         Path(__file__).parent.parent / "slt" / "engines" / "pyiceberg.slt",

@@ -17,29 +17,21 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataContentType, DataFileFormat, ManifestContentType, ManifestList};
-use iceberg::table::Table;
+use iceberg::spec::DataContentType;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
 use roaring::RoaringTreemap;
 
-use crate::provider::{iceberg_error, object_path};
+use crate::manifests::{ManifestIndex, VectorBlob};
+use crate::provider::object_path;
 
 /// How many delete files or data file footers are read at once while planning.
 const CONCURRENCY: usize = 16;
 
 /// The magic bytes that open a deletion vector blob (`deletion-vector-v1`).
 const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
-
-/// Where one deletion vector lives inside a Puffin file.
-#[derive(Debug, Clone)]
-struct VectorBlob {
-    data_file: String,
-    offset: u64,
-    length: u64,
-}
 
 /// A data file's deletes in the form the Parquet scan takes.
 #[derive(Debug)]
@@ -59,8 +51,7 @@ pub fn positional_only(task: &FileScanTask) -> bool {
 
 /// Works out the access plan of every task's data file from its position deletes.
 pub async fn plan_deletes(
-    table: &Table,
-    snapshot_id: Option<i64>,
+    index: &ManifestIndex,
     store: Arc<dyn ObjectStore>,
     tasks: &[FileScanTask],
 ) -> Result<HashMap<String, FileDeletes>> {
@@ -74,17 +65,12 @@ pub async fn plan_deletes(
         .flat_map(|t| t.deletes.iter())
         .map(|d| (d.file_path.clone(), d.file_size_in_bytes))
         .collect();
-    let vectors = if table.metadata().format_version() >= iceberg::spec::FormatVersion::V3 {
-        deletion_vectors(table, snapshot_id, &delete_files).await?
-    } else {
-        HashMap::new()
-    };
 
     // Every delete file once, whatever number of data files it covers.
     let loads = delete_files.into_iter().map(|(path, size)| {
         let store = store.clone();
         let wanted = wanted.clone();
-        let blobs = vectors.get(&path).cloned();
+        let blobs = index.vectors.get(&path).cloned();
         async move {
             match blobs {
                 Some(blobs) => read_vectors(store, &path, &blobs).await,
@@ -116,70 +102,6 @@ pub async fn plan_deletes(
         .buffer_unordered(CONCURRENCY)
         .try_collect()
         .await
-}
-
-/// The deletion vectors among `delete_files`, read from the snapshot's delete manifests (the
-/// scan task does not carry a vector's offset inside its Puffin file).
-async fn deletion_vectors(
-    table: &Table,
-    snapshot_id: Option<i64>,
-    delete_files: &HashMap<String, u64>,
-) -> Result<HashMap<String, Vec<VectorBlob>>> {
-    let metadata = table.metadata();
-    let snapshot = match snapshot_id {
-        Some(id) => metadata.snapshot_by_id(id),
-        None => metadata.current_snapshot(),
-    };
-    let Some(snapshot) = snapshot else {
-        return Ok(HashMap::new());
-    };
-    let bytes = table
-        .file_io()
-        .new_input(snapshot.manifest_list())
-        .map_err(iceberg_error)?
-        .read()
-        .await
-        .map_err(iceberg_error)?;
-    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-        .map_err(iceberg_error)?;
-    let mut vectors: HashMap<String, Vec<VectorBlob>> = HashMap::new();
-    for manifest_file in list.entries() {
-        if manifest_file.content != ManifestContentType::Deletes {
-            continue;
-        }
-        let manifest = manifest_file
-            .load_manifest(table.file_io())
-            .await
-            .map_err(iceberg_error)?;
-        for entry in manifest.entries() {
-            let file = entry.data_file();
-            if !entry.is_alive()
-                || file.file_format() != DataFileFormat::Puffin
-                || !delete_files.contains_key(file.file_path())
-            {
-                continue;
-            }
-            let (Some(data_file), Some(offset), Some(length)) = (
-                file.referenced_data_file(),
-                file.content_offset(),
-                file.content_size_in_bytes(),
-            ) else {
-                return Err(DataFusionError::Execution(format!(
-                    "deletion vector in {} lacks its referenced data file, offset or size",
-                    file.file_path()
-                )));
-            };
-            vectors
-                .entry(file.file_path().to_string())
-                .or_default()
-                .push(VectorBlob {
-                    data_file,
-                    offset: offset as u64,
-                    length: length as u64,
-                });
-        }
-    }
-    Ok(vectors)
 }
 
 /// Reads deletion vectors: a 4-byte big-endian length, the magic bytes, a portable 64-bit

@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod catalog;
 pub mod deletes;
 pub mod engine;
+pub mod manifests;
 pub mod metadata_tables;
 pub mod predicate;
 pub mod provider;

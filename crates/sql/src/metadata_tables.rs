@@ -310,7 +310,13 @@ pub fn partition_text(fields: &[PartitionField], values: &Struct) -> String {
     let shown: Vec<String> = fields
         .iter()
         .zip(values.iter())
-        .map(|(field, value)| format!("{}={}", field.name, partition_value(&field.transform, value)))
+        .map(|(field, value)| {
+            format!(
+                "{}={}",
+                field.name,
+                partition_value(&field.transform, value)
+            )
+        })
         .collect();
     format!("{{{}}}", shown.join(", "))
 }
@@ -325,7 +331,11 @@ fn partition_value(transform: &Transform, value: Option<&Literal>) -> String {
         (Transform::Year, L::Int(years)) => format!("{}", 1970 + years),
         (Transform::Month, L::Int(months)) => {
             let months = 1970 * 12 + *months;
-            format!("{:04}-{:02}", months.div_euclid(12), months.rem_euclid(12) + 1)
+            format!(
+                "{:04}-{:02}",
+                months.div_euclid(12),
+                months.rem_euclid(12) + 1
+            )
         }
         (Transform::Day, L::Int(days)) => (epoch + chrono::Duration::days(*days as i64))
             .format("%Y-%m-%d")
@@ -357,12 +367,22 @@ async fn files(table: &Table) -> Result<RecordBatch> {
         Field::new("file_size_in_bytes", DataType::Int64, false),
     ]));
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(Int32Array::from_iter_values(files.iter().map(|f| f.content))),
+        Arc::new(Int32Array::from_iter_values(
+            files.iter().map(|f| f.content),
+        )),
         Arc::new(StringArray::from_iter_values(files.iter().map(|f| &f.path))),
-        Arc::new(StringArray::from_iter_values(files.iter().map(|f| &f.format))),
-        Arc::new(Int32Array::from_iter_values(files.iter().map(|f| f.spec_id))),
-        Arc::new(StringArray::from_iter_values(files.iter().map(|f| &f.partition))),
-        Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.records))),
+        Arc::new(StringArray::from_iter_values(
+            files.iter().map(|f| &f.format),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            files.iter().map(|f| f.spec_id),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            files.iter().map(|f| &f.partition),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            files.iter().map(|f| f.records),
+        )),
         Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.size))),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
@@ -428,11 +448,19 @@ async fn partitions(table: &Table) -> Result<RecordBatch> {
     ]));
     let rows: Vec<(&(String, i32), &Totals)> = by_partition.iter().collect();
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|(k, _)| &k.0))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|(k, _)| &k.0),
+        )),
         Arc::new(Int32Array::from_iter_values(rows.iter().map(|(k, _)| k.1))),
-        Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, t)| t.records))),
-        Arc::new(Int32Array::from_iter_values(rows.iter().map(|(_, t)| t.files))),
-        Arc::new(Int64Array::from_iter_values(rows.iter().map(|(_, t)| t.bytes))),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.records),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.files),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            rows.iter().map(|(_, t)| t.bytes),
+        )),
         Arc::new(Int64Array::from_iter_values(
             rows.iter().map(|(_, t)| t.position_delete_records),
         )),
@@ -446,11 +474,15 @@ async fn partitions(table: &Table) -> Result<RecordBatch> {
             rows.iter().map(|(_, t)| t.equality_delete_files),
         )),
         Arc::new(
-            TimestampMillisecondArray::from(rows.iter().map(|(_, t)| t.last_at).collect::<Vec<_>>())
-                .with_timezone("UTC"),
+            TimestampMillisecondArray::from(
+                rows.iter().map(|(_, t)| t.last_at).collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
         ),
         Arc::new(Int64Array::from(
-            rows.iter().map(|(_, t)| t.last_snapshot).collect::<Vec<_>>(),
+            rows.iter()
+                .map(|(_, t)| t.last_snapshot)
+                .collect::<Vec<_>>(),
         )),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)

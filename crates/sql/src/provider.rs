@@ -40,11 +40,11 @@ use floe_catalog::service::{CatalogService, LoadedTable};
 use floe_storage::Location;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataContentType, Literal, PrimitiveLiteral, Transform};
+use iceberg::spec::{DataContentType, Literal, PartitionSpec, PrimitiveLiteral, Struct, Transform};
 use iceberg::table::Table;
 
 use crate::adapter::FieldIdAdapterFactory;
-use crate::{deletes, predicate};
+use crate::{deletes, manifests, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
 #[derive(Debug, Clone)]
@@ -263,8 +263,9 @@ impl IcebergTableProvider {
             .filter(|t| !t.deletes.is_empty())
             .cloned()
             .collect();
-        let mut deletes =
-            deletes::plan_deletes(&self.table()?, self.snapshot_id, store, &with_deletes).await?;
+        let index = manifests::index(&self.table()?, self.snapshot_id).await?;
+        let mut deletes = deletes::plan_deletes(&index, store, &with_deletes).await?;
+        let mut file_stats: Vec<Arc<Statistics>> = Vec::with_capacity(tasks.len());
         let target = state.config().target_partitions().max(1);
         let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); target.min(tasks.len())];
         let mut sizes = vec![0u64; groups.len()];
@@ -284,24 +285,39 @@ impl IcebergTableProvider {
                 count = Some(found.live_rows);
                 file = file.with_extension(found.plan);
             }
+            let mut stats = Statistics::new_unknown(&self.schema);
             match count {
                 Some(count) => {
                     rows += count as usize;
-                    let mut stats = Statistics::new_unknown(&self.schema);
                     stats.num_rows = Precision::Exact(count as usize);
-                    identity_constants(&self.schema, &task, &mut stats);
-                    file = file.with_statistics(Arc::new(stats));
                 }
                 None => rows_known = false,
             }
+            if let Some(entry) = index.data.get(&task.data_file_path) {
+                column_bounds(&self.schema, entry, !task.deletes.is_empty(), &mut stats);
+                if count.is_some()
+                    && let Some(spec) = self.metadata().partition_spec_by_id(entry.spec_id)
+                {
+                    identity_constants(&self.schema, spec, entry.file.partition(), &mut stats);
+                }
+            }
+            let stats = Arc::new(stats);
+            file_stats.push(stats.clone());
+            file = file.with_statistics(stats);
             let lightest = (0..sizes.len()).min_by_key(|&i| sizes[i]).unwrap_or(0);
             sizes[lightest] += task.length;
             groups[lightest].push(file);
         }
-        let mut statistics = Statistics::new_unknown(&self.schema);
-        if rows_known {
-            statistics.num_rows = Precision::Exact(rows);
-        }
+        // The table's statistics: the files' merged (bounds of bounds, summed null counts).
+        let mut statistics =
+            Statistics::try_merge_iter(file_stats.iter().map(|s| s.as_ref()), &self.schema)
+                .unwrap_or_else(|_| Statistics::new_unknown(&self.schema));
+        statistics.num_rows = if rows_known {
+            Precision::Exact(rows)
+        } else {
+            Precision::Absent
+        };
+        statistics.total_byte_size = Precision::Absent;
         let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
         let source = format.file_source(self.schema.clone().into());
         let config = FileScanConfigBuilder::new(self.access.store_url.clone(), source)
@@ -318,10 +334,12 @@ impl IcebergTableProvider {
 /// Tells the scan that an identity-partitioned column holds one value in the whole file, as the
 /// file's partition tuple says. DataFusion's Parquet scan then reads the column as that constant,
 /// which also covers files that do not store the column at all (added or migrated files).
-fn identity_constants(schema: &SchemaRef, task: &FileScanTask, stats: &mut Statistics) {
-    let (Some(partition), Some(spec)) = (&task.partition, &task.partition_spec) else {
-        return;
-    };
+fn identity_constants(
+    schema: &SchemaRef,
+    spec: &PartitionSpec,
+    partition: &Struct,
+    stats: &mut Statistics,
+) {
     for (spec_field, value) in spec.fields().iter().zip(partition.iter()) {
         if spec_field.transform != Transform::Identity {
             continue;
@@ -343,6 +361,52 @@ fn identity_constants(schema: &SchemaRef, task: &FileScanTask, stats: &mut Stati
         column.min_value = Precision::Exact(scalar.clone());
         column.max_value = Precision::Exact(scalar);
         column.null_count = Precision::Exact(0);
+    }
+}
+
+/// A data file's column bounds and null counts from its manifest entry, for the columns whose
+/// types have plain scalars. Bounds are inexact (Iceberg may truncate them, and deletes leave
+/// them loose); null counts are exact unless the file has deletes.
+fn column_bounds(
+    schema: &SchemaRef,
+    entry: &manifests::DataFileEntry,
+    has_deletes: bool,
+    stats: &mut Statistics,
+) {
+    let file = &entry.file;
+    for (index, field) in schema.fields().iter().enumerate() {
+        let Some(id) = crate::adapter::field_id(field) else {
+            continue;
+        };
+        let column = &mut stats.column_statistics[index];
+        // Iceberg leaves NaN out of float bounds, while DataFusion orders NaN above every
+        // number: bounds of a float column that may hold NaN would prune wrongly.
+        let floating = matches!(field.data_type(), DataType::Float32 | DataType::Float64);
+        let bounds_usable = !floating || file.nan_value_counts().get(&id) == Some(&0);
+        if !bounds_usable {
+            continue;
+        }
+        if let Some(lower) = file
+            .lower_bounds()
+            .get(&id)
+            .and_then(|d| scalar_of(d.literal(), field.data_type()))
+        {
+            column.min_value = Precision::Inexact(lower);
+        }
+        if let Some(upper) = file
+            .upper_bounds()
+            .get(&id)
+            .and_then(|d| scalar_of(d.literal(), field.data_type()))
+        {
+            column.max_value = Precision::Inexact(upper);
+        }
+        if let Some(&nulls) = file.null_value_counts().get(&id) {
+            column.null_count = if has_deletes {
+                Precision::Inexact(nulls as usize)
+            } else {
+                Precision::Exact(nulls as usize)
+            };
+        }
     }
 }
 
