@@ -84,3 +84,32 @@ def test_adbc_writes_run_once(flight_floe):
         cursor.execute("SELECT count(*) FROM fs.made")
         assert cursor.fetchone() == (2,)
     assert len(flight_floe.pyiceberg().load_table("fs.made").snapshots()) == 1
+
+
+def test_adbc_lists_catalogs_schemas_and_tables(flight_floe):
+    """ADBC's get_objects, get_table_schema and get_table_types use Flight SQL's GetCatalogs,
+    GetDbSchemas, GetTables and GetTableTypes; listings show only what the caller may see."""
+    wh = flight_floe.warehouse
+    with connect(flight_floe) as conn:
+        objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+        by_catalog = {o["catalog_name"]: o for o in objects}
+        assert wh in by_catalog
+        schemas = {s["db_schema_name"]: s for s in by_catalog[wh]["catalog_db_schemas"]}
+        assert "fs" in schemas
+        assert [t["table_name"] for t in schemas["fs"]["db_schema_tables"]] == ["scores"]
+        assert schemas["fs"]["db_schema_tables"][0]["table_type"] == "BASE TABLE"
+        schema = conn.adbc_get_table_schema("scores", catalog_filter=wh, db_schema_filter="fs")
+        assert schema.names == ["id", "name", "score"]
+        assert schema.field("id").type == pa.int64()
+        assert schema.field("score").type == pa.float64()
+        assert "BASE TABLE" in conn.adbc_get_table_types()
+        filtered = conn.adbc_get_objects(depth="tables", table_name_filter="sco%").read_all().to_pylist()
+        names = [t["table_name"] for o in filtered for s in o["catalog_db_schemas"] or [] for t in s["db_schema_tables"] or []]
+        assert names == ["scores"]
+
+    # A principal granted nothing sees no tables at all.
+    nobody = make_principal(flight_floe, "flight-nobody", [])
+    with connect(flight_floe, *nobody) as conn:
+        objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+        tables = [t for o in objects for s in o["catalog_db_schemas"] or [] for t in s["db_schema_tables"] or []]
+        assert tables == []

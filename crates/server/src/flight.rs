@@ -7,6 +7,8 @@
 //! unqualified names come from the optional `x-floe-warehouse` and `x-floe-namespace` call
 //! headers. Statements (direct or prepared, without parameters) run through the same engine,
 //! authorization and audit as `POST /api/v1/sql`; results stream as Arrow record batches.
+//! Catalog listings (catalogs = warehouses, schemas = namespaces, tables, table types) come
+//! from `information_schema` queried as the caller, so they show what the caller may see.
 
 use std::pin::Pin;
 
@@ -17,7 +19,8 @@ use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionCreatePreparedStatementResult, Any, CommandGetSqlInfo, CommandPreparedStatementQuery,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
     CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
@@ -183,6 +186,60 @@ impl FloeFlightSql {
         Ok(Response::new(info))
     }
 
+    /// Runs a listing over `information_schema` as the caller (so it shows exactly what the
+    /// caller may see) and returns its rows as strings. Audited like any statement.
+    async fn listing(
+        &self,
+        caller: &Caller,
+        metadata: &MetadataMap,
+        sql: &str,
+    ) -> Result<Vec<Vec<String>>, Status> {
+        let outcome = self
+            .state
+            .sql
+            .query(caller, sql, &QueryOptions::default())
+            .await;
+        let result = match outcome {
+            Ok(result) => result,
+            Err(e) => {
+                self.audit(caller, metadata, sql, Some(&e)).await;
+                return Err(status(e));
+            }
+        };
+        let batches: Vec<datafusion::arrow::array::RecordBatch> = result
+            .stream
+            .try_collect()
+            .await
+            .map_err(|e| status(SqlError::from(e)))?;
+        self.audit(caller, metadata, sql, None).await;
+        let mut rows = Vec::new();
+        for batch in batches {
+            let columns: Vec<_> = batch
+                .columns()
+                .iter()
+                .map(|c| {
+                    datafusion::arrow::compute::cast(
+                        c,
+                        &datafusion::arrow::datatypes::DataType::Utf8,
+                    )
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| Status::internal(e.to_string()))?;
+            for row in 0..batch.num_rows() {
+                rows.push(
+                    columns
+                        .iter()
+                        .map(|c| {
+                            use datafusion::arrow::array::AsArray;
+                            c.as_string::<i32>().value(row).to_string()
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Ok(rows)
+    }
+
     async fn audit(
         &self,
         caller: &Caller,
@@ -207,6 +264,32 @@ impl FloeFlightSql {
             ))
             .await;
     }
+}
+
+/// One endpoint whose ticket is the listing command itself.
+fn listing_info(
+    command: Any,
+    schema: &datafusion::arrow::datatypes::Schema,
+    descriptor: FlightDescriptor,
+) -> Result<Response<FlightInfo>, Status> {
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(command.encode_to_vec()));
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(e.to_string()))?
+        .with_endpoint(endpoint)
+        .with_descriptor(descriptor);
+    Ok(Response::new(info))
+}
+
+fn one_batch<E: std::fmt::Display>(
+    batch: Result<datafusion::arrow::array::RecordBatch, E>,
+) -> Result<Response<DoGetStream>, Status> {
+    let batch = batch.map_err(|e| Status::internal(e.to_string()))?;
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(batch.schema())
+        .build(futures::stream::iter([Ok(batch)]))
+        .map_err(|e| Status::internal(e.to_string()));
+    Ok(Response::new(Box::pin(data)))
 }
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
@@ -389,6 +472,141 @@ impl FlightSqlService for FloeFlightSql {
             .build(futures::stream::iter([Ok(batch)]))
             .map_err(|e| Status::internal(e.to_string()));
         Ok(Response::new(Box::pin(data)))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(request.metadata()).await?;
+        let schema = query.clone().into_builder().schema();
+        listing_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let rows = self
+            .listing(
+                &caller,
+                request.metadata(),
+                "SELECT DISTINCT catalog_name FROM information_schema.schemata ORDER BY 1",
+            )
+            .await?;
+        let mut builder = query.into_builder();
+        for row in rows {
+            builder.append(&row[0]);
+        }
+        one_batch(builder.build())
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(request.metadata()).await?;
+        let schema = query.clone().into_builder().schema();
+        listing_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let rows = self
+            .listing(
+                &caller,
+                request.metadata(),
+                "SELECT catalog_name, schema_name FROM information_schema.schemata ORDER BY 1, 2",
+            )
+            .await?;
+        let mut builder = query.into_builder();
+        for row in rows {
+            builder.append(&row[0], &row[1]);
+        }
+        one_batch(builder.build())
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(request.metadata()).await?;
+        let schema = query.clone().into_builder().schema();
+        listing_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let rows = self
+            .listing(
+                &caller,
+                request.metadata(),
+                "SELECT table_catalog, table_schema, table_name, table_type \
+                 FROM information_schema.tables ORDER BY 1, 2, 3",
+            )
+            .await?;
+        let include_schema = query.include_schema;
+        let mut builder = query.into_builder();
+        let empty = datafusion::arrow::datatypes::Schema::empty();
+        for row in rows {
+            let schema = if include_schema {
+                let quoted = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+                let sql = format!(
+                    "SELECT * FROM {}.{}.{}",
+                    quoted(&row[0]),
+                    quoted(&row[1]),
+                    quoted(&row[2])
+                );
+                let options = QueryOptions::default();
+                match self.state.sql.describe(&caller, &sql, &options).await {
+                    Ok(schema) => schema.as_ref().clone(),
+                    // Listed but unreadable (a view Floe's SQL cannot expand, say).
+                    Err(_) => empty.clone(),
+                }
+            } else {
+                empty.clone()
+            };
+            builder
+                .append(&row[0], &row[1], &row[2], &row[3], &schema)
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        one_batch(builder.build())
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(request.metadata()).await?;
+        let schema = query.clone().into_builder().schema();
+        listing_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.caller(request.metadata()).await?;
+        let mut builder = query.into_builder();
+        for kind in ["BASE TABLE", "VIEW"] {
+            builder.append(kind);
+        }
+        one_batch(builder.build())
     }
 
     async fn do_get_fallback(
