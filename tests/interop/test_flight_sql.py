@@ -113,3 +113,17 @@ def test_adbc_lists_catalogs_schemas_and_tables(flight_floe):
         objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
         tables = [t for o in objects for s in o["catalog_db_schemas"] or [] for t in s["db_schema_tables"] or []]
         assert tables == []
+
+
+def test_adbc_binds_parameters(flight_floe):
+    """Prepared statements with $1, $2 placeholders: ADBC binds the values through DoPut; a
+    value that cannot be the placeholder's type is refused naming the parameter."""
+    with connect(flight_floe) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT id, name FROM fs.scores WHERE id BETWEEN $1 AND $2 AND name <> $3 ORDER BY id", parameters=(10, 15, "n3"))
+        assert cursor.fetchall() == [(11, "n4"), (12, "n5"), (13, "n6"), (14, "n0"), (15, "n1")]
+        # The same statement again with other values.
+        cursor.execute("SELECT count(*) FROM fs.scores WHERE score > $1", parameters=(499.0,))
+        assert cursor.fetchone() == (1,)
+        with pytest.raises(adbc_driver_manager.Error, match=r"\$1"):
+            cursor.execute("SELECT count(*) FROM fs.scores WHERE id = $1", parameters=("eleven",))
+            cursor.fetchall()

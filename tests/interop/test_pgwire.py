@@ -124,3 +124,30 @@ def test_writes_over_the_extended_protocol_run_once(pg_floe):
         conn.execute("INSERT INTO shop.made VALUES (1), (2)")
         assert conn.execute("SELECT count(*) FROM shop.made").fetchone() == (2,)
     assert len(pg_floe.pyiceberg().load_table("shop.made").snapshots()) == 1
+
+
+def test_statement_parameters(pg_floe):
+    """psycopg binds values server-side ($1, $2 in the extended protocol), in text and in
+    binary format; a value that does not fit its use is refused with SQLSTATE 22P02."""
+    with connect(pg_floe) as conn:
+        rows = conn.execute(
+            "SELECT id, name FROM shop.items WHERE id >= %s AND name <> %s ORDER BY id", (1, "cy")
+        ).fetchall()
+        assert rows == [(1, "ann")]
+        assert conn.execute("SELECT count(*) FROM shop.items WHERE day = %s", (datetime.date(2026, 1, 2),)).fetchone() == (1,)
+        assert conn.execute(
+            "SELECT id FROM shop.items WHERE at > %s ORDER BY id", (datetime.datetime(2026, 1, 2),)
+        ).fetchall() == [(3,)]
+        assert conn.execute("SELECT id FROM shop.items WHERE price = %s", (decimal.Decimal("20.00"),)).fetchall() == [(2,)]
+        assert conn.execute("SELECT id FROM shop.items WHERE score > %s ORDER BY id", (2.0,)).fetchall() == [(2,)]
+        assert conn.execute("SELECT count(*) FROM shop.items WHERE name = %s", (None,)).fetchone() == (0,)
+        # Binary parameters.
+        cursor = conn.cursor(binary=True)
+        assert cursor.execute("SELECT name FROM shop.items WHERE id = %b", (3,)).fetchall() == [("cy",)]
+        # Writes take parameters too.
+        conn.execute("CREATE TABLE shop.notes (id BIGINT, body VARCHAR)")
+        conn.execute("INSERT INTO shop.notes VALUES (%s, %s), (%s, %s)", (1, "one", 2, "it's two"))
+        assert conn.execute("SELECT body FROM shop.notes ORDER BY id").fetchall() == [("one",), ("it's two",)]
+    with connect(pg_floe) as conn:
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation, match=r"parameter \$1"):
+            conn.execute("SELECT count(*) FROM shop.items WHERE id = %s", ("not a number",))

@@ -76,6 +76,7 @@ pub async fn run(args: SqlArgs) -> anyhow::Result<()> {
     let options = QueryOptions {
         warehouse: Some(args.warehouse.clone()),
         namespace: Some(args.namespace.clone()),
+        ..Default::default()
     };
     if let Some(statement) = &args.execute {
         return run_one(&target, statement, &options, args.format).await;

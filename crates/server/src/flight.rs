@@ -5,13 +5,15 @@
 //! secret), answered with a bearer token they send on every later call; a Floe access token
 //! may also be sent directly as `authorization: Bearer …`. The warehouse and namespace of
 //! unqualified names come from the optional `x-floe-warehouse` and `x-floe-namespace` call
-//! headers. Statements (direct or prepared, without parameters) run through the same engine,
+//! headers. Statements (direct, or prepared with `$1`, `$2`, … bound one row at a time through
+//! `DoPut`; the values travel in the returned handle) run through the same engine,
 //! authorization and audit as `POST /api/v1/sql`; results stream as Arrow record batches.
 //! Catalog listings (catalogs = warehouses, schemas = namespaces, tables, table types) come
 //! from `information_schema` queried as the caller, so they show what the caller may see.
 
 use std::pin::Pin;
 
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
@@ -28,7 +30,10 @@ use arrow_flight::{
     SchemaAsIpc, Ticket,
 };
 use base64::Engine;
-use datafusion::arrow::ipc::writer::IpcWriteOptions;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use datafusion::common::ScalarValue;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
 use futures::{Stream, TryStreamExt};
@@ -84,6 +89,9 @@ struct Handle {
     sql: String,
     warehouse: Option<String>,
     namespace: Option<String>,
+    /// Bound parameter values: one row as a base64 Arrow IPC stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    params: Option<String>,
 }
 
 impl Handle {
@@ -98,6 +106,7 @@ impl Handle {
             sql,
             warehouse: header("x-floe-warehouse"),
             namespace: header("x-floe-namespace"),
+            params: None,
         }
     }
 
@@ -110,12 +119,50 @@ impl Handle {
             .map_err(|_| Status::invalid_argument("not a statement handle issued by this server"))
     }
 
-    fn options(&self) -> QueryOptions {
-        QueryOptions {
+    fn options(&self) -> Result<QueryOptions, Status> {
+        Ok(QueryOptions {
             warehouse: self.warehouse.clone(),
             namespace: self.namespace.clone(),
+            params: match &self.params {
+                Some(encoded) => decode_params(encoded)?,
+                None => Vec::new(),
+            },
+        })
+    }
+
+    /// Binds one row of parameter values.
+    fn bind(&mut self, row: &RecordBatch) -> Result<(), Status> {
+        let mut bytes = Vec::new();
+        {
+            let mut writer = StreamWriter::try_new(&mut bytes, &row.schema())
+                .map_err(|e| Status::internal(e.to_string()))?;
+            writer
+                .write(row)
+                .and_then(|_| writer.finish())
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        self.params = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+        Ok(())
+    }
+}
+
+fn decode_params(encoded: &str) -> Result<Vec<ScalarValue>, Status> {
+    let invalid = || Status::invalid_argument("not a statement handle issued by this server");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| invalid())?;
+    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(|_| invalid())?;
+    let mut values = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|_| invalid())?;
+        for column in batch.columns() {
+            values.push(
+                ScalarValue::try_from_array(column, 0)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
+            );
         }
     }
+    Ok(values)
 }
 
 fn status(e: SqlError) -> Status {
@@ -170,7 +217,7 @@ impl FloeFlightSql {
         let schema = self
             .state
             .sql
-            .describe(caller, &handle.sql, &handle.options())
+            .describe(caller, &handle.sql, &handle.options()?)
             .await
             .map_err(status)?;
         let ticket = TicketStatementQuery {
@@ -377,7 +424,7 @@ impl FlightSqlService for FloeFlightSql {
         let outcome = self
             .state
             .sql
-            .query(&caller, &handle.sql, &handle.options())
+            .query(&caller, &handle.sql, &handle.options()?)
             .await;
         self.audit(
             &caller,
@@ -407,19 +454,49 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = self.caller(request.metadata()).await?;
         let handle = Handle::new(query.query, request.metadata());
+        let options = handle.options()?;
         let schema = self
             .state
             .sql
-            .describe(&caller, &handle.sql, &handle.options())
+            .describe(&caller, &handle.sql, &options)
             .await
             .map_err(status)?;
-        let IpcMessage(schema) = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
-            .try_into()
-            .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        let parameter_types = self
+            .state
+            .sql
+            .parameter_types(&caller, &handle.sql, &options)
+            .await
+            .map_err(status)?;
+        let parameters = datafusion::arrow::datatypes::Schema::new(
+            parameter_types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    datafusion::arrow::datatypes::Field::new(
+                        format!("${}", i + 1),
+                        t.clone()
+                            .unwrap_or(datafusion::arrow::datatypes::DataType::Null),
+                        true,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        let ipc = |schema: &datafusion::arrow::datatypes::Schema| {
+            let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+                .try_into()
+                .map_err(|e: datafusion::arrow::error::ArrowError| {
+                    Status::internal(e.to_string())
+                })?;
+            Ok::<_, Status>(bytes)
+        };
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.encode().into(),
-            dataset_schema: schema,
-            parameter_schema: Default::default(),
+            dataset_schema: ipc(&schema)?,
+            parameter_schema: if parameter_types.is_empty() {
+                Default::default()
+            } else {
+                ipc(&parameters)?
+            },
         })
     }
 
@@ -433,12 +510,37 @@ impl FlightSqlService for FloeFlightSql {
 
     async fn do_put_prepared_statement_query(
         &self,
-        _query: CommandPreparedStatementQuery,
-        _request: Request<PeekableFlightDataStream>,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<arrow_flight::sql::DoPutPreparedStatementResult, Status> {
-        Err(Status::unimplemented(
-            "statement parameters are not supported yet; inline the values",
-        ))
+        self.caller(request.metadata()).await?;
+        let mut handle = Handle::decode(&query.prepared_statement_handle)?;
+        let data = request
+            .into_inner()
+            .map_err(|status| FlightError::Tonic(Box::new(status)));
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(data)
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("parameter batch: {e}")))?;
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        match rows {
+            0 => handle.params = None,
+            1 => {
+                let row = batches
+                    .iter()
+                    .find(|b| b.num_rows() == 1)
+                    .expect("the batch holding the row");
+                handle.bind(row)?;
+            }
+            n => {
+                return Err(Status::invalid_argument(format!(
+                    "{n} rows of parameters were bound; a statement runs with one row at a time"
+                )));
+            }
+        }
+        Ok(arrow_flight::sql::DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(handle.encode().into()),
+        })
     }
 
     async fn get_flight_info_sql_info(
@@ -480,7 +582,7 @@ impl FlightSqlService for FloeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         listing_info(query.as_any(), &schema, request.into_inner())
     }
 
@@ -592,7 +694,7 @@ impl FlightSqlService for FloeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
-        let schema = query.clone().into_builder().schema();
+        let schema = query.into_builder().schema();
         listing_info(query.as_any(), &schema, request.into_inner())
     }
 

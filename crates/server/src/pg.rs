@@ -20,6 +20,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions as ArrowFormat};
+use datafusion::common::ScalarValue;
 use floe_catalog::governance::Principal;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
@@ -234,6 +235,7 @@ impl Queries {
             options: QueryOptions {
                 warehouse: metadata.get("database").cloned(),
                 namespace,
+                ..Default::default()
             },
             client: client.socket_addr().ip().to_string(),
         })
@@ -278,6 +280,41 @@ impl Queries {
                 error,
             ))
             .await;
+    }
+
+    /// A portal's parameter values as the types the statement uses them as: text-format
+    /// values are parsed as that type, binary ones decoded by the type the client declared and
+    /// cast.
+    async fn parameters(
+        &self,
+        session: &Session,
+        portal: &Portal<String>,
+    ) -> PgWireResult<Vec<ScalarValue>> {
+        let sql = portal
+            .statement
+            .statement
+            .trim()
+            .trim_end_matches(';')
+            .trim();
+        let inferred = self
+            .state
+            .sql
+            .parameter_types(&session.caller, sql, &session.options)
+            .await
+            .map_err(sql_error)?;
+        (0..portal.parameter_len())
+            .map(|i| {
+                let declared = portal.statement.parameter_types.get(i).cloned().flatten();
+                let target = inferred
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| declared.as_ref().and_then(arrow_type))
+                    .unwrap_or(DataType::Utf8);
+                parameter(portal, i, declared, &target)
+                    .map_err(|why| user_error("22P02", &format!("parameter ${}: {why}", i + 1)))
+            })
+            .collect()
     }
 
     /// The columns a statement will return, for `Describe`: planned, not run.
@@ -379,6 +416,85 @@ fn pg_type(data_type: &DataType) -> Type {
         DataType::Decimal128(..) => Type::NUMERIC,
         _ => Type::TEXT,
     }
+}
+
+/// The Arrow type of a PostgreSQL parameter type, for parameters planning could not type.
+fn arrow_type(pg: &Type) -> Option<DataType> {
+    Some(match *pg {
+        Type::BOOL => DataType::Boolean,
+        Type::INT2 => DataType::Int16,
+        Type::INT4 => DataType::Int32,
+        Type::INT8 => DataType::Int64,
+        Type::FLOAT4 => DataType::Float32,
+        Type::FLOAT8 => DataType::Float64,
+        Type::DATE => DataType::Date32,
+        Type::TIMESTAMP => DataType::Timestamp(TimeUnit::Microsecond, None),
+        Type::TIMESTAMPTZ => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => DataType::Utf8,
+        _ => return None,
+    })
+}
+
+/// One parameter value as `target`.
+fn parameter(
+    portal: &Portal<String>,
+    index: usize,
+    declared: Option<Type>,
+    target: &DataType,
+) -> Result<ScalarValue, String> {
+    let Some(raw) = &portal.parameters[index] else {
+        return ScalarValue::try_from(target).map_err(|e| e.to_string());
+    };
+    if !portal.parameter_format.is_binary(index) {
+        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8 text".to_string())?;
+        return ScalarValue::try_from_string(text.to_string(), target)
+            .map_err(|_| format!("{text:?} is not a valid {target}"));
+    }
+    let declared = declared.ok_or("a binary parameter needs its type declared")?;
+    let fail = |e: PgWireError| e.to_string();
+    let value = match declared {
+        Type::BOOL => {
+            ScalarValue::Boolean(portal.parameter::<bool>(index, &declared).map_err(fail)?)
+        }
+        Type::INT2 => ScalarValue::Int16(portal.parameter::<i16>(index, &declared).map_err(fail)?),
+        Type::INT4 => ScalarValue::Int32(portal.parameter::<i32>(index, &declared).map_err(fail)?),
+        Type::INT8 => ScalarValue::Int64(portal.parameter::<i64>(index, &declared).map_err(fail)?),
+        Type::FLOAT4 => {
+            ScalarValue::Float32(portal.parameter::<f32>(index, &declared).map_err(fail)?)
+        }
+        Type::FLOAT8 => {
+            ScalarValue::Float64(portal.parameter::<f64>(index, &declared).map_err(fail)?)
+        }
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+            ScalarValue::Utf8(portal.parameter::<String>(index, &declared).map_err(fail)?)
+        }
+        Type::NUMERIC => ScalarValue::Utf8(
+            portal
+                .parameter::<rust_decimal::Decimal>(index, &declared)
+                .map_err(fail)?
+                .map(|d| d.to_string()),
+        ),
+        Type::DATE => ScalarValue::Utf8(
+            portal
+                .parameter::<chrono::NaiveDate>(index, &declared)
+                .map_err(fail)?
+                .map(|d| d.to_string()),
+        ),
+        Type::TIMESTAMP => ScalarValue::Utf8(
+            portal
+                .parameter::<chrono::NaiveDateTime>(index, &declared)
+                .map_err(fail)?
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.f").to_string()),
+        ),
+        other => {
+            return Err(format!(
+                "binary parameters of type {other} are not supported"
+            ));
+        }
+    };
+    value
+        .cast_to(target)
+        .map_err(|_| format!("a {declared} value does not fit {target}"))
 }
 
 /// Encodes each batch's rows as they arrive.
@@ -557,7 +673,30 @@ impl ExtendedQueryHandler for Queries {
         let fields = self
             .describe(&session, &target.statement, &Format::UnifiedText)
             .await?;
-        Ok(DescribeStatementResponse::new(Vec::new(), fields))
+        let trimmed = target.statement.trim().trim_end_matches(';').trim();
+        let inferred = if trimmed.is_empty() || no_op_tag(trimmed).is_some() {
+            Vec::new()
+        } else {
+            self.state
+                .sql
+                .parameter_types(&session.caller, trimmed, &session.options)
+                .await
+                .map_err(sql_error)?
+        };
+        // The client's own parameter types win; the rest are what planning inferred.
+        let count = inferred.len().max(target.parameter_types.len());
+        let types = (0..count)
+            .map(|i| {
+                target
+                    .parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .or_else(|| inferred.get(i).cloned().flatten().map(|t| pg_type(&t)))
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        Ok(DescribeStatementResponse::new(types, fields))
     }
 
     async fn do_describe_portal<C>(
@@ -594,13 +733,10 @@ impl ExtendedQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let mut session = self.session(client).await?;
         if !portal.parameters.is_empty() {
-            return Err(user_error(
-                "0A000",
-                "statement parameters are not supported yet; inline the values",
-            ));
+            session.options.params = self.parameters(&session, portal).await?;
         }
-        let session = self.session(client).await?;
         let format = portal.result_column_format.clone();
         self.run(&session, &portal.statement.statement, move |i| {
             format.format_for(i)

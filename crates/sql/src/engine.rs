@@ -59,6 +59,36 @@ impl Default for EngineConfig {
     }
 }
 
+/// Parameter values cast to the types their placeholders are used as, where planning knows
+/// them (a client may send an `int` where a `bigint` is compared, say).
+fn typed_params(
+    plan: &LogicalPlan,
+    values: &[datafusion::common::ScalarValue],
+) -> Result<Vec<datafusion::common::ScalarValue>, SqlError> {
+    let types = plan.get_parameter_types()?;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let placeholder = format!("${}", i + 1);
+            match types.get(&placeholder).cloned().flatten() {
+                Some(wanted) if value.data_type() != wanted => {
+                    value.cast_to(&wanted).map_err(|_| {
+                        SqlError::new(
+                            SqlErrorKind::Invalid,
+                            format!(
+                                "parameter {placeholder}: a {} value does not fit {wanted}",
+                                value.data_type()
+                            ),
+                        )
+                    })
+                }
+                _ => Ok(value.clone()),
+            }
+        })
+        .collect()
+}
+
 /// Where unqualified names resolve.
 #[derive(Debug, Clone, Default)]
 pub struct QueryOptions {
@@ -66,6 +96,8 @@ pub struct QueryOptions {
     pub warehouse: Option<String>,
     /// The schema of bare `table` names (default: `default`).
     pub namespace: Option<String>,
+    /// Values of the statement's `$1`, `$2`, … placeholders, in order.
+    pub params: Vec<datafusion::common::ScalarValue>,
 }
 
 /// Why a statement failed, classified for the front doors (HTTP status, PostgreSQL code).
@@ -317,6 +349,12 @@ impl SqlEngine {
             )
             .await;
         }
+        let plan = if options.params.is_empty() {
+            plan
+        } else {
+            let params = typed_params(&plan, &options.params)?;
+            plan.with_param_values(params)?
+        };
         let frame = context.execute_logical_plan(plan).await?;
         let schema = plain_schema(frame.schema().inner());
         let stream = frame.execute_stream().await?;
@@ -342,6 +380,28 @@ impl SqlEngine {
             LogicalPlan::Ddl(_) => ddl::count_schema(),
             plan => plain_schema(plan.schema().inner()),
         })
+    }
+
+    /// The types of the statement's `$1`, `$2`, … placeholders, as far as planning can tell
+    /// them from where they are used (`None` where it cannot).
+    pub async fn parameter_types(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        options: &QueryOptions,
+    ) -> Result<Vec<Option<DataType>>, SqlError> {
+        let prepared = self
+            .prepare(caller, sql, options, self.runtime.clone())
+            .await?;
+        let types = prepared.plan.get_parameter_types()?;
+        let count = types
+            .keys()
+            .filter_map(|k| k.strip_prefix('$')?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        Ok((1..=count)
+            .map(|i| types.get(&format!("${i}")).cloned().flatten())
+            .collect())
     }
 
     /// Parses and plans a statement as `caller`; DDL is returned unplanned for [`ddl::run`],

@@ -82,6 +82,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let options = QueryOptions {
         warehouse: Some("tpch".into()),
         namespace: Some("tpch".into()),
+        ..Default::default()
     };
     let mut floe_times = BTreeMap::new();
     for (q, sql) in &queries {

@@ -49,6 +49,7 @@ pub async fn run(
     let options = QueryOptions {
         warehouse: request.warehouse,
         namespace: request.namespace,
+        ..Default::default()
     };
     let result = state
         .sql
