@@ -4,7 +4,8 @@
 //! Data comes from `tpchgen` (the TPC-H generator), is written once as Parquet (one file per
 //! table) and as Iceberg tables in a `tpch` warehouse of an embedded Floe catalog under
 //! `--dir`; later runs reuse it. Every query runs `--iterations` times per engine after one
-//! warm-up; the best time counts. Row counts are compared across engines.
+//! warm-up; the best time counts. Every Floe result is checked value by value against DuckDB's
+//! (and row counts against plain DataFusion's); peak resident memory is reported per engine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,20 +86,51 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut floe_times = BTreeMap::new();
+    let mut floe_results: BTreeMap<usize, Vec<RecordBatch>> = BTreeMap::new();
+    reset_peak_memory();
+    let mut floe_failures: BTreeMap<usize, String> = BTreeMap::new();
     for (q, sql) in &queries {
-        floe_times.insert(
-            *q,
-            best_of(args.iterations, || async {
-                let result = engine.query(&caller, sql, &options).await?;
-                let batches: Vec<RecordBatch> = result.stream.try_collect().await?;
-                Ok(batches.iter().map(|b| b.num_rows()).sum())
-            })
-            .await
-            .with_context(|| format!("Floe, Q{q}"))?,
-        );
+        let outcome = match engine.query(&caller, sql, &options).await {
+            Ok(result) => result
+                .stream
+                .try_collect::<Vec<RecordBatch>>()
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let batches = match outcome {
+            Ok(batches) => batches,
+            Err(e) => {
+                // Reported in the table; the other queries still run.
+                eprintln!("Q{q} failed in Floe: {e}");
+                floe_failures.insert(*q, e);
+                continue;
+            }
+        };
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        floe_results.insert(*q, batches);
+        // The run above was the warm-up.
+        let mut best = f64::MAX;
+        for _ in 0..args.iterations.max(1) {
+            let start = Instant::now();
+            let result = engine.query(&caller, sql, &options).await?;
+            let _: Vec<RecordBatch> = result
+                .stream
+                .try_collect()
+                .await
+                .with_context(|| format!("Floe, Q{q}"))?;
+            best = best.min(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        floe_times.insert(*q, (best, rows));
     }
-    let raw = SessionContext::new_with_config(
+    let floe_peak = peak_memory_mib();
+    // The same memory budget as Floe's queries, so a runaway plan fails rather than taking
+    // the machine down.
+    let raw = SessionContext::new_with_config_rt(
         SessionConfig::new().with_target_partitions(EngineConfig::default().target_partitions),
+        datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+            .with_memory_limit(args.query_memory_limit_mb << 20, 1.0)
+            .build_arc()?,
     );
     for table in TABLES {
         raw.register_parquet(
@@ -113,34 +145,73 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     }
     let mut raw_times = BTreeMap::new();
     for (q, sql) in &queries {
-        raw_times.insert(
-            *q,
-            best_of(args.iterations, || async {
-                let batches = raw.sql(sql).await?.collect().await?;
-                Ok(batches.iter().map(|b| b.num_rows()).sum())
-            })
-            .await
-            .with_context(|| format!("DataFusion on Parquet, Q{q}"))?,
-        );
+        let measured = best_of(args.iterations, || async {
+            let batches = raw.sql(sql).await?.collect().await?;
+            Ok(batches.iter().map(|b| b.num_rows()).sum())
+        })
+        .await;
+        match measured {
+            Ok(measured) => {
+                raw_times.insert(*q, measured);
+            }
+            Err(e) => eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}"),
+        }
     }
-    let duck = duckdb_times(&args, &parquet, &queries)?;
+    let answers = dir.join("duckdb-answers");
+    std::fs::create_dir_all(&answers)?;
+    let duck = duckdb_times(&args, &parquet, &answers, &queries)?;
+    let duck_peak = duck.as_ref().and_then(|d| d.peak_mib);
+    let duck = duck.map(|d| d.times);
+    if duck.is_some() {
+        for (q, _) in &queries {
+            let expected = raw
+                .read_parquet(
+                    answers
+                        .join(format!("q{q}.parquet"))
+                        .to_string_lossy()
+                        .as_ref(),
+                    ParquetReadOptions::default(),
+                )
+                .await?
+                .collect()
+                .await?;
+            let Some(got) = floe_results.get(q) else {
+                continue;
+            };
+            same_answer(got, &expected)
+                .with_context(|| format!("Q{q}: Floe's answer differs from DuckDB's"))?;
+        }
+    }
 
     println!(
         "\n{:>5} {:>10} {:>14} {:>10} {:>13} {:>14}",
         "query", "floe", "df-parquet", "duckdb", "floe/duckdb", "floe/df-parq"
     );
-    let (mut log_duck, mut log_raw, mut n_duck) = (0.0, 0.0, 0);
+    let (mut log_duck, mut log_raw, mut n_duck, mut n_raw) = (0.0, 0.0, 0, 0);
     for (q, _) in &queries {
-        let (floe_ms, floe_rows) = floe_times[q];
-        let (raw_ms, raw_rows) = raw_times[q];
+        let Some(&(floe_ms, floe_rows)) = floe_times.get(q) else {
+            println!("{:>5} {:>10}", format!("Q{q}"), "fails");
+            continue;
+        };
+        let raw_entry = raw_times.get(q).copied();
         let duck_entry = duck.as_ref().and_then(|d| d.get(q)).copied();
-        if floe_rows != raw_rows || duck_entry.is_some_and(|(_, rows)| rows != floe_rows) {
+        if raw_entry.is_some_and(|(_, rows)| rows != floe_rows)
+            || duck_entry.is_some_and(|(_, rows)| rows != floe_rows)
+        {
             bail!(
-                "Q{q}: engines disagree on the row count (floe {floe_rows}, datafusion {raw_rows}, duckdb {:?})",
+                "Q{q}: engines disagree on the row count (floe {floe_rows}, datafusion {:?}, duckdb {:?})",
+                raw_entry.map(|d| d.1),
                 duck_entry.map(|d| d.1)
             );
         }
-        log_raw += (floe_ms / raw_ms).ln();
+        let raw_text = match raw_entry {
+            Some((ms, _)) => {
+                log_raw += (floe_ms / ms).ln();
+                n_raw += 1;
+                (format!("{ms:.1}"), format!("{:.2}", floe_ms / ms))
+            }
+            None => ("fails".into(), "-".into()),
+        };
         let duck_text = match duck_entry {
             Some((ms, _)) => {
                 log_duck += (floe_ms / ms).ln();
@@ -150,21 +221,39 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             None => ("-".into(), "-".into()),
         };
         println!(
-            "{:>5} {:>10.1} {:>14.1} {:>10} {:>13} {:>14.2}",
+            "{:>5} {:>10.1} {:>14} {:>10} {:>13} {:>14}",
             format!("Q{q}"),
             floe_ms,
-            raw_ms,
+            raw_text.0,
             duck_text.0,
             duck_text.1,
-            floe_ms / raw_ms
+            raw_text.1
         );
     }
-    let n = queries.len() as f64;
+    let show = |mib: Option<f64>| mib.map_or("-".to_string(), |m| format!("{m:.0} MiB"));
+    // DataFusion on Parquet runs in this process after Floe, so its peak is not told apart.
     println!(
-        "\ngeometric mean of ratios: floe/df-parquet {:.2}{}",
-        (log_raw / n).exp(),
+        "\npeak resident memory: floe's queries {} (query memory limit {} MiB; includes data \
+         generated in this run, if any), duckdb process {}",
+        show(floe_peak),
+        args.query_memory_limit_mb,
+        show(duck_peak)
+    );
+    if duck.is_some() {
+        println!(
+            "every answer Floe gave matches DuckDB's, value by value; {} of {} queries failed in Floe",
+            floe_failures.len(),
+            queries.len()
+        );
+    }
+    println!(
+        "\ngeometric mean of ratios: floe/df-parquet {:.2} over {n_raw} queries{}",
+        (log_raw / n_raw.max(1) as f64).exp(),
         if n_duck > 0 {
-            format!(", floe/duckdb {:.2}", (log_duck / n_duck as f64).exp())
+            format!(
+                ", floe/duckdb {:.2} over {n_duck} queries",
+                (log_duck / n_duck as f64).exp()
+            )
         } else {
             " (DuckDB not run: no Python with the duckdb module)".into()
         }
@@ -896,12 +985,121 @@ fn query(q: usize, sf: f64) -> String {
     }
 }
 
-/// DuckDB's best times over the same Parquet files, run by a Python with the `duckdb` module.
+/// Starts a new measurement of this process's peak resident memory (Linux: writing 5 to
+/// `/proc/self/clear_refs` resets `VmHWM`).
+fn reset_peak_memory() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// This process's peak resident memory since the last reset, in MiB (Linux only).
+fn peak_memory_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// One value of an answer, for comparing engines: numbers of any type as `f64`, the rest as
+/// text.
+#[derive(Debug, Clone, PartialEq)]
+enum Cell {
+    Null,
+    Number(f64),
+    Text(String),
+}
+
+impl Cell {
+    /// A sort key that ignores the last digits of floating-point noise.
+    fn key(&self) -> String {
+        match self {
+            Cell::Null => "\u{0}".into(),
+            Cell::Number(n) => format!("{n:.2}"),
+            Cell::Text(t) => t.clone(),
+        }
+    }
+
+    fn matches(&self, other: &Cell) -> bool {
+        match (self, other) {
+            (Cell::Number(a), Cell::Number(b)) => {
+                (a - b).abs() <= 1e-4 + 1e-9 * a.abs().max(b.abs())
+            }
+            (a, b) => a == b,
+        }
+    }
+}
+
+fn cells(batches: &[RecordBatch]) -> anyhow::Result<Vec<Vec<Cell>>> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::Float64Type;
+    let mut rows = Vec::new();
+    for batch in batches {
+        let mut columns = Vec::new();
+        for column in batch.columns() {
+            let numeric = column.data_type().is_numeric();
+            let target = if numeric {
+                DataType::Float64
+            } else {
+                DataType::Utf8
+            };
+            columns.push((numeric, datafusion::arrow::compute::cast(column, &target)?));
+        }
+        for row in 0..batch.num_rows() {
+            rows.push(
+                columns
+                    .iter()
+                    .map(|(numeric, c)| {
+                        if c.is_null(row) {
+                            Cell::Null
+                        } else if *numeric {
+                            Cell::Number(c.as_primitive::<Float64Type>().value(row))
+                        } else {
+                            Cell::Text(c.as_string::<i32>().value(row).to_string())
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// Compares two answers as bags of rows (ties may come in any order), numbers within a
+/// small tolerance (DuckDB averages in doubles where DataFusion keeps decimals).
+fn same_answer(got: &[RecordBatch], expected: &[RecordBatch]) -> anyhow::Result<()> {
+    let mut got = cells(got)?;
+    let mut expected = cells(expected)?;
+    if got.len() != expected.len() {
+        bail!("{} rows where DuckDB has {}", got.len(), expected.len());
+    }
+    let by_key = |a: &Vec<Cell>, b: &Vec<Cell>| {
+        let ka: Vec<String> = a.iter().map(Cell::key).collect();
+        let kb: Vec<String> = b.iter().map(Cell::key).collect();
+        ka.cmp(&kb)
+    };
+    got.sort_by(by_key);
+    expected.sort_by(by_key);
+    for (g, e) in got.iter().zip(&expected) {
+        if g.len() != e.len() || !g.iter().zip(e).all(|(a, b)| a.matches(b)) {
+            bail!("row {g:?} where DuckDB has {e:?}");
+        }
+    }
+    Ok(())
+}
+
+/// What the DuckDB side measured.
+struct DuckRun {
+    times: BTreeMap<usize, (f64, usize)>,
+    peak_mib: Option<f64>,
+}
+
+/// DuckDB's best times over the same Parquet files, run by a Python with the `duckdb` module;
+/// each answer is also written to `answers/q<N>.parquet`.
 fn duckdb_times(
     args: &TpchBenchArgs,
     parquet: &Path,
+    answers: &Path,
     queries: &[(usize, String)],
-) -> anyhow::Result<Option<BTreeMap<usize, (f64, usize)>>> {
+) -> anyhow::Result<Option<DuckRun>> {
     let python = args.duckdb_python.clone().or_else(|| {
         let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
         venv.exists().then_some(venv)
@@ -910,26 +1108,33 @@ fn duckdb_times(
         return Ok(None);
     };
     let script = r#"
-import json, sys, time, duckdb
-parquet, iterations, queries = sys.argv[1], int(sys.argv[2]), json.loads(sys.stdin.read())
+import json, re, sys, time, duckdb
+# The high-water mark survives exec; restart it so it measures this process alone.
+open("/proc/self/clear_refs", "w").write("5")
+parquet, iterations, answers = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+queries = json.loads(sys.stdin.read())
 con = duckdb.connect()
 for t in ["region","nation","supplier","customer","part","partsupp","orders","lineitem"]:
     con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{parquet}/{t}.parquet')")
 out = {}
 for q, sql in queries:
     rows = len(con.execute(sql).fetchall())
+    body = sql.strip().rstrip(";")
+    con.execute(f"COPY ({body}) TO '{answers}/q{q}.parquet' (FORMAT parquet)")
     best = float("inf")
     for _ in range(max(iterations, 1)):
         start = time.perf_counter()
         con.execute(sql).fetchall()
         best = min(best, (time.perf_counter() - start) * 1000)
     out[q] = [best, rows]
-print(json.dumps(out))
+peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
+print(json.dumps({"times": out, "peak_mib": peak}))
 "#;
     let mut child = std::process::Command::new(&python)
         .args(["-c", script])
         .arg(parquet)
         .arg(args.iterations.to_string())
+        .arg(answers)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -943,11 +1148,18 @@ print(json.dumps(out))
     if !output.status.success() {
         bail!("DuckDB side failed (see its error above)");
     }
-    let parsed: BTreeMap<String, (f64, usize)> = serde_json::from_slice(&output.stdout)?;
-    Ok(Some(
-        parsed
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        times: BTreeMap<String, (f64, usize)>,
+        peak_mib: Option<f64>,
+    }
+    let parsed: Reply = serde_json::from_slice(&output.stdout)?;
+    Ok(Some(DuckRun {
+        times: parsed
+            .times
             .into_iter()
             .map(|(q, v)| (q.parse().expect("query numbers"), v))
             .collect(),
-    ))
+        peak_mib: parsed.peak_mib,
+    }))
 }
