@@ -396,6 +396,30 @@ def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
         stop_floe(floe)
 
 
+def test_a_join_too_big_for_a_hash_table_runs_again_with_sort_merge_joins(tmp_path):
+    from conftest import start_floe, stop_floe
+
+    floe = start_floe(tmp_path, extra_args=("--query-memory-limit-mb", "144"))
+    try:
+        w = {"warehouse": floe.warehouse}
+        assert sql(floe, "CREATE SCHEMA big", **w).status_code == 200
+        made = sql(
+            floe,
+            "CREATE TABLE big.t AS SELECT value AS id, md5(CAST(value AS VARCHAR)) || md5(CAST(value * 7 AS VARCHAR)) AS h "
+            "FROM generate_series(1, 1000000)",
+            **w,
+        )
+        assert made.status_code == 200, made.text
+        # The hash table of one side (a million ids with 64-character strings) does not fit in
+        # 144 MiB and hash joins cannot spill: the query runs again with sort-merge joins.
+        joined = sql(floe, "SELECT count(*) AS n, max(a.h || b.h) AS top FROM big.t a JOIN big.t b ON a.id = b.id", **w)
+        assert joined.status_code == 200, joined.text
+        assert joined.json()["rows"][0]["n"] == 1000000
+        assert "running it again with sort-merge joins" in (tmp_path / "floe.log").read_text()
+    finally:
+        stop_floe(floe)
+
+
 def metric(floe, name: str) -> float:
     text = requests.get(f"{floe.base}/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))

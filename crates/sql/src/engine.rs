@@ -10,7 +10,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
@@ -57,6 +57,26 @@ impl Default for EngineConfig {
             cache: None,
         }
     }
+}
+
+/// Plans `plan` again preferring sort-merge joins (they spill; hash joins' build sides do not)
+/// and starts it.
+async fn without_hash_joins(
+    state: SessionState,
+    plan: LogicalPlan,
+) -> datafusion::common::Result<SendableRecordBatchStream> {
+    let mut config = state.config().clone();
+    config.options_mut().optimizer.prefer_hash_join = false;
+    // Sort-merge joins sort both inputs: more sorters share the budget, each holding back
+    // less for merging its spilled runs.
+    let reserved = &mut config.options_mut().execution.sort_spill_reservation_bytes;
+    *reserved = (*reserved / 4).max(256 << 10);
+    let state = SessionStateBuilder::new_from_existing(state)
+        .with_config(config)
+        .build();
+    datafusion::dataframe::DataFrame::new(state, plan)
+        .execute_stream()
+        .await
 }
 
 /// Parameter values cast to the types their placeholders are used as, where planning knows
@@ -355,12 +375,27 @@ impl SqlEngine {
             let params = typed_params(&plan, &options.params)?;
             plan.with_param_values(params)?
         };
+        // A query that runs out of memory in a hash join (which cannot spill) before answering
+        // anything is planned again with sort-merge joins, which can.
+        let retry = match &plan {
+            LogicalPlan::Dml(_) => None,
+            plan => Some((context.state(), plan.clone())),
+        };
         let frame = context.execute_logical_plan(plan).await?;
         let schema = plain_schema(frame.schema().inner());
-        let stream = frame.execute_stream().await?;
+        // Physical planning and `execute` run on the query runtime too: operators spawn their
+        // input tasks where they are executed, and those must not land on the server's.
+        let stream = self
+            .cpu
+            .handle()
+            .spawn(async move { frame.execute_stream().await })
+            .await
+            .map_err(|e| {
+                SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
+            })??;
         Ok(QueryResult {
             schema: schema.clone(),
-            stream: self.drive(schema, stream, permit),
+            stream: self.drive(schema, stream, permit, retry),
         })
     }
 
@@ -475,17 +510,54 @@ impl SqlEngine {
 
     /// Polls `stream` on the query runtime and hands its batches over; when the consumer
     /// goes away (a client disconnects), the query stops and its permit returns.
+    ///
+    /// `retry` is the query's session and plan: if it runs out of memory before its first
+    /// batch, it is planned again without hash joins and run once more.
     fn drive(
         &self,
         schema: datafusion::arrow::datatypes::SchemaRef,
         mut stream: SendableRecordBatchStream,
         permit: OwnedSemaphorePermit,
+        mut retry: Option<(SessionState, LogicalPlan)>,
     ) -> SendableRecordBatchStream {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
         let plain = schema.clone();
         self.cpu.handle().spawn(async move {
             let _permit = permit;
-            while let Some(batch) = stream.next().await {
+            let mut answered = false;
+            loop {
+                let Some(batch) = stream.next().await else {
+                    break;
+                };
+                if let Err(e) = &batch
+                    && !answered
+                    && matches!(e.find_root(), DataFusionError::ResourcesExhausted(_))
+                    && let Some((state, plan)) = retry.take()
+                {
+                    tracing::warn!(
+                        "a query ran out of its memory in a hash join; running it again with \
+                         sort-merge joins, which spill"
+                    );
+                    // The first attempt's memory goes back to the pool before the second.
+                    drop(std::mem::replace(
+                        &mut stream,
+                        Box::pin(RecordBatchStreamAdapter::new(
+                            plain.clone(),
+                            futures::stream::empty(),
+                        )),
+                    ));
+                    match without_hash_joins(state, plan).await {
+                        Ok(again) => {
+                            stream = again;
+                            continue;
+                        }
+                        Err(e) => {
+                            let _ = sender.send(Err(e)).await;
+                            break;
+                        }
+                    }
+                }
+                answered = true;
                 let batch = batch.and_then(|b| crate::cast_batch(&b, &plain));
                 if sender.send(batch).await.is_err() {
                     break;

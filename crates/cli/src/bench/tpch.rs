@@ -1114,6 +1114,7 @@ open("/proc/self/clear_refs", "w").write("5")
 parquet, iterations, answers = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 queries = json.loads(sys.stdin.read())
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
 for t in ["region","nation","supplier","customer","part","partsupp","orders","lineitem"]:
     con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{parquet}/{t}.parquet')")
 out = {}
