@@ -39,6 +39,12 @@ pub struct ServeArgs {
     /// Directory of the disk cache (default: `<data-dir>/cache`, emptied at start).
     #[arg(long, env = "FLOE_CACHE_DIR")]
     pub cache_dir: Option<std::path::PathBuf>,
+    /// How often rows taken by `/ingest/v1/…` are committed to their tables (milliseconds).
+    #[arg(long, env = "FLOE_INGEST_COMMIT_INTERVAL_MS", default_value_t = 1000)]
+    pub ingest_commit_interval_ms: u64,
+    /// Largest body `/ingest/v1/…` takes (MiB); larger ones get 413.
+    #[arg(long, env = "FLOE_INGEST_MAX_BODY_MB", default_value_t = 64)]
+    pub ingest_max_body_mb: usize,
     /// Directory for the embedded catalog database and the default warehouse.
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -139,13 +145,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }),
         ..floe_sql::EngineConfig::default()
     };
-    let state = floe_server::AppState::with_sql_config(
+    let mut state = floe_server::AppState::with_sql_config(
         catalog,
         auth,
         authz,
         audit,
         Arc::new(store.clone()),
         sql_config,
+    );
+    // The ingest log is replayed before the server takes requests.
+    let ingest_dir = data_dir.join("ingest-wal");
+    state.ingest = Some(
+        floe_server::ingest::Ingest::open(
+            floe_server::ingest::IngestConfig {
+                dir: ingest_dir.clone(),
+                commit_interval: std::time::Duration::from_millis(
+                    args.ingest_commit_interval_ms.max(10),
+                ),
+                max_body_bytes: args.ingest_max_body_mb << 20,
+                wait_timeout: std::time::Duration::from_secs(60),
+            },
+            state.catalog.clone(),
+            state.sql.clone(),
+        )
+        .await
+        .with_context(|| format!("open the ingest log in {}", ingest_dir.display()))?,
     );
     let pg = bind_optional(
         &args.pg_listen,

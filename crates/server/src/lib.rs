@@ -14,6 +14,7 @@ pub mod error;
 mod extract;
 pub mod flight;
 mod idempotency;
+pub mod ingest;
 pub mod management;
 pub mod metrics;
 pub mod oidc;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// The SQL engine behind `/api/v1/sql`.
     pub sql: Arc<floe_sql::SqlEngine>,
+    /// HTTP ingestion's write-ahead log and committers, when enabled.
+    pub ingest: Option<Arc<ingest::Ingest>>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -91,6 +94,7 @@ impl AppState {
             audit,
             audit_store,
             metrics: metrics::Metrics::new(),
+            ingest: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
     }
@@ -105,6 +109,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/api/v1", management::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .merge(ingest_router(state.clone()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             audit::record,
@@ -115,6 +120,21 @@ pub fn router(state: AppState) -> Router {
             metrics::track,
         ))
         .with_state(state)
+}
+
+/// `/ingest/v1/…`.
+fn ingest_router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route(
+            "/ingest/v1/{warehouse}/{namespace}/{table}",
+            axum::routing::post(ingest::ingest),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state,
+            auth::require_principal,
+        ))
+        // The handler reads the body itself, within `--ingest-max-body-mb`.
+        .layer(DefaultBodyLimit::disable())
 }
 
 async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> impl IntoResponse {

@@ -43,6 +43,7 @@ pub struct IcebergSink {
     access: TableAccess,
     table: Table,
     schema: SchemaRef,
+    snapshot_properties: HashMap<String, String>,
 }
 
 impl std::fmt::Debug for IcebergSink {
@@ -57,7 +58,14 @@ impl IcebergSink {
             access,
             table,
             schema,
+            snapshot_properties: HashMap::new(),
         }
+    }
+
+    /// Entries for the summary of the snapshot the write commits.
+    pub fn with_snapshot_properties(mut self, properties: HashMap<String, String>) -> Self {
+        self.snapshot_properties = properties;
+        self
     }
 }
 
@@ -142,6 +150,7 @@ impl DataSink for IcebergSink {
         let transaction = Transaction::new(&self.table);
         let transaction = transaction
             .fast_append()
+            .set_snapshot_properties(self.snapshot_properties.clone())
             .add_data_files(data_files)
             .apply(transaction)
             .map_err(iceberg_error)?;

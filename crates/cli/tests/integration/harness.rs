@@ -217,6 +217,10 @@ impl Api {
         Api {
             http: reqwest::Client::builder()
                 .default_headers(headers)
+                // No reuse of idle connections: when the server answers a request without
+                // reading its whole body it closes the connection, and a pooled client can
+                // race that close with its next request (a broken pipe, seen in CI).
+                .pool_max_idle_per_host(0)
                 .build()
                 .unwrap(),
             base: floe.base.clone(),
@@ -227,7 +231,10 @@ impl Api {
     /// A client sending no credentials.
     pub fn anonymous(floe: &Floe) -> Api {
         Api {
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap(),
             base: floe.base.clone(),
             token: String::new(),
         }
