@@ -2,6 +2,7 @@
 //! one run; none of them is a test.
 
 mod catalog;
+mod ingest;
 mod tpch;
 
 use clap::Subcommand;
@@ -12,11 +13,14 @@ pub enum BenchCommand {
     Catalog(catalog::CatalogBenchArgs),
     /// TPC-H over Iceberg tables, side by side with DataFusion on Parquet and DuckDB.
     Tpch(tpch::TpchBenchArgs),
+    /// HTTP ingestion into a running server: throughput, freshness, files per commit.
+    Ingest(ingest::IngestBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Catalog(args) => catalog::run(args).await,
         BenchCommand::Tpch(args) => tpch::run(args).await,
+        BenchCommand::Ingest(args) => ingest::run(args).await,
     }
 }
