@@ -89,6 +89,31 @@ def test_ndjson_json_and_arrow_reach_the_table(floe):
     assert made.scan().to_arrow().to_pylist() == [{"id": 1, "tag": "x", "value": 2.5}]
 
 
+def test_new_fields_become_columns(floe):
+    """Fields the table lacks are added as optional columns (typed from their values) in one
+    schema change; earlier rows read them as null; PyIceberg sees the evolved schema."""
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("ing")
+    catalog.create_table("ing.evolving", schema=SCHEMA)
+    first = post(floe, "ing.evolving", ndjson([{"id": 1, "name": "a"}]), "application/x-ndjson", wait="commit")
+    assert first.status_code == 200, first.text
+    rows = [{"id": 2, "country": "NL", "clicks": 3}, {"id": 3, "country": None, "clicks": 4, "premium": True}]
+    second = post(floe, "ing.evolving", ndjson(rows), "application/x-ndjson", wait="commit")
+    assert second.status_code == 200, second.text
+    table = floe.pyiceberg().load_table("ing.evolving")
+    fields = {f.name: str(f.field_type) for f in table.schema().fields}
+    assert fields == {"id": "long", "name": "string", "score": "double", "country": "string", "clicks": "long", "premium": "boolean"}
+    got = sorted(table.scan(selected_fields=("id", "country", "clicks", "premium")).to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert got == [
+        {"id": 1, "country": None, "clicks": None, "premium": None},
+        {"id": 2, "country": "NL", "clicks": 3, "premium": None},
+        {"id": 3, "country": None, "clicks": 4, "premium": True},
+    ]
+    # The SQL engine reads the evolved table too.
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT sum(clicks) AS c FROM ing.evolving", "warehouse": floe.warehouse})
+    assert answer.json()["rows"] == [{"c": 7}]
+
+
 def test_bad_requests_are_refused_clearly(tmp_path):
     floe = start_floe(tmp_path, extra_args=("--ingest-max-body-mb", "1"))
     try:
@@ -100,7 +125,7 @@ def test_bad_requests_are_refused_clearly(tmp_path):
         assert answer.status_code == 415, answer.text
         assert "application/x-ndjson" in answer.text
 
-        answer = post(floe, "ing.events", b'{"id": 1}\n{"id": 2, "colour": "red"}\n', "application/x-ndjson")
+        answer = post(floe, "ing.events", b'{"id": 1}\n{"id": 2, "colour": "red"}\n', "application/x-ndjson", evolve="false")
         assert answer.status_code == 400, answer.text
         assert "line 2" in answer.text and "colour" in answer.text
 
@@ -123,8 +148,12 @@ def test_bad_requests_are_refused_clearly(tmp_path):
         answer = post(floe, "ing.events", ndjson([{"id": 1}]), "application/x-ndjson", token=token)
         assert answer.status_code == 403, answer.text
 
-        # Nothing refused reached the table.
+        answer = post(floe, "ing.events", b'{"id": 1, "nested": {"a": 1}}', "application/x-ndjson")
+        assert answer.status_code == 400 and "nested" in answer.text, answer.text
+
+        # Nothing refused reached the table, and its schema is unchanged.
         assert ids_of(floe, "ing.events") == []
+        assert [f.name for f in floe.pyiceberg().load_table("ing.events").schema().fields] == ["id", "name", "score"]
     finally:
         stop_floe(floe)
 

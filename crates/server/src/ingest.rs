@@ -428,6 +428,8 @@ pub struct IngestParams {
     pub wait: Option<String>,
     /// `true`: create the table, with a schema inferred from this request, if it is missing.
     pub create: Option<bool>,
+    /// `false`: refuse fields the table lacks instead of adding them as columns.
+    pub evolve: Option<bool>,
 }
 
 fn bad_request(message: impl Into<String>) -> ApiError {
@@ -487,7 +489,7 @@ pub async fn ingest(
     let ident = TableIdent::new(namespace.clone(), table.clone());
 
     let existing = state.catalog.load_table(&caller, &warehouse, &ident).await;
-    let schema = match existing {
+    let mut schema = match existing {
         Ok(loaded) => table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)?,
         Err(CatalogError::NotFound { .. }) if params.create == Some(true) => {
             let inferred = infer_schema(&media, &body)?;
@@ -529,7 +531,19 @@ pub async fn ingest(
         .authorize_table(&caller, &warehouse, &ident, Privilege::WriteData)
         .await?;
 
-    let batches = parse(&media, &body, &schema)?;
+    let batches = match parse(&media, &body, &schema) {
+        Ok(batches) => batches,
+        // Fields the table lacks become new optional columns (unless `?evolve=false`).
+        Err(refused) if params.evolve != Some(false) => {
+            let additions = new_fields(&media, &body, &schema)?;
+            if additions.is_empty() {
+                return Err(refused);
+            }
+            schema = evolve(&state, &caller, &warehouse, &ident, &additions).await?;
+            parse(&media, &body, &schema)?
+        }
+        Err(refused) => return Err(refused),
+    };
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     if rows == 0 {
         return Ok((StatusCode::OK, axum::Json(json!({"rows": 0}))).into_response());
@@ -694,6 +708,116 @@ fn known_fields(value: &serde_json::Value, schema: &SchemaRef) -> Result<(), Str
         }
     }
     Ok(())
+}
+
+/// The request's top-level fields the table lacks, with the types their values suggest.
+fn new_fields(
+    media: &str,
+    body: &[u8],
+    schema: &SchemaRef,
+) -> ApiResult<Vec<datafusion::arrow::datatypes::Field>> {
+    let seen = infer_schema(media, body)?;
+    Ok(seen
+        .fields()
+        .iter()
+        .filter(|f| schema.field_with_name(f.name()).is_err())
+        .map(|f| f.as_ref().clone())
+        .collect())
+}
+
+/// The Iceberg type of a column added from ingested values.
+fn added_type(field: &datafusion::arrow::datatypes::Field) -> ApiResult<iceberg::spec::Type> {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    use iceberg::spec::{PrimitiveType, Type};
+    Ok(Type::Primitive(match field.data_type() {
+        DataType::Boolean => PrimitiveType::Boolean,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => PrimitiveType::Int,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => PrimitiveType::Long,
+        DataType::Float32 => PrimitiveType::Float,
+        DataType::Float64 => PrimitiveType::Double,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => PrimitiveType::String,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => PrimitiveType::Binary,
+        DataType::Date32 => PrimitiveType::Date,
+        DataType::Timestamp(TimeUnit::Microsecond, None) => PrimitiveType::Timestamp,
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => PrimitiveType::Timestamptz,
+        // A field first seen only as null: a string column takes whatever comes later best.
+        DataType::Null => PrimitiveType::String,
+        other => {
+            return Err(bad_request(format!(
+                "field {:?} is not a column of the table and a {other} column cannot be added \
+                 automatically; add it with a schema update first",
+                field.name()
+            )));
+        }
+    }))
+}
+
+/// Adds `additions` to the table's schema as optional columns, in one catalog commit (as the
+/// caller, so the caller's privileges apply); returns the schema rows are then read with. A
+/// concurrent change to the schema is met by reading it again and adding what is still missing.
+async fn evolve(
+    state: &AppState,
+    caller: &Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    additions: &[datafusion::arrow::datatypes::Field],
+) -> ApiResult<SchemaRef> {
+    use iceberg::spec::NestedField;
+    use iceberg::{TableRequirement, TableUpdate};
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let loaded = state.catalog.load_table(caller, warehouse, ident).await?;
+        let metadata = &loaded.metadata;
+        let current = metadata.current_schema();
+        let missing: Vec<_> = additions
+            .iter()
+            .filter(|f| current.field_by_name(f.name()).is_none())
+            .collect();
+        if missing.is_empty() {
+            return table_arrow_schema(current).map_err(bad_request);
+        }
+        let mut next_id = metadata.last_column_id();
+        let mut fields: Vec<_> = current.as_struct().fields().to_vec();
+        for field in &missing {
+            next_id += 1;
+            fields.push(Arc::new(NestedField::optional(
+                next_id,
+                field.name(),
+                added_type(field)?,
+            )));
+        }
+        let evolved = iceberg::spec::Schema::builder()
+            .with_schema_id(current.schema_id() + 1)
+            .with_identifier_field_ids(current.identifier_field_ids())
+            .with_fields(fields)
+            .build()
+            .map_err(|e| bad_request(format!("evolved schema: {e}")))?;
+        let request = floe_catalog::service::TableCommitRequest {
+            ident: ident.clone(),
+            requirements: vec![
+                TableRequirement::CurrentSchemaIdMatch {
+                    current_schema_id: current.schema_id(),
+                },
+                TableRequirement::LastAssignedFieldIdMatch {
+                    last_assigned_field_id: metadata.last_column_id(),
+                },
+            ],
+            updates: vec![
+                TableUpdate::AddSchema { schema: evolved },
+                TableUpdate::SetCurrentSchema { schema_id: -1 },
+            ],
+        };
+        match state.catalog.commit_table(caller, warehouse, request).await {
+            Ok(committed) => {
+                tracing::info!(table = %ident, columns = ?missing.iter().map(|f| f.name()).collect::<Vec<_>>(), "ingest added columns");
+                return table_arrow_schema(committed.metadata.current_schema())
+                    .map_err(bad_request);
+            }
+            Err(CatalogError::CommitFailed(_)) if attempts < 5 => continue,
+            Err(e) => return Err(ApiError(e)),
+        }
+    }
 }
 
 /// A schema for a new table, from the request's rows (JSON) or its stream's schema (Arrow).
