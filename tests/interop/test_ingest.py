@@ -81,6 +81,12 @@ def test_ndjson_json_and_arrow_reach_the_table(floe):
     summary = table.current_snapshot().summary.additional_properties
     assert any(k.startswith("floe.ingest.") and k.endswith(".sequence") for k in summary), summary
 
+    metrics = requests.get(f"{floe.base}/metrics", timeout=10).text
+    label = f'{{table="{floe.warehouse}.ing.events"}}'
+    assert f"floe_ingest_rows_total{label} 7" in metrics, metrics[-2000:]
+    assert f"floe_ingest_committed_rows_total{label} 7" in metrics
+    assert f"floe_ingest_pending_entries{label} 0" in metrics
+
     # A table created on request, its schema inferred from the rows.
     answer = post(floe, "ing.made", ndjson([{"id": 1, "tag": "x", "value": 2.5}]), "application/x-ndjson", wait="commit", create="true")
     assert answer.status_code == 200, answer.text

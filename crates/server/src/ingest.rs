@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Extension;
@@ -85,6 +86,18 @@ struct TableLog {
     /// The last sequence a committed snapshot covers.
     committed: watch::Sender<u64>,
     wake: Notify,
+    stats: LogStats,
+}
+
+/// Counters of one table's ingestion, for `/metrics`.
+#[derive(Default)]
+struct LogStats {
+    accepted_rows: AtomicU64,
+    accepted_bytes: AtomicU64,
+    commits: AtomicU64,
+    committed_rows: AtomicU64,
+    commit_micros: AtomicU64,
+    pending: AtomicU64,
 }
 
 struct LogState {
@@ -147,6 +160,66 @@ impl Ingest {
             }
         }
         Ok(ingest)
+    }
+
+    /// Per-table counters in Prometheus text.
+    pub async fn render_metrics(&self) -> String {
+        let tables = self.tables.lock().await;
+        let mut logs: Vec<_> = tables.values().cloned().collect();
+        drop(tables);
+        logs.sort_by_key(|l| (l.warehouse.clone(), l.ident.to_string()));
+        let metrics: [(&str, &str, &str, fn(&LogStats) -> f64); 6] = [
+            (
+                "floe_ingest_rows_total",
+                "counter",
+                "Rows acknowledged by /ingest/v1",
+                |s| s.accepted_rows.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_bytes_total",
+                "counter",
+                "Bytes written to the ingest log",
+                |s| s.accepted_bytes.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_commits_total",
+                "counter",
+                "Snapshots committed from the ingest log",
+                |s| s.commits.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_committed_rows_total",
+                "counter",
+                "Rows committed from the ingest log",
+                |s| s.committed_rows.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_commit_seconds_total",
+                "counter",
+                "Time spent writing and committing ingested rows",
+                |s| s.commit_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            ),
+            (
+                "floe_ingest_pending_entries",
+                "gauge",
+                "Ingest log entries not yet committed",
+                |s| s.pending.load(Ordering::Relaxed) as f64,
+            ),
+        ];
+        let mut text = String::new();
+        for (name, kind, help, value) in metrics {
+            text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for log in &logs {
+                let table = format!("{}.{}", log.warehouse, log.ident)
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"");
+                text.push_str(&format!(
+                    "{name}{{table=\"{table}\"}} {}\n",
+                    value(&log.stats)
+                ));
+            }
+        }
+        text
     }
 
     /// Largest request body taken.
@@ -214,7 +287,12 @@ impl Ingest {
             state: Mutex::new(LogState { next, pending }),
             committed: committed_tx,
             wake: Notify::new(),
+            stats: LogStats::default(),
         });
+        log.stats.pending.store(
+            log.state.lock().await.pending.len() as u64,
+            Ordering::Relaxed,
+        );
         tables.insert(key, log.clone());
         tokio::spawn(self.clone().commit_loop(log.clone()));
         Ok(log)
@@ -265,6 +343,16 @@ impl Ingest {
         write_durably(&log.dir.join(format!("{sequence:020}.arrow")), &bytes)?;
         state.next += 1;
         state.pending.insert(sequence, bytes.len() as u64);
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        log.stats
+            .accepted_rows
+            .fetch_add(rows as u64, Ordering::Relaxed);
+        log.stats
+            .accepted_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        log.stats
+            .pending
+            .store(state.pending.len() as u64, Ordering::Relaxed);
         Ok(sequence)
     }
 
@@ -337,11 +425,17 @@ impl Ingest {
                 futures::stream::iter(conformed.into_iter().map(Ok)),
             );
             let properties = HashMap::from([(self.sequence_key(), last.to_string())]);
-            floe_sql::write::IcebergSink::new(access, table, schema)
+            let started = std::time::Instant::now();
+            let rows = floe_sql::write::IcebergSink::new(access, table, schema)
                 .with_snapshot_properties(properties)
                 .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
                 .await
                 .map_err(|e| e.to_string())?;
+            log.stats.commits.fetch_add(1, Ordering::Relaxed);
+            log.stats.committed_rows.fetch_add(rows, Ordering::Relaxed);
+            log.stats
+                .commit_micros
+                .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
             log.committed.send_replace(last);
         } else {
             log.committed.send_replace(committed);
@@ -352,6 +446,9 @@ impl Ingest {
             state.pending.remove(&sequence);
             let _ = std::fs::remove_file(log.dir.join(format!("{sequence:020}.arrow")));
         }
+        log.stats
+            .pending
+            .store(state.pending.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
