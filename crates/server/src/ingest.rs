@@ -89,6 +89,14 @@ struct TableLog {
     stats: LogStats,
 }
 
+/// A metric's name, kind, help text and how to read it from a table's counters.
+type MetricLine = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&LogStats) -> f64,
+);
+
 /// Counters of one table's ingestion, for `/metrics`.
 #[derive(Default)]
 struct LogStats {
@@ -168,7 +176,7 @@ impl Ingest {
         let mut logs: Vec<_> = tables.values().cloned().collect();
         drop(tables);
         logs.sort_by_key(|l| (l.warehouse.clone(), l.ident.to_string()));
-        let metrics: [(&str, &str, &str, fn(&LogStats) -> f64); 6] = [
+        let metrics: [MetricLine; 6] = [
             (
                 "floe_ingest_rows_total",
                 "counter",
