@@ -108,22 +108,81 @@ impl IcebergTableProvider {
         builder.build().map_err(iceberg_error)
     }
 
+    /// The files to read, by iceberg's scan planning. Plans are kept per snapshot (its
+    /// manifest list never changes) and predicate, so a query repeated on an unchanged table
+    /// (a dashboard's, say) does not read the manifests again.
     async fn plan(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
+        let metadata = &self.loaded.metadata;
+        let snapshot = match self.snapshot_id {
+            Some(id) => metadata.snapshot_by_id(id),
+            None => metadata.current_snapshot(),
+        };
+        let Some(snapshot) = snapshot else {
+            return Ok(Vec::new());
+        };
+        let predicate = predicate::to_iceberg(filters, &self.schema);
+        let key = format!(
+            "{}\u{1f}{}\u{1f}{predicate:?}",
+            snapshot.manifest_list(),
+            metadata.current_schema_id()
+        );
+        if let Some(tasks) = plans::get(&key) {
+            return Ok(tasks.as_ref().clone());
+        }
         let table = self.table()?;
-        let mut builder = table.scan().select_all();
-        if let Some(predicate) = predicate::to_iceberg(filters, &self.schema) {
+        let mut builder = table
+            .scan()
+            .select_all()
+            .snapshot_id(snapshot.snapshot_id());
+        if let Some(predicate) = predicate {
             builder = builder.with_filter(predicate);
         }
-        if let Some(id) = self.snapshot_id {
-            builder = builder.snapshot_id(id);
-        }
         let scan = builder.build().map_err(iceberg_error)?;
-        scan.plan_files()
+        let tasks: Vec<FileScanTask> = scan
+            .plan_files()
             .await
             .map_err(iceberg_error)?
             .try_collect()
             .await
-            .map_err(iceberg_error)
+            .map_err(iceberg_error)?;
+        plans::put(key, &tasks);
+        Ok(tasks)
+    }
+}
+
+/// Scan plans kept across queries, most recently used last.
+mod plans {
+    use std::sync::{Arc, Mutex};
+
+    use iceberg::scan::FileScanTask;
+
+    /// Plans kept.
+    const KEPT: usize = 128;
+    /// Plans with more files than this are not kept.
+    const MAX_FILES: usize = 20_000;
+
+    type Kept = Vec<(String, Arc<Vec<FileScanTask>>)>;
+    static PLANS: Mutex<Kept> = Mutex::new(Vec::new());
+
+    pub fn get(key: &str) -> Option<Arc<Vec<FileScanTask>>> {
+        let mut kept = PLANS.lock().expect("plan cache lock");
+        let at = kept.iter().position(|(k, _)| k == key)?;
+        let entry = kept.remove(at);
+        let found = entry.1.clone();
+        kept.push(entry);
+        Some(found)
+    }
+
+    pub fn put(key: String, tasks: &[FileScanTask]) {
+        if tasks.len() > MAX_FILES {
+            return;
+        }
+        let mut kept = PLANS.lock().expect("plan cache lock");
+        kept.retain(|(k, _)| *k != key);
+        kept.push((key, Arc::new(tasks.to_vec())));
+        if kept.len() > KEPT {
+            kept.remove(0);
+        }
     }
 }
 
