@@ -4,6 +4,7 @@ mod admin;
 mod audit;
 mod bench;
 mod client;
+mod maintenance;
 mod serve;
 mod sql;
 mod warehouse;
@@ -32,6 +33,9 @@ enum Command {
     Audit(audit::AuditCommand),
     /// Run SQL over the lakehouse: against a running server, or embedded on a data directory.
     Sql(sql::SqlArgs),
+    /// Maintain tables of a running server.
+    #[command(subcommand)]
+    Maintenance(maintenance::MaintenanceCommand),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -61,6 +65,7 @@ fn main() -> anyhow::Result<()> {
             Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
             Command::Sql(args) => sql::run(args).await,
+            Command::Maintenance(command) => maintenance::run(command).await,
         }
     })
 }

@@ -15,6 +15,7 @@ mod extract;
 pub mod flight;
 mod idempotency;
 pub mod ingest;
+pub mod maintenance;
 pub mod management;
 pub mod metrics;
 pub mod oidc;

@@ -48,6 +48,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/audit", get(audit::list))
         .route("/access-review", get(audit::access_review))
         .route("/sql", post(sql::run))
+        .route(
+            "/maintenance/expire-snapshots",
+            post(crate::maintenance::expire_snapshots),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,
