@@ -89,3 +89,37 @@ def test_expiry_keeps_what_refs_need_and_deletes_only_unreachable_files(floe):
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     assert json.loads(printed)["retained-snapshots"] == sorted(again["retained-snapshots"])
+
+
+def test_orphan_cleanup_lists_then_deletes_only_old_unreferenced_files(floe):
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("orph")
+    table = catalog.create_table("orph.t", schema=Schema(NestedField(1, "id", LongType())))
+    table.append(pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    table.append(pa.table({"id": pa.array([4], pa.int64())}))
+    data_dir = local_path(table.location()) + "/data"
+    old_orphan = f"{data_dir}/left-by-a-crashed-writer.parquet"
+    young_orphan = f"{data_dir}/being-written-now.parquet"
+    for path in (old_orphan, young_orphan):
+        with open(path, "wb") as f:
+            f.write(b"not referenced")
+    ten_days_ago = os.path.getmtime(young_orphan) - 10 * 24 * 3600
+    os.utime(old_orphan, (ten_days_ago, ten_days_ago))
+    # An old data file the table does use stays, whatever its age.
+    used = next(iter(t.file.file_path for t in table.scan().plan_files()))
+    os.utime(local_path(used), (ten_days_ago, ten_days_ago))
+
+    body = {"warehouse": floe.warehouse, "namespace": ["orph"], "table": "t"}
+    listed = floe.api("POST", "/api/v1/maintenance/remove-orphan-files", json=body)
+    assert listed.status_code == 200, listed.text
+    answer = listed.json()
+    assert answer["dry-run"] is True
+    assert [local_path(f) for f in answer["orphan-files"]] == [old_orphan]
+    assert os.path.exists(old_orphan)
+
+    # With a one-hour minimum age instead of three days, still only the old stray file.
+    done = floe.api("POST", "/api/v1/maintenance/remove-orphan-files", json={**body, "dry-run": False, "older-than-ms": 3600_000})
+    assert done.status_code == 200, done.text
+    assert done.json()["deleted-files"] == 1
+    assert not os.path.exists(old_orphan) and os.path.exists(young_orphan) and os.path.exists(local_path(used))
+    assert sorted(catalog.load_table("orph.t").scan().to_arrow()["id"].to_pylist()) == [1, 2, 3, 4]

@@ -28,10 +28,60 @@ pub enum MaintenanceCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Delete files under the table's location that no metadata references and that are older
+    /// than the minimum age; lists them only, unless `--delete` is given.
+    RemoveOrphanFiles {
+        /// The table, as `namespace.table` (nested namespaces: `a.b.table`).
+        table: String,
+        #[arg(long, default_value = "default")]
+        warehouse: String,
+        /// Delete the orphans (without it, only list them).
+        #[arg(long)]
+        delete: bool,
+        /// Only files older than this are orphans (default 3 days).
+        #[arg(long)]
+        older_than_ms: Option<i64>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// `namespace.table` split into namespace levels and table name.
+fn split_table(table: &str) -> anyhow::Result<(Vec<&str>, &str)> {
+    let mut parts: Vec<&str> = table.split('.').collect();
+    let name = parts.pop().unwrap_or_default();
+    if parts.is_empty() || name.is_empty() {
+        anyhow::bail!("name the table as namespace.table, got {table:?}");
+    }
+    Ok((parts, name))
 }
 
 pub async fn run(command: MaintenanceCommand) -> anyhow::Result<()> {
     match command {
+        MaintenanceCommand::RemoveOrphanFiles {
+            table,
+            warehouse,
+            delete,
+            older_than_ms,
+            server,
+        } => {
+            let (namespace, name) = split_table(&table)?;
+            let client = server.connect().await?;
+            let answer = client
+                .call(
+                    reqwest::Method::POST,
+                    "/api/v1/maintenance/remove-orphan-files",
+                    Some(json!({
+                        "warehouse": warehouse,
+                        "namespace": namespace,
+                        "table": name,
+                        "dry-run": !delete,
+                        "older-than-ms": older_than_ms,
+                    })),
+                )
+                .await?;
+            print(&answer)
+        }
         MaintenanceCommand::ExpireSnapshots {
             table,
             warehouse,
@@ -40,11 +90,7 @@ pub async fn run(command: MaintenanceCommand) -> anyhow::Result<()> {
             min_snapshots_to_keep,
             server,
         } => {
-            let mut parts: Vec<&str> = table.split('.').collect();
-            let name = parts.pop().unwrap_or_default();
-            if parts.is_empty() || name.is_empty() {
-                anyhow::bail!("name the table as namespace.table, got {table:?}");
-            }
+            let (parts, name) = split_table(&table)?;
             let client = server.connect().await?;
             let answer = client
                 .call(

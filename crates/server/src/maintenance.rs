@@ -87,6 +87,175 @@ fn refs_of(metadata: &TableMetadata) -> Result<Vec<RefInfo>, ApiError> {
         .unwrap_or_default())
 }
 
+/// What each snapshot reaches: its manifest list, manifests, live data and delete files, and
+/// statistics files. Manifests shared by snapshots are read once.
+async fn reachable_files(table: &iceberg::table::Table) -> ApiResult<HashMap<i64, Vec<String>>> {
+    let metadata = table.metadata();
+    let file_io = table.file_io();
+    let mut manifest_files: HashMap<String, Vec<String>> = HashMap::new();
+    let mut files_of: HashMap<i64, Vec<String>> = HashMap::new();
+    for snapshot in metadata.snapshots() {
+        let mut files = vec![snapshot.manifest_list().to_string()];
+        let bytes = file_io
+            .new_input(snapshot.manifest_list())
+            .map_err(|e| internal("manifest list", e))?
+            .read()
+            .await
+            .map_err(|e| internal("manifest list", e))?;
+        let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
+            .map_err(|e| internal("manifest list", e))?;
+        for manifest_file in list.entries() {
+            files.push(manifest_file.manifest_path.clone());
+            if !manifest_files.contains_key(&manifest_file.manifest_path) {
+                let manifest = manifest_file
+                    .load_manifest(file_io)
+                    .await
+                    .map_err(|e| internal("manifest", e))?;
+                let live = manifest
+                    .entries()
+                    .iter()
+                    .filter(|e| e.is_alive())
+                    .map(|e| e.data_file().file_path().to_string())
+                    .collect();
+                manifest_files.insert(manifest_file.manifest_path.clone(), live);
+            }
+            files.extend(manifest_files[&manifest_file.manifest_path].iter().cloned());
+        }
+        for statistics in metadata.statistics_iter() {
+            if statistics.snapshot_id == snapshot.snapshot_id() {
+                files.push(statistics.statistics_path.clone());
+            }
+        }
+        for statistics in metadata.partition_statistics_iter() {
+            if statistics.snapshot_id == snapshot.snapshot_id() {
+                files.push(statistics.statistics_path.clone());
+            }
+        }
+        files_of.insert(snapshot.snapshot_id(), files);
+    }
+    Ok(files_of)
+}
+
+/// A location in one spelling, for comparing what metadata says with what a listing says.
+fn normalized(location: &str) -> String {
+    floe_storage::Location::parse(location)
+        .map(|l| l.to_string())
+        .unwrap_or_else(|_| location.to_string())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct OrphanRequest {
+    pub warehouse: String,
+    pub namespace: Vec<String>,
+    pub table: String,
+    /// List what would be deleted, change nothing (the default).
+    #[serde(default = "yes")]
+    pub dry_run: bool,
+    /// Only files older than this are orphans (default 3 days).
+    pub older_than_ms: Option<i64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST /api/v1/maintenance/remove-orphan-files`: deletes files under the table's location
+/// that no metadata references — no snapshot's manifest list, manifests, data or delete files
+/// or statistics, no metadata file in the log — and that are older than the minimum age.
+/// A dry run (the default) lists them. Needs `manage-maintenance` on the table.
+pub async fn remove_orphan_files(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<OrphanRequest>,
+) -> ApiResult<Json<Value>> {
+    const DEFAULT_MIN_AGE_MS: i64 = 3 * 24 * 3600 * 1000;
+    let namespace = NamespaceIdent::from_vec(request.namespace.clone()).map_err(|e| {
+        ApiError(CatalogError::BadRequest {
+            message: format!("namespace: {e}"),
+        })
+    })?;
+    let ident = TableIdent::new(namespace, request.table.clone());
+    state
+        .catalog
+        .authorize_table(
+            &caller,
+            &request.warehouse,
+            &ident,
+            Privilege::ManageMaintenance,
+        )
+        .await?;
+    let loaded = state
+        .catalog
+        .load_table(&caller, &request.warehouse, &ident)
+        .await?;
+    let access = state
+        .sql
+        .access(&caller, &request.warehouse)
+        .await
+        .map_err(|e| internal("storage access", e.message))?;
+    let table =
+        floe_sql::write::table_of(&access, loaded.clone()).map_err(|e| internal("table", e))?;
+    let metadata = table.metadata();
+    let mut referenced: std::collections::HashSet<String> = reachable_files(&table)
+        .await?
+        .into_values()
+        .flatten()
+        .map(|f| normalized(&f))
+        .collect();
+    if let Some(current) = &loaded.metadata_location {
+        referenced.insert(normalized(current));
+    }
+    for entry in metadata.metadata_log() {
+        referenced.insert(normalized(&entry.metadata_file));
+    }
+    let storage = state
+        .catalog
+        .warehouse(&request.warehouse)
+        .await?
+        .storage
+        .clone();
+    let prefix = format!("{}/", metadata.location().trim_end_matches('/'));
+    let listed: Vec<floe_maintenance::orphans::ListedFile> = storage
+        .list_with_times(&prefix)
+        .await
+        .map_err(|e| internal("list the table's files", e))?
+        .into_iter()
+        .map(
+            |(path, modified_ms)| floe_maintenance::orphans::ListedFile {
+                path: normalized(&path),
+                modified_ms,
+            },
+        )
+        .collect();
+    let now = chrono::Utc::now().timestamp_millis();
+    let min_age = request.older_than_ms.unwrap_or(DEFAULT_MIN_AGE_MS).max(0);
+    let orphans: Vec<String> =
+        floe_maintenance::orphans::plan_orphans(&listed, &referenced, now, min_age)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+    let mut deleted = 0usize;
+    let mut failed = Vec::new();
+    if !request.dry_run {
+        for file in &orphans {
+            match storage.delete(file).await {
+                Ok(()) => deleted += 1,
+                Err(e) => failed.push(json!({"file": file, "error": e.to_string()})),
+            }
+        }
+    }
+    Ok(Json(json!({
+        "dry-run": request.dry_run,
+        "listed-files": listed.len(),
+        "referenced-files": referenced.len(),
+        "older-than-ms": min_age,
+        "orphan-files": orphans,
+        "deleted-files": deleted,
+        "failed-deletes": failed,
+    })))
+}
+
 /// `POST /api/v1/maintenance/expire-snapshots`: expires snapshots per the table's retention
 /// policy, then deletes the files only they reached. Needs `manage-maintenance` on the table.
 pub async fn expire_snapshots(
@@ -139,45 +308,8 @@ pub async fn expire_snapshots(
         now,
     );
 
-    // What each snapshot reaches: its manifest list, manifests, live data and delete files,
-    // and statistics files. Manifests shared by snapshots are read once.
     let file_io = table.file_io();
-    let mut manifest_files: HashMap<String, Vec<String>> = HashMap::new();
-    let mut files_of: HashMap<i64, Vec<String>> = HashMap::new();
-    for snapshot in metadata.snapshots() {
-        let mut files = vec![snapshot.manifest_list().to_string()];
-        let bytes = file_io
-            .new_input(snapshot.manifest_list())
-            .map_err(|e| internal("manifest list", e))?
-            .read()
-            .await
-            .map_err(|e| internal("manifest list", e))?;
-        let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-            .map_err(|e| internal("manifest list", e))?;
-        for manifest_file in list.entries() {
-            files.push(manifest_file.manifest_path.clone());
-            if !manifest_files.contains_key(&manifest_file.manifest_path) {
-                let manifest = manifest_file
-                    .load_manifest(file_io)
-                    .await
-                    .map_err(|e| internal("manifest", e))?;
-                let live = manifest
-                    .entries()
-                    .iter()
-                    .filter(|e| e.is_alive())
-                    .map(|e| e.data_file().file_path().to_string())
-                    .collect();
-                manifest_files.insert(manifest_file.manifest_path.clone(), live);
-            }
-            files.extend(manifest_files[&manifest_file.manifest_path].iter().cloned());
-        }
-        for statistics in metadata.statistics_iter() {
-            if statistics.snapshot_id == snapshot.snapshot_id() {
-                files.push(statistics.statistics_path.clone());
-            }
-        }
-        files_of.insert(snapshot.snapshot_id(), files);
-    }
+    let files_of = reachable_files(&table).await?;
     let freed: BTreeSet<String> = expiry::freed_files(&plan, &files_of)
         .into_iter()
         .map(str::to_string)

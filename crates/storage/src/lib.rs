@@ -164,6 +164,27 @@ impl WarehouseStorage {
             .collect())
     }
 
+    /// Lists every file under `prefix` with its last-modified time (epoch milliseconds).
+    pub async fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, i64)>> {
+        let parsed = self.require_inside(prefix)?;
+        let path = self.profile.object_path(&parsed);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&path))
+            .map_err(|e| map_store_error(prefix, e))
+            .try_collect()
+            .await?;
+        Ok(metas
+            .into_iter()
+            .map(|m| {
+                (
+                    self.profile.location_of(&m.location).to_string(),
+                    m.last_modified.timestamp_millis(),
+                )
+            })
+            .collect())
+    }
+
     /// Deletes every file under `prefix`; used when a table is purged.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize> {
         let files = self.list(prefix).await?;

@@ -52,6 +52,10 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/maintenance/expire-snapshots",
             post(crate::maintenance::expire_snapshots),
         )
+        .route(
+            "/maintenance/remove-orphan-files",
+            post(crate::maintenance::remove_orphan_files),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,
