@@ -357,6 +357,19 @@ def test_writes_need_their_privileges(floe_sql):
     assert sorted(catalog.load_table("guarded.t").scan().to_arrow()["id"].to_pylist()) == [1, 2]
 
 
+def make_big_table(floe) -> None:
+    """big.t: a million ids with 64-character strings (about 80 MB as DataFusion holds them)."""
+    w = {"warehouse": floe.warehouse}
+    assert sql(floe, "CREATE SCHEMA big", **w).status_code == 200
+    made = sql(
+        floe,
+        "CREATE TABLE big.t AS SELECT value AS id, md5(CAST(value AS VARCHAR)) || md5(CAST(value * 7 AS VARCHAR)) AS h "
+        "FROM generate_series(1, 1000000)",
+        **w,
+    )
+    assert made.status_code == 200, made.text
+
+
 def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -366,14 +379,7 @@ def test_queries_spill_under_their_memory_limit_and_wait_in_line(tmp_path):
     floe = start_floe(tmp_path, extra_args=("--query-memory-limit-mb", "64", "--max-concurrent-queries", "1"))
     try:
         w = {"warehouse": floe.warehouse}
-        assert sql(floe, "CREATE SCHEMA big", **w).status_code == 200
-        made = sql(
-            floe,
-            "CREATE TABLE big.t AS SELECT value AS id, md5(CAST(value AS VARCHAR)) || md5(CAST(value * 7 AS VARCHAR)) AS h "
-            "FROM generate_series(1, 1000000)",
-            **w,
-        )
-        assert made.status_code == 200, made.text
+        make_big_table(floe)
         # Sorting ~80 MB of strings (as DataFusion holds them) in a 64 MiB budget only works by
         # spilling to disk.
         ordered = arrow_rows(floe, "SELECT h FROM big.t ORDER BY h", **w)
@@ -402,14 +408,7 @@ def test_a_join_too_big_for_a_hash_table_runs_again_with_sort_merge_joins(tmp_pa
     floe = start_floe(tmp_path, extra_args=("--query-memory-limit-mb", "144"))
     try:
         w = {"warehouse": floe.warehouse}
-        assert sql(floe, "CREATE SCHEMA big", **w).status_code == 200
-        made = sql(
-            floe,
-            "CREATE TABLE big.t AS SELECT value AS id, md5(CAST(value AS VARCHAR)) || md5(CAST(value * 7 AS VARCHAR)) AS h "
-            "FROM generate_series(1, 1000000)",
-            **w,
-        )
-        assert made.status_code == 200, made.text
+        make_big_table(floe)
         # The hash table of one side (a million ids with 64-character strings) does not fit in
         # 144 MiB and hash joins cannot spill: the query runs again with sort-merge joins.
         joined = sql(floe, "SELECT count(*) AS n, max(a.h || b.h) AS top FROM big.t a JOIN big.t b ON a.id = b.id", **w)

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::{Caller, Privilege};
-use floe_catalog::service::TableCommitRequest;
+use floe_catalog::service::{LoadedTable, TableCommitRequest};
 use floe_maintenance::expiry::{self, ExpiryPolicy, RefInfo, SnapshotInfo};
 use iceberg::spec::{ManifestList, TableMetadata};
 use iceberg::{NamespaceIdent, TableIdent, TableUpdate};
@@ -136,6 +136,35 @@ async fn reachable_files(table: &iceberg::table::Table) -> ApiResult<HashMap<i64
     Ok(files_of)
 }
 
+/// A table the caller may maintain (`manage-maintenance`), loaded, and as iceberg's `Table`.
+async fn maintained_table(
+    state: &AppState,
+    caller: &Caller,
+    warehouse: &str,
+    namespace: &[String],
+    table: &str,
+) -> ApiResult<(TableIdent, LoadedTable, iceberg::table::Table)> {
+    let namespace = NamespaceIdent::from_vec(namespace.to_vec()).map_err(|e| {
+        ApiError(CatalogError::BadRequest {
+            message: format!("namespace: {e}"),
+        })
+    })?;
+    let ident = TableIdent::new(namespace, table.to_string());
+    state
+        .catalog
+        .authorize_table(caller, warehouse, &ident, Privilege::ManageMaintenance)
+        .await?;
+    let loaded = state.catalog.load_table(caller, warehouse, &ident).await?;
+    let access = state
+        .sql
+        .access(caller, warehouse)
+        .await
+        .map_err(|e| internal("storage access", e.message))?;
+    let table =
+        floe_sql::write::table_of(&access, loaded.clone()).map_err(|e| internal("table", e))?;
+    Ok((ident, loaded, table))
+}
+
 /// A location in one spelling, for comparing what metadata says with what a listing says.
 fn normalized(location: &str) -> String {
     floe_storage::Location::parse(location)
@@ -170,32 +199,14 @@ pub async fn remove_orphan_files(
     JsonBody(request): JsonBody<OrphanRequest>,
 ) -> ApiResult<Json<Value>> {
     const DEFAULT_MIN_AGE_MS: i64 = 3 * 24 * 3600 * 1000;
-    let namespace = NamespaceIdent::from_vec(request.namespace.clone()).map_err(|e| {
-        ApiError(CatalogError::BadRequest {
-            message: format!("namespace: {e}"),
-        })
-    })?;
-    let ident = TableIdent::new(namespace, request.table.clone());
-    state
-        .catalog
-        .authorize_table(
-            &caller,
-            &request.warehouse,
-            &ident,
-            Privilege::ManageMaintenance,
-        )
-        .await?;
-    let loaded = state
-        .catalog
-        .load_table(&caller, &request.warehouse, &ident)
-        .await?;
-    let access = state
-        .sql
-        .access(&caller, &request.warehouse)
-        .await
-        .map_err(|e| internal("storage access", e.message))?;
-    let table =
-        floe_sql::write::table_of(&access, loaded.clone()).map_err(|e| internal("table", e))?;
+    let (_, loaded, table) = maintained_table(
+        &state,
+        &caller,
+        &request.warehouse,
+        &request.namespace,
+        &request.table,
+    )
+    .await?;
     let metadata = table.metadata();
     let mut referenced: std::collections::HashSet<String> = reachable_files(&table)
         .await?
@@ -263,32 +274,14 @@ pub async fn expire_snapshots(
     Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<ExpireRequest>,
 ) -> ApiResult<Json<Value>> {
-    let namespace = NamespaceIdent::from_vec(request.namespace.clone()).map_err(|e| {
-        ApiError(CatalogError::BadRequest {
-            message: format!("namespace: {e}"),
-        })
-    })?;
-    let ident = TableIdent::new(namespace, request.table.clone());
-    state
-        .catalog
-        .authorize_table(
-            &caller,
-            &request.warehouse,
-            &ident,
-            Privilege::ManageMaintenance,
-        )
-        .await?;
-    let loaded = state
-        .catalog
-        .load_table(&caller, &request.warehouse, &ident)
-        .await?;
-    let access = state
-        .sql
-        .access(&caller, &request.warehouse)
-        .await
-        .map_err(|e| internal("storage access", e.message))?;
-    let table =
-        floe_sql::write::table_of(&access, loaded.clone()).map_err(|e| internal("table", e))?;
+    let (ident, _, table) = maintained_table(
+        &state,
+        &caller,
+        &request.warehouse,
+        &request.namespace,
+        &request.table,
+    )
+    .await?;
     let metadata = table.metadata();
     let snapshots: Vec<SnapshotInfo> = metadata
         .snapshots()

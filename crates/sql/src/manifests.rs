@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::common::{DataFusionError, Result};
 use futures::{StreamExt, TryStreamExt};
-use iceberg::spec::{DataFile, DataFileFormat, ManifestContentType, ManifestList};
+use iceberg::spec::{DataFile, DataFileFormat, ManifestContentType, ManifestList, Snapshot};
 use iceberg::table::Table;
 
 use crate::provider::iceberg_error;
@@ -46,6 +46,19 @@ pub struct ManifestIndex {
 
 static KEPT_INDEXES: Mutex<Vec<(String, Arc<ManifestIndex>)>> = Mutex::new(Vec::new());
 
+/// A snapshot's manifest list, read and parsed.
+pub async fn manifest_list(table: &Table, snapshot: &Snapshot) -> Result<ManifestList> {
+    let bytes = table
+        .file_io()
+        .new_input(snapshot.manifest_list())
+        .map_err(iceberg_error)?
+        .read()
+        .await
+        .map_err(iceberg_error)?;
+    ManifestList::parse_with_version(&bytes, table.metadata().format_version())
+        .map_err(iceberg_error)
+}
+
 /// The index of `snapshot_id` (or the current snapshot) of `table`.
 pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<ManifestIndex>> {
     let metadata = table.metadata();
@@ -66,15 +79,7 @@ pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<Manife
             return Ok(found);
         }
     }
-    let bytes = table
-        .file_io()
-        .new_input(snapshot.manifest_list())
-        .map_err(iceberg_error)?
-        .read()
-        .await
-        .map_err(iceberg_error)?;
-    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-        .map_err(iceberg_error)?;
+    let list = manifest_list(table, snapshot).await?;
     let manifests: Vec<_> = list
         .entries()
         .iter()

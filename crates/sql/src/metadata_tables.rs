@@ -18,7 +18,7 @@ use datafusion::catalog::TableProvider;
 use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::datasource::MemTable;
 use futures::TryStreamExt;
-use iceberg::spec::{Literal, ManifestList, PartitionField, Struct, TableMetadata, Transform};
+use iceberg::spec::{Literal, PartitionField, Struct, TableMetadata, Transform};
 use iceberg::table::Table;
 
 use crate::provider::iceberg_error;
@@ -266,15 +266,7 @@ async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
     let Some(snapshot) = metadata.current_snapshot() else {
         return Ok(files);
     };
-    let bytes = table
-        .file_io()
-        .new_input(snapshot.manifest_list())
-        .map_err(iceberg_error)?
-        .read()
-        .await
-        .map_err(iceberg_error)?;
-    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-        .map_err(iceberg_error)?;
+    let list = crate::manifests::manifest_list(table, snapshot).await?;
     for manifest_file in list.entries() {
         let manifest = manifest_file
             .load_manifest(table.file_io())

@@ -150,17 +150,11 @@ impl WarehouseStorage {
 
     /// Lists every file under `prefix` (a directory-like location), as full locations.
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let parsed = self.require_inside(prefix)?;
-        let path = self.profile.object_path(&parsed);
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&path))
-            .map_err(|e| map_store_error(prefix, e))
-            .try_collect()
-            .await?;
-        Ok(metas
+        Ok(self
+            .list_with_times(prefix)
+            .await?
             .into_iter()
-            .map(|m| self.profile.location_of(&m.location).to_string())
+            .map(|(location, _)| location)
             .collect())
     }
 
