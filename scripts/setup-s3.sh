@@ -4,7 +4,8 @@
 # of a commit on its default branch).
 #
 # Usage: scripts/setup-s3.sh
-#   FLOE_BIN   install folder (default: $HOME/.cache/floe-bin)
+#   FLOE_BIN_DIR   install folder (default: $HOME/.cache/floe-bin); not FLOE_BIN, which
+#                  names the floe binary in the test scripts
 # Prints the path of the minio binary. Idempotent: a stamp beside the binary
 # records the pinned version; a matching stamp skips the (slow) build.
 # The build is niced and single-threaded so it does not starve other work;
@@ -15,7 +16,7 @@ MINIO_MODULE="github.com/minio/minio"
 # Last commit on minio/minio master as served by the Go module proxy (2026-02-12).
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"
 
-BIN_DIR="${FLOE_BIN:-$HOME/.cache/floe-bin}"
+BIN_DIR="${FLOE_BIN_DIR:-$HOME/.cache/floe-bin}"
 MINIO="$BIN_DIR/minio"
 STAMP="$BIN_DIR/.minio-version"
 
