@@ -87,6 +87,13 @@ def test_ndjson_json_and_arrow_reach_the_table(floe):
     assert f"floe_ingest_committed_rows_total{label} 7" in metrics
     assert f"floe_ingest_pending_entries{label} 0" in metrics
 
+    status = floe.api("GET", "/api/v1/ingest/status")
+    assert status.status_code == 200, status.text
+    events = [t for t in status.json()["tables"] if t["table"] == "events"][0]
+    assert events["namespace"] == ["ing"] and events["pending-entries"] == 0
+    assert events["accepted-rows"] == 7 and events["committed-rows"] == 7
+    assert events["committed-sequence"] == events["next-sequence"] - 1
+
     # A table created on request, its schema inferred from the rows.
     answer = post(floe, "ing.made", ndjson([{"id": 1, "tag": "x", "value": 2.5}]), "application/x-ndjson", wait="commit", create="true")
     assert answer.status_code == 200, answer.text
@@ -153,6 +160,7 @@ def test_bad_requests_are_refused_clearly(tmp_path):
         token = floe.token(*reader)
         answer = post(floe, "ing.events", ndjson([{"id": 1}]), "application/x-ndjson", token=token)
         assert answer.status_code == 403, answer.text
+        assert floe.api("GET", "/api/v1/ingest/status", token=token).status_code == 403
 
         answer = post(floe, "ing.events", b'{"id": 1, "nested": {"a": 1}}', "application/x-ndjson")
         assert answer.status_code == 400 and "nested" in answer.text, answer.text

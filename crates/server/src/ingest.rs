@@ -35,7 +35,7 @@ use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::service::{CatalogService, CreateTable};
 use iceberg::{NamespaceIdent, TableIdent};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, watch};
 
 use crate::AppState;
@@ -168,6 +168,34 @@ impl Ingest {
             }
         }
         Ok(ingest)
+    }
+
+    /// Every table this node ingests into: its log and counters.
+    pub async fn status(&self) -> Vec<Value> {
+        let tables = self.tables.lock().await;
+        let mut logs: Vec<_> = tables.values().cloned().collect();
+        drop(tables);
+        logs.sort_by_key(|l| (l.warehouse.clone(), l.ident.to_string()));
+        let mut answer = Vec::new();
+        for log in logs {
+            let next = log.state.lock().await.next;
+            let stats = &log.stats;
+            answer.push(json!({
+                "warehouse": log.warehouse,
+                "namespace": log.ident.namespace().clone().inner(),
+                "table": log.ident.name(),
+                "log-id": self.log_id,
+                "committed-sequence": *log.committed.borrow(),
+                "next-sequence": next,
+                "pending-entries": stats.pending.load(Ordering::Relaxed),
+                "accepted-rows": stats.accepted_rows.load(Ordering::Relaxed),
+                "accepted-bytes": stats.accepted_bytes.load(Ordering::Relaxed),
+                "commits": stats.commits.load(Ordering::Relaxed),
+                "committed-rows": stats.committed_rows.load(Ordering::Relaxed),
+                "commit-seconds": stats.commit_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            }));
+        }
+        answer
     }
 
     /// Per-table counters in Prometheus text.
@@ -541,6 +569,20 @@ fn bad_request(message: impl Into<String>) -> ApiError {
     ApiError(CatalogError::BadRequest {
         message: message.into(),
     })
+}
+
+/// `GET /api/v1/ingest/status`: the tables this node ingests into, with their logs' positions
+/// and counters. Needs `manage-pipelines` on the server.
+pub async fn status(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<axum::Json<Value>> {
+    crate::auth::require_server(&caller, Privilege::ManagePipelines)?;
+    let tables = match &state.ingest {
+        Some(ingest) => ingest.status().await,
+        None => Vec::new(),
+    };
+    Ok(axum::Json(json!({ "tables": tables })))
 }
 
 /// `POST /ingest/v1/{warehouse}/{namespace}/{table}`.
