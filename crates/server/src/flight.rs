@@ -168,7 +168,9 @@ fn decode_params(encoded: &str) -> Result<Vec<ScalarValue>, Status> {
 fn status(e: SqlError) -> Status {
     match e.kind {
         SqlErrorKind::PermissionDenied => Status::permission_denied(e.message),
-        SqlErrorKind::Invalid => Status::invalid_argument(e.message),
+        SqlErrorKind::Invalid | SqlErrorKind::InvalidParameter => {
+            Status::invalid_argument(e.message)
+        }
         SqlErrorKind::Unsupported => Status::unimplemented(e.message),
         SqlErrorKind::Execution => Status::internal(e.message),
     }

@@ -282,36 +282,14 @@ impl Queries {
             .await;
     }
 
-    /// A portal's parameter values as the types the statement uses them as: text-format
-    /// values are parsed as that type, binary ones decoded by the type the client declared and
-    /// cast.
-    async fn parameters(
-        &self,
-        session: &Session,
-        portal: &Portal<String>,
-    ) -> PgWireResult<Vec<ScalarValue>> {
-        let sql = portal
-            .statement
-            .statement
-            .trim()
-            .trim_end_matches(';')
-            .trim();
-        let inferred = self
-            .state
-            .sql
-            .parameter_types(&session.caller, sql, &session.options)
-            .await
-            .map_err(sql_error)?;
+    /// A portal's parameter values: text ones parsed as the type the client declared (kept as
+    /// text when it declared none), binary ones decoded by their declared type. The engine
+    /// casts each to the type its placeholder is used as.
+    fn parameters(portal: &Portal<String>) -> PgWireResult<Vec<ScalarValue>> {
         (0..portal.parameter_len())
             .map(|i| {
                 let declared = portal.statement.parameter_types.get(i).cloned().flatten();
-                let target = inferred
-                    .get(i)
-                    .cloned()
-                    .flatten()
-                    .or_else(|| declared.as_ref().and_then(arrow_type))
-                    .unwrap_or(DataType::Utf8);
-                parameter(portal, i, declared, &target)
+                parameter(portal, i, declared)
                     .map_err(|why| user_error("22P02", &format!("parameter ${}: {why}", i + 1)))
             })
             .collect()
@@ -394,6 +372,7 @@ fn sql_error(e: SqlError) -> PgWireError {
     let code = match e.kind {
         SqlErrorKind::PermissionDenied => "42501", // insufficient_privilege
         SqlErrorKind::Invalid => "42000",          // syntax_error_or_access_rule_violation
+        SqlErrorKind::InvalidParameter => "22P02", // invalid_text_representation
         SqlErrorKind::Unsupported => "0A000",      // feature_not_supported
         SqlErrorKind::Execution => "XX000",        // internal_error
     };
@@ -418,7 +397,7 @@ fn pg_type(data_type: &DataType) -> Type {
     }
 }
 
-/// The Arrow type of a PostgreSQL parameter type, for parameters planning could not type.
+/// The Arrow type of a PostgreSQL parameter type, to parse a text parameter the client typed.
 fn arrow_type(pg: &Type) -> Option<DataType> {
     Some(match *pg {
         Type::BOOL => DataType::Boolean,
@@ -440,14 +419,17 @@ fn parameter(
     portal: &Portal<String>,
     index: usize,
     declared: Option<Type>,
-    target: &DataType,
 ) -> Result<ScalarValue, String> {
+    let target = declared
+        .as_ref()
+        .and_then(arrow_type)
+        .unwrap_or(DataType::Utf8);
     let Some(raw) = &portal.parameters[index] else {
-        return ScalarValue::try_from(target).map_err(|e| e.to_string());
+        return ScalarValue::try_from(&target).map_err(|e| e.to_string());
     };
     if !portal.parameter_format.is_binary(index) {
         let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8 text".to_string())?;
-        return ScalarValue::try_from_string(text.to_string(), target)
+        return ScalarValue::try_from_string(text.to_string(), &target)
             .map_err(|_| format!("{text:?} is not a valid {target}"));
     }
     let declared = declared.ok_or("a binary parameter needs its type declared")?;
@@ -492,9 +474,7 @@ fn parameter(
             ));
         }
     };
-    value
-        .cast_to(target)
-        .map_err(|_| format!("a {declared} value does not fit {target}"))
+    Ok(value)
 }
 
 /// Encodes each batch's rows as they arrive.
@@ -735,7 +715,7 @@ impl ExtendedQueryHandler for Queries {
     {
         let mut session = self.session(client).await?;
         if !portal.parameters.is_empty() {
-            session.options.params = self.parameters(&session, portal).await?;
+            session.options.params = Self::parameters(portal)?;
         }
         let format = portal.result_column_format.clone();
         self.run(&session, &portal.statement.statement, move |i| {

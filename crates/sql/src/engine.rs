@@ -95,11 +95,8 @@ fn typed_params(
                 Some(wanted) if value.data_type() != wanted => {
                     value.cast_to(&wanted).map_err(|_| {
                         SqlError::new(
-                            SqlErrorKind::Invalid,
-                            format!(
-                                "parameter {placeholder}: a {} value does not fit {wanted}",
-                                value.data_type()
-                            ),
+                            SqlErrorKind::InvalidParameter,
+                            format!("parameter {placeholder}: {value:?} is not a valid {wanted}"),
                         )
                     })
                 }
@@ -127,6 +124,8 @@ pub enum SqlErrorKind {
     PermissionDenied,
     /// Bad SQL, an unknown table or column, a type error.
     Invalid,
+    /// A parameter value that does not fit its placeholder's type.
+    InvalidParameter,
     /// A statement or feature Floe does not support yet.
     Unsupported,
     /// A failure while running the query.

@@ -135,7 +135,7 @@ fn api_error(e: SqlError) -> ApiError {
     ApiError(match e.kind {
         SqlErrorKind::PermissionDenied => CatalogError::PermissionDenied(e.message),
         SqlErrorKind::Unsupported => CatalogError::Unsupported(e.message),
-        SqlErrorKind::Invalid | SqlErrorKind::Execution => {
+        SqlErrorKind::Invalid | SqlErrorKind::InvalidParameter | SqlErrorKind::Execution => {
             CatalogError::BadRequest { message: e.message }
         }
     })
