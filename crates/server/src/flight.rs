@@ -225,14 +225,7 @@ impl FloeFlightSql {
         let ticket = TicketStatementQuery {
             statement_handle: handle.encode().into(),
         };
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|e| Status::internal(e.to_string()))?
-            .with_endpoint(endpoint)
-            .with_descriptor(descriptor);
-        Ok(Response::new(info))
+        one_endpoint_info(ticket.as_any(), &schema, descriptor)
     }
 
     /// Runs a listing over `information_schema` as the caller (so it shows exactly what the
@@ -315,13 +308,14 @@ impl FloeFlightSql {
     }
 }
 
-/// One endpoint whose ticket is the listing command itself.
-fn listing_info(
-    command: Any,
+/// A flight of one endpoint, fetched with `ticket` (a statement handle, or a metadata command
+/// itself).
+fn one_endpoint_info(
+    ticket: Any,
     schema: &datafusion::arrow::datatypes::Schema,
     descriptor: FlightDescriptor,
 ) -> Result<Response<FlightInfo>, Status> {
-    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(command.encode_to_vec()));
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(ticket.encode_to_vec()));
     let info = FlightInfo::new()
         .try_with_schema(schema)
         .map_err(|e| Status::internal(e.to_string()))?
@@ -330,6 +324,7 @@ fn listing_info(
     Ok(Response::new(info))
 }
 
+/// One record batch as a DoGet answer.
 fn one_batch<E: std::fmt::Display>(
     batch: Result<datafusion::arrow::array::RecordBatch, E>,
 ) -> Result<Response<DoGetStream>, Status> {
@@ -551,14 +546,8 @@ impl FlightSqlService for FloeFlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
-        let endpoint =
-            FlightEndpoint::new().with_ticket(Ticket::new(query.as_any().encode_to_vec()));
-        let info = FlightInfo::new()
-            .try_with_schema(query.into_builder(&self.info).schema().as_ref())
-            .map_err(|e| Status::internal(e.to_string()))?
-            .with_endpoint(endpoint)
-            .with_descriptor(request.into_inner());
-        Ok(Response::new(info))
+        let schema = query.clone().into_builder(&self.info).schema();
+        one_endpoint_info(query.as_any(), &schema, request.into_inner())
     }
 
     async fn do_get_sql_info(
@@ -567,15 +556,7 @@ impl FlightSqlService for FloeFlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         self.caller(request.metadata()).await?;
-        let batch = query
-            .into_builder(&self.info)
-            .build()
-            .map_err(|e| Status::internal(e.to_string()))?;
-        let data = FlightDataEncoderBuilder::new()
-            .with_schema(batch.schema())
-            .build(futures::stream::iter([Ok(batch)]))
-            .map_err(|e| Status::internal(e.to_string()));
-        Ok(Response::new(Box::pin(data)))
+        one_batch(query.into_builder(&self.info).build())
     }
 
     async fn get_flight_info_catalogs(
@@ -585,7 +566,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
         let schema = query.into_builder().schema();
-        listing_info(query.as_any(), &schema, request.into_inner())
+        one_endpoint_info(query.as_any(), &schema, request.into_inner())
     }
 
     async fn do_get_catalogs(
@@ -615,7 +596,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
         let schema = query.clone().into_builder().schema();
-        listing_info(query.as_any(), &schema, request.into_inner())
+        one_endpoint_info(query.as_any(), &schema, request.into_inner())
     }
 
     async fn do_get_schemas(
@@ -645,7 +626,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
         let schema = query.clone().into_builder().schema();
-        listing_info(query.as_any(), &schema, request.into_inner())
+        one_endpoint_info(query.as_any(), &schema, request.into_inner())
     }
 
     async fn do_get_tables(
@@ -697,7 +678,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         self.caller(request.metadata()).await?;
         let schema = query.into_builder().schema();
-        listing_info(query.as_any(), &schema, request.into_inner())
+        one_endpoint_info(query.as_any(), &schema, request.into_inner())
     }
 
     async fn do_get_table_types(
