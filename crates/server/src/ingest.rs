@@ -344,19 +344,23 @@ impl Ingest {
             .catalog
             .load_table(&Caller::system(), warehouse, ident)
             .await?;
-        let metadata = &loaded.metadata;
+        Ok(self.sequence_in(&loaded.metadata))
+    }
+
+    /// The last log sequence the table's current snapshot or an ancestor says it covers.
+    fn sequence_in(&self, metadata: &iceberg::spec::TableMetadata) -> u64 {
         let key = self.sequence_key();
         let mut snapshot = metadata.current_snapshot();
         // Newest first; the first snapshot carrying our key has the highest sequence.
         while let Some(current) = snapshot {
             if let Some(value) = current.summary().additional_properties.get(&key) {
-                return Ok(value.parse().unwrap_or(0));
+                return value.parse().unwrap_or(0);
             }
             snapshot = current
                 .parent_snapshot_id()
                 .and_then(|id| metadata.snapshot_by_id(id));
         }
-        Ok(0)
+        0
     }
 
     /// Appends one request's rows to the log, durably; returns its sequence.
@@ -420,12 +424,16 @@ impl Ingest {
         if pending.is_empty() {
             return Ok(());
         }
-        // Entries a snapshot already covers (a crash or lost answer after the commit) are
-        // dropped, not written again.
-        let committed = self
-            .committed_sequence(&log.warehouse, &log.ident)
+        // One read of the table serves both the check and the commit: entries a snapshot
+        // already covers (a crash or lost answer after the commit) are dropped, not written
+        // again.
+        let caller = Caller::system();
+        let loaded = self
+            .catalog
+            .load_table(&caller, &log.warehouse, &log.ident)
             .await
             .map_err(|e| e.to_string())?;
+        let committed = self.sequence_in(&loaded.metadata);
         let fresh: Vec<u64> = pending.iter().copied().filter(|s| *s > committed).collect();
         if let Some(&last) = fresh.last() {
             let mut batches = Vec::new();
@@ -438,15 +446,9 @@ impl Ingest {
                     batches.push(batch.map_err(|e| format!("read log entry {sequence}: {e}"))?);
                 }
             }
-            let caller = Caller::system();
             let access = self
                 .sql
                 .access(&caller, &log.warehouse)
-                .await
-                .map_err(|e| e.to_string())?;
-            let loaded = self
-                .catalog
-                .load_table(&caller, &log.warehouse, &log.ident)
                 .await
                 .map_err(|e| e.to_string())?;
             let table = floe_sql::write::table_of(&access, loaded).map_err(|e| e.to_string())?;
