@@ -175,3 +175,50 @@ def test_floe_reads_spark_deletes_v2_and_deletion_vectors_v3(spark_floe):
         assert tuple(expected) == (1619, 1699360, 2546789.0), tuple(expected)
         firsts[f"first_v{version}"] = first_delete
     run_file(floe, Path(__file__).parent.parent / "slt" / "engines" / "spark_deletes.slt", firsts)
+
+
+def test_compaction_applies_spark_deletes_and_spark_reads_the_result(spark_floe):
+    """Compaction rewrites files carrying Spark's merge-on-read deletes (position delete files
+    in v2, deletion vectors in v3): the deleted rows stay deleted, the delete files go, and
+    Spark, PyIceberg and Floe read the same rows."""
+    from test_compaction import run_job
+
+    spark, floe = spark_floe
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS floe.cmp")
+    for version in (2, 3):
+        name = f"mor_v{version}"
+        table = f"floe.cmp.{name}"
+        spark.sql(
+            f"""CREATE TABLE {table} (id BIGINT, part STRING)
+                USING iceberg PARTITIONED BY (part)
+                TBLPROPERTIES ('format-version'='{version}', 'write.delete.mode'='merge-on-read',
+                               'write.update.mode'='merge-on-read')"""
+        )
+        for start in range(0, 1000, 250):
+            spark.sql(
+                f"""INSERT INTO {table} SELECT id, CASE WHEN id % 2 = 0 THEN 'even' ELSE 'odd' END
+                    FROM range({start}, {start + 250})"""
+            )
+        spark.sql(f"DELETE FROM {table} WHERE id % 10 = 3")
+        spark.sql(f"DELETE FROM {table} WHERE id < 100")
+        expected = rows_of(spark.sql(f"SELECT id, part FROM {table}"))
+        assert len(expected) == 810
+        assert spark.sql(f"SELECT count(*) FROM {table}.delete_files").collect()[0][0] > 0
+
+        result = run_job(floe, "cmp", name, "compact")
+        assert result["groups-committed"] == 2, result
+        assert result["removed-delete-files"] > 0, result
+
+        spark.sql(f"REFRESH TABLE {table}")
+        assert spark.sql(f"SELECT count(*) FROM {table}.delete_files").collect()[0][0] == 0
+        assert spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0] == 2
+        assert rows_of(spark.sql(f"SELECT id, part FROM {table}")) == expected
+        pyiceberg = floe.pyiceberg().load_table(f"cmp.{name}").scan().to_arrow()
+        assert sorted(zip(pyiceberg["id"].to_pylist(), pyiceberg["part"].to_pylist())) == expected
+        answer = floe.api(
+            "POST", "/api/v1/sql", json={"sql": f"SELECT id, part FROM cmp.{name} ORDER BY id", "warehouse": floe.warehouse}
+        )
+        assert [(r["id"], r["part"]) for r in answer.json()["rows"]] == expected
+        # Spark keeps writing to the compacted table.
+        spark.sql(f"DELETE FROM {table} WHERE id = 500")
+        assert spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0] == 809

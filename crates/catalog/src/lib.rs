@@ -12,6 +12,7 @@ pub mod commit;
 mod error;
 pub mod governance;
 pub mod ident;
+pub mod jobs;
 pub mod metadata;
 pub mod model;
 pub mod service;

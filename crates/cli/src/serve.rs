@@ -46,6 +46,30 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOE_INGEST_MAX_BODY_MB", default_value_t = 64)]
     pub ingest_max_body_mb: usize,
     /// Directory for the embedded catalog database and the default warehouse.
+    /// Maintenance jobs (compaction, expiry, orphan cleanup, retention) this node runs at
+    /// once; 0 runs none here (other nodes sharing the store still do).
+    #[arg(long, env = "FLOE_MAINTENANCE_WORKERS", default_value_t = 2)]
+    pub maintenance_workers: usize,
+    /// Threads of the background runtime maintenance runs on (its CPU bound).
+    #[arg(long, env = "FLOE_MAINTENANCE_THREADS", default_value_t = 1)]
+    pub maintenance_threads: usize,
+    /// Maintenance jobs one warehouse runs at once, across all nodes.
+    #[arg(long, env = "FLOE_MAINTENANCE_WAREHOUSE_CAP", default_value_t = 1)]
+    pub maintenance_warehouse_cap: usize,
+    /// How often every table gets its scheduled expiry, orphan cleanup and retention jobs
+    /// (seconds; 0 turns the schedule off).
+    #[arg(long, env = "FLOE_MAINTENANCE_SCHEDULE_SECS", default_value_t = 3600)]
+    pub maintenance_schedule_secs: u64,
+    /// Lease of a running job (seconds): a job whose node stops renewing it is taken over
+    /// this long after.
+    #[arg(long, env = "FLOE_MAINTENANCE_LEASE_SECS", default_value_t = 60)]
+    pub maintenance_lease_secs: u64,
+    /// First retry delay of a failed job (seconds), doubled per attempt.
+    #[arg(long, env = "FLOE_MAINTENANCE_RETRY_SECS", default_value_t = 30)]
+    pub maintenance_retry_secs: u64,
+    /// Memory a compaction's scan and sort hold before spilling (MiB).
+    #[arg(long, env = "FLOE_MAINTENANCE_MEMORY_MB", default_value_t = 1024)]
+    pub maintenance_memory_mb: usize,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
@@ -171,6 +195,30 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("open the ingest log in {}", ingest_dir.display()))?,
     );
+    let scheduler = Arc::new(floe_maintenance::scheduler::Scheduler::new(
+        floe_maintenance::exec::Maintainer::new(state.catalog.clone(), state.sql.clone()),
+        Arc::new(store.clone()),
+        floe_maintenance::scheduler::SchedulerConfig {
+            workers: args.maintenance_workers,
+            threads: args.maintenance_threads,
+            warehouse_cap: args.maintenance_warehouse_cap,
+            schedule_every: std::time::Duration::from_secs(args.maintenance_schedule_secs),
+            lease: std::time::Duration::from_secs(args.maintenance_lease_secs.max(3)),
+            backoff: std::time::Duration::from_secs(args.maintenance_retry_secs),
+            memory_limit: args.maintenance_memory_mb << 20,
+            ..Default::default()
+        },
+    ));
+    state.scheduler = Some(scheduler.clone());
+    let maintenance = if args.maintenance_workers > 0 {
+        Some(
+            scheduler
+                .start(shutdown.clone())
+                .context("start the maintenance runtime")?,
+        )
+    } else {
+        None
+    };
     let pg = bind_optional(
         &args.pg_listen,
         "the PostgreSQL wire protocol",
@@ -193,6 +241,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(pg) = pg {
         let _ = pg.await;
+    }
+    if let Some(maintenance) = maintenance {
+        let _ = tokio::task::spawn_blocking(move || maintenance.join()).await;
     }
     // Every answered request's audit record is written before the process exits.
     audit_shutdown.cancel();

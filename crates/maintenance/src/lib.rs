@@ -6,3 +6,7 @@
 pub mod compaction;
 pub mod expiry;
 pub mod orphans;
+pub mod policy;
+
+pub mod exec;
+pub mod scheduler;

@@ -51,6 +51,8 @@ pub struct AppState {
     pub sql: Arc<floe_sql::SqlEngine>,
     /// HTTP ingestion's write-ahead log and committers, when enabled.
     pub ingest: Option<Arc<ingest::Ingest>>,
+    /// The maintenance job scheduler, when this server runs one.
+    pub scheduler: Option<Arc<floe_maintenance::scheduler::Scheduler>>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -96,6 +98,7 @@ impl AppState {
             audit_store,
             metrics: metrics::Metrics::new(),
             ingest: None,
+            scheduler: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
     }

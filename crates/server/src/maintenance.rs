@@ -1,23 +1,75 @@
-//! Maintenance executors over the planners of `floe-maintenance`. Today: snapshot expiry
-//! (`POST /api/v1/maintenance/expire-snapshots`), run on request.
+//! Maintenance over HTTP: snapshot expiry and orphan cleanup run on request, jobs queued for
+//! the scheduler and their status, and maintenance policies. Everything needs
+//! `manage-maintenance` on the object concerned, and nothing else: once that is checked the
+//! work is done as the system (the request's audit record names the caller).
 
-use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::{Caller, Privilege};
-use floe_catalog::service::{LoadedTable, TableCommitRequest};
-use floe_maintenance::expiry::{self, ExpiryPolicy, RefInfo, SnapshotInfo};
-use iceberg::spec::{ManifestList, TableMetadata};
-use iceberg::{NamespaceIdent, TableIdent, TableUpdate};
+use floe_catalog::jobs::{JobFilter, JobRecord, JobStatus};
+use floe_catalog::service::SecurableRef;
+use floe_maintenance::exec::expire::{ExpireOptions, expire_snapshots as run_expiry};
+use floe_maintenance::exec::orphans::{
+    DEFAULT_MIN_AGE_MS, OrphanOptions, remove_orphan_files as run_orphans,
+};
+use floe_maintenance::exec::{Maintainer, MaintenanceError};
+use floe_maintenance::policy::{Effective, Policy};
+use floe_maintenance::scheduler::Scheduler;
+use iceberg::{NamespaceIdent, TableIdent};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
+
+fn maintenance_error(e: MaintenanceError) -> ApiError {
+    match e {
+        MaintenanceError::Catalog(e) => ApiError(e),
+        MaintenanceError::Unsupported(message) => ApiError(CatalogError::bad_request(message)),
+        MaintenanceError::Io { what, message } => {
+            ApiError(CatalogError::internal(what, std::io::Error::other(message)))
+        }
+    }
+}
+
+fn table_ident(namespace: &[String], table: &str) -> ApiResult<TableIdent> {
+    let namespace = NamespaceIdent::from_vec(namespace.to_vec())
+        .map_err(|e| ApiError(CatalogError::bad_request(format!("namespace: {e}"))))?;
+    Ok(TableIdent::new(namespace, table.to_string()))
+}
+
+/// The table, once the caller is known to hold `manage-maintenance` on it.
+async fn maintained_table(
+    state: &AppState,
+    caller: &Caller,
+    warehouse: &str,
+    namespace: &[String],
+    table: &str,
+) -> ApiResult<TableIdent> {
+    let ident = table_ident(namespace, table)?;
+    state
+        .catalog
+        .authorize_table(caller, warehouse, &ident, Privilege::ManageMaintenance)
+        .await?;
+    Ok(ident)
+}
+
+fn maintainer(state: &AppState) -> Maintainer {
+    Maintainer::new(state.catalog.clone(), state.sql.clone())
+}
+
+fn scheduler(state: &AppState) -> ApiResult<&std::sync::Arc<Scheduler>> {
+    state.scheduler.as_ref().ok_or_else(|| {
+        ApiError(CatalogError::Unavailable(
+            "the maintenance scheduler is not running on this server".into(),
+        ))
+    })
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
@@ -35,144 +87,31 @@ pub struct ExpireRequest {
     pub min_snapshots_to_keep: Option<usize>,
 }
 
-fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError(CatalogError::internal(
-        what,
-        std::io::Error::other(e.to_string()),
-    ))
-}
-
-/// The table's retention policy: its properties, else the defaults (5 days, 1 snapshot).
-fn policy_of(metadata: &TableMetadata, request: &ExpireRequest) -> ExpiryPolicy {
-    let defaults = ExpiryPolicy::default();
-    let property = |key: &str| metadata.properties().get(key).and_then(|v| v.parse().ok());
-    ExpiryPolicy {
-        max_snapshot_age_ms: request
-            .max_snapshot_age_ms
-            .or_else(|| property("history.expire.max-snapshot-age-ms"))
-            .unwrap_or(defaults.max_snapshot_age_ms),
-        min_snapshots_to_keep: request
-            .min_snapshots_to_keep
-            .or_else(|| property("history.expire.min-snapshots-to-keep").map(|v: i64| v as usize))
-            .unwrap_or(defaults.min_snapshots_to_keep),
-    }
-}
-
-/// Branches and tags with their retention settings (iceberg keeps the map private; its JSON
-/// form is public).
-fn refs_of(metadata: &TableMetadata) -> Result<Vec<RefInfo>, ApiError> {
-    let json = serde_json::to_value(metadata).map_err(|e| internal("table metadata", e))?;
-    let max_ref_age = metadata
-        .properties()
-        .get("history.expire.max-ref-age-ms")
-        .and_then(|v| v.parse().ok());
-    Ok(json["refs"]
-        .as_object()
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|(name, r)| {
-                    Some(RefInfo {
-                        name: name.clone(),
-                        snapshot_id: r["snapshot-id"].as_i64()?,
-                        is_branch: r["type"].as_str() == Some("branch"),
-                        min_snapshots_to_keep: r["min-snapshots-to-keep"]
-                            .as_i64()
-                            .map(|v| v as usize),
-                        max_snapshot_age_ms: r["max-snapshot-age-ms"].as_i64(),
-                        max_ref_age_ms: r["max-ref-age-ms"].as_i64().or(max_ref_age),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default())
-}
-
-/// What each snapshot reaches: its manifest list, manifests, live data and delete files, and
-/// statistics files. Manifests shared by snapshots are read once.
-async fn reachable_files(table: &iceberg::table::Table) -> ApiResult<HashMap<i64, Vec<String>>> {
-    let metadata = table.metadata();
-    let file_io = table.file_io();
-    let mut manifest_files: HashMap<String, Vec<String>> = HashMap::new();
-    let mut files_of: HashMap<i64, Vec<String>> = HashMap::new();
-    for snapshot in metadata.snapshots() {
-        let mut files = vec![snapshot.manifest_list().to_string()];
-        let bytes = file_io
-            .new_input(snapshot.manifest_list())
-            .map_err(|e| internal("manifest list", e))?
-            .read()
-            .await
-            .map_err(|e| internal("manifest list", e))?;
-        let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-            .map_err(|e| internal("manifest list", e))?;
-        for manifest_file in list.entries() {
-            files.push(manifest_file.manifest_path.clone());
-            if !manifest_files.contains_key(&manifest_file.manifest_path) {
-                let manifest = manifest_file
-                    .load_manifest(file_io)
-                    .await
-                    .map_err(|e| internal("manifest", e))?;
-                let live = manifest
-                    .entries()
-                    .iter()
-                    .filter(|e| e.is_alive())
-                    .map(|e| e.data_file().file_path().to_string())
-                    .collect();
-                manifest_files.insert(manifest_file.manifest_path.clone(), live);
-            }
-            files.extend(manifest_files[&manifest_file.manifest_path].iter().cloned());
-        }
-        for statistics in metadata.statistics_iter() {
-            if statistics.snapshot_id == snapshot.snapshot_id() {
-                files.push(statistics.statistics_path.clone());
-            }
-        }
-        for statistics in metadata.partition_statistics_iter() {
-            if statistics.snapshot_id == snapshot.snapshot_id() {
-                files.push(statistics.statistics_path.clone());
-            }
-        }
-        files_of.insert(snapshot.snapshot_id(), files);
-    }
-    Ok(files_of)
-}
-
-/// A table the caller may maintain (`manage-maintenance`), loaded, and as iceberg's `Table`.
-async fn maintained_table(
-    state: &AppState,
-    caller: &Caller,
-    warehouse: &str,
-    namespace: &[String],
-    table: &str,
-) -> ApiResult<(TableIdent, LoadedTable, iceberg::table::Table)> {
-    let namespace = NamespaceIdent::from_vec(namespace.to_vec()).map_err(|e| {
-        ApiError(CatalogError::BadRequest {
-            message: format!("namespace: {e}"),
-        })
-    })?;
-    let ident = TableIdent::new(namespace, table.to_string());
-    state
-        .catalog
-        .authorize_table(caller, warehouse, &ident, Privilege::ManageMaintenance)
-        .await?;
-    // `manage-maintenance` is what maintenance needs: once it is checked, the table is read
-    // (and changed) as the system; the request's audit record still names the caller.
-    let system = Caller::system();
-    let loaded = state.catalog.load_table(&system, warehouse, &ident).await?;
-    let access = state
-        .sql
-        .access(&system, warehouse)
+/// `POST /api/v1/maintenance/expire-snapshots`: expires snapshots per the table's retention
+/// policy, then deletes the files only they reached. Needs `manage-maintenance` on the table.
+pub async fn expire_snapshots(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<ExpireRequest>,
+) -> ApiResult<Json<Value>> {
+    let ident = maintained_table(
+        &state,
+        &caller,
+        &request.warehouse,
+        &request.namespace,
+        &request.table,
+    )
+    .await?;
+    let options = ExpireOptions {
+        dry_run: request.dry_run,
+        max_snapshot_age_ms: request.max_snapshot_age_ms,
+        min_snapshots_to_keep: request.min_snapshots_to_keep,
+        metadata_files_to_keep: None,
+    };
+    let report = run_expiry(&maintainer(&state), &request.warehouse, &ident, &options)
         .await
-        .map_err(|e| internal("storage access", e.message))?;
-    let table =
-        floe_sql::write::table_of(&access, loaded.clone()).map_err(|e| internal("table", e))?;
-    Ok((ident, loaded, table))
-}
-
-/// A location in one spelling, for comparing what metadata says with what a listing says.
-fn normalized(location: &str) -> String {
-    floe_storage::Location::parse(location)
-        .map(|l| l.to_string())
-        .unwrap_or_else(|_| location.to_string())
+        .map_err(maintenance_error)?;
+    Ok(Json(json!(report)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -193,16 +132,14 @@ fn yes() -> bool {
 }
 
 /// `POST /api/v1/maintenance/remove-orphan-files`: deletes files under the table's location
-/// that no metadata references — no snapshot's manifest list, manifests, data or delete files
-/// or statistics, no metadata file in the log — and that are older than the minimum age.
-/// A dry run (the default) lists them. Needs `manage-maintenance` on the table.
+/// that no metadata references and that are older than the minimum age. A dry run (the
+/// default) lists them. Needs `manage-maintenance` on the table.
 pub async fn remove_orphan_files(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<OrphanRequest>,
 ) -> ApiResult<Json<Value>> {
-    const DEFAULT_MIN_AGE_MS: i64 = 3 * 24 * 3600 * 1000;
-    let (_, loaded, table) = maintained_table(
+    let ident = maintained_table(
         &state,
         &caller,
         &request.warehouse,
@@ -210,151 +147,384 @@ pub async fn remove_orphan_files(
         &request.table,
     )
     .await?;
-    let metadata = table.metadata();
-    let mut referenced: std::collections::HashSet<String> = reachable_files(&table)
-        .await?
-        .into_values()
-        .flatten()
-        .map(|f| normalized(&f))
-        .collect();
-    if let Some(current) = &loaded.metadata_location {
-        referenced.insert(normalized(current));
-    }
-    for entry in metadata.metadata_log() {
-        referenced.insert(normalized(&entry.metadata_file));
-    }
-    let storage = state
-        .catalog
-        .warehouse(&request.warehouse)
-        .await?
-        .storage
-        .clone();
-    let prefix = format!("{}/", metadata.location().trim_end_matches('/'));
-    let listed: Vec<floe_maintenance::orphans::ListedFile> = storage
-        .list_with_times(&prefix)
+    let options = OrphanOptions {
+        dry_run: request.dry_run,
+        older_than_ms: request.older_than_ms.unwrap_or(DEFAULT_MIN_AGE_MS),
+    };
+    let report = run_orphans(&maintainer(&state), &request.warehouse, &ident, &options)
         .await
-        .map_err(|e| internal("list the table's files", e))?
-        .into_iter()
-        .map(
-            |(path, modified_ms)| floe_maintenance::orphans::ListedFile {
-                path: normalized(&path),
-                modified_ms,
-            },
+        .map_err(maintenance_error)?;
+    Ok(Json(json!(report)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RunRequest {
+    pub warehouse: String,
+    pub namespace: Vec<String>,
+    pub table: String,
+    /// `compact`, `expire-snapshots`, `remove-orphan-files` or `retention`.
+    pub kind: String,
+    /// Options of this run: `dry-run`, `target-file-size-bytes`, `max-snapshot-age-ms`,
+    /// `min-snapshots-to-keep`, `older-than-ms`, `retention-column`, `retention-days`.
+    #[serde(default)]
+    pub options: serde_json::Map<String, Value>,
+    /// Higher runs sooner within the warehouse (default 100: requests go before triggers).
+    pub priority: Option<i32>,
+    /// Answer when the job has finished (or after `wait-seconds`, default 600).
+    #[serde(default)]
+    pub wait: bool,
+    pub wait_seconds: Option<u64>,
+}
+
+const OPTION_KEYS: [&str; 7] = [
+    "dry-run",
+    "target-file-size-bytes",
+    "max-snapshot-age-ms",
+    "min-snapshots-to-keep",
+    "older-than-ms",
+    "retention-column",
+    "retention-days",
+];
+
+/// `POST /api/v1/jobs`: queues a job (or finds the equal one already queued or running).
+pub async fn run_job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<RunRequest>,
+) -> ApiResult<Json<Value>> {
+    let scheduler = scheduler(&state)?;
+    let ident = maintained_table(
+        &state,
+        &caller,
+        &request.warehouse,
+        &request.namespace,
+        &request.table,
+    )
+    .await?;
+    if let Some(key) = request
+        .options
+        .keys()
+        .find(|k| !OPTION_KEYS.contains(&k.as_str()))
+    {
+        return Err(ApiError(CatalogError::bad_request(format!(
+            "unknown job option {key}; options are {}",
+            OPTION_KEYS.join(", ")
+        ))));
+    }
+    let queued = scheduler
+        .enqueue(
+            &request.warehouse,
+            &ident,
+            &request.kind,
+            "request",
+            request.priority.unwrap_or(100),
+            Value::Object(request.options.clone()),
         )
-        .collect();
-    let now = chrono::Utc::now().timestamp_millis();
-    let min_age = request.older_than_ms.unwrap_or(DEFAULT_MIN_AGE_MS).max(0);
-    let orphans: Vec<String> =
-        floe_maintenance::orphans::plan_orphans(&listed, &referenced, now, min_age)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-    let mut deleted = 0usize;
-    let mut failed = Vec::new();
-    if !request.dry_run {
-        for file in &orphans {
-            match storage.delete(file).await {
-                Ok(()) => deleted += 1,
-                Err(e) => failed.push(json!({"file": file, "error": e.to_string()})),
-            }
+        .await?;
+    let id = match queued {
+        Some(id) => id,
+        None => {
+            // The equal job already queued or running answers for this request.
+            let table_id = state
+                .catalog
+                .resolve_securable(&SecurableRef::Table {
+                    warehouse: request.warehouse.clone(),
+                    namespace: request.namespace.clone(),
+                    name: request.table.clone(),
+                })
+                .await?
+                .id;
+            let pending = scheduler
+                .jobs()
+                .list_jobs(&JobFilter {
+                    table_id: uuid::Uuid::parse_str(&table_id).ok(),
+                    kind: Some(request.kind.clone()),
+                    limit: 20,
+                    ..Default::default()
+                })
+                .await?;
+            pending
+                .into_iter()
+                .find(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
+                .map(|j| j.id)
+                .ok_or_else(|| {
+                    ApiError(CatalogError::Unavailable(
+                        "the job could not be queued; try again".into(),
+                    ))
+                })?
+        }
+    };
+    let mut job = scheduler.jobs().get_job(id).await?;
+    if request.wait {
+        let deadline =
+            std::time::Instant::now() + Duration::from_secs(request.wait_seconds.unwrap_or(600));
+        while job
+            .as_ref()
+            .is_some_and(|j| !matches!(j.status, JobStatus::Succeeded | JobStatus::Failed))
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            job = scheduler.jobs().get_job(id).await?;
         }
     }
     Ok(Json(json!({
-        "dry-run": request.dry_run,
-        "listed-files": listed.len(),
-        "referenced-files": referenced.len(),
-        "older-than-ms": min_age,
-        "orphan-files": orphans,
-        "deleted-files": deleted,
-        "failed-deletes": failed,
+        "queued": queued.is_some(),
+        "job": job.map(job_json),
     })))
 }
 
-/// `POST /api/v1/maintenance/expire-snapshots`: expires snapshots per the table's retention
-/// policy, then deletes the files only they reached. Needs `manage-maintenance` on the table.
-pub async fn expire_snapshots(
+fn job_json(job: JobRecord) -> Value {
+    let mut value = json!(job);
+    if let Some(object) = value.as_object_mut() {
+        for key in ["warehouse", "namespace", "table"] {
+            object.insert(key.to_string(), job.params[key].clone());
+        }
+    }
+    value
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct JobsQuery {
+    pub warehouse: String,
+    /// Namespace levels joined by `.`; with `table`, one table's jobs.
+    pub namespace: Option<String>,
+    pub table: Option<String>,
+    pub kind: Option<String>,
+    pub status: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// `GET /api/v1/jobs?warehouse=…[&namespace=…&table=…][&kind=…][&status=…]`: jobs newest
+/// first. One table's jobs need `manage-maintenance` on it; a warehouse's, on the warehouse.
+pub async fn list_jobs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    JsonBody(request): JsonBody<ExpireRequest>,
+    Query(query): Query<JobsQuery>,
 ) -> ApiResult<Json<Value>> {
-    let (ident, _, table) = maintained_table(
-        &state,
-        &caller,
-        &request.warehouse,
-        &request.namespace,
-        &request.table,
-    )
-    .await?;
-    let metadata = table.metadata();
-    let snapshots: Vec<SnapshotInfo> = metadata
-        .snapshots()
-        .map(|s| SnapshotInfo {
-            id: s.snapshot_id(),
-            parent: s.parent_snapshot_id(),
-            timestamp_ms: s.timestamp_ms(),
-        })
-        .collect();
-    let refs = refs_of(metadata)?;
-    let now = chrono::Utc::now().timestamp_millis();
-    let plan = expiry::plan_expiry(
-        &snapshots,
-        &refs,
-        metadata.current_snapshot_id(),
-        &policy_of(metadata, &request),
-        now,
-    );
-
-    let file_io = table.file_io();
-    let files_of = reachable_files(&table).await?;
-    let freed: BTreeSet<String> = expiry::freed_files(&plan, &files_of)
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-
-    let mut deleted = 0usize;
-    let mut failed = Vec::new();
-    if !request.dry_run && (!plan.expired.is_empty() || !plan.expired_refs.is_empty()) {
-        let mut updates: Vec<TableUpdate> = plan
-            .expired_refs
-            .iter()
-            .map(|name| TableUpdate::RemoveSnapshotRef {
-                ref_name: name.clone(),
-            })
-            .collect();
-        if !plan.expired.is_empty() {
-            updates.push(TableUpdate::RemoveSnapshots {
-                snapshot_ids: plan.expired.iter().copied().collect(),
-            });
+    let scheduler = scheduler(&state)?;
+    let status = match query.status.as_deref() {
+        None => None,
+        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+            ApiError(CatalogError::bad_request(format!(
+                "status must be queued, running, succeeded or failed, not {s}"
+            )))
+        })?),
+    };
+    let mut filter = JobFilter {
+        kind: query.kind.clone(),
+        status,
+        limit: query.limit.unwrap_or(100).min(1000),
+        ..Default::default()
+    };
+    match (&query.namespace, &query.table) {
+        (Some(namespace), Some(table)) => {
+            let levels: Vec<String> = namespace.split('.').map(String::from).collect();
+            maintained_table(&state, &caller, &query.warehouse, &levels, table).await?;
+            let id = state
+                .catalog
+                .resolve_securable(&SecurableRef::Table {
+                    warehouse: query.warehouse.clone(),
+                    namespace: levels,
+                    name: table.clone(),
+                })
+                .await?
+                .id;
+            filter.table_id = uuid::Uuid::parse_str(&id).ok();
         }
-        state
-            .catalog
-            .commit_table(
-                &Caller::system(),
-                &request.warehouse,
-                TableCommitRequest {
-                    ident: ident.clone(),
-                    requirements: vec![iceberg::TableRequirement::UuidMatch {
-                        uuid: metadata.uuid(),
-                    }],
-                    updates,
+        (None, None) => {
+            let securable = authorized_scope(
+                &state,
+                &caller,
+                &SecurableRef::Warehouse {
+                    warehouse: query.warehouse.clone(),
                 },
             )
             .await?;
-        // Only once the snapshots are gone from the table are their files deleted.
-        for file in &freed {
-            match file_io.delete(file).await {
-                Ok(()) => deleted += 1,
-                Err(e) => failed.push(json!({"file": file, "error": e.to_string()})),
-            }
+            filter.warehouse_id = uuid::Uuid::parse_str(&securable.id).ok();
+        }
+        _ => {
+            return Err(ApiError(CatalogError::bad_request(
+                "namespace and table go together",
+            )));
         }
     }
+    let jobs = scheduler.jobs().list_jobs(&filter).await?;
     Ok(Json(json!({
-        "dry-run": request.dry_run,
-        "retained-snapshots": plan.retained,
-        "expired-snapshots": plan.expired,
-        "expired-refs": plan.expired_refs,
-        "freed-files": freed,
-        "deleted-files": deleted,
-        "failed-deletes": failed,
+        "jobs": jobs.into_iter().map(job_json).collect::<Vec<_>>(),
     })))
+}
+
+/// `GET /api/v1/jobs/{id}`: one job, for holders of `manage-maintenance` on its table.
+pub async fn get_job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let scheduler = scheduler(&state)?;
+    let missing = || {
+        ApiError(CatalogError::NotFound {
+            error_type: "NotFoundException",
+            message: format!("no job {id}"),
+        })
+    };
+    let uuid = uuid::Uuid::parse_str(&id).map_err(|_| missing())?;
+    let job = scheduler.jobs().get_job(uuid).await?.ok_or_else(missing)?;
+    let warehouse = job.params["warehouse"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let namespace: Vec<String> = job.params["namespace"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = job.params["table"].as_str().unwrap_or_default().to_string();
+    // A job of a table the caller may not maintain (or that is gone) is not theirs to see.
+    maintained_table(&state, &caller, &warehouse, &namespace, &table)
+        .await
+        .map_err(|_| missing())?;
+    Ok(Json(job_json(job)))
+}
+
+/// Who may set policies on a securable: holders of `manage-maintenance` on it.
+async fn authorized_scope(
+    state: &AppState,
+    caller: &Caller,
+    on: &SecurableRef,
+) -> ApiResult<floe_catalog::governance::authz::Securable> {
+    let hidden = || CatalogError::NotFound {
+        error_type: "NotFoundException",
+        message: "the securable does not exist".to_string(),
+    };
+    let securable = match state.catalog.resolve_securable(on).await {
+        Ok(securable) => securable,
+        Err(CatalogError::NotFound { .. }) => return Err(ApiError(hidden())),
+        Err(e) => return Err(ApiError(e)),
+    };
+    caller.require(Privilege::ManageMaintenance, &securable.scope, hidden)?;
+    Ok(securable)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PolicyRequest {
+    /// A warehouse, namespace or table, as grants name them.
+    pub on: SecurableRef,
+    /// The policy of that level; `null` removes it.
+    pub policy: Option<Policy>,
+}
+
+/// `PUT /api/v1/maintenance/policies`: sets (or with `"policy": null` removes) the policy of
+/// a warehouse, namespace or table.
+pub async fn set_policy(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<PolicyRequest>,
+) -> ApiResult<Json<Value>> {
+    let scheduler = scheduler(&state)?;
+    let (warehouse, kind) = match &request.on {
+        SecurableRef::Warehouse { warehouse } => (warehouse, "warehouse"),
+        SecurableRef::Namespace { warehouse, .. } => (warehouse, "namespace"),
+        SecurableRef::Table { warehouse, .. } => (warehouse, "table"),
+        _ => {
+            return Err(ApiError(CatalogError::bad_request(
+                "policies are set on a warehouse, a namespace or a table",
+            )));
+        }
+    };
+    if let Some(policy) = &request.policy {
+        policy
+            .validate()
+            .map_err(|e| ApiError(CatalogError::bad_request(format!("policy: {e}"))))?;
+    }
+    let securable = authorized_scope(&state, &caller, &request.on).await?;
+    let warehouse_id = state.catalog.warehouse(warehouse).await?.warehouse.id;
+    let scope_id = uuid::Uuid::parse_str(&securable.id)
+        .map_err(|_| ApiError(CatalogError::bad_request("policies need a named object")))?;
+    let value = request.policy.as_ref().map(|p| json!(p));
+    scheduler
+        .jobs()
+        .set_policy(scope_id, warehouse_id, value.as_ref())
+        .await?;
+    Ok(Json(json!({"on": kind, "policy": value})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PolicyQuery {
+    pub warehouse: String,
+    /// Namespace levels joined by `.`.
+    pub namespace: Option<String>,
+    pub table: Option<String>,
+}
+
+/// `GET /api/v1/maintenance/policies?warehouse=…[&namespace=…[&table=…]]`: the policy set on
+/// that level, and for a table the effective one (inherited levels and table properties
+/// applied).
+pub async fn get_policy(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<PolicyQuery>,
+) -> ApiResult<Json<Value>> {
+    let scheduler = scheduler(&state)?;
+    let levels: Option<Vec<String>> = query
+        .namespace
+        .as_ref()
+        .map(|n| n.split('.').map(String::from).collect());
+    let on = match (&levels, &query.table) {
+        (None, None) => SecurableRef::Warehouse {
+            warehouse: query.warehouse.clone(),
+        },
+        (Some(levels), None) => SecurableRef::Namespace {
+            warehouse: query.warehouse.clone(),
+            namespace: levels.clone(),
+        },
+        (Some(levels), Some(table)) => SecurableRef::Table {
+            warehouse: query.warehouse.clone(),
+            namespace: levels.clone(),
+            name: table.clone(),
+        },
+        (None, Some(_)) => {
+            return Err(ApiError(CatalogError::bad_request(
+                "a table is named with its namespace",
+            )));
+        }
+    };
+    let securable = authorized_scope(&state, &caller, &on).await?;
+    let id = uuid::Uuid::parse_str(&securable.id).ok();
+    let set = match id {
+        Some(id) => scheduler
+            .jobs()
+            .get_policies(&[id])
+            .await?
+            .into_iter()
+            .next()
+            .map(|(_, p)| p),
+        None => None,
+    };
+    let mut answer = json!({"policy": set});
+    let effective: Option<Effective> = match (&levels, &query.table) {
+        (Some(levels), Some(table)) => {
+            let ident = table_ident(levels, table)?;
+            let loaded = state
+                .catalog
+                .load_table(&Caller::system(), &query.warehouse, &ident)
+                .await?;
+            Some(
+                scheduler
+                    .effective_policy(&query.warehouse, &ident, loaded.metadata.properties())
+                    .await?,
+            )
+        }
+        _ => None,
+    };
+    if let Some(effective) = effective {
+        answer["effective"] = json!(effective);
+    }
+    Ok(Json(answer))
 }

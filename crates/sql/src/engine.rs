@@ -314,6 +314,28 @@ impl SqlEngine {
         Ok(Arc::new(env))
     }
 
+    /// A session for background work (compaction): the engine's object stores and caches,
+    /// its own memory pool of `memory_limit` bytes (operators spill beyond it) and
+    /// `partitions` parallel partitions. Tables are registered in it by the caller.
+    pub fn background_session(
+        &self,
+        memory_limit: usize,
+        partitions: usize,
+    ) -> Result<SessionContext, SqlError> {
+        let mut env = RuntimeEnvBuilder::new()
+            .with_object_store_registry(self.runtime.object_store_registry.clone())
+            .with_memory_pool(Arc::new(FairSpillPool::new(memory_limit)))
+            .build()?;
+        env.cache_manager = self.runtime.cache_manager.clone();
+        env.disk_manager = self.runtime.disk_manager.clone();
+        let mut config = SessionConfig::new();
+        config.options_mut().execution.time_zone = Some("UTC".into());
+        let config = config
+            .with_target_partitions(partitions.max(1))
+            .with_batch_size(self.config.batch_size);
+        Ok(SessionContext::new_with_config_rt(config, Arc::new(env)))
+    }
+
     /// The range cache's hits and misses, when a cache is configured.
     pub fn cache_stats(&self) -> Option<&floe_storage::cache::CacheStats> {
         self.cache.as_ref().map(|c| &c.stats)

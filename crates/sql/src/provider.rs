@@ -64,6 +64,8 @@ pub struct IcebergTableProvider {
     loaded: LoadedTable,
     snapshot_id: Option<i64>,
     schema: SchemaRef,
+    /// When set, only these data files are read (a compaction's input group).
+    only_files: Option<Arc<std::collections::HashSet<String>>>,
 }
 
 impl IcebergTableProvider {
@@ -74,7 +76,16 @@ impl IcebergTableProvider {
             loaded,
             snapshot_id: None,
             schema,
+            only_files: None,
         })
+    }
+
+    /// Reads only `files` of snapshot `id`, in the table's current schema: the rows of a
+    /// rewrite group, with their deletes applied.
+    pub fn for_rewrite(mut self, id: i64, files: std::collections::HashSet<String>) -> Self {
+        self.snapshot_id = Some(id);
+        self.only_files = Some(Arc::new(files));
+        self
     }
 
     /// The same table as of snapshot `id`, with the schema that snapshot was written with.
@@ -273,7 +284,10 @@ impl TableProvider for IcebergTableProvider {
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let projected = project_schema(&self.schema, projection)?;
-        let tasks = self.plan(filters).await?;
+        let mut tasks = self.plan(filters).await?;
+        if let Some(only) = &self.only_files {
+            tasks.retain(|t| only.contains(&t.data_file_path));
+        }
         // Position deletes and deletion vectors become row selections in the native scan;
         // equality deletes need iceberg's reader.
         let (native, with_deletes): (Vec<_>, Vec<_>) =

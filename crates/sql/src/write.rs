@@ -83,7 +83,7 @@ impl DataSink for IcebergSink {
 
     async fn write_all(
         &self,
-        mut data: SendableRecordBatchStream,
+        data: SendableRecordBatchStream,
         _context: &Arc<TaskContext>,
     ) -> Result<u64> {
         let access = &self.access;
@@ -99,48 +99,7 @@ impl DataSink for IcebergSink {
             )
             .await
             .map_err(catalog_error)?;
-        let metadata = self.table.metadata();
-        let iceberg_schema = metadata.current_schema().clone();
-        let file_schema = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?,
-        );
-        let spec = metadata.default_partition_spec().clone();
-        let writer_builder =
-            DataFileWriterBuilder::new(RollingFileWriterBuilder::new_with_default_file_size(
-                ParquetWriterBuilder::new(WriterProperties::default(), iceberg_schema.clone()),
-                self.table.file_io().clone(),
-                DefaultLocationGenerator::new(metadata).map_err(iceberg_error)?,
-                DefaultFileNameGenerator::new(
-                    format!("floe-{}", uuid::Uuid::now_v7()),
-                    None,
-                    DataFileFormat::Parquet,
-                ),
-            ));
-        let mut rows = 0u64;
-        let data_files: Vec<DataFile> = if spec.is_unpartitioned() {
-            let mut writer = writer_builder.build(None).await.map_err(iceberg_error)?;
-            while let Some(batch) = data.next().await {
-                let batch = crate::cast_batch(&batch?, &file_schema)?;
-                rows += batch.num_rows() as u64;
-                writer.write(batch).await.map_err(iceberg_error)?;
-            }
-            writer.close().await.map_err(iceberg_error)?
-        } else {
-            let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
-                iceberg_schema.clone(),
-                spec.clone(),
-            )
-            .map_err(iceberg_error)?;
-            let mut writer = FanoutWriter::new(writer_builder);
-            while let Some(batch) = data.next().await {
-                let batch = crate::cast_batch(&batch?, &file_schema)?;
-                rows += batch.num_rows() as u64;
-                for (key, part) in splitter.split(&batch).map_err(iceberg_error)? {
-                    writer.write(key, part).await.map_err(iceberg_error)?;
-                }
-            }
-            writer.close().await.map_err(iceberg_error)?
-        };
+        let (data_files, rows) = write_data_files(&self.table, data, None).await?;
         if data_files.is_empty() {
             return Ok(0);
         }
@@ -157,6 +116,92 @@ impl DataSink for IcebergSink {
         transaction.commit(&catalog).await.map_err(iceberg_error)?;
         Ok(rows)
     }
+}
+
+/// Writes `data` as Parquet data files of `table` (split by its default partition spec,
+/// rolling over at `target_file_size`, default 512 MiB), returning the files and the rows
+/// written. Nothing is committed.
+pub async fn write_data_files(
+    table: &Table,
+    mut data: SendableRecordBatchStream,
+    target_file_size: Option<usize>,
+) -> Result<(Vec<DataFile>, u64)> {
+    let metadata = table.metadata();
+    let iceberg_schema = metadata.current_schema().clone();
+    let file_schema =
+        Arc::new(iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?);
+    let spec = metadata.default_partition_spec().clone();
+    let writer_builder = DataFileWriterBuilder::new(RollingFileWriterBuilder::new(
+        ParquetWriterBuilder::new(writer_properties(metadata), iceberg_schema.clone()),
+        target_file_size.unwrap_or(
+            iceberg::spec::TableProperties::PROPERTY_WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+        ),
+        table.file_io().clone(),
+        DefaultLocationGenerator::new(metadata).map_err(iceberg_error)?,
+        DefaultFileNameGenerator::new(
+            format!("floe-{}", uuid::Uuid::now_v7()),
+            None,
+            DataFileFormat::Parquet,
+        ),
+    ));
+    let mut rows = 0u64;
+    let data_files: Vec<DataFile> = if spec.is_unpartitioned() {
+        let mut writer = writer_builder.build(None).await.map_err(iceberg_error)?;
+        while let Some(batch) = data.next().await {
+            let batch = crate::cast_batch(&batch?, &file_schema)?;
+            rows += batch.num_rows() as u64;
+            writer.write(batch).await.map_err(iceberg_error)?;
+        }
+        writer.close().await.map_err(iceberg_error)?
+    } else {
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+            iceberg_schema.clone(),
+            spec.clone(),
+        )
+        .map_err(iceberg_error)?;
+        let mut writer = FanoutWriter::new(writer_builder);
+        while let Some(batch) = data.next().await {
+            let batch = crate::cast_batch(&batch?, &file_schema)?;
+            rows += batch.num_rows() as u64;
+            for (key, part) in splitter.split(&batch).map_err(iceberg_error)? {
+                writer.write(key, part).await.map_err(iceberg_error)?;
+            }
+        }
+        writer.close().await.map_err(iceberg_error)?
+    };
+    Ok((data_files, rows))
+}
+
+/// Parquet writer settings: the table's `write.parquet.compression-codec` (`zstd`, `snappy`,
+/// `gzip`, `lz4`, `uncompressed`) and `write.parquet.compression-level`; uncompressed when
+/// unset.
+pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterProperties {
+    use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+    let properties = metadata.properties();
+    let level = properties
+        .get("write.parquet.compression-level")
+        .and_then(|l| l.parse::<i32>().ok());
+    let codec = properties
+        .get("write.parquet.compression-codec")
+        .map(|c| c.to_ascii_lowercase());
+    let compression = match codec.as_deref() {
+        Some("zstd") => Compression::ZSTD(
+            level
+                .and_then(|l| ZstdLevel::try_new(l).ok())
+                .unwrap_or_default(),
+        ),
+        Some("snappy") => Compression::SNAPPY,
+        Some("gzip") => Compression::GZIP(
+            level
+                .and_then(|l| GzipLevel::try_new(l as u32).ok())
+                .unwrap_or_default(),
+        ),
+        Some("lz4") => Compression::LZ4_RAW,
+        _ => Compression::UNCOMPRESSED,
+    };
+    WriterProperties::builder()
+        .set_compression(compression)
+        .build()
 }
 
 /// Just enough of iceberg's `Catalog` for iceberg's transactions to commit through Floe.

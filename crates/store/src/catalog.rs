@@ -92,7 +92,8 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 }
 
 impl SqlStore {
-    /// Deletes a table or view (only at `expected_location` when given) and its grants.
+    /// Deletes a table or view (only at `expected_location` when given), its grants and its
+    /// maintenance policy.
     async fn delete_tabular(&self, id: Uuid, expected_location: Option<&str>) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
         let deleted = match expected_location {
@@ -108,11 +109,16 @@ impl SqlStore {
         .map_err(query_error)?
         .rows_affected();
         if deleted == 1 {
-            sqlx::query("DELETE FROM grants WHERE securable_id = $1")
-                .bind(id.to_string())
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error)?;
+            for sql in [
+                "DELETE FROM grants WHERE securable_id = $1",
+                "DELETE FROM maintenance_policies WHERE scope_id = $1",
+            ] {
+                sqlx::query(sql)
+                    .bind(id.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error)?;
+            }
         }
         tx.commit().await.map_err(query_error)?;
         Ok(deleted == 1)
@@ -357,11 +363,16 @@ impl CatalogStore for SqlStore {
                 }
             )));
         }
-        sqlx::query("DELETE FROM grants WHERE securable_id = $1")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error)?;
+        for sql in [
+            "DELETE FROM grants WHERE securable_id = $1",
+            "DELETE FROM maintenance_policies WHERE scope_id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(&id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
         sqlx::query("DELETE FROM namespaces WHERE id = $1")
             .bind(&id)
             .execute(&mut *tx)

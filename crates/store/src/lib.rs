@@ -9,6 +9,7 @@
 mod catalog;
 mod error;
 mod governance;
+mod jobs;
 
 use std::path::Path;
 use std::str::FromStr;

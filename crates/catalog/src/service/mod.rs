@@ -66,6 +66,16 @@ pub struct CatalogService {
     metadata: MetadataIo,
     warehouses: RwLock<HashMap<String, Arc<WarehouseHandle>>>,
     config: CatalogConfig,
+    /// Every successful table commit, for whoever listens (the maintenance scheduler).
+    commits: tokio::sync::broadcast::Sender<CommittedTable>,
+}
+
+/// A table as a commit left it.
+#[derive(Debug, Clone)]
+pub struct CommittedTable {
+    pub warehouse: String,
+    pub ident: iceberg::TableIdent,
+    pub metadata: Arc<iceberg::spec::TableMetadata>,
 }
 
 impl CatalogService {
@@ -75,6 +85,23 @@ impl CatalogService {
             metadata: MetadataIo::new(config.metadata_cache_entries),
             warehouses: RwLock::new(HashMap::new()),
             config,
+            commits: tokio::sync::broadcast::channel(1024).0,
+        }
+    }
+
+    /// Tables as successful commits leave them, from now on. A receiver that falls more
+    /// than 1,024 commits behind misses some (and is told so).
+    pub fn subscribe_commits(&self) -> tokio::sync::broadcast::Receiver<CommittedTable> {
+        self.commits.subscribe()
+    }
+
+    pub(crate) fn announce_commit(&self, warehouse: &str, loaded: &LoadedTable) {
+        if self.commits.receiver_count() > 0 {
+            let _ = self.commits.send(CommittedTable {
+                warehouse: warehouse.to_string(),
+                ident: loaded.ident.clone(),
+                metadata: loaded.metadata.clone(),
+            });
         }
     }
 

@@ -101,6 +101,9 @@ impl CatalogService {
                             self.discard_file(&wh, file).await;
                         }
                     }
+                    for p in prepared.iter().filter(|p| p.swap.is_some()) {
+                        self.announce_commit(warehouse, &p.loaded);
+                    }
                     return Ok(prepared.into_iter().map(|p| p.loaded).collect());
                 }
                 Err(SwapFailure::Store(e)) => {

@@ -57,6 +57,15 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/maintenance/remove-orphan-files",
             post(crate::maintenance::remove_orphan_files),
         )
+        .route(
+            "/maintenance/policies",
+            get(crate::maintenance::get_policy).put(crate::maintenance::set_policy),
+        )
+        .route(
+            "/jobs",
+            get(crate::maintenance::list_jobs).post(crate::maintenance::run_job),
+        )
+        .route("/jobs/{id}", get(crate::maintenance::get_job))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,

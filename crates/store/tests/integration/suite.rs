@@ -1,4 +1,4 @@
-//! One suite every `CatalogStore` implementation must pass.
+//! One suite every store implementation must pass.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +10,9 @@ use floe_catalog::store::CatalogStore;
 use floe_storage::StorageProfile;
 use iceberg::NamespaceIdent;
 use uuid::Uuid;
+
+mod jobs;
+pub use jobs::jobs;
 
 fn ns(parts: &[&str]) -> NamespaceIdent {
     NamespaceIdent::from_strs(parts.iter().copied()).unwrap()
