@@ -204,6 +204,15 @@ pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterPrope
         .build()
 }
 
+/// Commits an iceberg transaction (built on a table loaded through `access`) through Floe's
+/// catalog as `access`'s caller; the table as the commit left it.
+pub async fn commit_transaction(access: &TableAccess, transaction: Transaction) -> Result<Table> {
+    let catalog = FloeCatalog {
+        access: access.clone(),
+    };
+    transaction.commit(&catalog).await.map_err(iceberg_error)
+}
+
 /// Just enough of iceberg's `Catalog` for iceberg's transactions to commit through Floe.
 #[derive(Debug)]
 struct FloeCatalog {

@@ -2,6 +2,7 @@
 //! one run; none of them is a test.
 
 mod catalog;
+mod compaction;
 mod ingest;
 mod tpch;
 
@@ -15,6 +16,9 @@ pub enum BenchCommand {
     Tpch(tpch::TpchBenchArgs),
     /// HTTP ingestion into a running server: throughput, freshness, files per commit.
     Ingest(ingest::IngestBenchArgs),
+    /// Compaction of a table of many small files: throughput, memory, queries before and
+    /// after against the same rows written optimally.
+    Compaction(compaction::CompactionBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -22,5 +26,6 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Catalog(args) => catalog::run(args).await,
         BenchCommand::Tpch(args) => tpch::run(args).await,
         BenchCommand::Ingest(args) => ingest::run(args).await,
+        BenchCommand::Compaction(args) => compaction::run(args).await,
     }
 }
