@@ -70,6 +70,9 @@ def duckdb_ids(floe, table):
 
 
 def test_compaction_bin_packs_per_partition_and_every_reader_agrees(floe):
+    # Only requested jobs here: no compaction queued by the appends below.
+    quiet = {"on": {"type": "warehouse", "warehouse": floe.warehouse}, "policy": {"small-file-trigger": 1000}}
+    assert floe.api("PUT", "/api/v1/maintenance/policies", json=quiet).status_code == 200
     catalog = floe.pyiceberg()
     catalog.create_namespace("cmp")
     table = catalog.create_table("cmp.events", schema=SCHEMA, partition_spec=BY_KIND)
@@ -187,7 +190,17 @@ def test_policies_inherit_downward_and_table_properties_override(floe):
     assert got["policy"] is None and got["effective"]["small-file-trigger"] == 16
 
 
-def test_commits_that_leave_small_files_trigger_a_compaction(floe):
+def test_commits_that_leave_small_files_trigger_a_compaction(tmp_path):
+    from conftest import start_floe, stop_floe
+
+    floe = start_floe(tmp_path, extra_args=("--maintenance-trigger-delay-secs", "0"))
+    try:
+        check_commit_trigger(floe)
+    finally:
+        stop_floe(floe)
+
+
+def check_commit_trigger(floe):
     catalog = floe.pyiceberg()
     catalog.create_namespace("trg")
     table = catalog.create_table("trg.t", schema=SCHEMA)
@@ -428,3 +441,69 @@ def test_jobs_need_the_privilege_to_be_seen(floe):
     assert floe.api("GET", f"/api/v1/jobs?warehouse={floe.warehouse}", token=token).status_code in (403, 404)
     maintainer = make_principal(floe, "vis-maint", [("manage-maintenance", on_table)])
     assert floe.api("GET", f"/api/v1/jobs/{job['id']}", token=floe.token(*maintainer)).status_code == 200
+
+
+def test_the_command_line_queues_waits_lists_and_sets_policies(floe):
+    import json
+    import subprocess
+
+    from conftest import FLOE_BIN, ROOT_ID, ROOT_SECRET
+
+    def cli(*args):
+        done = subprocess.run(
+            [FLOE_BIN, "maintenance", *args, "--warehouse", floe.warehouse, "--server", floe.base,
+             "--client-id", ROOT_ID, "--client-secret", ROOT_SECRET],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("cli")
+    table = catalog.create_table("cli.t", schema=SCHEMA)
+    for i in range(3):
+        table.append(rows(range(i * 10, i * 10 + 10)))
+    assert cli("policy", "cli", "--set", '{"small-file-trigger": 50}')["policy"] == {"small-file-trigger": 50}
+    assert cli("policy", "cli.t", "--table")["effective"]["small-file-trigger"] == 50
+    done = cli("run", "compact", "cli.t", "--wait")
+    assert done["job"]["status"] == "succeeded" and done["job"]["result"]["rewritten-files"] == 3
+    listed = cli("status", "cli.t", "--kind", "compact")
+    assert [j["id"] for j in listed["jobs"]] == [done["job"]["id"]]
+    assert len(list(catalog.load_table("cli.t").scan().plan_files())) == 1
+
+
+def test_the_schedule_queues_expiry_and_cleanup_and_old_metadata_files_go(tmp_path):
+    from conftest import start_floe, stop_floe
+
+    floe = start_floe(tmp_path, extra_args=("--maintenance-schedule-secs", "2"))
+    try:
+        catalog = floe.pyiceberg()
+        catalog.create_namespace("sch")
+        table = catalog.create_table("sch.t", schema=SCHEMA, properties={"write.metadata.previous-versions-max": "2"})
+        for i in range(6):
+            table.append(rows(range(i, i + 1)))
+        on = {"type": "table", "warehouse": floe.warehouse, "namespace": ["sch"], "name": "t"}
+        policy = {"max-snapshot-age-ms": 0, "small-file-trigger": 1000}
+        assert floe.api("PUT", "/api/v1/maintenance/policies", json={"on": on, "policy": policy}).status_code == 200
+        metadata_dir = Path(urlparse(catalog.load_table("sch.t").location()).path) / "metadata"
+        assert len([f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")]) >= 7
+        deadline = time.time() + 120
+        while True:
+            jobs = floe.api("GET", f"/api/v1/jobs?warehouse={floe.warehouse}&namespace=sch&table=t").json()["jobs"]
+            finished = {j["kind"] for j in jobs if j["status"] == "succeeded" and j["trigger"] == "schedule"}
+            if {"expire-snapshots", "remove-orphan-files"} <= finished:
+                break
+            assert time.time() < deadline, jobs
+            time.sleep(0.5)
+        table = catalog.load_table("sch.t")
+        assert len(table.metadata.snapshots) == 1
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(6))
+        # Metadata files that fell out of the log (2 kept) are gone; the log's and the
+        # current one remain.
+        kept = {os.path.basename(urlparse(m.metadata_file).path) for m in table.metadata.metadata_log}
+        kept.add(os.path.basename(urlparse(table.metadata_location).path))
+        on_disk = {f for f in os.listdir(metadata_dir) if f.endswith(".metadata.json")}
+        assert kept <= on_disk
+        assert len(on_disk) <= len(kept) + 2, (on_disk, kept)
+    finally:
+        stop_floe(floe)

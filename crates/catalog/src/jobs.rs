@@ -131,6 +131,11 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// taken over: the owner must stop and not report).
     async fn renew_job_lease(&self, id: Uuid, owner: &str, until_ms: i64) -> Result<bool>;
 
+    /// Makes a queued job claimable at `now_ms` (if it was due later) with at least
+    /// `priority`: a request that finds a delayed triggered job waiting runs it now. False
+    /// when the job is not queued.
+    async fn expedite_job(&self, id: Uuid, now_ms: i64, priority: i32) -> Result<bool>;
+
     /// Records how a run ended, if `owner` still holds the job; false otherwise.
     async fn finish_job(
         &self,

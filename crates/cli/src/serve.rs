@@ -67,6 +67,14 @@ pub struct ServeArgs {
     /// First retry delay of a failed job (seconds), doubled per attempt.
     #[arg(long, env = "FLOE_MAINTENANCE_RETRY_SECS", default_value_t = 30)]
     pub maintenance_retry_secs: u64,
+    /// A compaction queued by a commit that left many small files waits this long (seconds),
+    /// so it runs after a burst of writes rather than racing it.
+    #[arg(
+        long,
+        env = "FLOE_MAINTENANCE_TRIGGER_DELAY_SECS",
+        default_value_t = 60
+    )]
+    pub maintenance_trigger_delay_secs: u64,
     /// Memory a compaction's scan and sort hold before spilling (MiB).
     #[arg(long, env = "FLOE_MAINTENANCE_MEMORY_MB", default_value_t = 1024)]
     pub maintenance_memory_mb: usize,
@@ -206,6 +214,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             lease: std::time::Duration::from_secs(args.maintenance_lease_secs.max(3)),
             backoff: std::time::Duration::from_secs(args.maintenance_retry_secs),
             memory_limit: args.maintenance_memory_mb << 20,
+            trigger_delay: std::time::Duration::from_secs(args.maintenance_trigger_delay_secs),
             ..Default::default()
         },
     ));

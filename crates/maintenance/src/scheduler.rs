@@ -60,6 +60,9 @@ pub struct SchedulerConfig {
     pub backoff: Duration,
     /// Memory a compaction's scan and sort may use before spilling.
     pub memory_limit: usize,
+    /// A compaction a commit triggers waits this long, so it runs once a burst of writes
+    /// is over rather than racing it.
+    pub trigger_delay: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -75,6 +78,7 @@ impl Default for SchedulerConfig {
             max_attempts: 5,
             backoff: Duration::from_secs(30),
             memory_limit: 1 << 30,
+            trigger_delay: Duration::from_secs(60),
         }
     }
 }
@@ -147,6 +151,11 @@ impl Scheduler {
         &self.jobs
     }
 
+    /// Looks at the queue now rather than at the next poll.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
     }
@@ -175,6 +184,30 @@ impl Scheduler {
         trigger: &str,
         priority: i32,
         options: Value,
+    ) -> CatalogResult<Option<Uuid>> {
+        self.enqueue_after(
+            warehouse,
+            ident,
+            kind,
+            trigger,
+            priority,
+            options,
+            Duration::ZERO,
+        )
+        .await
+    }
+
+    /// Like [`Scheduler::enqueue`], claimable only after `delay`.
+    #[allow(clippy::too_many_arguments)]
+    async fn enqueue_after(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+        kind: &str,
+        trigger: &str,
+        priority: i32,
+        options: Value,
+        delay: Duration,
     ) -> CatalogResult<Option<Uuid>> {
         if !KINDS.contains(&kind) {
             return Err(CatalogError::bad_request(format!(
@@ -210,7 +243,7 @@ impl Scheduler {
                 trigger: trigger.to_string(),
                 max_attempts: self.config.max_attempts,
                 params,
-                not_before_ms: now_ms(),
+                not_before_ms: now_ms() + delay.as_millis() as i64,
             })
             .await?;
         if id.is_some() {
@@ -569,13 +602,14 @@ impl Scheduler {
             }
         };
         if policy.enabled && policy.wants_compaction(&snapshot.summary().additional_properties) {
-            self.enqueue(
+            self.enqueue_after(
                 &table.warehouse,
                 &table.ident,
                 "compact",
                 trigger,
                 10,
                 json!({}),
+                self.config.trigger_delay,
             )
             .await?;
         }

@@ -212,48 +212,80 @@ pub async fn run_job(
             OPTION_KEYS.join(", ")
         ))));
     }
-    let queued = scheduler
-        .enqueue(
-            &request.warehouse,
-            &ident,
-            &request.kind,
-            "request",
-            request.priority.unwrap_or(100),
-            Value::Object(request.options.clone()),
-        )
-        .await?;
-    let id = match queued {
-        Some(id) => id,
-        None => {
-            // The equal job already queued or running answers for this request.
-            let table_id = state
-                .catalog
-                .resolve_securable(&SecurableRef::Table {
-                    warehouse: request.warehouse.clone(),
-                    namespace: request.namespace.clone(),
-                    name: request.table.clone(),
-                })
-                .await?
-                .id;
-            let pending = scheduler
-                .jobs()
-                .list_jobs(&JobFilter {
-                    table_id: uuid::Uuid::parse_str(&table_id).ok(),
-                    kind: Some(request.kind.clone()),
-                    limit: 20,
-                    ..Default::default()
-                })
-                .await?;
-            pending
-                .into_iter()
-                .find(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
-                .map(|j| j.id)
-                .ok_or_else(|| {
-                    ApiError(CatalogError::Unavailable(
-                        "the job could not be queued; try again".into(),
-                    ))
-                })?
+    // An equal job already queued or running answers for this request; if it finishes
+    // between the two steps, queue again.
+    let table_id = state
+        .catalog
+        .resolve_securable(&SecurableRef::Table {
+            warehouse: request.warehouse.clone(),
+            namespace: request.namespace.clone(),
+            name: request.table.clone(),
+        })
+        .await?
+        .id;
+    let mut found = None;
+    for _ in 0..5 {
+        let queued = scheduler
+            .enqueue(
+                &request.warehouse,
+                &ident,
+                &request.kind,
+                "request",
+                request.priority.unwrap_or(100),
+                Value::Object(request.options.clone()),
+            )
+            .await?;
+        if let Some(id) = queued {
+            found = Some((id, true));
+            break;
         }
+        let pending = scheduler
+            .jobs()
+            .list_jobs(&JobFilter {
+                table_id: uuid::Uuid::parse_str(&table_id).ok(),
+                kind: Some(request.kind.clone()),
+                limit: 20,
+                ..Default::default()
+            })
+            .await?;
+        if let Some(job) = pending
+            .into_iter()
+            .find(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
+        {
+            let differs = OPTION_KEYS
+                .iter()
+                .any(|key| request.options.get(*key).unwrap_or(&Value::Null) != &job.params[*key]);
+            if differs {
+                return Err(ApiError(CatalogError::AlreadyExists {
+                    error_type: "AlreadyExistsException",
+                    message: format!(
+                        "a {} job for this table is already {} (job {}) with other options; \
+                     queue this one when it has finished",
+                        job.kind,
+                        job.status.as_str(),
+                        job.id
+                    ),
+                }));
+            }
+            if job.status == JobStatus::Queued {
+                scheduler
+                    .jobs()
+                    .expedite_job(
+                        job.id,
+                        chrono::Utc::now().timestamp_millis(),
+                        request.priority.unwrap_or(100),
+                    )
+                    .await?;
+                scheduler.wake();
+            }
+            found = Some((job.id, false));
+            break;
+        }
+    }
+    let Some((id, queued)) = found else {
+        return Err(ApiError(CatalogError::Unavailable(
+            "the job could not be queued; try again".into(),
+        )));
     };
     let mut job = scheduler.jobs().get_job(id).await?;
     if request.wait {
@@ -269,7 +301,7 @@ pub async fn run_job(
         }
     }
     Ok(Json(json!({
-        "queued": queued.is_some(),
+        "queued": queued,
         "job": job.map(job_json),
     })))
 }

@@ -302,6 +302,26 @@ impl JobStore for SqlStore {
         Ok(renewed)
     }
 
+    async fn expedite_job(&self, id: Uuid, now_ms: i64, priority: i32) -> Result<bool> {
+        let mut tx = self.write().await.map_err(query_error)?;
+        let changed = sqlx::query(
+            "UPDATE maintenance_jobs SET \
+             not_before_ms = CASE WHEN not_before_ms > $1 THEN $1 ELSE not_before_ms END, \
+             priority = CASE WHEN priority < $2 THEN $2 ELSE priority END \
+             WHERE id = $3 AND status = 'queued'",
+        )
+        .bind(now_ms)
+        .bind(priority)
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error)?
+        .rows_affected()
+            == 1;
+        tx.commit().await.map_err(query_error)?;
+        Ok(changed)
+    }
+
     async fn finish_job(
         &self,
         id: Uuid,

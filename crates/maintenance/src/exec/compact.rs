@@ -31,7 +31,7 @@ use iceberg::spec::{
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use serde::Serialize;
 
-use super::state::{LiveFile, SnapshotState, read_snapshot, referenced_file};
+use super::state::{DeleteIndex, LiveFile, SnapshotState, read_snapshot, referenced_file};
 use super::{Maintainer, MaintenanceError, Result, Target, io};
 use crate::compaction::{CompactionPolicy, DataFileInfo, RewriteGroup, plan_compaction};
 
@@ -126,6 +126,7 @@ pub async fn compact(
     let data: Vec<LiveFile> = base_state.live_data().collect();
     let deletes: Vec<LiveFile> = base_state.live_deletes().collect();
     report.data_files_before = data.len();
+    let index = DeleteIndex::new(metadata, deletes);
     let infos: Vec<DataFileInfo> = data
         .iter()
         .map(|file| DataFileInfo {
@@ -133,9 +134,7 @@ pub async fn compact(
             size_bytes: file.entry.file_size_in_bytes(),
             partition: file.partition_key(),
             spec_id: file.spec_id,
-            has_deletes: deletes
-                .iter()
-                .any(|d| super::state::applies(metadata, d, file)),
+            has_deletes: index.applying(file).next().is_some(),
         })
         .collect();
     let groups = plan_compaction(&infos, &options.policy);
@@ -360,10 +359,12 @@ fn validate(
         .live_data()
         .map(|f| (f.path().to_string(), f))
         .collect();
-    let new_deletes: Vec<LiveFile> = state
-        .live_deletes()
-        .filter(|d| d.sequence_number() > base.sequence_number)
-        .collect();
+    let new_deletes = DeleteIndex::new(
+        metadata,
+        state
+            .live_deletes()
+            .filter(|d| d.sequence_number() > base.sequence_number),
+    );
     let mut keep = Vec::new();
     let mut dropped = Vec::new();
     for group in groups {
@@ -373,10 +374,7 @@ fn validate(
                 reason = Some(format!("{path} was removed by a concurrent commit"));
                 break;
             };
-            if let Some(delete) = new_deletes
-                .iter()
-                .find(|d| super::state::applies(metadata, d, file))
-            {
+            if let Some(delete) = new_deletes.applying(file).next() {
                 reason = Some(format!(
                     "delete file {} committed meanwhile may apply to {path}",
                     delete.path()

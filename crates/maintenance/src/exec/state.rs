@@ -169,3 +169,62 @@ pub fn applies(metadata: &TableMetadata, delete: &LiveFile, data: &LiveFile) -> 
         }
     }
 }
+
+/// Delete files indexed by what they can apply to, so finding the deletes of one data file
+/// does not scan every delete file.
+pub struct DeleteIndex<'a> {
+    metadata: &'a TableMetadata,
+    /// Deletion vectors and position deletes naming one file, by that file.
+    by_file: std::collections::HashMap<String, Vec<LiveFile>>,
+    /// Other position and equality deletes, by partition key.
+    by_partition: std::collections::HashMap<String, Vec<LiveFile>>,
+    /// Equality deletes of an unpartitioned spec: they apply everywhere.
+    global: Vec<LiveFile>,
+}
+
+impl<'a> DeleteIndex<'a> {
+    pub fn new(metadata: &'a TableMetadata, deletes: impl IntoIterator<Item = LiveFile>) -> Self {
+        let mut index = Self {
+            metadata,
+            by_file: Default::default(),
+            by_partition: Default::default(),
+            global: Vec::new(),
+        };
+        for delete in deletes {
+            let file = delete.entry.data_file();
+            let positional = file.content_type() == DataContentType::PositionDeletes;
+            if positional && let Some(path) = referenced_file(&delete) {
+                index.by_file.entry(path).or_default().push(delete);
+                continue;
+            }
+            let global = !positional
+                && metadata
+                    .partition_spec_by_id(delete.spec_id)
+                    .is_none_or(|spec| spec.is_unpartitioned());
+            if global {
+                index.global.push(delete);
+            } else {
+                index
+                    .by_partition
+                    .entry(delete.partition_key())
+                    .or_default()
+                    .push(delete);
+            }
+        }
+        index
+    }
+
+    /// The delete files that may apply to `data`.
+    pub fn applying<'s>(&'s self, data: &'s LiveFile) -> impl Iterator<Item = &'s LiveFile> + 's {
+        let by_file = self.by_file.get(data.path()).into_iter().flatten();
+        let by_partition = self
+            .by_partition
+            .get(&data.partition_key())
+            .into_iter()
+            .flatten();
+        by_file
+            .chain(by_partition)
+            .chain(self.global.iter())
+            .filter(move |d| applies(self.metadata, d, data))
+    }
+}

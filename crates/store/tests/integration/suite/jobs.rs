@@ -158,6 +158,27 @@ async fn jobs_claim_order(jobs: &Arc<dyn JobStore>) {
     for id in [low, high_old, high_new, lowest, later] {
         assert!(succeed(jobs, id, "node-a", T0 + 200).await);
     }
+
+    // A delayed job expedited becomes due now and outranks older ones.
+    let old = enqueue(jobs, new_job(wh, table(), "compact", 5)).await;
+    let delayed = enqueue(
+        jobs,
+        NewJob {
+            not_before_ms: T0 + 10_000,
+            ..new_job(wh, table(), "compact", 1)
+        },
+    )
+    .await;
+    assert!(jobs.expedite_job(delayed, T0 + 300, 100).await.unwrap());
+    assert_eq!(claim_id(jobs, T0 + 300, 10).await, Some(delayed));
+    assert!(
+        !jobs.expedite_job(delayed, T0 + 300, 100).await.unwrap(),
+        "a running job is not queued"
+    );
+    assert_eq!(claim_id(jobs, T0 + 300, 10).await, Some(old));
+    for id in [old, delayed] {
+        assert!(succeed(jobs, id, "node-a", T0 + 400).await);
+    }
 }
 
 async fn jobs_warehouse_cap(jobs: &Arc<dyn JobStore>) {
