@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pytest
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import In
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -507,3 +508,35 @@ def test_the_schedule_queues_expiry_and_cleanup_and_old_metadata_files_go(tmp_pa
         assert len(on_disk) <= len(kept) + 2, (on_disk, kept)
     finally:
         stop_floe(floe)
+
+
+def test_appends_that_lost_only_to_a_compaction_are_rebased_not_refused(floe):
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("reb")
+    # No client-side retries: a 409 would surface.
+    table = catalog.create_table("reb.t", schema=SCHEMA, properties={"commit.retry.num-retries": "0"})
+    for i in range(4):
+        table.append(rows(range(i * 10, i * 10 + 10)))
+    stale = catalog.load_table("reb.t")
+    compacted = run_job(floe, "reb", "t", "compact")["snapshot-id"]
+    stale.append(rows(range(100, 110)))
+    table = catalog.load_table("reb.t")
+    head = table.current_snapshot()
+    assert head.parent_snapshot_id == compacted
+    assert head.summary.operation.value == "append"
+    assert head.summary["total-data-files"] == "2" and head.summary["total-records"] == "50"
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == list(range(40)) + list(range(100, 110))
+    assert floe_ids(floe, "reb.t") == list(range(40)) + list(range(100, 110))
+    assert duckdb_ids(floe, "reb.t") == list(range(40)) + list(range(100, 110))
+
+    # An append that lost to another append is still refused: only maintenance is rebased over.
+    stale = catalog.load_table("reb.t")
+    catalog.load_table("reb.t").append(rows(range(200, 201)))
+    with pytest.raises(CommitFailedException):
+        stale.append(rows(range(300, 301)))
+    # So is a delete that lost to a compaction: it depends on the files it saw.
+    stale = catalog.load_table("reb.t")
+    run_job(floe, "reb", "t", "compact")
+    with pytest.raises((CommitFailedException, ValidationException)):
+        stale.delete(In("id", [1, 2]))
+    assert sorted(catalog.load_table("reb.t").scan().to_arrow()["id"].to_pylist()) == list(range(40)) + list(range(100, 110)) + [200]

@@ -28,6 +28,50 @@ pub enum Applied<T> {
     Changed(T),
 }
 
+/// A snapshot summary's `added-*`/`deleted-*` counts with the table's running `total-*`
+/// recounted from the parent snapshot's summary (totals the parent lacks are left out).
+pub fn summary_with_totals(
+    mut properties: std::collections::HashMap<String, String>,
+    parent: &iceberg::spec::Summary,
+) -> std::collections::HashMap<String, String> {
+    const TOTALS: [(&str, &str, &str); 6] = [
+        ("total-data-files", "added-data-files", "deleted-data-files"),
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
+        ("total-records", "added-records", "deleted-records"),
+        ("total-files-size", "added-files-size", "removed-files-size"),
+        (
+            "total-position-deletes",
+            "added-position-deletes",
+            "removed-position-deletes",
+        ),
+        (
+            "total-equality-deletes",
+            "added-equality-deletes",
+            "removed-equality-deletes",
+        ),
+    ];
+    let number = |map: &std::collections::HashMap<String, String>, key: &str| {
+        map.get(key).and_then(|v| v.parse::<i64>().ok())
+    };
+    for (total, added, removed) in TOTALS {
+        match number(&parent.additional_properties, total) {
+            Some(before) => {
+                let after = before + number(&properties, added).unwrap_or(0)
+                    - number(&properties, removed).unwrap_or(0);
+                properties.insert(total.to_string(), after.max(0).to_string());
+            }
+            None => {
+                properties.remove(total);
+            }
+        }
+    }
+    properties
+}
+
 /// Table property: delete metadata files that drop out of the metadata log after a commit.
 pub const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
 

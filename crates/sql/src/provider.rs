@@ -64,8 +64,8 @@ pub struct IcebergTableProvider {
     loaded: LoadedTable,
     snapshot_id: Option<i64>,
     schema: SchemaRef,
-    /// When set, only these data files are read (a compaction's input group).
-    only_files: Option<Arc<std::collections::HashSet<String>>>,
+    /// When set, only these data files are read, in this order (a compaction's input group).
+    only_files: Option<Arc<std::collections::HashMap<String, usize>>>,
 }
 
 impl IcebergTableProvider {
@@ -80,11 +80,16 @@ impl IcebergTableProvider {
         })
     }
 
-    /// Reads only `files` of snapshot `id`, in the table's current schema: the rows of a
-    /// rewrite group, with their deletes applied.
-    pub fn for_rewrite(mut self, id: i64, files: std::collections::HashSet<String>) -> Self {
+    /// Reads only `files` of snapshot `id`, in that order and in the table's current schema:
+    /// the rows of a rewrite group, with their deletes applied.
+    pub fn for_rewrite(mut self, id: i64, files: &[String]) -> Self {
         self.snapshot_id = Some(id);
-        self.only_files = Some(Arc::new(files));
+        let order = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.clone(), i))
+            .collect();
+        self.only_files = Some(Arc::new(order));
         self
     }
 
@@ -286,7 +291,8 @@ impl TableProvider for IcebergTableProvider {
         let projected = project_schema(&self.schema, projection)?;
         let mut tasks = self.plan(filters).await?;
         if let Some(only) = &self.only_files {
-            tasks.retain(|t| only.contains(&t.data_file_path));
+            tasks.retain(|t| only.contains_key(&t.data_file_path));
+            tasks.sort_by_key(|t| (only[&t.data_file_path], t.start));
         }
         // Position deletes and deletion vectors become row selections in the native scan;
         // equality deletes need iceberg's reader.
@@ -345,8 +351,11 @@ impl IcebergTableProvider {
         let mut rows = 0usize;
         let mut rows_known = true;
         let mut tasks = tasks;
-        // Largest first into the lightest group: balanced partitions.
-        tasks.sort_by_key(|t| std::cmp::Reverse(t.length));
+        // Largest first into the lightest group: balanced partitions. A rewrite keeps the
+        // order it asked for (rows stay in the order they were written).
+        if self.only_files.is_none() {
+            tasks.sort_by_key(|t| std::cmp::Reverse(t.length));
+        }
         for task in tasks {
             let mut file =
                 PartitionedFile::new(object_path(&task.data_file_path)?, task.file_size_in_bytes);

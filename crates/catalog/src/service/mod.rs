@@ -2,6 +2,7 @@
 
 mod credentials;
 mod namespaces;
+mod rebase;
 mod securables;
 mod signing;
 mod tables;

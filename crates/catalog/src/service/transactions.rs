@@ -188,7 +188,22 @@ impl CatalogService {
             .metadata
             .read_table(&wh.storage, &record.metadata_location)
             .await?;
-        check_table_requirements(Some(&base), &request.requirements)?;
+        // An append that lost only to maintenance's replace snapshots is rebased, not refused.
+        let rebased;
+        let request = match check_table_requirements(Some(&base), &request.requirements) {
+            Ok(()) => request,
+            Err(e @ CatalogError::CommitFailed(_)) => {
+                match super::rebase::rebase_append(wh, &base, request).await? {
+                    Some(r) => {
+                        check_table_requirements(Some(&base), &r.requirements)?;
+                        rebased = r;
+                        &rebased
+                    }
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         let new =
             match apply_table_updates(&base, &record.metadata_location, request.updates.clone())? {
                 Applied::Unchanged => {

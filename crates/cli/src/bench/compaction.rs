@@ -54,11 +54,11 @@ pub struct CompactionBenchArgs {
 const QUERIES: [(&str, &str); 3] = [
     (
         "full scan",
-        "SELECT count(*), sum(value), max(payload) FROM {t}",
+        "SELECT count(*) AS n, sum(value) AS total, max(payload) AS last FROM {t}",
     ),
     (
         "group by",
-        "SELECT category, count(*), avg(value) FROM {t} WHERE id % 7 = 0 GROUP BY category ORDER BY category",
+        "SELECT category, count(*) AS n, avg(value) AS mean FROM {t} WHERE id % 7 = 0 GROUP BY category ORDER BY category",
     ),
     (
         "point range",
@@ -114,9 +114,10 @@ fn reset_peak_memory() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn peak_memory_mib() -> Option<f64> {
+/// A memory figure of this process from `/proc/self/status` (`VmHWM`, `VmRSS`), in MiB.
+fn memory_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }
@@ -201,6 +202,7 @@ pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     reset_peak_memory();
+    let resident_before = memory_mib("VmRSS:");
     let cpu_before = cpu_seconds();
     let wall = Instant::now();
     let report = runtime
@@ -213,7 +215,7 @@ pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {
     let cpu = cpu_before
         .zip(cpu_seconds())
         .map(|(before, after)| after - before);
-    let peak = peak_memory_mib();
+    let peak = memory_mib("VmHWM:");
     runtime.shutdown_background();
     anyhow::ensure!(
         report.rewritten_files == args.files,
@@ -225,8 +227,10 @@ pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {
     for (q, (_, answer)) in before.iter().enumerate() {
         anyhow::ensure!(
             *answer == after[q].1 && *answer == reference[q].1,
-            "query {} answered differently before/after compaction or on the optimal table",
-            QUERIES[q].0
+            "query {} answered differently before compaction:\n{answer}\nafter:\n{}\nand on the optimal table:\n{}",
+            QUERIES[q].0,
+            after[q].1,
+            reference[q].1
         );
     }
 
@@ -245,9 +249,11 @@ pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {
             mib / cpu.max(1e-9)
         );
     }
-    if let Some(peak) = peak {
+    if let (Some(peak), Some(before)) = (peak, resident_before) {
         println!(
-            "  peak resident memory: {peak:.0} MiB (target file size {} MiB)",
+            "  peak resident memory: {peak:.0} MiB, {:.0} MiB above the {before:.0} MiB resident \
+             before it (target file size {} MiB)",
+            peak - before,
             args.target_file_size_mb
         );
     }

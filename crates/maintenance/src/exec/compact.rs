@@ -137,7 +137,16 @@ pub async fn compact(
             has_deletes: index.applying(file).next().is_some(),
         })
         .collect();
-    let groups = plan_compaction(&infos, &options.policy);
+    let mut groups = plan_compaction(&infos, &options.policy);
+    // Rows are rewritten in the order they were committed (sequence number, then path), so
+    // an event stream's files stay ordered by time and keep pruning well.
+    let order: HashMap<&str, (i64, &str)> = data
+        .iter()
+        .map(|f| (f.path(), (f.sequence_number(), f.path())))
+        .collect();
+    for group in &mut groups {
+        group.files.sort_by_key(|f| order.get(f.as_str()).copied());
+    }
     report.groups_planned = groups.len();
     if options.dry_run || groups.is_empty() {
         report.seconds = started.elapsed().as_secs_f64();
@@ -287,7 +296,7 @@ pub(crate) async fn rewrite_group(
     let inputs: HashSet<String> = group.files.iter().cloned().collect();
     let provider = IcebergTableProvider::try_new(target.access.clone(), target.loaded.clone())
         .map_err(|e| io("read the table", e))?
-        .for_rewrite(base_snapshot, inputs.clone());
+        .for_rewrite(base_snapshot, &group.files);
     let ctx: SessionContext = maintainer
         .sql
         .background_session(options.memory_limit, options.partitions)
@@ -551,7 +560,10 @@ async fn commit(
 
     let summary = Summary {
         operation,
-        additional_properties: with_totals(summary.build(), head.summary()),
+        additional_properties: floe_catalog::commit::summary_with_totals(
+            summary.build(),
+            head.summary(),
+        ),
     };
     let builder = Snapshot::builder()
         .with_manifest_list(list_path)
@@ -641,50 +653,6 @@ fn dead_deletes(
         })
         .map(|d| d.path().to_string())
         .collect()
-}
-
-/// `added-*`/`deleted-*` counts plus the table's running totals.
-fn with_totals(
-    mut properties: HashMap<String, String>,
-    previous: &Summary,
-) -> HashMap<String, String> {
-    const TOTALS: [(&str, &str, &str); 6] = [
-        ("total-data-files", "added-data-files", "deleted-data-files"),
-        (
-            "total-delete-files",
-            "added-delete-files",
-            "removed-delete-files",
-        ),
-        ("total-records", "added-records", "deleted-records"),
-        ("total-files-size", "added-files-size", "removed-files-size"),
-        (
-            "total-position-deletes",
-            "added-position-deletes",
-            "removed-position-deletes",
-        ),
-        (
-            "total-equality-deletes",
-            "added-equality-deletes",
-            "removed-equality-deletes",
-        ),
-    ];
-    let number = |map: &HashMap<String, String>, key: &str| {
-        map.get(key)
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0)
-    };
-    for (total, added, removed) in TOTALS {
-        let Some(before) = previous
-            .additional_properties
-            .get(total)
-            .and_then(|v| v.parse::<i64>().ok())
-        else {
-            continue;
-        };
-        let after = before + number(&properties, added) - number(&properties, removed);
-        properties.insert(total.to_string(), after.max(0).to_string());
-    }
-    properties
 }
 
 /// `main` pointing at `snapshot_id`, keeping its retention settings.

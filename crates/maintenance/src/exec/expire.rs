@@ -196,14 +196,7 @@ pub async fn expire_snapshots(
                 )
                 .await?;
             // Only once the snapshots are gone from the table are their files deleted.
-            for file in &freed {
-                match file_io.delete(file).await {
-                    Ok(()) => deleted += 1,
-                    Err(e) => {
-                        failed.push(serde_json::json!({"file": file, "error": e.to_string()}))
-                    }
-                }
-            }
+            super::delete_each(&freed, |f| file_io.delete(f), &mut deleted, &mut failed).await;
         }
         let storage = maintainer
             .catalog
@@ -211,12 +204,13 @@ pub async fn expire_snapshots(
             .await?
             .storage
             .clone();
-        for file in &old_metadata {
-            match storage.delete(file).await {
-                Ok(()) => deleted += 1,
-                Err(e) => failed.push(serde_json::json!({"file": file, "error": e.to_string()})),
-            }
-        }
+        super::delete_each(
+            &old_metadata,
+            |f| storage.delete(f),
+            &mut deleted,
+            &mut failed,
+        )
+        .await;
     }
     Ok(ExpireReport {
         dry_run: options.dry_run,

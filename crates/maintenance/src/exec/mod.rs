@@ -46,6 +46,26 @@ pub(crate) fn io(what: impl Into<String>, e: impl std::fmt::Display) -> Maintena
     }
 }
 
+/// Deletes each file with `delete`, counting those deleted and naming those that failed
+/// (they are left for orphan cleanup).
+pub(crate) async fn delete_each<'a, F, Fut, E>(
+    files: impl IntoIterator<Item = &'a String>,
+    delete: F,
+    deleted: &mut usize,
+    failed: &mut Vec<serde_json::Value>,
+) where
+    F: Fn(&'a String) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<(), E>>,
+    E: std::fmt::Display,
+{
+    for file in files {
+        match delete(file).await {
+            Ok(()) => *deleted += 1,
+            Err(e) => failed.push(serde_json::json!({"file": file, "error": e.to_string()})),
+        }
+    }
+}
+
 /// A table loaded as the system, with iceberg's view of it and how to reach its files.
 pub struct Target {
     pub ident: TableIdent,

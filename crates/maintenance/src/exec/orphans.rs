@@ -96,12 +96,7 @@ pub async fn remove_orphan_files(
     let mut deleted = 0usize;
     let mut failed = Vec::new();
     if !options.dry_run {
-        for file in &orphans {
-            match storage.delete(file).await {
-                Ok(()) => deleted += 1,
-                Err(e) => failed.push(serde_json::json!({"file": file, "error": e.to_string()})),
-            }
-        }
+        super::delete_each(&orphans, |f| storage.delete(f), &mut deleted, &mut failed).await;
     }
     Ok(OrphanReport {
         dry_run: options.dry_run,
