@@ -185,6 +185,11 @@ def test_policies_inherit_downward_and_table_properties_override(floe):
     other = make_principal(floe, "pol-reader", [("read-data", table)])
     assert floe.api("PUT", "/api/v1/maintenance/policies", token=floe.token(*other), json={"on": table, "policy": {}}).status_code == 403
 
+    # Setting policies is audited, denials included.
+    records = floe.api("GET", "/api/v1/audit?action=PUT%20/api/v1/maintenance/policies&limit=1000").json()["records"]
+    assert sum(r["decision"] == "allow" and r["status"] == 200 for r in records) >= 3
+    assert any(r["principal"] == "pol-reader" and r["status"] == 403 for r in records), records[-3:]
+
     # Removing the table's policy makes it inherit again.
     assert put(table, None).status_code == 200
     got = floe.api("GET", f"/api/v1/maintenance/policies?warehouse={floe.warehouse}&namespace=pol.inner&table=t").json()

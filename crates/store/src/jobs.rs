@@ -269,6 +269,18 @@ impl JobStore for SqlStore {
                 .await
                 .map_err(query_error)?;
         }
+        // A job whose lease ran out in every one of its attempts (its node died running it,
+        // each time) fails for good rather than taking node after node down.
+        sqlx::query(
+            "UPDATE maintenance_jobs SET status = 'failed', finished_at_ms = $1, \
+             lease_owner = NULL, lease_until_ms = NULL, \
+             error = 'the node running it stopped in every attempt' \
+             WHERE status = 'running' AND lease_until_ms < $1 AND attempts >= max_attempts",
+        )
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error)?;
         // A pick lost to its old owner's renewal or finish is retried on a fresh read; a
         // node that keeps losing leaves the work to the next claim.
         for _ in 0..3 {
@@ -277,10 +289,11 @@ impl JobStore for SqlStore {
                     tx.commit().await.map_err(query_error)?;
                     return Ok(Some(*job));
                 }
-                Pick::Nothing => return Ok(None),
+                Pick::Nothing => break,
                 Pick::Lost => {}
             }
         }
+        tx.commit().await.map_err(query_error)?;
         Ok(None)
     }
 

@@ -341,6 +341,31 @@ async fn jobs_lease_takeover(jobs: &Arc<dyn JobStore>) {
             .unwrap(),
         "finished"
     );
+
+    // A job whose node dies in every attempt fails once its attempts are spent.
+    let doomed = enqueue(
+        jobs,
+        NewJob {
+            max_attempts: 2,
+            ..new_job(Uuid::now_v7(), Uuid::now_v7(), "compact", 1)
+        },
+    )
+    .await;
+    assert_eq!(claim_id(jobs, T0 + 100_000, 10).await, Some(doomed));
+    assert_eq!(
+        claim_id(jobs, T0 + 200_000, 10).await,
+        Some(doomed),
+        "taken over once"
+    );
+    assert_eq!(
+        claim_id(jobs, T0 + 300_000, 10).await,
+        None,
+        "not a third time"
+    );
+    let failed = jobs.get_job(doomed).await.unwrap().unwrap();
+    assert_eq!(failed.status, JobStatus::Failed);
+    assert_eq!(failed.attempts, 2);
+    assert!(failed.error.unwrap().contains("every attempt"));
 }
 
 async fn jobs_retry(jobs: &Arc<dyn JobStore>) {
