@@ -545,3 +545,32 @@ def test_appends_that_lost_only_to_a_compaction_are_rebased_not_refused(floe):
     with pytest.raises((CommitFailedException, ValidationException)):
         stale.delete(In("id", [1, 2]))
     assert sorted(catalog.load_table("reb.t").scan().to_arrow()["id"].to_pylist()) == list(range(40)) + list(range(100, 110)) + [200]
+
+
+def test_writer_positions_survive_compaction_and_expiry(floe):
+    """Ingestion's position in its log lives in snapshot summaries: compaction carries it to
+    its `replace` snapshot, so expiring the snapshots that wrote it loses nothing."""
+    from test_ingest import ndjson, post
+
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("pos")
+    catalog.create_table("pos.t", schema=SCHEMA)
+    for i in range(3):
+        answer = post(floe, "pos.t", ndjson([{"id": i * 10 + j, "kind": "a"} for j in range(10)]), "application/x-ndjson", wait="commit")
+        assert answer.status_code == 200, answer.text
+
+    def position(table):
+        summary = table.current_snapshot().summary.additional_properties
+        return {k: v for k, v in summary.items() if k.startswith("floe.ingest.")}
+
+    before = position(catalog.load_table("pos.t"))
+    assert before
+    run_job(floe, "pos", "t", "compact")
+    run_job(floe, "pos", "t", "expire-snapshots", **{"max-snapshot-age-ms": 0})
+    table = catalog.load_table("pos.t")
+    assert len(table.metadata.snapshots) == 1
+    assert table.current_snapshot().summary.operation.value == "replace"
+    assert position(table) == before
+    answer = post(floe, "pos.t", ndjson([{"id": 100, "kind": "b"}]), "application/x-ndjson", wait="commit")
+    assert answer.status_code == 200, answer.text
+    assert sorted(catalog.load_table("pos.t").scan().to_arrow()["id"].to_pylist()) == list(range(30)) + [100]

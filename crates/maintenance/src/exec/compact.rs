@@ -558,12 +558,19 @@ async fn commit(
         .await
         .map_err(|e| io("write the manifest list", e))?;
 
+    let mut properties = floe_catalog::commit::summary_with_totals(summary.build(), head.summary());
+    // Writers' positions (`floe.ingest.…`, `floe.source.…`) stay on the newest snapshot, so
+    // expiring the snapshots that wrote them never loses them.
+    for (key, value) in &head.summary().additional_properties {
+        if key.starts_with("floe.") {
+            properties
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
     let summary = Summary {
         operation,
-        additional_properties: floe_catalog::commit::summary_with_totals(
-            summary.build(),
-            head.summary(),
-        ),
+        additional_properties: properties,
     };
     let builder = Snapshot::builder()
         .with_manifest_list(list_path)
