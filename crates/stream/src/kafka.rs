@@ -1,0 +1,379 @@
+//! One Kafka-to-Iceberg pipeline: assign every partition of its topics at the offsets the
+//! table has committed, batch records, append each batch with its offsets in one snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::datasource::sink::DataSink;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use floe_catalog::CatalogError;
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::{CatalogService, CreateTable, LoadedTable};
+use floe_sql::SqlEngine;
+use iceberg::spec::TableMetadata;
+use iceberg::{NamespaceIdent, TableIdent};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Result, StreamError, table_error};
+
+/// Where a partition without committed offsets starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartPosition {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// A pipeline's definition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PipelineSpec {
+    /// Names the pipeline; part of the offset keys in snapshot summaries.
+    pub name: String,
+    pub warehouse: String,
+    pub namespace: Vec<String>,
+    pub table: String,
+    pub bootstrap_servers: String,
+    pub topics: Vec<String>,
+    #[serde(default)]
+    pub start: StartPosition,
+    /// Further librdkafka settings (SASL, TLS, …).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// A batch is committed this often (default 1000 ms)…
+    #[serde(default = "default_interval")]
+    pub commit_interval_ms: u64,
+    /// …or once it holds this many records (default 100,000).
+    #[serde(default = "default_max_records")]
+    pub max_records: usize,
+}
+
+fn default_interval() -> u64 {
+    1000
+}
+
+fn default_max_records() -> usize {
+    100_000
+}
+
+impl PipelineSpec {
+    pub fn validate(&self) -> Result<()> {
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !name_ok {
+            return Err(StreamError::Invalid(format!(
+                "name must be letters, digits, '-' or '_', not {:?}",
+                self.name
+            )));
+        }
+        if self.topics.is_empty() || self.topics.iter().any(|t| t.is_empty()) {
+            return Err(StreamError::Invalid(
+                "topics must name at least one topic".into(),
+            ));
+        }
+        if self.bootstrap_servers.is_empty() {
+            return Err(StreamError::Invalid("bootstrap-servers must be set".into()));
+        }
+        if self.namespace.is_empty() || self.table.is_empty() {
+            return Err(StreamError::Invalid(
+                "namespace and table must be set".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn ident(&self) -> Result<TableIdent> {
+        let namespace = NamespaceIdent::from_vec(self.namespace.clone())
+            .map_err(|e| StreamError::Invalid(format!("namespace: {e}")))?;
+        Ok(TableIdent::new(namespace, self.table.clone()))
+    }
+
+    /// The summary key holding the next offset of one partition.
+    pub fn offset_key(&self, topic: &str, partition: i32) -> String {
+        format!("floe.source.{}.{topic}.{partition}", self.name)
+    }
+
+    fn key_prefix(&self) -> String {
+        format!("floe.source.{}.", self.name)
+    }
+
+    /// The next offset of every partition as the newest snapshot carrying this pipeline's
+    /// offsets says (main's ancestry, newest first).
+    pub fn committed_offsets(&self, metadata: &TableMetadata) -> HashMap<(String, i32), i64> {
+        let prefix = self.key_prefix();
+        let mut snapshot = metadata.current_snapshot();
+        while let Some(current) = snapshot {
+            let offsets: HashMap<(String, i32), i64> = current
+                .summary()
+                .additional_properties
+                .iter()
+                .filter_map(|(key, value)| {
+                    let rest = key.strip_prefix(&prefix)?;
+                    let (topic, partition) = rest.rsplit_once('.')?;
+                    Some((
+                        (topic.to_string(), partition.parse().ok()?),
+                        value.parse().ok()?,
+                    ))
+                })
+                .collect();
+            if !offsets.is_empty() {
+                return offsets;
+            }
+            snapshot = current
+                .parent_snapshot_id()
+                .and_then(|id| metadata.snapshot_by_id(id));
+        }
+        HashMap::new()
+    }
+}
+
+/// What a pipeline has done since it started.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PipelineStats {
+    pub records_committed: u64,
+    pub bytes_committed: u64,
+    pub commits: u64,
+    /// Records that are not JSON objects, skipped and counted.
+    pub rejected_records: u64,
+}
+
+/// A running pipeline.
+pub struct Pipeline {
+    spec: PipelineSpec,
+    catalog: Arc<CatalogService>,
+    sql: Arc<SqlEngine>,
+}
+
+/// Records read and not committed yet.
+#[derive(Default)]
+struct Batch {
+    rows: Vec<u8>,
+    records: usize,
+    rejected: u64,
+}
+
+impl Pipeline {
+    pub fn new(
+        spec: PipelineSpec,
+        catalog: Arc<CatalogService>,
+        sql: Arc<SqlEngine>,
+    ) -> Result<Self> {
+        spec.validate()?;
+        Ok(Self { spec, catalog, sql })
+    }
+
+    pub fn spec(&self) -> &PipelineSpec {
+        &self.spec
+    }
+
+    async fn load(&self) -> Result<Option<LoadedTable>> {
+        match self
+            .catalog
+            .load_table(&Caller::system(), &self.spec.warehouse, &self.spec.ident()?)
+            .await
+        {
+            Ok(loaded) => Ok(Some(loaded)),
+            Err(CatalogError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn consumer(&self) -> Result<StreamConsumer> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.spec.bootstrap_servers)
+            .set("group.id", format!("floe-{}", self.spec.name))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false");
+        for (key, value) in &self.spec.properties {
+            config.set(key, value);
+        }
+        Ok(config.create()?)
+    }
+
+    /// Reads and commits until `shutdown`; returns what it did.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<PipelineStats> {
+        let consumer = self.consumer()?;
+        let mut next = match self.load().await? {
+            Some(loaded) => self.spec.committed_offsets(&loaded.metadata),
+            None => HashMap::new(),
+        };
+        let mut assignment = TopicPartitionList::new();
+        for topic in &self.spec.topics {
+            let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+            for found in metadata.topics().iter().filter(|t| t.name() == topic) {
+                for partition in found.partitions() {
+                    let offset = match next.get(&(topic.clone(), partition.id())) {
+                        Some(offset) => Offset::Offset(*offset),
+                        None if self.spec.start == StartPosition::Latest => Offset::End,
+                        None => Offset::Beginning,
+                    };
+                    assignment.add_partition_offset(topic, partition.id(), offset)?;
+                }
+            }
+        }
+        consumer.assign(&assignment)?;
+
+        let interval = Duration::from_millis(self.spec.commit_interval_ms.max(10));
+        let mut stats = PipelineStats::default();
+        let mut batch = Batch::default();
+        let mut pending = next.clone();
+        let mut deadline = tokio::time::Instant::now() + interval;
+        loop {
+            let flush = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep_until(deadline) => true,
+                received = consumer.recv() => {
+                    let message = received?;
+                    let payload = message.payload().unwrap_or_default();
+                    if is_object(payload) {
+                        batch.rows.extend_from_slice(payload);
+                        batch.rows.push(b'\n');
+                        batch.records += 1;
+                    } else {
+                        batch.rejected += 1;
+                        tracing::warn!(pipeline = %self.spec.name, topic = message.topic(), partition = message.partition(), offset = message.offset(), "skip a record that is not a JSON object");
+                    }
+                    pending.insert(
+                        (message.topic().to_string(), message.partition()),
+                        message.offset() + 1,
+                    );
+                    batch.records >= self.spec.max_records
+                }
+            };
+            if flush {
+                if pending != next {
+                    self.commit(&batch, &pending).await?;
+                    stats.records_committed += batch.records as u64;
+                    stats.bytes_committed += batch.rows.len() as u64;
+                    stats.rejected_records += batch.rejected;
+                    stats.commits += 1;
+                    next = pending.clone();
+                    batch = Batch::default();
+                }
+                deadline = tokio::time::Instant::now() + interval;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Appends `batch` with `offsets` in one snapshot, retrying lost races.
+    async fn commit(&self, batch: &Batch, offsets: &HashMap<(String, i32), i64>) -> Result<()> {
+        let properties: HashMap<String, String> = offsets
+            .iter()
+            .map(|((topic, partition), offset)| {
+                (self.spec.offset_key(topic, *partition), offset.to_string())
+            })
+            .collect();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let loaded = match self.load().await? {
+                Some(loaded) => loaded,
+                None => self.create_table(&batch.rows).await?,
+            };
+            let schema = iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
+                .map_err(|e| table_error("table schema", e))?;
+            let schema: SchemaRef = Arc::new(schema);
+            let batches = decode(&batch.rows, &schema)?;
+            let access = self
+                .sql
+                .access(&Caller::system(), &self.spec.warehouse)
+                .await
+                .map_err(|e| table_error("storage access", e.message))?;
+            let table =
+                floe_sql::write::table_of(&access, loaded).map_err(|e| table_error("table", e))?;
+            let stream = RecordBatchStreamAdapter::new(
+                schema.clone(),
+                futures::stream::iter(batches.into_iter().map(Ok)),
+            );
+            let sink = floe_sql::write::IcebergSink::new(access, table, schema)
+                .with_snapshot_properties(properties.clone());
+            // A batch of only rejected records writes nothing and commits nothing; its
+            // offsets are committed with the next batch that has rows.
+            match sink
+                .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt < 8 && e.to_string().to_lowercase().contains("conflict") => {
+                    tracing::info!(pipeline = %self.spec.name, attempt, "retry a pipeline commit");
+                }
+                Err(e) => return Err(table_error("commit a pipeline batch", e)),
+            }
+        }
+    }
+
+    /// Creates the target table with the schema the batch's records suggest.
+    async fn create_table(&self, rows: &[u8]) -> Result<LoadedTable> {
+        let (schema, _) = datafusion::arrow::json::reader::infer_json_schema(
+            std::io::Cursor::new(rows),
+            Some(1000),
+        )
+        .map_err(|e| table_error("infer the table schema", e))?;
+        let schema = floe_sql::write::iceberg_schema(&schema)
+            .map_err(|e| table_error("infer the table schema", e))?;
+        let ident = self.spec.ident()?;
+        let created = self
+            .catalog
+            .create_table(
+                &Caller::system(),
+                &self.spec.warehouse,
+                ident.namespace(),
+                CreateTable {
+                    name: self.spec.table.clone(),
+                    location: None,
+                    schema,
+                    partition_spec: None,
+                    write_order: None,
+                    stage_create: false,
+                    properties: HashMap::new(),
+                },
+            )
+            .await;
+        match created {
+            Ok(loaded) => Ok(loaded),
+            // Created meanwhile by someone else: use theirs.
+            Err(CatalogError::AlreadyExists { .. }) => self
+                .load()
+                .await?
+                .ok_or_else(|| table_error("create the table", "it vanished")),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn is_object(payload: &[u8]) -> bool {
+    matches!(
+        serde_json::from_slice::<serde_json::Value>(payload),
+        Ok(serde_json::Value::Object(_))
+    )
+}
+
+/// NDJSON rows decoded against the table's schema (unknown fields ignored).
+fn decode(rows: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+        .with_batch_size(8192)
+        .build(std::io::Cursor::new(rows))
+        .map_err(|e| table_error("decode records", e))?;
+    reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| table_error("decode records", e))
+}

@@ -1,0 +1,36 @@
+//! Stream-to-table: Kafka topics materialized as Iceberg tables, exactly once.
+//!
+//! A [`kafka::Pipeline`] reads its topics' partitions from the offsets the table says it has
+//! committed, decodes JSON records against the table's schema, and appends them in one
+//! snapshot per commit interval (or record limit). The snapshot's summary carries the next
+//! offset of every partition (`floe.source.<pipeline>.<topic>.<partition>`), and the summary
+//! is part of the table metadata the catalog swaps atomically: the offsets a snapshot covers
+//! commit in the same store transaction as the snapshot. After any crash the pipeline resumes
+//! exactly after the last committed offsets — records written but not committed are read
+//! again, records committed are never read again.
+//!
+//! This crate isolates the Kafka client (librdkafka, built from source by `rdkafka-sys`).
+
+pub mod kafka;
+
+/// Why a pipeline stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    Catalog(#[from] floe_catalog::CatalogError),
+    #[error("kafka: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("{what}: {message}")]
+    Table { what: String, message: String },
+    #[error("pipeline definition: {0}")]
+    Invalid(String),
+}
+
+pub type Result<T> = std::result::Result<T, StreamError>;
+
+pub(crate) fn table_error(what: impl Into<String>, e: impl std::fmt::Display) -> StreamError {
+    StreamError::Table {
+        what: what.into(),
+        message: e.to_string(),
+    }
+}
