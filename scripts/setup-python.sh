@@ -26,6 +26,8 @@ AIOBOTOCORE_VERSION="3.10.0"
 ADBC_VERSION="1.13.0"
 # Not used directly, but pyiceberg and the tests depend on it: pin it too.
 PYARROW_VERSION="26.0.1"
+# Kafka producer (with librdkafka inside the wheel) for the stream pipeline tests.
+CONFLUENT_KAFKA_VERSION="2.16.1"
 
 PINS=(
   "pyiceberg[pyarrow,sql-sqlite,pyiceberg-core]==${PYICEBERG_VERSION}"
@@ -43,6 +45,7 @@ PINS=(
   "adbc-driver-manager==${ADBC_VERSION}"
   "adbc-driver-flightsql==${ADBC_VERSION}"
   "pyarrow==${PYARROW_VERSION}"
+  "confluent-kafka==${CONFLUENT_KAFKA_VERSION}"
 )
 
 VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"

@@ -52,6 +52,7 @@ class Floe:
     backend: str
     pg_port: int = 0
     flight_port: int = 0
+    database: str | None = None
 
     @property
     def catalog_uri(self) -> str:
@@ -132,7 +133,15 @@ def _launch(tmp_path: Path, env, data_dir: Path, port: int, pg_port: int, flight
         time.sleep(0.05)
 
 
-def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", extra_args: tuple[str, ...] = ()) -> Floe:
+def start_floe(
+    tmp_path: Path,
+    backend: str = "sqlite",
+    storage: str = "local",
+    extra_args: tuple[str, ...] = (),
+    database: str | None = None,
+) -> Floe:
+    """Starts Floe on a fresh catalog database, or on `database` (a PostgreSQL URL another
+    node already uses: the nodes then share one store)."""
     if not FLOE_BIN:
         pytest.fail("FLOE_BIN must name the floe binary (the test script sets it)")
     if backend == "postgres" and not PG_URL:
@@ -152,7 +161,8 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", 
     )
     env.pop("FLOE_CATALOG_DB", None)
     if backend == "postgres":
-        env["FLOE_CATALOG_DB"] = _fresh_postgres_database()
+        database = database or _fresh_postgres_database()
+        env["FLOE_CATALOG_DB"] = database
     # Free ports are picked here and bound by Floe a moment later; another process can take one
     # in between. Floe then exits saying so, and the start is retried with fresh ports.
     for attempt in range(5):
@@ -163,7 +173,7 @@ def start_floe(tmp_path: Path, backend: str = "sqlite", storage: str = "local", 
         log_text = (tmp_path / "floe.log").read_text()
         if "Address already in use" not in log_text or attempt == 4:
             raise RuntimeError(f"floe did not start: {log_text}")
-    floe = Floe(process, base, data_dir, "default", storage, backend, pg_port, flight_port)
+    floe = Floe(process, base, data_dir, "default", storage, backend, pg_port, flight_port, database)
     if storage == "s3":
         floe.warehouse = "s3wh"
         response = floe.api(

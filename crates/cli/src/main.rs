@@ -5,6 +5,7 @@ mod audit;
 mod bench;
 mod client;
 mod maintenance;
+mod pipeline;
 mod serve;
 mod sql;
 mod warehouse;
@@ -36,6 +37,11 @@ enum Command {
     /// Maintain tables of a running server.
     #[command(subcommand)]
     Maintenance(maintenance::MaintenanceCommand),
+    /// Manage stream pipelines of a running server.
+    #[command(subcommand)]
+    Pipeline(pipeline::PipelineCommand),
+    /// Run a Kafka-protocol mock broker (librdkafka's) for trying pipelines out.
+    KafkaMock(pipeline::KafkaMockArgs),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -66,6 +72,8 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(command) => bench::run(command).await,
             Command::Sql(args) => sql::run(args).await,
             Command::Maintenance(command) => maintenance::run(command).await,
+            Command::Pipeline(command) => pipeline::run(command).await,
+            Command::KafkaMock(args) => pipeline::kafka_mock(args).await,
         }
     })
 }

@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// Memory a compaction's scan and sort hold before spilling (MiB).
     #[arg(long, env = "FLOE_MAINTENANCE_MEMORY_MB", default_value_t = 1024)]
     pub maintenance_memory_mb: usize,
+    /// Lease of a running stream pipeline (seconds): a pipeline whose node stops renewing
+    /// it is taken over by another node this long after.
+    #[arg(long, env = "FLOE_PIPELINE_LEASE_SECS", default_value_t = 15)]
+    pub pipeline_lease_secs: u64,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
@@ -219,6 +223,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
     ));
     state.scheduler = Some(scheduler.clone());
+    let pipelines = Arc::new(floe_server::pipelines::Pipelines::new(
+        Arc::new(store.clone()),
+        state.catalog.clone(),
+        state.sql.clone(),
+        std::time::Duration::from_secs(args.pipeline_lease_secs.max(3)),
+    ));
+    state.pipelines = Some(pipelines.clone());
+    let supervisor = tokio::spawn(pipelines.supervise(shutdown.clone()));
     let maintenance = if args.maintenance_workers > 0 {
         Some(
             scheduler
@@ -251,6 +263,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(pg) = pg {
         let _ = pg.await;
     }
+    let _ = supervisor.await;
     if let Some(maintenance) = maintenance {
         let _ = tokio::task::spawn_blocking(move || maintenance.join()).await;
     }

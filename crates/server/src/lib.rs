@@ -20,6 +20,7 @@ pub mod management;
 pub mod metrics;
 pub mod oidc;
 pub mod pg;
+pub mod pipelines;
 pub mod rest;
 
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub ingest: Option<Arc<ingest::Ingest>>,
     /// The maintenance job scheduler, when this server runs one.
     pub scheduler: Option<Arc<floe_maintenance::scheduler::Scheduler>>,
+    /// Stream pipelines and their supervisor, when enabled.
+    pub pipelines: Option<Arc<pipelines::Pipelines>>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -99,6 +102,7 @@ impl AppState {
             metrics: metrics::Metrics::new(),
             ingest: None,
             scheduler: None,
+            pipelines: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
     }

@@ -10,6 +10,7 @@ mod catalog;
 mod error;
 mod governance;
 mod jobs;
+mod pipelines;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -156,6 +156,7 @@ pub struct Pipeline {
     spec: PipelineSpec,
     catalog: Arc<CatalogService>,
     sql: Arc<SqlEngine>,
+    stats: std::sync::Mutex<PipelineStats>,
 }
 
 /// Records read and not committed yet.
@@ -173,7 +174,17 @@ impl Pipeline {
         sql: Arc<SqlEngine>,
     ) -> Result<Self> {
         spec.validate()?;
-        Ok(Self { spec, catalog, sql })
+        Ok(Self {
+            spec,
+            catalog,
+            sql,
+            stats: Default::default(),
+        })
+    }
+
+    /// What this pipeline has done since it was made.
+    pub fn stats(&self) -> PipelineStats {
+        self.stats.lock().expect("pipeline stats").clone()
     }
 
     pub fn spec(&self) -> &PipelineSpec {
@@ -257,11 +268,12 @@ impl Pipeline {
             };
             if flush {
                 if pending != next {
-                    self.commit(&batch, &pending).await?;
+                    self.commit(&batch, &next, &pending).await?;
                     stats.records_committed += batch.records as u64;
                     stats.bytes_committed += batch.rows.len() as u64;
                     stats.rejected_records += batch.rejected;
                     stats.commits += 1;
+                    *self.stats.lock().expect("pipeline stats") = stats.clone();
                     next = pending.clone();
                     batch = Batch::default();
                 }
@@ -271,8 +283,17 @@ impl Pipeline {
         Ok(stats)
     }
 
-    /// Appends `batch` with `offsets` in one snapshot, retrying lost races.
-    async fn commit(&self, batch: &Batch, offsets: &HashMap<(String, i32), i64>) -> Result<()> {
+    /// Appends `batch` with `offsets` in one snapshot, retrying lost races. The table must
+    /// still say `from` — what this run last committed — for every partition: if another
+    /// node committed meanwhile (it took the pipeline over), this one is fenced and stops.
+    /// The check and the commit see the same snapshot (the commit requires `main` unchanged),
+    /// so two nodes never both commit the same records.
+    async fn commit(
+        &self,
+        batch: &Batch,
+        from: &HashMap<(String, i32), i64>,
+        offsets: &HashMap<(String, i32), i64>,
+    ) -> Result<()> {
         let properties: HashMap<String, String> = offsets
             .iter()
             .map(|((topic, partition), offset)| {
@@ -286,6 +307,13 @@ impl Pipeline {
                 Some(loaded) => loaded,
                 None => self.create_table(&batch.rows).await?,
             };
+            let committed = self.spec.committed_offsets(&loaded.metadata);
+            if from
+                .iter()
+                .any(|(partition, offset)| committed.get(partition) != Some(offset))
+            {
+                return Err(StreamError::Fenced(self.spec.name.clone()));
+            }
             let schema = iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
                 .map_err(|e| table_error("table schema", e))?;
             let schema: SchemaRef = Arc::new(schema);

@@ -24,6 +24,9 @@ pub enum StreamError {
     Table { what: String, message: String },
     #[error("pipeline definition: {0}")]
     Invalid(String),
+    /// Another node committed for this pipeline: this run must stop.
+    #[error("pipeline {0} was taken over by another node")]
+    Fenced(String),
 }
 
 pub type Result<T> = std::result::Result<T, StreamError>;

@@ -66,6 +66,15 @@ pub fn router(state: AppState) -> Router<AppState> {
             get(crate::maintenance::list_jobs).post(crate::maintenance::run_job),
         )
         .route("/jobs/{id}", get(crate::maintenance::get_job))
+        .route(
+            "/pipelines",
+            get(crate::pipelines::list).post(crate::pipelines::create),
+        )
+        .route(
+            "/pipelines/{name}",
+            get(crate::pipelines::get).delete(crate::pipelines::delete),
+        )
+        .route("/pipelines/{name}/status", get(crate::pipelines::status))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,

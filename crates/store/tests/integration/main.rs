@@ -18,6 +18,7 @@ async fn sqlite_store_conforms() {
     suite::run_all(Arc::new(store.clone())).await;
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::pipelines(Arc::new(store.clone())).await;
     // Reopening runs no migration twice and keeps the data.
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
@@ -44,6 +45,7 @@ async fn postgres_store_conforms() {
     suite::run_all(Arc::new(store.clone())).await;
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::pipelines(Arc::new(store.clone())).await;
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
         .await

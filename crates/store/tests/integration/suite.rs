@@ -12,7 +12,9 @@ use iceberg::NamespaceIdent;
 use uuid::Uuid;
 
 mod jobs;
+mod pipelines;
 pub use jobs::jobs;
+pub use pipelines::pipelines;
 
 fn ns(parts: &[&str]) -> NamespaceIdent {
     NamespaceIdent::from_strs(parts.iter().copied()).unwrap()

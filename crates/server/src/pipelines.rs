@@ -1,0 +1,354 @@
+//! Stream pipelines as a managed resource (`/api/v1/pipelines`), and the supervisor every
+//! node runs: each pipeline is leased in the store, so of several nodes sharing a store
+//! exactly one runs it; a node that stops renewing loses it to another, and a node whose
+//! run was taken over is fenced by the table's offsets (see `floe_stream::kafka`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use floe_catalog::CatalogError;
+use floe_catalog::governance::authz::{Caller, Privilege, Scope};
+use floe_catalog::pipelines::{PipelineRecord, PipelineStore};
+use floe_catalog::service::CatalogService;
+use floe_sql::SqlEngine;
+use floe_stream::kafka::{Pipeline, PipelineSpec};
+use iceberg::{NamespaceIdent, TableIdent};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::JsonBody;
+
+/// A pipeline running on this node.
+struct Running {
+    pipeline: Arc<Pipeline>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Runs the pipelines this node holds leases on.
+pub struct Pipelines {
+    store: Arc<dyn PipelineStore>,
+    catalog: Arc<CatalogService>,
+    sql: Arc<SqlEngine>,
+    node: String,
+    lease: Duration,
+    running: Mutex<HashMap<String, Running>>,
+    /// The last error of each pipeline that stopped on one here.
+    errors: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl std::fmt::Debug for Pipelines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pipelines({})", self.node)
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Pipelines {
+    pub fn new(
+        store: Arc<dyn PipelineStore>,
+        catalog: Arc<CatalogService>,
+        sql: Arc<SqlEngine>,
+        lease: Duration,
+    ) -> Self {
+        Self {
+            store,
+            catalog,
+            sql,
+            node: format!("node-{}", uuid::Uuid::now_v7()),
+            lease,
+            running: Mutex::new(HashMap::new()),
+            errors: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn PipelineStore> {
+        &self.store
+    }
+
+    /// Leases, starts, renews and stops pipelines every third of the lease until
+    /// `shutdown`; then stops them all and gives their leases up.
+    pub async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.lease / 3);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {
+                    if let Err(e) = self.pass().await {
+                        tracing::warn!(error = %e, "supervise pipelines");
+                    }
+                }
+            }
+        }
+        let running: Vec<(String, Running)> =
+            self.running.lock().expect("pipelines").drain().collect();
+        for (name, run) in running {
+            run.stop.cancel();
+            let _ = run.task.await;
+            let _ = self.store.release_pipeline(&name, &self.node).await;
+        }
+    }
+
+    async fn pass(&self) -> Result<(), CatalogError> {
+        let defined = self.store.list_pipelines().await?;
+        let now = now_ms();
+        let until = now + self.lease.as_millis() as i64;
+        let mut keep = Vec::new();
+        for record in &defined {
+            let held = self
+                .store
+                .lease_pipeline(&record.name, &self.node, now, until)
+                .await?;
+            if held {
+                keep.push(record.name.clone());
+                self.ensure_running(record);
+            }
+        }
+        // Stop what was deleted, lost to another node, or ended.
+        let mut running = self.running.lock().expect("pipelines");
+        running.retain(|name, run| {
+            let wanted = keep.contains(name) && !run.task.is_finished();
+            if !wanted {
+                run.stop.cancel();
+            }
+            wanted
+        });
+        Ok(())
+    }
+
+    fn ensure_running(&self, record: &PipelineRecord) {
+        let mut running = self.running.lock().expect("pipelines");
+        if running
+            .get(&record.name)
+            .is_some_and(|r| !r.task.is_finished())
+        {
+            return;
+        }
+        let spec: PipelineSpec = match serde_json::from_value(record.spec.clone()) {
+            Ok(spec) => spec,
+            Err(e) => {
+                self.errors
+                    .lock()
+                    .expect("pipeline errors")
+                    .insert(record.name.clone(), format!("definition: {e}"));
+                return;
+            }
+        };
+        let pipeline = match Pipeline::new(spec, self.catalog.clone(), self.sql.clone()) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                self.errors
+                    .lock()
+                    .expect("pipeline errors")
+                    .insert(record.name.clone(), e.to_string());
+                return;
+            }
+        };
+        let stop = CancellationToken::new();
+        let task = {
+            let pipeline = pipeline.clone();
+            let stop = stop.clone();
+            let errors = self.errors.clone();
+            let name = record.name.clone();
+            tokio::spawn(async move {
+                if let Err(e) = pipeline.run(stop).await {
+                    tracing::warn!(pipeline = %name, error = %e, "pipeline stopped");
+                    errors
+                        .lock()
+                        .expect("pipeline errors")
+                        .insert(name, e.to_string());
+                }
+            })
+        };
+        tracing::info!(pipeline = %record.name, node = %self.node, "start a pipeline");
+        running.insert(
+            record.name.clone(),
+            Running {
+                pipeline,
+                stop,
+                task,
+            },
+        );
+    }
+
+    /// What this node knows of a pipeline: whether it runs here, its counters, its last
+    /// error.
+    fn local_status(&self, name: &str) -> Value {
+        let running = self.running.lock().expect("pipelines");
+        let here = running.get(name);
+        json!({
+            "running-here": here.is_some_and(|r| !r.task.is_finished()),
+            "stats": here.map(|r| json!(r.pipeline.stats())),
+            "last-error": self.errors.lock().expect("pipeline errors").get(name),
+        })
+    }
+}
+
+fn pipelines(state: &AppState) -> ApiResult<&Arc<Pipelines>> {
+    state.pipelines.as_ref().ok_or_else(|| {
+        ApiError(CatalogError::Unavailable(
+            "pipelines are not enabled on this server".into(),
+        ))
+    })
+}
+
+/// The target namespace's scope, once the caller is known to hold `manage-pipelines` on it.
+async fn authorize(
+    state: &AppState,
+    caller: &Caller,
+    spec: &PipelineSpec,
+) -> ApiResult<uuid::Uuid> {
+    let wh = state
+        .catalog
+        .visible_warehouse(caller, &spec.warehouse)
+        .await?;
+    let namespace = NamespaceIdent::from_vec(spec.namespace.clone())
+        .map_err(|e| ApiError(CatalogError::bad_request(format!("namespace: {e}"))))?;
+    caller.require(
+        Privilege::ManagePipelines,
+        &Scope::namespace(wh.warehouse.id, &namespace),
+        || CatalogError::no_such_namespace(namespace.join(".")),
+    )?;
+    Ok(wh.warehouse.id)
+}
+
+fn spec_of(record: &PipelineRecord) -> ApiResult<PipelineSpec> {
+    serde_json::from_value(record.spec.clone()).map_err(|e| {
+        ApiError(CatalogError::internal(
+            "pipeline definition",
+            std::io::Error::other(e.to_string()),
+        ))
+    })
+}
+
+/// A stored pipeline the caller may manage (404 otherwise: existence does not leak).
+async fn managed(state: &AppState, caller: &Caller, name: &str) -> ApiResult<PipelineRecord> {
+    let missing = || {
+        ApiError(CatalogError::NotFound {
+            error_type: "NotFoundException",
+            message: format!("no pipeline {name}"),
+        })
+    };
+    let record = pipelines(state)?
+        .store
+        .get_pipeline(name)
+        .await?
+        .ok_or_else(missing)?;
+    let spec = spec_of(&record)?;
+    authorize(state, caller, &spec)
+        .await
+        .map_err(|_| missing())?;
+    Ok(record)
+}
+
+/// `POST /api/v1/pipelines`: defines a pipeline (it starts within a lease period on some
+/// node). Needs `manage-pipelines` on the target namespace.
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(spec): JsonBody<PipelineSpec>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let supervisor = pipelines(&state)?;
+    spec.validate()
+        .map_err(|e| ApiError(CatalogError::bad_request(e.to_string())))?;
+    let warehouse_id = authorize(&state, &caller, &spec).await?;
+    let namespace = NamespaceIdent::from_vec(spec.namespace.clone())
+        .map_err(|e| ApiError(CatalogError::bad_request(format!("namespace: {e}"))))?;
+    state
+        .catalog
+        .load_namespace(&caller, &spec.warehouse, &namespace)
+        .await?;
+    let value = json!(spec);
+    supervisor
+        .store
+        .create_pipeline(&spec.name, warehouse_id, &value)
+        .await?;
+    Ok((StatusCode::CREATED, Json(value)))
+}
+
+/// `GET /api/v1/pipelines`: the pipelines the caller may manage.
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Value>> {
+    let supervisor = pipelines(&state)?;
+    let mut visible = Vec::new();
+    for record in supervisor.store.list_pipelines().await? {
+        let Ok(spec) = spec_of(&record) else { continue };
+        if authorize(&state, &caller, &spec).await.is_ok() {
+            visible.push(record);
+        }
+    }
+    Ok(Json(json!({"pipelines": visible})))
+}
+
+/// `GET /api/v1/pipelines/{name}`.
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(json!(managed(&state, &caller, &name).await?)))
+}
+
+/// `DELETE /api/v1/pipelines/{name}`: the pipeline stops within a lease period; its table
+/// and what it committed stay.
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    managed(&state, &caller, &name).await?;
+    pipelines(&state)?.store.delete_pipeline(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /api/v1/pipelines/{name}/status`: who runs it, the offsets the table has committed
+/// per partition, and (on the node running it) its counters and last error.
+pub async fn status(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let record = managed(&state, &caller, &name).await?;
+    let spec = spec_of(&record)?;
+    let namespace = NamespaceIdent::from_vec(spec.namespace.clone())
+        .map_err(|e| ApiError(CatalogError::bad_request(format!("namespace: {e}"))))?;
+    let ident = TableIdent::new(namespace, spec.table.clone());
+    let committed: Vec<Value> = match state
+        .catalog
+        .load_table(&Caller::system(), &spec.warehouse, &ident)
+        .await
+    {
+        Ok(loaded) => {
+            let mut offsets: Vec<_> = spec
+                .committed_offsets(&loaded.metadata)
+                .into_iter()
+                .collect();
+            offsets.sort();
+            offsets
+                .into_iter()
+                .map(|((topic, partition), next)| {
+                    json!({"topic": topic, "partition": partition, "next-offset": next})
+                })
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    let mut answer = pipelines(&state)?.local_status(&name);
+    answer["name"] = json!(name);
+    answer["owner"] = json!(record.owner);
+    answer["lease-until-ms"] = json!(record.lease_until_ms);
+    answer["committed"] = json!(committed);
+    Ok(Json(answer))
+}
