@@ -105,9 +105,17 @@ def test_a_topic_lands_exactly_once_and_pipelines_are_governed(tmp_path, broker)
         assert status["running-here"] is True and status["owner"]
         marks = high_watermarks(broker)
         deadline = time.time() + 30
-        while {c["partition"]: c["next-offset"] for c in floe.api("GET", "/api/v1/pipelines/clicks/status").json()["committed"]} != marks:
-            assert time.time() < deadline
+        while True:
+            status = floe.api("GET", "/api/v1/pipelines/clicks/status").json()
+            if status["partitions"] and all(p["lag"] == 0 for p in status["partitions"]):
+                break
+            assert time.time() < deadline, status
             time.sleep(0.3)
+        assert {p["partition"]: p["next-offset"] for p in status["partitions"]} == marks
+        assert {p["partition"]: p["high-watermark"] for p in status["partitions"]} == marks
+        assert status["stats"]["records-committed"] == 600 and status["stats"]["commits"] >= 1
+        metrics = floe.api("GET", "/metrics").text
+        assert 'floe_pipeline_records_total{pipeline="clicks"} 600' in metrics
         table = catalog.load_table("stream.clicks")
         summary = table.current_snapshot().summary.additional_properties
         assert {p: int(summary[f"floe.source.clicks.events.{p}"]) for p in range(PARTITIONS)} == marks

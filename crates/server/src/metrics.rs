@@ -96,6 +96,9 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
 pub async fn serve_metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render();
     text.push_str(&sql_metrics(&state.sql));
+    if let Some(pipelines) = &state.pipelines {
+        text.push_str(&pipelines.render_metrics());
+    }
     if let Some(scheduler) = &state.scheduler {
         text.push_str(&scheduler.render_metrics());
     }

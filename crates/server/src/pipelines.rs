@@ -181,6 +181,56 @@ impl Pipelines {
         );
     }
 
+    /// Prometheus text for `/metrics`: the counters of the pipelines running here.
+    pub fn render_metrics(&self) -> String {
+        let running = self.running.lock().expect("pipelines");
+        let mut names: Vec<&String> = running.keys().collect();
+        names.sort();
+        let mut text = String::new();
+        let families: [(&str, &str, &str); 5] = [
+            (
+                "floe_pipeline_records_total",
+                "counter",
+                "Records committed to the table.",
+            ),
+            (
+                "floe_pipeline_bytes_total",
+                "counter",
+                "Bytes of records committed.",
+            ),
+            (
+                "floe_pipeline_commits_total",
+                "counter",
+                "Snapshots committed.",
+            ),
+            (
+                "floe_pipeline_rejected_records_total",
+                "counter",
+                "Records skipped: not JSON objects.",
+            ),
+            (
+                "floe_pipeline_commit_seconds_total",
+                "counter",
+                "Time spent committing.",
+            ),
+        ];
+        for (i, (name, kind, help)) in families.iter().enumerate() {
+            text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for pipeline in &names {
+                let stats = running[*pipeline].pipeline.stats();
+                let value = match i {
+                    0 => stats.records_committed as f64,
+                    1 => stats.bytes_committed as f64,
+                    2 => stats.commits as f64,
+                    3 => stats.rejected_records as f64,
+                    _ => stats.commit_seconds,
+                };
+                text.push_str(&format!("{name}{{pipeline=\"{pipeline}\"}} {value}\n"));
+            }
+        }
+        text
+    }
+
     /// What this node knows of a pipeline: whether it runs here, its counters, its last
     /// error.
     fn local_status(&self, name: &str) -> Value {
@@ -325,30 +375,29 @@ pub async fn status(
     let namespace = NamespaceIdent::from_vec(spec.namespace.clone())
         .map_err(|e| ApiError(CatalogError::bad_request(format!("namespace: {e}"))))?;
     let ident = TableIdent::new(namespace, spec.table.clone());
-    let committed: Vec<Value> = match state
+    let committed = match state
         .catalog
         .load_table(&Caller::system(), &spec.warehouse, &ident)
         .await
     {
-        Ok(loaded) => {
-            let mut offsets: Vec<_> = spec
-                .committed_offsets(&loaded.metadata)
-                .into_iter()
-                .collect();
-            offsets.sort();
-            offsets
-                .into_iter()
-                .map(|((topic, partition), next)| {
-                    json!({"topic": topic, "partition": partition, "next-offset": next})
-                })
-                .collect()
-        }
-        Err(_) => Vec::new(),
+        Ok(loaded) => spec.committed_offsets(&loaded.metadata),
+        Err(_) => HashMap::new(),
+    };
+    // Lag needs the broker; a broker that does not answer is reported, not fatal.
+    let lag = {
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || floe_stream::kafka::lag(&spec, &committed)).await
+    };
+    let (partitions, broker_error) = match lag {
+        Ok(Ok(lags)) => (json!(lags), Value::Null),
+        Ok(Err(e)) => (Value::Null, json!(e.to_string())),
+        Err(e) => (Value::Null, json!(e.to_string())),
     };
     let mut answer = pipelines(&state)?.local_status(&name);
     answer["name"] = json!(name);
     answer["owner"] = json!(record.owner);
     answer["lease-until-ms"] = json!(record.lease_until_ms);
-    answer["committed"] = json!(committed);
+    answer["partitions"] = partitions;
+    answer["broker-error"] = broker_error;
     Ok(Json(answer))
 }

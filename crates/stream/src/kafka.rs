@@ -147,8 +147,12 @@ pub struct PipelineStats {
     pub records_committed: u64,
     pub bytes_committed: u64,
     pub commits: u64,
-    /// Records that are not JSON objects, skipped and counted.
+    /// Records that are not JSON objects, put in the dead-letter table.
     pub rejected_records: u64,
+    /// Time spent committing (writing files and the snapshot).
+    pub commit_seconds: f64,
+    /// When the run started (ms since the epoch).
+    pub started_at_ms: i64,
 }
 
 /// A running pipeline.
@@ -165,6 +169,18 @@ struct Batch {
     rows: Vec<u8>,
     records: usize,
     rejected: u64,
+    dead: Vec<DeadLetter>,
+}
+
+/// A record the table could not take, kept with its source coordinates and the reason.
+struct DeadLetter {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    error: String,
 }
 
 impl Pipeline {
@@ -240,7 +256,15 @@ impl Pipeline {
         consumer.assign(&assignment)?;
 
         let interval = Duration::from_millis(self.spec.commit_interval_ms.max(10));
-        let mut stats = PipelineStats::default();
+        let mut stats = PipelineStats {
+            started_at_ms: now_ms(),
+            ..Default::default()
+        };
+        *self.stats.lock().expect("pipeline stats") = stats.clone();
+        let mut dead_committed = match self.load_dead_letters().await? {
+            Some(loaded) => self.spec.committed_offsets(&loaded.metadata),
+            None => HashMap::new(),
+        };
         let mut batch = Batch::default();
         let mut pending = next.clone();
         let mut deadline = tokio::time::Instant::now() + interval;
@@ -251,13 +275,31 @@ impl Pipeline {
                 received = consumer.recv() => {
                     let message = received?;
                     let payload = message.payload().unwrap_or_default();
-                    if is_object(payload) {
-                        batch.rows.extend_from_slice(payload);
-                        batch.rows.push(b'\n');
-                        batch.records += 1;
-                    } else {
-                        batch.rejected += 1;
-                        tracing::warn!(pipeline = %self.spec.name, topic = message.topic(), partition = message.partition(), offset = message.offset(), "skip a record that is not a JSON object");
+                    match object_error(payload) {
+                        None => {
+                            batch.rows.extend_from_slice(payload);
+                            batch.rows.push(b'\n');
+                            batch.records += 1;
+                        }
+                        Some(error) => {
+                            batch.rejected += 1;
+                            let coordinates = (message.topic().to_string(), message.partition());
+                            // Dead-lettered already, before a crash between the two commits.
+                            let done = dead_committed
+                                .get(&coordinates)
+                                .is_some_and(|next| message.offset() < *next);
+                            if !done {
+                                batch.dead.push(DeadLetter {
+                                    topic: coordinates.0,
+                                    partition: coordinates.1,
+                                    offset: message.offset(),
+                                    timestamp_ms: message.timestamp().to_millis(),
+                                    key: message.key().map(<[u8]>::to_vec),
+                                    value: payload.to_vec(),
+                                    error,
+                                });
+                            }
+                        }
                     }
                     pending.insert(
                         (message.topic().to_string(), message.partition()),
@@ -268,7 +310,16 @@ impl Pipeline {
             };
             if flush {
                 if pending != next {
+                    let started = std::time::Instant::now();
+                    if !batch.dead.is_empty() {
+                        // Dead letters first: a crash before the table's commit re-reads the
+                        // records, and those below the dead-letter table's offsets are not
+                        // dead-lettered twice.
+                        self.commit_dead_letters(&batch.dead, &pending).await?;
+                        dead_committed = pending.clone();
+                    }
                     self.commit(&batch, &next, &pending).await?;
+                    stats.commit_seconds += started.elapsed().as_secs_f64();
                     stats.records_committed += batch.records as u64;
                     stats.bytes_committed += batch.rows.len() as u64;
                     stats.rejected_records += batch.rejected;
@@ -294,12 +345,7 @@ impl Pipeline {
         from: &HashMap<(String, i32), i64>,
         offsets: &HashMap<(String, i32), i64>,
     ) -> Result<()> {
-        let properties: HashMap<String, String> = offsets
-            .iter()
-            .map(|((topic, partition), offset)| {
-                (self.spec.offset_key(topic, *partition), offset.to_string())
-            })
-            .collect();
+        let properties = self.offset_properties(offsets);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -318,30 +364,133 @@ impl Pipeline {
                 .map_err(|e| table_error("table schema", e))?;
             let schema: SchemaRef = Arc::new(schema);
             let batches = decode(&batch.rows, &schema)?;
-            let access = self
-                .sql
-                .access(&Caller::system(), &self.spec.warehouse)
-                .await
-                .map_err(|e| table_error("storage access", e.message))?;
-            let table =
-                floe_sql::write::table_of(&access, loaded).map_err(|e| table_error("table", e))?;
-            let stream = RecordBatchStreamAdapter::new(
-                schema.clone(),
-                futures::stream::iter(batches.into_iter().map(Ok)),
-            );
-            let sink = floe_sql::write::IcebergSink::new(access, table, schema)
-                .with_snapshot_properties(properties.clone());
             // A batch of only rejected records writes nothing and commits nothing; its
             // offsets are committed with the next batch that has rows.
-            match sink
-                .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if attempt < 8 && e.to_string().to_lowercase().contains("conflict") => {
+            match self.append(loaded, schema, batches, &properties).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 8 && is_conflict(&e) => {
                     tracing::info!(pipeline = %self.spec.name, attempt, "retry a pipeline commit");
                 }
-                Err(e) => return Err(table_error("commit a pipeline batch", e)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The summary entries recording `offsets`.
+    fn offset_properties(&self, offsets: &HashMap<(String, i32), i64>) -> HashMap<String, String> {
+        offsets
+            .iter()
+            .map(|((topic, partition), offset)| {
+                (self.spec.offset_key(topic, *partition), offset.to_string())
+            })
+            .collect()
+    }
+
+    /// Appends `batches` to a loaded table in one snapshot carrying `properties`.
+    async fn append(
+        &self,
+        loaded: LoadedTable,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        properties: &HashMap<String, String>,
+    ) -> Result<()> {
+        let access = self
+            .sql
+            .access(&Caller::system(), &self.spec.warehouse)
+            .await
+            .map_err(|e| table_error("storage access", e.message))?;
+        let table =
+            floe_sql::write::table_of(&access, loaded).map_err(|e| table_error("table", e))?;
+        let stream = RecordBatchStreamAdapter::new(
+            schema.clone(),
+            futures::stream::iter(batches.into_iter().map(Ok)),
+        );
+        floe_sql::write::IcebergSink::new(access, table, schema)
+            .with_snapshot_properties(properties.clone())
+            .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
+            .await
+            .map(|_| ())
+            .map_err(|e| table_error("commit a pipeline batch", e))
+    }
+
+    /// Creates an unpartitioned table of the pipeline's warehouse.
+    async fn create(
+        &self,
+        ident: &TableIdent,
+        schema: iceberg::spec::Schema,
+    ) -> Result<LoadedTable> {
+        Ok(self
+            .catalog
+            .create_table(
+                &Caller::system(),
+                &self.spec.warehouse,
+                ident.namespace(),
+                CreateTable {
+                    name: ident.name().to_string(),
+                    location: None,
+                    schema,
+                    partition_spec: None,
+                    write_order: None,
+                    stage_create: false,
+                    properties: HashMap::new(),
+                },
+            )
+            .await?)
+    }
+
+    /// The dead-letter table: the pipeline's target with `__dead_letters` appended.
+    fn dead_letter_ident(&self) -> Result<TableIdent> {
+        let target = self.spec.ident()?;
+        Ok(TableIdent::new(
+            target.namespace().clone(),
+            format!("{}__dead_letters", self.spec.table),
+        ))
+    }
+
+    async fn load_dead_letters(&self) -> Result<Option<LoadedTable>> {
+        let ident = self.dead_letter_ident()?;
+        match self
+            .catalog
+            .load_table(&Caller::system(), &self.spec.warehouse, &ident)
+            .await
+        {
+            Ok(loaded) => Ok(Some(loaded)),
+            Err(CatalogError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Appends dead letters (creating their table on first use) with the batch's offsets.
+    async fn commit_dead_letters(
+        &self,
+        dead: &[DeadLetter],
+        offsets: &HashMap<(String, i32), i64>,
+    ) -> Result<()> {
+        let (schema, batch) = dead_letter_batch(&self.spec.name, dead)?;
+        let ident = self.dead_letter_ident()?;
+        let properties = self.offset_properties(offsets);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let loaded = match self.load_dead_letters().await? {
+                Some(loaded) => loaded,
+                None => {
+                    let iceberg_schema = floe_sql::write::iceberg_schema(&schema)
+                        .map_err(|e| table_error("dead-letter schema", e))?;
+                    match self.create(&ident, iceberg_schema).await {
+                        Ok(loaded) => loaded,
+                        Err(StreamError::Catalog(CatalogError::AlreadyExists { .. })) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            match self
+                .append(loaded, schema.clone(), vec![batch.clone()], &properties)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 8 && is_conflict(&e) => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -356,40 +505,38 @@ impl Pipeline {
         let schema = floe_sql::write::iceberg_schema(&schema)
             .map_err(|e| table_error("infer the table schema", e))?;
         let ident = self.spec.ident()?;
-        let created = self
-            .catalog
-            .create_table(
-                &Caller::system(),
-                &self.spec.warehouse,
-                ident.namespace(),
-                CreateTable {
-                    name: self.spec.table.clone(),
-                    location: None,
-                    schema,
-                    partition_spec: None,
-                    write_order: None,
-                    stage_create: false,
-                    properties: HashMap::new(),
-                },
-            )
-            .await;
+        let created = self.create(&ident, schema).await;
         match created {
             Ok(loaded) => Ok(loaded),
             // Created meanwhile by someone else: use theirs.
-            Err(CatalogError::AlreadyExists { .. }) => self
+            Err(StreamError::Catalog(CatalogError::AlreadyExists { .. })) => self
                 .load()
                 .await?
                 .ok_or_else(|| table_error("create the table", "it vanished")),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 }
 
-fn is_object(payload: &[u8]) -> bool {
-    matches!(
-        serde_json::from_slice::<serde_json::Value>(payload),
-        Ok(serde_json::Value::Object(_))
-    )
+/// Why a record cannot go into the table, if it cannot.
+fn object_error(payload: &[u8]) -> Option<String> {
+    let kind = match serde_json::from_slice::<serde_json::Value>(payload) {
+        Ok(serde_json::Value::Object(_)) => return None,
+        Ok(serde_json::Value::Array(_)) => "an array",
+        Ok(serde_json::Value::String(_)) => "a string",
+        Ok(serde_json::Value::Number(_)) => "a number",
+        Ok(serde_json::Value::Bool(_)) => "a boolean",
+        Ok(serde_json::Value::Null) => "null",
+        Err(e) => return Some(format!("not JSON: {e}")),
+    };
+    Some(format!("a record must be a JSON object, not {kind}"))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }
 
 /// NDJSON rows decoded against the table's schema (unknown fields ignored).
@@ -404,4 +551,111 @@ fn decode(rows: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     reader
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| table_error("decode records", e))
+}
+
+/// The dead letters as one Arrow batch: pipeline, topic, partition, offset, timestamp, key,
+/// value, error.
+fn dead_letter_batch(pipeline: &str, dead: &[DeadLetter]) -> Result<(SchemaRef, RecordBatch)> {
+    use datafusion::arrow::array::{
+        BinaryArray, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray,
+    };
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("pipeline", DataType::Utf8, false),
+        Field::new("topic", DataType::Utf8, false),
+        Field::new("partition", DataType::Int32, false),
+        Field::new("offset", DataType::Int64, false),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            true,
+        ),
+        Field::new("key", DataType::Binary, true),
+        Field::new("value", DataType::Binary, false),
+        Field::new("error", DataType::Utf8, false),
+    ]));
+    let timestamps: Vec<Option<i64>> = dead
+        .iter()
+        .map(|d| d.timestamp_ms.map(|ms| ms * 1000))
+        .collect();
+    let keys: Vec<Option<&[u8]>> = dead.iter().map(|d| d.key.as_deref()).collect();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![pipeline; dead.len()])),
+            Arc::new(StringArray::from_iter_values(
+                dead.iter().map(|d| d.topic.as_str()),
+            )),
+            Arc::new(Int32Array::from_iter_values(
+                dead.iter().map(|d| d.partition),
+            )),
+            Arc::new(Int64Array::from_iter_values(dead.iter().map(|d| d.offset))),
+            Arc::new(TimestampMicrosecondArray::from(timestamps).with_timezone("+00:00")),
+            Arc::new(BinaryArray::from(keys)),
+            Arc::new(BinaryArray::from_iter_values(
+                dead.iter().map(|d| d.value.as_slice()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                dead.iter().map(|d| d.error.as_str()),
+            )),
+        ],
+    )
+    .map_err(|e| table_error("build dead letters", e))?;
+    Ok((schema, batch))
+}
+
+fn is_conflict(e: &StreamError) -> bool {
+    e.to_string().to_lowercase().contains("conflict")
+}
+
+/// Each partition's high watermark and lag behind it, for `committed` offsets (partitions
+/// without committed offsets count from the low watermark). Blocking: call it off the
+/// async runtime.
+pub fn lag(
+    spec: &PipelineSpec,
+    committed: &HashMap<(String, i32), i64>,
+) -> Result<Vec<PartitionLag>> {
+    use rdkafka::consumer::BaseConsumer;
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &spec.bootstrap_servers)
+        .set("group.id", format!("floe-{}-lag", spec.name));
+    for (key, value) in &spec.properties {
+        config.set(key, value);
+    }
+    let consumer: BaseConsumer = config.create()?;
+    let mut lags = Vec::new();
+    for topic in &spec.topics {
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5))?;
+        for found in metadata.topics().iter().filter(|t| t.name() == topic) {
+            for partition in found.partitions() {
+                let (low, high) =
+                    consumer.fetch_watermarks(topic, partition.id(), Duration::from_secs(5))?;
+                let next = committed
+                    .get(&(topic.clone(), partition.id()))
+                    .copied()
+                    .unwrap_or(low);
+                lags.push(PartitionLag {
+                    topic: topic.clone(),
+                    partition: partition.id(),
+                    next_offset: next,
+                    high_watermark: high,
+                    lag: (high - next).max(0),
+                });
+            }
+        }
+    }
+    Ok(lags)
+}
+
+/// One partition's position against the broker's.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    /// The next offset the table has committed (where the pipeline resumes).
+    pub next_offset: i64,
+    pub high_watermark: i64,
+    pub lag: i64,
 }

@@ -111,6 +111,43 @@ async fn ids(engine: &SqlEngine) -> Vec<i64> {
         .collect()
 }
 
+/// (partition, offset, error) of every dead letter.
+async fn dead_letters(engine: &SqlEngine) -> Vec<(i32, i64, String)> {
+    use datafusion::arrow::array::{Int32Array, Int64Array};
+    let options = QueryOptions {
+        warehouse: Some("wh".into()),
+        ..Default::default()
+    };
+    let sql = "SELECT \"partition\", \"offset\", error FROM raw.events__dead_letters";
+    let Ok(result) = engine.query(&Caller::system(), sql, &options).await else {
+        return Vec::new();
+    };
+    let batches: Vec<datafusion::arrow::array::RecordBatch> =
+        result.stream.try_collect().await.unwrap();
+    let mut rows = Vec::new();
+    for b in &batches {
+        let partitions = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
+        let offsets = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let errors = datafusion::arrow::compute::cast(
+            b.column(2),
+            &datafusion::arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let errors = errors
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::StringArray>()
+            .unwrap();
+        for i in 0..b.num_rows() {
+            rows.push((
+                partitions.value(i),
+                offsets.value(i),
+                errors.value(i).to_string(),
+            ));
+        }
+    }
+    rows
+}
+
 /// Runs the pipeline until the table holds `expected` rows (or 60 s pass), then stops it.
 async fn run_until(engine: &Arc<SqlEngine>, spec: &PipelineSpec, expected: usize) {
     let pipeline = Pipeline::new(spec.clone(), engine.catalog().clone(), engine.clone()).unwrap();
@@ -153,6 +190,16 @@ async fn json_topic_lands_exactly_once_across_restarts() {
     let first: Vec<i64> = (0..300).filter(|i| !poisoned.contains(i)).collect();
     run_until(&engine, &spec, first.len()).await;
     assert_eq!(ids(&engine).await, first);
+    let dead = dead_letters(&engine).await;
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    assert!(
+        dead.iter().all(|(_, _, error)| error.contains("not JSON")),
+        "{dead:?}"
+    );
+    let mut dead_offsets: Vec<(i32, i64)> = dead.iter().map(|(p, o, _)| (*p, *o)).collect();
+    dead_offsets.sort();
+    // ids 0, 97, 194, 291 went to partitions id % 3 at offsets id / 3.
+    assert_eq!(dead_offsets, vec![(0, 0), (0, 97), (1, 32), (2, 64)]);
 
     // A restart resumes after the committed offsets: nothing is read twice.
     produce(&bootstrap, 300, 500, None).await;
@@ -172,6 +219,11 @@ async fn json_topic_lands_exactly_once_across_restarts() {
     let stats = quiet.await.unwrap().unwrap();
     assert_eq!(stats.commits, 0);
     assert_eq!(ids(&engine).await, all);
+    assert_eq!(
+        dead_letters(&engine).await.len(),
+        4,
+        "dead letters are not written twice"
+    );
 
     // The newest snapshot's offsets are the broker's high watermarks.
     let loaded = engine
