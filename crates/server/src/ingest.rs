@@ -874,36 +874,8 @@ fn new_fields(
         .collect())
 }
 
-/// The Iceberg type of a column added from ingested values.
-fn added_type(field: &datafusion::arrow::datatypes::Field) -> ApiResult<iceberg::spec::Type> {
-    use datafusion::arrow::datatypes::{DataType, TimeUnit};
-    use iceberg::spec::{PrimitiveType, Type};
-    Ok(Type::Primitive(match field.data_type() {
-        DataType::Boolean => PrimitiveType::Boolean,
-        DataType::Int8 | DataType::Int16 | DataType::Int32 => PrimitiveType::Int,
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => PrimitiveType::Long,
-        DataType::Float32 => PrimitiveType::Float,
-        DataType::Float64 => PrimitiveType::Double,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => PrimitiveType::String,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => PrimitiveType::Binary,
-        DataType::Date32 => PrimitiveType::Date,
-        DataType::Timestamp(TimeUnit::Microsecond, None) => PrimitiveType::Timestamp,
-        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => PrimitiveType::Timestamptz,
-        // A field first seen only as null: a string column takes whatever comes later best.
-        DataType::Null => PrimitiveType::String,
-        other => {
-            return Err(bad_request(format!(
-                "field {:?} is not a column of the table and a {other} column cannot be added \
-                 automatically; add it with a schema update first",
-                field.name()
-            )));
-        }
-    }))
-}
-
-/// Adds `additions` to the table's schema as optional columns, in one catalog commit (as the
-/// caller, so the caller's privileges apply); returns the schema rows are then read with. A
-/// concurrent change to the schema is met by reading it again and adding what is still missing.
+/// Adds `additions` to the table's schema as optional columns (as the caller, so the
+/// caller's privileges apply); returns the schema rows are then read with.
 async fn evolve(
     state: &AppState,
     caller: &Caller,
@@ -911,62 +883,9 @@ async fn evolve(
     ident: &TableIdent,
     additions: &[datafusion::arrow::datatypes::Field],
 ) -> ApiResult<SchemaRef> {
-    use iceberg::spec::NestedField;
-    use iceberg::{TableRequirement, TableUpdate};
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let loaded = state.catalog.load_table(caller, warehouse, ident).await?;
-        let metadata = &loaded.metadata;
-        let current = metadata.current_schema();
-        let missing: Vec<_> = additions
-            .iter()
-            .filter(|f| current.field_by_name(f.name()).is_none())
-            .collect();
-        if missing.is_empty() {
-            return table_arrow_schema(current).map_err(bad_request);
-        }
-        let mut next_id = metadata.last_column_id();
-        let mut fields: Vec<_> = current.as_struct().fields().to_vec();
-        for field in &missing {
-            next_id += 1;
-            fields.push(Arc::new(NestedField::optional(
-                next_id,
-                field.name(),
-                added_type(field)?,
-            )));
-        }
-        let evolved = iceberg::spec::Schema::builder()
-            .with_schema_id(current.schema_id() + 1)
-            .with_identifier_field_ids(current.identifier_field_ids())
-            .with_fields(fields)
-            .build()
-            .map_err(|e| bad_request(format!("evolved schema: {e}")))?;
-        let request = floe_catalog::service::TableCommitRequest {
-            ident: ident.clone(),
-            requirements: vec![
-                TableRequirement::CurrentSchemaIdMatch {
-                    current_schema_id: current.schema_id(),
-                },
-                TableRequirement::LastAssignedFieldIdMatch {
-                    last_assigned_field_id: metadata.last_column_id(),
-                },
-            ],
-            updates: vec![
-                TableUpdate::AddSchema { schema: evolved },
-                TableUpdate::SetCurrentSchema { schema_id: -1 },
-            ],
-        };
-        match state.catalog.commit_table(caller, warehouse, request).await {
-            Ok(committed) => {
-                tracing::info!(table = %ident, columns = ?missing.iter().map(|f| f.name()).collect::<Vec<_>>(), "ingest added columns");
-                return table_arrow_schema(committed.metadata.current_schema())
-                    .map_err(bad_request);
-            }
-            Err(CatalogError::CommitFailed(_)) if attempts < 5 => continue,
-            Err(e) => return Err(ApiError(e)),
-        }
-    }
+    let loaded =
+        floe_sql::write::add_columns(&state.catalog, caller, warehouse, ident, additions).await?;
+    table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)
 }
 
 /// A schema for a new table, from the request's rows (JSON) or its stream's schema (Arrow).

@@ -213,6 +213,100 @@ pub async fn commit_transaction(access: &TableAccess, transaction: Transaction) 
     transaction.commit(&catalog).await.map_err(iceberg_error)
 }
 
+/// The Iceberg type of a column added from ingested values (JSON or Arrow); a 400 naming the
+/// field when its type cannot be added automatically.
+pub fn added_type(field: &Field) -> floe_catalog::Result<iceberg::spec::Type> {
+    use iceberg::spec::{PrimitiveType, Type};
+    Ok(Type::Primitive(match field.data_type() {
+        DataType::Boolean => PrimitiveType::Boolean,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => PrimitiveType::Int,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => PrimitiveType::Long,
+        DataType::Float32 => PrimitiveType::Float,
+        DataType::Float64 => PrimitiveType::Double,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => PrimitiveType::String,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => PrimitiveType::Binary,
+        DataType::Date32 => PrimitiveType::Date,
+        DataType::Timestamp(TimeUnit::Microsecond, None) => PrimitiveType::Timestamp,
+        DataType::Timestamp(TimeUnit::Microsecond, Some(_)) => PrimitiveType::Timestamptz,
+        // A field first seen only as null: a string column takes whatever comes later best.
+        DataType::Null => PrimitiveType::String,
+        other => {
+            return Err(floe_catalog::CatalogError::bad_request(format!(
+                "field {:?} is not a column of the table and a {other} column cannot be added \
+                 automatically; add it with a schema update first",
+                field.name()
+            )));
+        }
+    }))
+}
+
+/// Adds the `additions` the table still lacks as optional columns, in one catalog commit as
+/// `caller` (so the caller's privileges apply); returns the table as it then is. A concurrent
+/// schema change is met by reading the table again and adding what is still missing.
+pub async fn add_columns(
+    service: &floe_catalog::service::CatalogService,
+    caller: &floe_catalog::governance::authz::Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    additions: &[Field],
+) -> floe_catalog::Result<floe_catalog::service::LoadedTable> {
+    use iceberg::spec::NestedField;
+    use iceberg::{TableRequirement, TableUpdate};
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let loaded = service.load_table(caller, warehouse, ident).await?;
+        let metadata = &loaded.metadata;
+        let current = metadata.current_schema();
+        let missing: Vec<&Field> = additions
+            .iter()
+            .filter(|f| current.field_by_name(f.name()).is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(loaded);
+        }
+        let mut next_id = metadata.last_column_id();
+        let mut fields: Vec<_> = current.as_struct().fields().to_vec();
+        for field in &missing {
+            next_id += 1;
+            fields.push(Arc::new(NestedField::optional(
+                next_id,
+                field.name(),
+                added_type(field)?,
+            )));
+        }
+        let evolved = iceberg::spec::Schema::builder()
+            .with_schema_id(current.schema_id() + 1)
+            .with_identifier_field_ids(current.identifier_field_ids())
+            .with_fields(fields)
+            .build()
+            .map_err(|e| floe_catalog::CatalogError::bad_request(format!("evolved schema: {e}")))?;
+        let request = TableCommitRequest {
+            ident: ident.clone(),
+            requirements: vec![
+                TableRequirement::CurrentSchemaIdMatch {
+                    current_schema_id: current.schema_id(),
+                },
+                TableRequirement::LastAssignedFieldIdMatch {
+                    last_assigned_field_id: metadata.last_column_id(),
+                },
+            ],
+            updates: vec![
+                TableUpdate::AddSchema { schema: evolved },
+                TableUpdate::SetCurrentSchema { schema_id: -1 },
+            ],
+        };
+        match service.commit_table(caller, warehouse, request).await {
+            Ok(committed) => {
+                tracing::info!(table = %ident, columns = ?missing.iter().map(|f| f.name()).collect::<Vec<_>>(), "add columns");
+                return Ok(committed);
+            }
+            Err(floe_catalog::CatalogError::CommitFailed(_)) if attempts < 5 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Just enough of iceberg's `Catalog` for iceberg's transactions to commit through Floe.
 #[derive(Debug)]
 struct FloeCatalog {

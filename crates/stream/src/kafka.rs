@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::datasource::sink::DataSink;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -166,10 +166,22 @@ pub struct Pipeline {
 /// Records read and not committed yet.
 #[derive(Default)]
 struct Batch {
+    /// Rows as NDJSON; row `i` ends at `ends[i]` and came from `sources[i]`.
     rows: Vec<u8>,
+    ends: Vec<usize>,
+    sources: Vec<Source>,
     records: usize,
     rejected: u64,
     dead: Vec<DeadLetter>,
+}
+
+/// Where a record came from.
+struct Source {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    key: Option<Vec<u8>>,
 }
 
 /// A record the table could not take, kept with its source coordinates and the reason.
@@ -279,6 +291,14 @@ impl Pipeline {
                         None => {
                             batch.rows.extend_from_slice(payload);
                             batch.rows.push(b'\n');
+                            batch.ends.push(batch.rows.len());
+                            batch.sources.push(Source {
+                                topic: message.topic().to_string(),
+                                partition: message.partition(),
+                                offset: message.offset(),
+                                timestamp_ms: message.timestamp().to_millis(),
+                                key: message.key().map(<[u8]>::to_vec),
+                            });
                             batch.records += 1;
                         }
                         Some(error) => {
@@ -309,8 +329,9 @@ impl Pipeline {
                 }
             };
             if flush {
-                if pending != next {
+                if batch.records > 0 || !batch.dead.is_empty() {
                     let started = std::time::Instant::now();
+                    let (schema, decoded) = self.prepare(&mut batch, &dead_committed).await?;
                     if !batch.dead.is_empty() {
                         // Dead letters first: a crash before the table's commit re-reads the
                         // records, and those below the dead-letter table's offsets are not
@@ -318,14 +339,19 @@ impl Pipeline {
                         self.commit_dead_letters(&batch.dead, &pending).await?;
                         dead_committed = pending.clone();
                     }
-                    self.commit(&batch, &next, &pending).await?;
+                    let rows: usize = decoded.iter().map(|b| b.num_rows()).sum();
+                    self.commit(schema, decoded, &next, &pending).await?;
                     stats.commit_seconds += started.elapsed().as_secs_f64();
-                    stats.records_committed += batch.records as u64;
-                    stats.bytes_committed += batch.rows.len() as u64;
+                    stats.records_committed += rows as u64;
                     stats.rejected_records += batch.rejected;
-                    stats.commits += 1;
+                    if rows > 0 {
+                        // The table now says `pending`; a batch of only dead letters left it
+                        // where it was, and its offsets move with the next rows.
+                        stats.bytes_committed += batch.rows.len() as u64;
+                        stats.commits += 1;
+                        next = pending.clone();
+                    }
                     *self.stats.lock().expect("pipeline stats") = stats.clone();
-                    next = pending.clone();
                     batch = Batch::default();
                 }
                 deadline = tokio::time::Instant::now() + interval;
@@ -341,17 +367,24 @@ impl Pipeline {
     /// so two nodes never both commit the same records.
     async fn commit(
         &self,
-        batch: &Batch,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
         from: &HashMap<(String, i32), i64>,
         offsets: &HashMap<(String, i32), i64>,
     ) -> Result<()> {
+        if batches.is_empty() {
+            // Nothing to write (only dead letters): the offsets move with the next rows.
+            return Ok(());
+        }
         let properties = self.offset_properties(offsets);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let loaded = match self.load().await? {
-                Some(loaded) => loaded,
-                None => self.create_table(&batch.rows).await?,
+            let Some(loaded) = self.load().await? else {
+                return Err(table_error(
+                    "commit a pipeline batch",
+                    "the table was dropped",
+                ));
             };
             let committed = self.spec.committed_offsets(&loaded.metadata);
             if from
@@ -360,13 +393,10 @@ impl Pipeline {
             {
                 return Err(StreamError::Fenced(self.spec.name.clone()));
             }
-            let schema = iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
-                .map_err(|e| table_error("table schema", e))?;
-            let schema: SchemaRef = Arc::new(schema);
-            let batches = decode(&batch.rows, &schema)?;
-            // A batch of only rejected records writes nothing and commits nothing; its
-            // offsets are committed with the next batch that has rows.
-            match self.append(loaded, schema, batches, &properties).await {
+            match self
+                .append(loaded, schema.clone(), batches.clone(), &properties)
+                .await
+            {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt < 8 && is_conflict(&e) => {
                     tracing::info!(pipeline = %self.spec.name, attempt, "retry a pipeline commit");
@@ -374,6 +404,94 @@ impl Pipeline {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Makes the batch ready to commit: the table exists (created from the batch's inferred
+    /// schema), new top-level fields have become optional columns, and the rows are decoded.
+    /// Rows that do not fit the table (a text where a number belongs, say) join the dead
+    /// letters with the reason; the rest flow on.
+    async fn prepare(
+        &self,
+        batch: &mut Batch,
+        dead_committed: &HashMap<(String, i32), i64>,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let mut loaded = match self.load().await? {
+            Some(loaded) => loaded,
+            None if batch.rows.is_empty() => return Ok((Arc::new(Schema::empty()), Vec::new())),
+            None => self.create_table(&batch.rows).await?,
+        };
+        let arrow = |loaded: &LoadedTable| -> Result<SchemaRef> {
+            Ok(Arc::new(
+                iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
+                    .map_err(|e| table_error("table schema", e))?,
+            ))
+        };
+        let mut schema = arrow(&loaded)?;
+        if !batch.rows.is_empty()
+            && let Ok((seen, _)) = datafusion::arrow::json::reader::infer_json_schema(
+                std::io::Cursor::new(&batch.rows),
+                Some(10_000),
+            )
+        {
+            let missing: Vec<Field> = seen
+                .fields()
+                .iter()
+                .filter(|f| schema.field_with_name(f.name()).is_err())
+                .map(|f| f.as_ref().clone())
+                .collect();
+            if !missing.is_empty() {
+                let ident = self.spec.ident()?;
+                match floe_sql::write::add_columns(
+                    &self.catalog,
+                    &Caller::system(),
+                    &self.spec.warehouse,
+                    &ident,
+                    &missing,
+                )
+                .await
+                {
+                    Ok(evolved) => {
+                        loaded = evolved;
+                        schema = arrow(&loaded)?;
+                    }
+                    // Fields of a kind that cannot be added are left out of the rows.
+                    Err(e) => {
+                        tracing::warn!(pipeline = %self.spec.name, error = %e, "add columns")
+                    }
+                }
+            }
+        }
+        if let Ok(batches) = decode(&batch.rows, &schema) {
+            return Ok((schema, batches));
+        }
+        // Some row does not fit: decode row by row and dead-letter the misfits.
+        let mut batches = Vec::new();
+        let mut start = 0;
+        for (end, source) in batch.ends.iter().zip(&batch.sources) {
+            let row = &batch.rows[start..*end];
+            start = *end;
+            match decode(row, &schema) {
+                Ok(decoded) => batches.extend(decoded),
+                Err(e) => {
+                    batch.rejected += 1;
+                    let done = dead_committed
+                        .get(&(source.topic.clone(), source.partition))
+                        .is_some_and(|next| source.offset < *next);
+                    if !done {
+                        batch.dead.push(DeadLetter {
+                            topic: source.topic.clone(),
+                            partition: source.partition,
+                            offset: source.offset,
+                            timestamp_ms: source.timestamp_ms,
+                            key: source.key.clone(),
+                            value: row.strip_suffix(b"\n").unwrap_or(row).to_vec(),
+                            error: format!("does not fit the table: {e}"),
+                        });
+                    }
+                }
+            }
+        }
+        Ok((schema, batches))
     }
 
     /// The summary entries recording `offsets`.

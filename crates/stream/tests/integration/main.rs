@@ -81,6 +81,43 @@ async fn produce(bootstrap: &str, from: u64, to: u64, poison_every: Option<u64>)
     }
 }
 
+async fn produce_raw(bootstrap: &str, records: &[impl AsRef<str>]) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    for record in records {
+        producer
+            .send(
+                FutureRecord::<(), str>::to("events")
+                    .payload(record.as_ref())
+                    .partition(0),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+async fn scalar(engine: &SqlEngine, sql: &str) -> i64 {
+    let options = QueryOptions {
+        warehouse: Some("wh".into()),
+        ..Default::default()
+    };
+    let result = engine
+        .query(&Caller::system(), sql, &options)
+        .await
+        .unwrap();
+    let batches: Vec<datafusion::arrow::array::RecordBatch> =
+        result.stream.try_collect().await.unwrap();
+    batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .unwrap()
+        .value(0)
+}
+
 async fn ids(engine: &SqlEngine) -> Vec<i64> {
     let options = QueryOptions {
         warehouse: Some("wh".into()),
@@ -201,11 +238,35 @@ async fn json_topic_lands_exactly_once_across_restarts() {
     // ids 0, 97, 194, 291 went to partitions id % 3 at offsets id / 3.
     assert_eq!(dead_offsets, vec![(0, 0), (0, 97), (1, 32), (2, 64)]);
 
-    // A restart resumes after the committed offsets: nothing is read twice.
-    produce(&bootstrap, 300, 500, None).await;
+    // A restart resumes after the committed offsets: nothing is read twice. Mid-stream the
+    // records gain a field (the table gains a column) and one record's id is text (it does
+    // not fit: dead letter, the rest flows).
+    produce(&bootstrap, 300, 400, None).await;
+    produce_raw(&bootstrap, &[r#"{"id": "four hundred", "name": "misfit"}"#]).await;
+    produce_raw(
+        &bootstrap,
+        &(400..500)
+            .map(|i| format!(r#"{{"id": {i}, "name": "user-{i}", "country": "nl"}}"#))
+            .collect::<Vec<_>>(),
+    )
+    .await;
     let all: Vec<i64> = first.iter().copied().chain(300..500).collect();
     run_until(&engine, &spec, all.len()).await;
     assert_eq!(ids(&engine).await, all);
+    assert_eq!(
+        scalar(
+            &engine,
+            "SELECT count(*) FROM raw.events WHERE country = 'nl'"
+        )
+        .await,
+        100
+    );
+    let dead = dead_letters(&engine).await;
+    assert_eq!(dead.len(), 5, "{dead:?}");
+    assert!(
+        dead.iter().any(|(_, _, e)| e.contains("does not fit")),
+        "{dead:?}"
+    );
 
     // Stopped and started again with nothing new: still no duplicates.
     let pipeline = Pipeline::new(spec.clone(), engine.catalog().clone(), engine.clone()).unwrap();
@@ -221,7 +282,7 @@ async fn json_topic_lands_exactly_once_across_restarts() {
     assert_eq!(ids(&engine).await, all);
     assert_eq!(
         dead_letters(&engine).await.len(),
-        4,
+        5,
         "dead letters are not written twice"
     );
 
