@@ -280,11 +280,15 @@ impl Pipeline {
         let mut batch = Batch::default();
         let mut pending = next.clone();
         let mut deadline = tokio::time::Instant::now() + interval;
+        // One stream for the whole run: a `recv()` future dropped by the timer branch could
+        // miss the queue's wake-up and stall the pipeline.
+        let mut messages = consumer.stream();
         loop {
             let flush = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep_until(deadline) => true,
-                received = consumer.recv() => {
+                received = futures::StreamExt::next(&mut messages) => {
+                    let Some(received) = received else { break };
                     let message = received?;
                     let payload = message.payload().unwrap_or_default();
                     match object_error(payload) {

@@ -33,10 +33,27 @@ pub struct IngestBenchArgs {
     /// Single-row requests whose freshness is measured.
     #[arg(long, default_value_t = 40)]
     probes: usize,
+    /// Measure Kafka ingestion instead: a pipeline in this process reading librdkafka's mock
+    /// cluster into an embedded catalog under `--dir` (no server needed).
+    #[arg(long)]
+    kafka: bool,
+    /// Directory of the Kafka benchmark's embedded catalog (recreated).
+    #[arg(long, default_value = "./floe-bench-kafka")]
+    dir: std::path::PathBuf,
+    /// Records the Kafka pipeline catches up with. librdkafka's mock cluster serves only about
+    /// 4.5 MiB per partition to a consumer, so keep under ~30,000 records per partition.
+    #[arg(long, default_value_t = 640_000)]
+    kafka_records: usize,
+    /// Partitions of the Kafka benchmark's topic.
+    #[arg(long, default_value_t = 32)]
+    kafka_partitions: i32,
+    /// Partitions of the topic whose memory use is measured with all of them active.
+    #[arg(long, default_value_t = 1000)]
+    kafka_wide_partitions: i32,
 }
 
 /// One NDJSON request body of `rows` events starting at id `first`, about 150 bytes a row.
-fn events(first: u64, rows: usize) -> Vec<u8> {
+pub(super) fn events(first: u64, rows: usize) -> Vec<u8> {
     let mut body = Vec::with_capacity(rows * 160);
     const EVENTS: [&str; 4] = ["view", "click", "buy", "scroll"];
     for id in first..first + rows as u64 {
@@ -87,6 +104,16 @@ async fn sql_count(client: &Client, warehouse: &str, sql: &str) -> anyhow::Resul
 }
 
 pub async fn run(args: IngestBenchArgs) -> anyhow::Result<()> {
+    if args.kafka {
+        return super::kafka::run(super::kafka::KafkaBench {
+            dir: args.dir,
+            records: args.kafka_records,
+            partitions: args.kafka_partitions,
+            wide_partitions: args.kafka_wide_partitions,
+            probes: args.probes,
+        })
+        .await;
+    }
     let client = Arc::new(args.server.connect().await?);
     let (wh, ns) = (args.warehouse.clone(), args.namespace.clone());
     let table = "events";

@@ -4,6 +4,7 @@
 mod catalog;
 mod compaction;
 mod ingest;
+mod kafka;
 mod tpch;
 
 use clap::Subcommand;
@@ -14,7 +15,8 @@ pub enum BenchCommand {
     Catalog(catalog::CatalogBenchArgs),
     /// TPC-H over Iceberg tables, side by side with DataFusion on Parquet and DuckDB.
     Tpch(tpch::TpchBenchArgs),
-    /// HTTP ingestion into a running server: throughput, freshness, files per commit.
+    /// HTTP ingestion into a running server (or with `--kafka`, Kafka ingestion in this
+    /// process): throughput, freshness, files per commit.
     Ingest(ingest::IngestBenchArgs),
     /// Compaction of a table of many small files: throughput, memory, queries before and
     /// after against the same rows written optimally.

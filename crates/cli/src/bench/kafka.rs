@@ -1,0 +1,354 @@
+//! `floe bench ingest --kafka`: a Kafka pipeline in this process, reading librdkafka's mock
+//! cluster (the Kafka protocol over loopback TCP) into an embedded catalog under `--dir`.
+//!
+//! 1. Throughput: `--kafka-records` events (the HTTP benchmark's ~150-byte JSON rows) are
+//!    produced first; the pipeline then catches up. Records/s and MiB/s are over the catch-up
+//!    wall time and over the CPU seconds this process used meanwhile (per core).
+//! 2. Freshness: with the pipeline running at a 1 s commit interval, single records are
+//!    produced and timed until a query sees them.
+//! 3. Files per partition per commit, from the table's snapshots.
+//! 4. Peak resident memory with a topic of `--kafka-wide-partitions` partitions all active.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::{CatalogConfig, CatalogService};
+use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
+use floe_storage::StorageProfile;
+use floe_store::{SqlStore, StoreOptions};
+use floe_stream::kafka::{Pipeline, PipelineSpec, StartPosition};
+use futures::TryStreamExt;
+use iceberg::NamespaceIdent;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tokio_util::sync::CancellationToken;
+
+pub struct KafkaBench {
+    pub dir: PathBuf,
+    pub records: usize,
+    pub partitions: i32,
+    pub wide_partitions: i32,
+    pub probes: usize,
+}
+
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn memory_mib(field: &str) -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        })
+        .and_then(|kib| kib.parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+async fn embedded(dir: &Path) -> anyhow::Result<Arc<SqlEngine>> {
+    let url = format!("sqlite:{}", dir.join("catalog.db").display());
+    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
+    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
+    let system = Caller::system();
+    catalog
+        .create_warehouse(
+            &system,
+            "bench",
+            StorageProfile::Local {
+                path: dir.join("warehouse").to_string_lossy().into_owned(),
+            },
+            Default::default(),
+        )
+        .await?;
+    catalog
+        .create_namespace(
+            &system,
+            "bench",
+            &NamespaceIdent::new("kafka".into()),
+            Default::default(),
+        )
+        .await?;
+    Ok(Arc::new(SqlEngine::new(catalog, EngineConfig::default())?))
+}
+
+/// Produces `count` events from id `first`, round-robin over `partitions`; returns bytes.
+fn produce(
+    bootstrap: &str,
+    topic: &str,
+    first: u64,
+    count: usize,
+    partitions: i32,
+) -> anyhow::Result<u64> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "20")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()?;
+    let mut bytes = 0u64;
+    for chunk_start in (0..count).step_by(10_000) {
+        let n = 10_000.min(count - chunk_start);
+        let body = super::ingest::events(first + chunk_start as u64, n);
+        for (i, line) in body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .enumerate()
+        {
+            let partition = ((chunk_start + i) % partitions as usize) as i32;
+            bytes += line.len() as u64;
+            loop {
+                match producer.send(
+                    BaseRecord::<(), [u8]>::to(topic)
+                        .payload(line)
+                        .partition(partition),
+                ) {
+                    Ok(()) => break,
+                    Err((_, _)) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(120))?;
+    Ok(bytes)
+}
+
+async fn count(engine: &SqlEngine, table: &str) -> u64 {
+    let options = QueryOptions {
+        warehouse: Some("bench".into()),
+        ..Default::default()
+    };
+    let sql = format!("SELECT count(*) FROM kafka.{table}");
+    let Ok(result) = engine.query(&Caller::system(), &sql, &options).await else {
+        return 0;
+    };
+    let Ok(batches) = result
+        .stream
+        .try_collect::<Vec<datafusion::arrow::array::RecordBatch>>()
+        .await
+    else {
+        return 0;
+    };
+    batches
+        .first()
+        .and_then(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                .map(|a| a.value(0) as u64)
+        })
+        .unwrap_or(0)
+}
+
+fn spec(bootstrap: &str, table: &str, topic: &str) -> PipelineSpec {
+    PipelineSpec {
+        name: table.into(),
+        warehouse: "bench".into(),
+        namespace: vec!["kafka".into()],
+        table: table.into(),
+        bootstrap_servers: bootstrap.into(),
+        topics: vec![topic.into()],
+        start: StartPosition::Earliest,
+        properties: Default::default(),
+        commit_interval_ms: 1000,
+        max_records: 100_000,
+    }
+}
+
+pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
+    if args.dir.exists() {
+        std::fs::remove_dir_all(&args.dir)?;
+    }
+    std::fs::create_dir_all(&args.dir)?;
+    let engine = embedded(&args.dir).await?;
+    let cluster = rdkafka::mocking::MockCluster::new(1)?;
+    cluster.create_topic("events", args.partitions, 1)?;
+    cluster.create_topic("wide", args.wide_partitions, 1)?;
+    let bootstrap = cluster.bootstrap_servers();
+
+    // 1. Throughput: catch up with a produced backlog.
+    let started = Instant::now();
+    let bytes = {
+        let bootstrap = bootstrap.clone();
+        let (records, partitions) = (args.records, args.partitions);
+        tokio::task::spawn_blocking(move || produce(&bootstrap, "events", 0, records, partitions))
+            .await??
+    };
+    println!(
+        "produced {} records ({:.1} MiB) in {:.1} s",
+        args.records,
+        bytes as f64 / 1048576.0,
+        started.elapsed().as_secs_f64()
+    );
+    let on_broker: i64 = {
+        let spec = spec(&bootstrap, "events", "events");
+        tokio::task::spawn_blocking(move || {
+            floe_stream::kafka::lag(&spec, &Default::default())
+                .map(|l| l.iter().map(|p| p.high_watermark).sum::<i64>())
+        })
+        .await??
+    };
+    println!("the broker holds {on_broker} records");
+    let pipeline = Arc::new(Pipeline::new(
+        spec(&bootstrap, "events", "events"),
+        engine.catalog().clone(),
+        engine.clone(),
+    )?);
+    let stop = CancellationToken::new();
+    let cpu_before = cpu_seconds();
+    let wall = Instant::now();
+    let running = {
+        let (pipeline, stop) = (pipeline.clone(), stop.clone());
+        tokio::spawn(async move { pipeline.run(stop).await })
+    };
+    let mut shown = Instant::now();
+    let mut last_progress = 0;
+    while pipeline.stats().records_committed < args.records as u64 {
+        anyhow::ensure!(!running.is_finished(), "the pipeline stopped early");
+        if shown.elapsed() > Duration::from_secs(30) {
+            anyhow::bail!(
+                "the pipeline made no progress for 30 s at {:?} (librdkafka's mock cluster \
+                 serves only about 4.5 MiB per partition: use more partitions)",
+                pipeline.stats()
+            );
+        }
+        if pipeline.stats().records_committed > last_progress {
+            last_progress = pipeline.stats().records_committed;
+            shown = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let wall = wall.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu_before;
+    let stats = pipeline.stats();
+    anyhow::ensure!(
+        count(&engine, "events").await == args.records as u64,
+        "the table does not hold exactly the produced records"
+    );
+    let mib = stats.bytes_committed as f64 / 1048576.0;
+
+    // 2. Freshness: single records, each timed until a query sees it.
+    let mut freshness = Vec::with_capacity(args.probes);
+    for probe in 0..args.probes {
+        let before = count(&engine, "events").await;
+        let sent = Instant::now();
+        let bootstrap = bootstrap.clone();
+        let first = (args.records + probe) as u64;
+        tokio::task::spawn_blocking(move || produce(&bootstrap, "events", first, 1, 1)).await??;
+        while count(&engine, "events").await <= before {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        freshness.push(sent.elapsed().as_secs_f64() * 1000.0);
+    }
+    stop.cancel();
+    running.await??;
+    freshness.sort_by(f64::total_cmp);
+    let pct = |p: f64| freshness[((freshness.len() as f64 * p) as usize).min(freshness.len() - 1)];
+
+    // 3. Files per commit.
+    let loaded = engine
+        .catalog()
+        .load_table(
+            &Caller::system(),
+            "bench",
+            &iceberg::TableIdent::new(NamespaceIdent::new("kafka".into()), "events".into()),
+        )
+        .await?;
+    let snapshots = loaded.metadata.snapshots().count();
+    let files: u64 = loaded
+        .metadata
+        .current_snapshot()
+        .and_then(|s| {
+            s.summary()
+                .additional_properties
+                .get("total-data-files")
+                .cloned()
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+
+    // 4. Memory with every partition of a wide topic active.
+    let wide_records = (args.wide_partitions as usize * 200).max(100_000);
+    {
+        let bootstrap = bootstrap.clone();
+        let partitions = args.wide_partitions;
+        tokio::task::spawn_blocking(move || {
+            produce(&bootstrap, "wide", 0, wide_records, partitions)
+        })
+        .await??;
+    }
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let resident_before = memory_mib("VmRSS:");
+    let wide = Arc::new(Pipeline::new(
+        spec(&bootstrap, "wide", "wide"),
+        engine.catalog().clone(),
+        engine.clone(),
+    )?);
+    let stop = CancellationToken::new();
+    let running = {
+        let (wide, stop) = (wide.clone(), stop.clone());
+        tokio::spawn(async move { wide.run(stop).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while wide.stats().records_committed < wide_records as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.cancel();
+    running.await??;
+    let peak = memory_mib("VmHWM:");
+
+    println!();
+    println!(
+        "Kafka → Iceberg, {} partitions, JSON, 1 s commit interval",
+        args.partitions
+    );
+    println!(
+        "  catch-up: {} records, {mib:.1} MiB in {wall:.2} s wall, {cpu:.2} CPU s",
+        stats.records_committed
+    );
+    println!(
+        "  throughput: {:.0} records/s, {:.1} MiB/s wall; {:.1} MiB/s per core ({:.0} records/s per core)",
+        stats.records_committed as f64 / wall,
+        mib / wall,
+        mib / cpu.max(1e-9),
+        stats.records_committed as f64 / cpu.max(1e-9)
+    );
+    println!(
+        "  freshness (produce → visible), {} probes: p50 {:.0} ms, p99 {:.0} ms",
+        freshness.len(),
+        pct(0.5),
+        pct(0.99)
+    );
+    println!(
+        "  files: {files} data files over {snapshots} snapshots (unpartitioned table: files per partition per commit = {:.2})",
+        files as f64 / snapshots.max(1) as f64
+    );
+    println!(
+        "  {} partitions active ({} records): peak resident {peak:.0} MiB, {:.0} MiB above the {resident_before:.0} MiB before",
+        args.wide_partitions,
+        wide_records,
+        peak - resident_before
+    );
+    Ok(())
+}
