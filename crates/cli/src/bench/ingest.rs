@@ -40,8 +40,9 @@ pub struct IngestBenchArgs {
     /// Directory of the Kafka benchmark's embedded catalog (recreated).
     #[arg(long, default_value = "./floe-bench-kafka")]
     dir: std::path::PathBuf,
-    /// Records the Kafka pipeline catches up with. librdkafka's mock cluster serves only about
-    /// 4.5 MiB per partition to a consumer, so keep under ~30,000 records per partition.
+    /// Records the Kafka pipeline catches up with. Against the mock cluster a pipeline stalls
+    /// after about 4.5 MiB per partition (not diagnosed yet): keep under ~30,000 records per
+    /// partition.
     #[arg(long, default_value_t = 640_000)]
     kafka_records: usize,
     /// Partitions of the Kafka benchmark's topic.

@@ -228,8 +228,8 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
         anyhow::ensure!(!running.is_finished(), "the pipeline stopped early");
         if shown.elapsed() > Duration::from_secs(30) {
             anyhow::bail!(
-                "the pipeline made no progress for 30 s at {:?} (librdkafka's mock cluster \
-                 serves only about 4.5 MiB per partition: use more partitions)",
+                "the pipeline made no progress for 30 s at {:?} (against the mock cluster a \
+                 pipeline stalls after about 4.5 MiB per partition: use more partitions)",
                 pipeline.stats()
             );
         }
