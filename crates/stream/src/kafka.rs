@@ -219,10 +219,16 @@ impl Pipeline {
         &self.spec
     }
 
+    /// The pipeline's target table, if it exists.
     async fn load(&self) -> Result<Option<LoadedTable>> {
+        self.load_ident(&self.spec.ident()?).await
+    }
+
+    /// A table of the pipeline's warehouse, if it exists.
+    async fn load_ident(&self, ident: &TableIdent) -> Result<Option<LoadedTable>> {
         match self
             .catalog
-            .load_table(&Caller::system(), &self.spec.warehouse, &self.spec.ident()?)
+            .load_table(&Caller::system(), &self.spec.warehouse, ident)
             .await
         {
             Ok(loaded) => Ok(Some(loaded)),
@@ -570,16 +576,7 @@ impl Pipeline {
     }
 
     async fn load_dead_letters(&self) -> Result<Option<LoadedTable>> {
-        let ident = self.dead_letter_ident()?;
-        match self
-            .catalog
-            .load_table(&Caller::system(), &self.spec.warehouse, &ident)
-            .await
-        {
-            Ok(loaded) => Ok(Some(loaded)),
-            Err(CatalogError::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        self.load_ident(&self.dead_letter_ident()?).await
     }
 
     /// Appends dead letters (creating their table on first use) with the batch's offsets.

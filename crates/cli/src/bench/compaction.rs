@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+
+use super::process::{cpu_seconds, memory_mib, reset_peak_memory};
 use clap::Args;
 use datafusion::arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -99,27 +101,6 @@ fn batch(start: usize, n: usize) -> anyhow::Result<RecordBatch> {
             Arc::new(StringArray::from(payloads)),
         ],
     )?)
-}
-
-/// CPU seconds this process has used (user + system), from `/proc/self/stat`.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let after = stat.rsplit(')').next()?;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
-fn reset_peak_memory() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// A memory figure of this process from `/proc/self/status` (`VmHWM`, `VmRSS`), in MiB.
-fn memory_mib(field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {

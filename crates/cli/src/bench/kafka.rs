@@ -25,44 +25,14 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
+use super::process::{cpu_seconds, memory_mib, reset_peak_memory};
+
 pub struct KafkaBench {
     pub dir: PathBuf,
     pub records: usize,
     pub partitions: i32,
     pub wide_partitions: i32,
     pub probes: usize,
-}
-
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn memory_mib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .and_then(|kib| kib.parse::<f64>().ok())
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(0.0)
 }
 
 async fn embedded(dir: &Path) -> anyhow::Result<Arc<SqlEngine>> {
@@ -216,7 +186,7 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
         engine.clone(),
     )?);
     let stop = CancellationToken::new();
-    let cpu_before = cpu_seconds();
+    let cpu_before = cpu_seconds().unwrap_or(0.0);
     let wall = Instant::now();
     let running = {
         let (pipeline, stop) = (pipeline.clone(), stop.clone());
@@ -240,7 +210,7 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let wall = wall.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu_before;
+    let cpu = cpu_seconds().unwrap_or(0.0) - cpu_before;
     let stats = pipeline.stats();
     anyhow::ensure!(
         count(&engine, "events").await == args.records as u64,
@@ -298,8 +268,8 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
         })
         .await??;
     }
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let resident_before = memory_mib("VmRSS:");
+    reset_peak_memory();
+    let resident_before = memory_mib("VmRSS:").unwrap_or(0.0);
     let wide = Arc::new(Pipeline::new(
         spec(&bootstrap, "wide", "wide"),
         engine.catalog().clone(),
@@ -316,7 +286,7 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
     }
     stop.cancel();
     running.await??;
-    let peak = memory_mib("VmHWM:");
+    let peak = memory_mib("VmHWM:").unwrap_or(0.0);
 
     println!();
     println!(

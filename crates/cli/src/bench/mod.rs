@@ -5,6 +5,7 @@ mod catalog;
 mod compaction;
 mod ingest;
 mod kafka;
+mod process;
 mod tpch;
 
 use clap::Subcommand;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::process::{memory_mib, reset_peak_memory};
 use anyhow::{Context, bail};
 use clap::Args;
 use datafusion::arrow::array::{
@@ -123,7 +124,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         }
         floe_times.insert(*q, (best, rows));
     }
-    let floe_peak = peak_memory_mib();
+    let floe_peak = memory_mib("VmHWM:");
     // The same memory budget as Floe's queries, so a runaway plan fails rather than taking
     // the machine down.
     let raw = SessionContext::new_with_config_rt(
@@ -983,20 +984,6 @@ fn query(q: usize, sf: f64) -> String {
         10 => format!("{text} limit 20"),
         _ => text,
     }
-}
-
-/// Starts a new measurement of this process's peak resident memory (Linux: writing 5 to
-/// `/proc/self/clear_refs` resets `VmHWM`).
-fn reset_peak_memory() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// This process's peak resident memory since the last reset, in MiB (Linux only).
-fn peak_memory_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 /// One value of an answer, for comparing engines: numbers of any type as `f64`, the rest as
