@@ -16,6 +16,7 @@ pub mod jobs;
 pub mod metadata;
 pub mod model;
 pub mod pipelines;
+pub mod registry;
 pub mod service;
 pub mod store;
 

@@ -223,12 +223,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
     ));
     state.scheduler = Some(scheduler.clone());
-    let pipelines = Arc::new(floe_server::pipelines::Pipelines::new(
-        Arc::new(store.clone()),
-        state.catalog.clone(),
-        state.sql.clone(),
-        std::time::Duration::from_secs(args.pipeline_lease_secs.max(3)),
-    ));
+    let registry = floe_stream::registry::Registry::new(Arc::new(store.clone()));
+    state.registry = Some(registry.clone());
+    let pipelines = Arc::new(
+        floe_server::pipelines::Pipelines::new(
+            Arc::new(store.clone()),
+            state.catalog.clone(),
+            state.sql.clone(),
+            std::time::Duration::from_secs(args.pipeline_lease_secs.max(3)),
+        )
+        .with_registry(Arc::new(registry)),
+    );
     state.pipelines = Some(pipelines.clone());
     let supervisor = tokio::spawn(pipelines.supervise(shutdown.clone()));
     let maintenance = if args.maintenance_workers > 0 {

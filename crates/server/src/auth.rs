@@ -17,7 +17,15 @@ pub async fn require_principal(
     next: Next,
 ) -> Response {
     let token = match bearer_token(&request) {
-        Ok(token) => token,
+        Ok(Credential::Bearer(token)) => token,
+        // Basic authentication with a client id and secret (what Confluent's schema
+        // registry clients send): a token is issued for them as the token endpoint would.
+        Ok(Credential::Basic(id, secret)) => {
+            match state.auth.token_for_client(&id, &secret).await {
+                Ok(issued) => issued.access_token,
+                Err(e) => return challenge(ApiError(e)),
+            }
+        }
         Err(e) => return challenge(ApiError(e)),
     };
     match state.auth.authenticate(&token).await {
@@ -44,7 +52,12 @@ pub async fn require_principal(
     }
 }
 
-fn bearer_token(request: &Request) -> Result<String, CatalogError> {
+enum Credential {
+    Bearer(String),
+    Basic(String, String),
+}
+
+fn bearer_token(request: &Request) -> Result<Credential, CatalogError> {
     let Some(value) = request.headers().get(header::AUTHORIZATION) else {
         return Err(CatalogError::Unauthenticated(
             "authentication required: send an OAuth2 bearer token (Authorization: Bearer …) obtained from /catalog/v1/oauth/tokens".into(),
@@ -56,9 +69,23 @@ fn bearer_token(request: &Request) -> Result<String, CatalogError> {
     let (scheme, token) = value.split_once(' ').ok_or_else(|| {
         CatalogError::Unauthenticated("the Authorization header must be 'Bearer <token>'".into())
     })?;
+    if scheme.eq_ignore_ascii_case("basic") {
+        use base64::Engine;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(token.trim())
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .ok_or_else(|| {
+                CatalogError::Unauthenticated("basic credentials are not valid base64 text".into())
+            })?;
+        let (id, secret) = decoded.split_once(':').ok_or_else(|| {
+            CatalogError::Unauthenticated("basic credentials must be 'client-id:secret'".into())
+        })?;
+        return Ok(Credential::Basic(id.to_string(), secret.to_string()));
+    }
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(CatalogError::Unauthenticated(format!(
-            "unsupported authorization scheme {scheme:?}; use Bearer"
+            "unsupported authorization scheme {scheme:?}; use Bearer (or Basic with a client id and secret)"
         )));
     }
     let token = token.trim();
@@ -67,7 +94,7 @@ fn bearer_token(request: &Request) -> Result<String, CatalogError> {
             "the bearer token is empty".into(),
         ));
     }
-    Ok(token.to_string())
+    Ok(Credential::Bearer(token.to_string()))
 }
 
 fn challenge(error: ApiError) -> Response {

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod oidc;
 pub mod pg;
 pub mod pipelines;
+pub mod registry;
 pub mod rest;
 
 use std::sync::Arc;
@@ -56,6 +57,8 @@ pub struct AppState {
     pub scheduler: Option<Arc<floe_maintenance::scheduler::Scheduler>>,
     /// Stream pipelines and their supervisor, when enabled.
     pub pipelines: Option<Arc<pipelines::Pipelines>>,
+    /// The Confluent-compatible schema registry, when enabled.
+    pub registry: Option<floe_stream::registry::Registry>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -103,6 +106,7 @@ impl AppState {
             ingest: None,
             scheduler: None,
             pipelines: None,
+            registry: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
     }
@@ -115,6 +119,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::serve_metrics))
         .nest("/catalog", rest::router(state.clone()))
         .nest("/api/v1", management::router(state.clone()))
+        .nest("/schema-registry", registry::router(state.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .merge(ingest_router(state.clone()))

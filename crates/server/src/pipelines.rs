@@ -37,6 +37,8 @@ pub struct Pipelines {
     store: Arc<dyn PipelineStore>,
     catalog: Arc<CatalogService>,
     sql: Arc<SqlEngine>,
+    /// Floe's schema registry, for pipelines that read registry formats.
+    registry: Option<Arc<dyn floe_stream::registry::SchemaSource>>,
     node: String,
     lease: Duration,
     running: Mutex<HashMap<String, Running>>,
@@ -65,11 +67,18 @@ impl Pipelines {
             store,
             catalog,
             sql,
+            registry: None,
             node: format!("node-{}", uuid::Uuid::now_v7()),
             lease,
             running: Mutex::new(HashMap::new()),
             errors: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Pipelines look schema ids up in `registry` unless their spec names another.
+    pub fn with_registry(mut self, registry: Arc<dyn floe_stream::registry::SchemaSource>) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn PipelineStore> {
@@ -145,7 +154,10 @@ impl Pipelines {
             }
         };
         let pipeline = match Pipeline::new(spec, self.catalog.clone(), self.sql.clone()) {
-            Ok(p) => Arc::new(p),
+            Ok(p) => Arc::new(match &self.registry {
+                Some(registry) => p.with_registry(registry.clone()),
+                None => p,
+            }),
             Err(e) => {
                 self.errors
                     .lock()
@@ -187,44 +199,77 @@ impl Pipelines {
         let mut names: Vec<&String> = running.keys().collect();
         names.sort();
         let mut text = String::new();
-        let families: [(&str, &str, &str); 5] = [
+        type Read = fn(&floe_stream::kafka::PipelineStats) -> f64;
+        let families: [(&str, &str, &str, Read); 10] = [
             (
                 "floe_pipeline_records_total",
                 "counter",
                 "Records committed to the table.",
+                |s| s.records_committed as f64,
             ),
             (
                 "floe_pipeline_bytes_total",
                 "counter",
-                "Bytes of records committed.",
+                "Bytes of record values committed.",
+                |s| s.bytes_committed as f64,
             ),
             (
                 "floe_pipeline_commits_total",
                 "counter",
                 "Snapshots committed.",
+                |s| s.commits as f64,
+            ),
+            (
+                "floe_pipeline_files_total",
+                "counter",
+                "Data files written by committed snapshots (divide by commits for files per commit).",
+                |s| s.files_written as f64,
             ),
             (
                 "floe_pipeline_rejected_records_total",
                 "counter",
-                "Records skipped: not JSON objects.",
+                "Records the table could not take.",
+                |s| s.rejected_records as f64,
+            ),
+            (
+                "floe_pipeline_dead_letters_total",
+                "counter",
+                "Rows written to the dead-letter table.",
+                |s| s.dead_letters as f64,
+            ),
+            (
+                "floe_pipeline_lost_records_total",
+                "counter",
+                "Records the broker's retention deleted before the pipeline read them.",
+                |s| s.records_lost as f64,
             ),
             (
                 "floe_pipeline_commit_seconds_total",
                 "counter",
                 "Time spent committing.",
+                |s| s.commit_seconds,
+            ),
+            (
+                "floe_pipeline_last_commit_seconds",
+                "gauge",
+                "How long the last commit took.",
+                |s| s.last_commit_seconds,
+            ),
+            (
+                "floe_pipeline_last_commit_files",
+                "gauge",
+                "Data files the last commit wrote.",
+                |s| s.last_commit_files as f64,
             ),
         ];
-        for (i, (name, kind, help)) in families.iter().enumerate() {
+        let stats: Vec<(&String, floe_stream::kafka::PipelineStats)> = names
+            .iter()
+            .map(|name| (*name, running[*name].pipeline.stats()))
+            .collect();
+        for (name, kind, help, read) in families {
             text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-            for pipeline in &names {
-                let stats = running[*pipeline].pipeline.stats();
-                let value = match i {
-                    0 => stats.records_committed as f64,
-                    1 => stats.bytes_committed as f64,
-                    2 => stats.commits as f64,
-                    3 => stats.rejected_records as f64,
-                    _ => stats.commit_seconds,
-                };
+            for (pipeline, stats) in &stats {
+                let value = read(stats);
                 text.push_str(&format!("{name}{{pipeline=\"{pipeline}\"}} {value}\n"));
             }
         }
@@ -236,9 +281,20 @@ impl Pipelines {
     fn local_status(&self, name: &str) -> Value {
         let running = self.running.lock().expect("pipelines");
         let here = running.get(name);
+        let stats = here.map(|r| r.pipeline.stats());
+        let rates = stats.as_ref().map(|s| {
+            let seconds = ((now_ms() - s.started_at_ms) as f64 / 1000.0).max(0.001);
+            json!({
+                "records-per-second": s.records_committed as f64 / seconds,
+                "bytes-per-second": s.bytes_committed as f64 / seconds,
+                "files-per-commit": if s.commits > 0 { s.files_written as f64 / s.commits as f64 } else { 0.0 },
+                "mean-commit-seconds": if s.commits > 0 { s.commit_seconds / s.commits as f64 } else { 0.0 },
+            })
+        });
         json!({
             "running-here": here.is_some_and(|r| !r.task.is_finished()),
-            "stats": here.map(|r| json!(r.pipeline.stats())),
+            "stats": stats,
+            "rates": rates,
             "last-error": self.errors.lock().expect("pipeline errors").get(name),
         })
     }

@@ -501,7 +501,8 @@ fn split_top_level(list: &str) -> Vec<&str> {
     parts.into_iter().filter(|p| !p.trim().is_empty()).collect()
 }
 
-fn partition_field(item: &str) -> Result<(String, Transform)> {
+/// One partition field as written in `PARTITIONED BY` (`day(ts)`, `bucket(16, id)`, `region`).
+pub fn partition_field(item: &str) -> Result<(String, Transform)> {
     let bad = || {
         DataFusionError::Plan(format!(
             "partition field {item:?}: use a column, identity(c), year(c), month(c), day(c), hour(c), bucket(N, c) or truncate(N, c)"

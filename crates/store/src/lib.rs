@@ -11,6 +11,7 @@ mod error;
 mod governance;
 mod jobs;
 mod pipelines;
+mod registry;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -7,22 +7,24 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::datasource::sink::DataSink;
-use datafusion::execution::TaskContext;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogService, CreateTable, LoadedTable};
 use floe_sql::SqlEngine;
 use iceberg::spec::TableMetadata;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::format::Decoder;
+use crate::registry::{HttpRegistry, SchemaSource};
 use crate::{Result, StreamError, table_error};
 
 /// Where a partition without committed offsets starts.
@@ -53,9 +55,138 @@ pub struct PipelineSpec {
     /// A batch is committed this often (default 1000 ms)…
     #[serde(default = "default_interval")]
     pub commit_interval_ms: u64,
-    /// …or once it holds this many records (default 100,000).
+    /// …or once it holds this many records (default 100,000)…
     #[serde(default = "default_max_records")]
     pub max_records: usize,
+    /// …or this many bytes of record values (default 64 MiB).
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: usize,
+    /// How record values are encoded (default JSON).
+    #[serde(default)]
+    pub format: Format,
+    /// The Confluent-compatible schema registry the Avro, Protobuf and JSON Schema formats
+    /// look schema ids up in; unset means Floe's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_registry_url: Option<String>,
+    /// Kafka coordinates kept as columns next to the record's fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata_columns: Vec<MetadataColumn>,
+    /// The partition spec of a table the pipeline creates (`day(ts)`, `bucket(16, id)`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partition_by: Vec<String>,
+    /// The sort order of a table the pipeline creates (`ts`, `id desc`, `name asc nulls last`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sort_by: Vec<String>,
+}
+
+impl Default for PipelineSpec {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            warehouse: String::new(),
+            namespace: Vec::new(),
+            table: String::new(),
+            bootstrap_servers: String::new(),
+            topics: Vec::new(),
+            start: StartPosition::default(),
+            properties: BTreeMap::new(),
+            commit_interval_ms: default_interval(),
+            max_records: default_max_records(),
+            max_bytes: default_max_bytes(),
+            format: Format::default(),
+            schema_registry_url: None,
+            metadata_columns: Vec::new(),
+            partition_by: Vec::new(),
+            sort_by: Vec::new(),
+        }
+    }
+}
+
+/// How a topic's record values are encoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// A JSON object per record; the table's schema is inferred and evolved.
+    #[default]
+    Json,
+    /// Avro in the Confluent wire format (magic byte, schema id, body).
+    Avro,
+    /// JSON in the Confluent wire format, described by a JSON Schema in the registry.
+    JsonSchema,
+    /// Protobuf in the Confluent wire format.
+    Protobuf,
+    /// The value's bytes as they are, in a `value` column.
+    Raw,
+}
+
+/// A Kafka coordinate kept as a column (`_kafka_<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MetadataColumn {
+    /// `_kafka_key` (binary).
+    Key,
+    /// `_kafka_topic` (string).
+    Topic,
+    /// `_kafka_partition` (int).
+    Partition,
+    /// `_kafka_offset` (long).
+    Offset,
+    /// `_kafka_timestamp` (timestamptz).
+    Timestamp,
+    /// `_kafka_headers` (list of struct<key string, value binary>, in record order).
+    Headers,
+}
+
+impl MetadataColumn {
+    pub const ALL: [MetadataColumn; 6] = [
+        MetadataColumn::Key,
+        MetadataColumn::Topic,
+        MetadataColumn::Partition,
+        MetadataColumn::Offset,
+        MetadataColumn::Timestamp,
+        MetadataColumn::Headers,
+    ];
+
+    pub fn column(self) -> &'static str {
+        match self {
+            MetadataColumn::Key => "_kafka_key",
+            MetadataColumn::Topic => "_kafka_topic",
+            MetadataColumn::Partition => "_kafka_partition",
+            MetadataColumn::Offset => "_kafka_offset",
+            MetadataColumn::Timestamp => "_kafka_timestamp",
+            MetadataColumn::Headers => "_kafka_headers",
+        }
+    }
+
+    fn of_column(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.column() == name)
+    }
+
+    /// The column's Arrow field (optional: a record may lack a key or a timestamp).
+    fn field(self) -> Field {
+        use datafusion::arrow::datatypes::{DataType, TimeUnit};
+        let data_type = match self {
+            MetadataColumn::Key => DataType::Binary,
+            MetadataColumn::Topic => DataType::Utf8,
+            MetadataColumn::Partition => DataType::Int32,
+            MetadataColumn::Offset => DataType::Int64,
+            MetadataColumn::Timestamp => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+            }
+            MetadataColumn::Headers => DataType::List(Arc::new(Field::new(
+                "element",
+                DataType::Struct(
+                    vec![
+                        Field::new("key", DataType::Utf8, false),
+                        Field::new("value", DataType::Binary, true),
+                    ]
+                    .into(),
+                ),
+                false,
+            ))),
+        };
+        Field::new(self.column(), data_type, true)
+    }
 }
 
 fn default_interval() -> u64 {
@@ -64,6 +195,10 @@ fn default_interval() -> u64 {
 
 fn default_max_records() -> usize {
     100_000
+}
+
+fn default_max_bytes() -> usize {
+    64 << 20
 }
 
 impl PipelineSpec {
@@ -91,6 +226,23 @@ impl PipelineSpec {
             return Err(StreamError::Invalid(
                 "namespace and table must be set".into(),
             ));
+        }
+        if self.format == Format::Protobuf {
+            return Err(StreamError::Invalid(
+                "format protobuf is not supported yet: use avro, json-schema, json or raw".into(),
+            ));
+        }
+        if self.max_records == 0 || self.max_bytes == 0 {
+            return Err(StreamError::Invalid(
+                "max-records and max-bytes must be above zero".into(),
+            ));
+        }
+        for item in &self.partition_by {
+            floe_sql::write::partition_field(item)
+                .map_err(|e| StreamError::Invalid(format!("partition-by: {e}")))?;
+        }
+        for item in &self.sort_by {
+            parse_sort_field(item)?;
         }
         Ok(())
     }
@@ -147,10 +299,20 @@ pub struct PipelineStats {
     pub records_committed: u64,
     pub bytes_committed: u64,
     pub commits: u64,
-    /// Records that are not JSON objects, put in the dead-letter table.
+    /// Records the table could not take (dead letters, gaps included).
     pub rejected_records: u64,
+    /// Rows written to the dead-letter table.
+    pub dead_letters: u64,
+    /// Records the broker's retention deleted before the pipeline read them.
+    pub records_lost: u64,
+    /// Data files written by committed snapshots.
+    pub files_written: u64,
     /// Time spent committing (writing files and the snapshot).
     pub commit_seconds: f64,
+    /// The last commit: how long it took, how many files it wrote, when it ended.
+    pub last_commit_seconds: f64,
+    pub last_commit_files: u64,
+    pub last_commit_at_ms: i64,
     /// When the run started (ms since the epoch).
     pub started_at_ms: i64,
 }
@@ -160,6 +322,8 @@ pub struct Pipeline {
     spec: PipelineSpec,
     catalog: Arc<CatalogService>,
     sql: Arc<SqlEngine>,
+    /// Where schema ids are looked up (Avro, Protobuf, JSON Schema).
+    registry: Option<Arc<dyn SchemaSource>>,
     stats: std::sync::Mutex<PipelineStats>,
 }
 
@@ -173,6 +337,9 @@ struct Batch {
     records: usize,
     rejected: u64,
     dead: Vec<DeadLetter>,
+    /// Fields the records' registry schemas give (Avro, Protobuf, JSON Schema): the table
+    /// follows them instead of inferring from the rows.
+    fields: Vec<Field>,
 }
 
 /// Where a record came from.
@@ -182,6 +349,7 @@ struct Source {
     offset: i64,
     timestamp_ms: Option<i64>,
     key: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// A record the table could not take, kept with its source coordinates and the reason.
@@ -195,6 +363,29 @@ struct DeadLetter {
     error: String,
 }
 
+impl Batch {
+    /// Takes a record whose value decoded to `row` (one JSON object, no newline).
+    fn push(&mut self, source: Source, row: &[u8]) {
+        self.rows.extend_from_slice(row);
+        self.rows.push(b'\n');
+        self.ends.push(self.rows.len());
+        self.sources.push(source);
+        self.records += 1;
+    }
+
+    /// Dead-letters a record unless an earlier run did (its offset lies below what the
+    /// dead-letter table has committed for the partition).
+    fn reject(&mut self, letter: DeadLetter, dead_committed: &HashMap<(String, i32), i64>) {
+        self.rejected += 1;
+        let done = dead_committed
+            .get(&(letter.topic.clone(), letter.partition))
+            .is_some_and(|next| letter.offset < *next);
+        if !done {
+            self.dead.push(letter);
+        }
+    }
+}
+
 impl Pipeline {
     pub fn new(
         spec: PipelineSpec,
@@ -202,12 +393,25 @@ impl Pipeline {
         sql: Arc<SqlEngine>,
     ) -> Result<Self> {
         spec.validate()?;
+        let registry: Option<Arc<dyn SchemaSource>> = match &spec.schema_registry_url {
+            Some(url) => Some(Arc::new(HttpRegistry::new(url)?)),
+            None => None,
+        };
         Ok(Self {
             spec,
             catalog,
             sql,
+            registry,
             stats: Default::default(),
         })
+    }
+
+    /// Looks schema ids up in `registry` (Floe's own) unless the spec names another.
+    pub fn with_registry(mut self, registry: Arc<dyn SchemaSource>) -> Self {
+        if self.spec.schema_registry_url.is_none() {
+            self.registry = Some(registry);
+        }
+        self
     }
 
     /// What this pipeline has done since it was made.
@@ -243,11 +447,56 @@ impl Pipeline {
             .set("bootstrap.servers", &self.spec.bootstrap_servers)
             .set("group.id", format!("floe-{}", self.spec.name))
             .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            // A position the broker no longer holds is an error the pipeline answers (it
+            // records the gap), never a silent jump.
+            .set("auto.offset.reset", "error");
         for (key, value) in &self.spec.properties {
             config.set(key, value);
         }
         Ok(config.create()?)
+    }
+
+    /// Every partition of the pipeline's topics with the offset to read next: the table's
+    /// committed offset, else the log's start or end (resolved now, so a restart before the
+    /// first commit reads the same records).
+    fn positions(
+        &self,
+        consumer: &StreamConsumer,
+        committed: &HashMap<(String, i32), i64>,
+    ) -> Result<HashMap<(String, i32), i64>> {
+        let mut positions = HashMap::new();
+        for topic in &self.spec.topics {
+            let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+            let partitions: Vec<i32> = metadata
+                .topics()
+                .iter()
+                .filter(|t| t.name() == topic && t.error().is_none())
+                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                .collect();
+            if partitions.is_empty() {
+                return Err(StreamError::Invalid(format!(
+                    "topic {topic:?} has no partitions on {} (does it exist?)",
+                    self.spec.bootstrap_servers
+                )));
+            }
+            for partition in partitions {
+                let key = (topic.clone(), partition);
+                let offset = match committed.get(&key) {
+                    Some(offset) => *offset,
+                    None => {
+                        let (low, high) =
+                            consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+                        match self.spec.start {
+                            StartPosition::Earliest => low,
+                            StartPosition::Latest => high,
+                        }
+                    }
+                };
+                positions.insert(key, offset);
+            }
+        }
+        Ok(positions)
     }
 
     /// Reads and commits until `shutdown`; returns what it did.
@@ -257,21 +506,9 @@ impl Pipeline {
             Some(loaded) => self.spec.committed_offsets(&loaded.metadata),
             None => HashMap::new(),
         };
-        let mut assignment = TopicPartitionList::new();
-        for topic in &self.spec.topics {
-            let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-            for found in metadata.topics().iter().filter(|t| t.name() == topic) {
-                for partition in found.partitions() {
-                    let offset = match next.get(&(topic.clone(), partition.id())) {
-                        Some(offset) => Offset::Offset(*offset),
-                        None if self.spec.start == StartPosition::Latest => Offset::End,
-                        None => Offset::Beginning,
-                    };
-                    assignment.add_partition_offset(topic, partition.id(), offset)?;
-                }
-            }
-        }
-        consumer.assign(&assignment)?;
+        // The next offset of every partition as far as this run has read.
+        let mut pending = self.positions(&consumer, &next)?;
+        assign(&consumer, &pending)?;
 
         let interval = Duration::from_millis(self.spec.commit_interval_ms.max(10));
         let mut stats = PipelineStats {
@@ -283,75 +520,90 @@ impl Pipeline {
             Some(loaded) => self.spec.committed_offsets(&loaded.metadata),
             None => HashMap::new(),
         };
+        let mut decoder = Decoder::new(self.spec.format, self.registry.clone());
+        let headers = self
+            .spec
+            .metadata_columns
+            .contains(&MetadataColumn::Headers);
         let mut batch = Batch::default();
-        let mut pending = next.clone();
         let mut deadline = tokio::time::Instant::now() + interval;
         // One stream for the whole run: a `recv()` future dropped by the timer branch could
         // miss the queue's wake-up and stall the pipeline.
         let mut messages = consumer.stream();
         loop {
-            let flush = tokio::select! {
+            let received = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep_until(deadline) => true,
-                received = futures::StreamExt::next(&mut messages) => {
-                    let Some(received) = received else { break };
-                    let message = received?;
+                _ = tokio::time::sleep_until(deadline) => None,
+                received = futures::StreamExt::next(&mut messages) => match received {
+                    Some(received) => Some(received),
+                    None => break,
+                },
+            };
+            let flush = match received {
+                None => true,
+                Some(Ok(message)) => {
                     let payload = message.payload().unwrap_or_default();
-                    match object_error(payload) {
-                        None => {
-                            batch.rows.extend_from_slice(payload);
-                            batch.rows.push(b'\n');
-                            batch.ends.push(batch.rows.len());
-                            batch.sources.push(Source {
-                                topic: message.topic().to_string(),
-                                partition: message.partition(),
-                                offset: message.offset(),
-                                timestamp_ms: message.timestamp().to_millis(),
-                                key: message.key().map(<[u8]>::to_vec),
-                            });
-                            batch.records += 1;
-                        }
-                        Some(error) => {
-                            batch.rejected += 1;
-                            let coordinates = (message.topic().to_string(), message.partition());
-                            // Dead-lettered already, before a crash between the two commits.
-                            let done = dead_committed
-                                .get(&coordinates)
-                                .is_some_and(|next| message.offset() < *next);
-                            if !done {
-                                batch.dead.push(DeadLetter {
-                                    topic: coordinates.0,
-                                    partition: coordinates.1,
-                                    offset: message.offset(),
-                                    timestamp_ms: message.timestamp().to_millis(),
-                                    key: message.key().map(<[u8]>::to_vec),
-                                    value: payload.to_vec(),
-                                    error,
-                                });
-                            }
-                        }
+                    let source = Source {
+                        topic: message.topic().to_string(),
+                        partition: message.partition(),
+                        offset: message.offset(),
+                        timestamp_ms: message.timestamp().to_millis(),
+                        key: message.key().map(<[u8]>::to_vec),
+                        headers: if headers {
+                            record_headers(&message)
+                        } else {
+                            Vec::new()
+                        },
+                    };
+                    pending.insert((source.topic.clone(), source.partition), source.offset + 1);
+                    match decoder.decode(payload, &mut batch.fields).await? {
+                        Ok(row) => batch.push(source, &row),
+                        Err(error) => batch.reject(
+                            DeadLetter {
+                                topic: source.topic,
+                                partition: source.partition,
+                                offset: source.offset,
+                                timestamp_ms: source.timestamp_ms,
+                                key: source.key,
+                                value: payload.to_vec(),
+                                error,
+                            },
+                            &dead_committed,
+                        ),
                     }
-                    pending.insert(
-                        (message.topic().to_string(), message.partition()),
-                        message.offset() + 1,
-                    );
                     batch.records >= self.spec.max_records
+                        || batch.rows.len() >= self.spec.max_bytes
+                }
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                    stats.records_lost +=
+                        self.skip_gaps(&consumer, &mut pending, &mut batch, &dead_committed)?;
+                    assign(&consumer, &pending)?;
+                    false
+                }
+                Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => return Err(e.into()),
+                Some(Err(e)) => {
+                    // Transport trouble and the like: librdkafka retries on its own.
+                    tracing::warn!(pipeline = %self.spec.name, error = %e, "kafka consumer");
+                    false
                 }
             };
             if flush {
                 if batch.records > 0 || !batch.dead.is_empty() {
                     let started = std::time::Instant::now();
-                    let (schema, decoded) = self.prepare(&mut batch, &dead_committed).await?;
+                    let decoded = self.prepare(&mut batch, &dead_committed).await?;
                     if !batch.dead.is_empty() {
                         // Dead letters first: a crash before the table's commit re-reads the
                         // records, and those below the dead-letter table's offsets are not
                         // dead-lettered twice.
                         self.commit_dead_letters(&batch.dead, &pending).await?;
                         dead_committed = pending.clone();
+                        stats.dead_letters += batch.dead.len() as u64;
                     }
-                    let rows: usize = decoded.iter().map(|b| b.num_rows()).sum();
-                    self.commit(schema, decoded, &next, &pending).await?;
-                    stats.commit_seconds += started.elapsed().as_secs_f64();
+                    let rows = decoded.as_ref().map_or(0, |b| b.num_rows());
+                    let files = self.commit(decoded, &next, &pending).await?;
+                    let elapsed = started.elapsed().as_secs_f64();
+                    stats.commit_seconds += elapsed;
+                    stats.last_commit_seconds = elapsed;
                     stats.records_committed += rows as u64;
                     stats.rejected_records += batch.rejected;
                     if rows > 0 {
@@ -359,6 +611,9 @@ impl Pipeline {
                         // where it was, and its offsets move with the next rows.
                         stats.bytes_committed += batch.rows.len() as u64;
                         stats.commits += 1;
+                        stats.files_written += files as u64;
+                        stats.last_commit_files = files as u64;
+                        stats.last_commit_at_ms = now_ms();
                         next = pending.clone();
                     }
                     *self.stats.lock().expect("pipeline stats") = stats.clone();
@@ -370,138 +625,256 @@ impl Pipeline {
         Ok(stats)
     }
 
-    /// Appends `batch` with `offsets` in one snapshot, retrying lost races. The table must
-    /// still say `from` — what this run last committed — for every partition: if another
-    /// node committed meanwhile (it took the pipeline over), this one is fenced and stops.
-    /// The check and the commit see the same snapshot (the commit requires `main` unchanged),
-    /// so two nodes never both commit the same records.
+    /// Answers the broker's "offset out of range": each partition whose next offset lies
+    /// below the log's start lost records to the broker's retention before the pipeline
+    /// read them. The gap is recorded as a dead letter (offset = its first offset, the
+    /// error says how many) and the partition moves to the log's start. Returns how many
+    /// records were lost. A next offset beyond the log's end (the topic was recreated) is
+    /// an error: the pipeline stops rather than guess.
+    fn skip_gaps(
+        &self,
+        consumer: &StreamConsumer,
+        pending: &mut HashMap<(String, i32), i64>,
+        batch: &mut Batch,
+        dead_committed: &HashMap<(String, i32), i64>,
+    ) -> Result<u64> {
+        let mut lost = 0;
+        for ((topic, partition), at) in pending.iter_mut() {
+            let (low, high) =
+                consumer.fetch_watermarks(topic, *partition, Duration::from_secs(10))?;
+            if *at > high {
+                return Err(StreamError::Invalid(format!(
+                    "partition {partition} of topic {topic:?} ends at offset {high}, before the \
+                     pipeline's next offset {at}: the topic was probably recreated; drop the \
+                     pipeline's table or define a new pipeline"
+                )));
+            }
+            if *at < low {
+                let count = low - *at;
+                tracing::error!(
+                    pipeline = %self.spec.name, %topic, partition, from = *at, to = low - 1,
+                    "records were deleted by the broker's retention before the pipeline read them"
+                );
+                batch.reject(
+                    DeadLetter {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: *at,
+                        timestamp_ms: None,
+                        key: None,
+                        value: Vec::new(),
+                        error: format!(
+                            "offsets {at} to {} ({count} records) were deleted by the broker's \
+                             retention before the pipeline read them",
+                            low - 1
+                        ),
+                    },
+                    dead_committed,
+                );
+                lost += count as u64;
+                *at = low;
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Appends `batch` with `offsets` in one snapshot, retrying lost races; returns the
+    /// number of data files written. The files are written once; a lost race re-reads the
+    /// table and commits them again. The table must still say `from` — what this run last
+    /// committed — for every partition: if another node committed meanwhile (it took the
+    /// pipeline over), this one is fenced and stops. The check and the commit see the same
+    /// snapshot (the commit requires `main` unchanged), so two nodes never both commit the
+    /// same records.
     async fn commit(
         &self,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
+        batch: Option<RecordBatch>,
         from: &HashMap<(String, i32), i64>,
         offsets: &HashMap<(String, i32), i64>,
-    ) -> Result<()> {
-        if batches.is_empty() {
-            // Nothing to write (only dead letters): the offsets move with the next rows.
-            return Ok(());
-        }
+    ) -> Result<usize> {
+        // Nothing to write (only dead letters): the offsets move with the next rows.
+        let Some(batch) = batch else { return Ok(0) };
+        self.append(&self.spec.ident()?, batch, offsets, Some(from))
+            .await
+    }
+
+    /// Appends `batch` to table `ident` in one snapshot carrying `offsets`, fenced by `from`
+    /// when given (see [`Self::commit`]); returns the number of data files written.
+    async fn append(
+        &self,
+        ident: &TableIdent,
+        batch: RecordBatch,
+        offsets: &HashMap<(String, i32), i64>,
+        from: Option<&HashMap<(String, i32), i64>>,
+    ) -> Result<usize> {
         let properties = self.offset_properties(offsets);
+        let access = self
+            .sql
+            .access(&Caller::system(), &self.spec.warehouse)
+            .await
+            .map_err(|e| table_error("storage access", e.message))?;
+        let mut written: Option<Vec<iceberg::spec::DataFile>> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let Some(loaded) = self.load().await? else {
+            let Some(loaded) = self.load_ident(ident).await? else {
                 return Err(table_error(
-                    "commit a pipeline batch",
+                    format!("commit a pipeline batch to {ident}"),
                     "the table was dropped",
                 ));
             };
-            let committed = self.spec.committed_offsets(&loaded.metadata);
-            if from
-                .iter()
-                .any(|(partition, offset)| committed.get(partition) != Some(offset))
-            {
-                return Err(StreamError::Fenced(self.spec.name.clone()));
+            if let Some(from) = from {
+                let committed = self.spec.committed_offsets(&loaded.metadata);
+                if from
+                    .iter()
+                    .any(|(partition, offset)| committed.get(partition) != Some(offset))
+                {
+                    return Err(StreamError::Fenced(self.spec.name.clone()));
+                }
             }
-            match self
-                .append(loaded, schema.clone(), batches.clone(), &properties)
-                .await
-            {
-                Ok(()) => return Ok(()),
-                Err(e) if attempt < 8 && is_conflict(&e) => {
+            let table = floe_sql::write::table_of(&access, loaded)
+                .map_err(|e| table_error("commit a pipeline batch", e))?;
+            let files = match &written {
+                Some(files) => files.clone(),
+                None => {
+                    let stream = RecordBatchStreamAdapter::new(
+                        batch.schema(),
+                        futures::stream::iter([Ok(batch.clone())]),
+                    );
+                    let (files, _) =
+                        floe_sql::write::write_data_files(&table, Box::pin(stream), None)
+                            .await
+                            .map_err(|e| table_error("write a pipeline batch", e))?;
+                    written = Some(files.clone());
+                    files
+                }
+            };
+            let count = files.len();
+            let transaction = Transaction::new(&table);
+            let transaction = transaction
+                .fast_append()
+                .set_snapshot_properties(properties.clone())
+                .add_data_files(files)
+                .apply(transaction)
+                .map_err(|e| table_error("commit a pipeline batch", e))?;
+            match floe_sql::write::commit_transaction(&access, transaction).await {
+                Ok(_) => return Ok(count),
+                Err(e) if attempt < 8 && e.to_string().to_lowercase().contains("conflict") => {
                     tracing::info!(pipeline = %self.spec.name, attempt, "retry a pipeline commit");
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(table_error("commit a pipeline batch", e)),
             }
         }
     }
 
-    /// Makes the batch ready to commit: the table exists (created from the batch's inferred
-    /// schema), new top-level fields have become optional columns, and the rows are decoded.
-    /// Rows that do not fit the table (a text where a number belongs, say) join the dead
-    /// letters with the reason; the rest flow on.
+    /// The metadata columns the pipeline keeps.
+    fn metadata_fields(&self) -> Vec<Field> {
+        self.spec
+            .metadata_columns
+            .iter()
+            .map(|c| c.field())
+            .collect()
+    }
+
+    /// Makes the batch ready to commit: the table exists (created from the records' schema),
+    /// new top-level fields have become optional columns, and the rows are decoded into one
+    /// batch of the table's schema (metadata columns filled in, sorted by the table's sort
+    /// order). Rows that do not fit the table (a text where a number belongs, say) join the
+    /// dead letters with the reason; the rest flow on.
     async fn prepare(
         &self,
         batch: &mut Batch,
         dead_committed: &HashMap<(String, i32), i64>,
-    ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    ) -> Result<Option<RecordBatch>> {
+        if batch.rows.is_empty() {
+            return Ok(None);
+        }
         let mut loaded = match self.load().await? {
             Some(loaded) => loaded,
-            None if batch.rows.is_empty() => return Ok((Arc::new(Schema::empty()), Vec::new())),
-            None => self.create_table(&batch.rows).await?,
+            None => self.create_table(batch).await?,
         };
-        let arrow = |loaded: &LoadedTable| -> Result<SchemaRef> {
-            Ok(Arc::new(
-                iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
-                    .map_err(|e| table_error("table schema", e))?,
-            ))
+        let seen = if batch.fields.is_empty() {
+            infer_fields(&batch.rows, 10_000).unwrap_or_default()
+        } else {
+            batch.fields.clone()
         };
-        let mut schema = arrow(&loaded)?;
-        if !batch.rows.is_empty()
-            && let Ok((seen, _)) = datafusion::arrow::json::reader::infer_json_schema(
-                std::io::Cursor::new(&batch.rows),
-                Some(10_000),
+        let current = loaded.metadata.current_schema();
+        let missing: Vec<Field> = seen
+            .into_iter()
+            .chain(self.metadata_fields())
+            .filter(|f| current.field_by_name(f.name()).is_none())
+            .collect();
+        if !missing.is_empty() {
+            let ident = self.spec.ident()?;
+            match floe_sql::write::add_columns(
+                &self.catalog,
+                &Caller::system(),
+                &self.spec.warehouse,
+                &ident,
+                &missing,
             )
-        {
-            let missing: Vec<Field> = seen
+            .await
+            {
+                Ok(evolved) => loaded = evolved,
+                // Fields of a kind that cannot be added are left out of the rows.
+                Err(e) => {
+                    tracing::warn!(pipeline = %self.spec.name, error = %e, "add columns")
+                }
+            }
+        }
+        let schema: SchemaRef = Arc::new(
+            iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
+                .map_err(|e| table_error("table schema", e))?,
+        );
+        let data_schema = Arc::new(Schema::new(
+            schema
                 .fields()
                 .iter()
-                .filter(|f| schema.field_with_name(f.name()).is_err())
-                .map(|f| f.as_ref().clone())
-                .collect();
-            if !missing.is_empty() {
-                let ident = self.spec.ident()?;
-                match floe_sql::write::add_columns(
-                    &self.catalog,
-                    &Caller::system(),
-                    &self.spec.warehouse,
-                    &ident,
-                    &missing,
-                )
-                .await
-                {
-                    Ok(evolved) => {
-                        loaded = evolved;
-                        schema = arrow(&loaded)?;
-                    }
-                    // Fields of a kind that cannot be added are left out of the rows.
-                    Err(e) => {
-                        tracing::warn!(pipeline = %self.spec.name, error = %e, "add columns")
-                    }
-                }
-            }
-        }
-        if let Ok(batches) = decode(&batch.rows, &schema) {
-            return Ok((schema, batches));
-        }
-        // Some row does not fit: decode row by row and dead-letter the misfits.
-        let mut batches = Vec::new();
-        let mut start = 0;
-        for (end, source) in batch.ends.iter().zip(&batch.sources) {
-            let row = &batch.rows[start..*end];
-            start = *end;
-            match decode(row, &schema) {
-                Ok(decoded) => batches.extend(decoded),
-                Err(e) => {
-                    batch.rejected += 1;
-                    let done = dead_committed
-                        .get(&(source.topic.clone(), source.partition))
-                        .is_some_and(|next| source.offset < *next);
-                    if !done {
-                        batch.dead.push(DeadLetter {
-                            topic: source.topic.clone(),
-                            partition: source.partition,
-                            offset: source.offset,
-                            timestamp_ms: source.timestamp_ms,
-                            key: source.key.clone(),
-                            value: row.strip_suffix(b"\n").unwrap_or(row).to_vec(),
-                            error: format!("does not fit the table: {e}"),
-                        });
+                .filter(|f| MetadataColumn::of_column(f.name()).is_none())
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
+        let (decoded, kept) = match decode(&batch.rows, &data_schema) {
+            Ok(decoded) => (decoded, (0..batch.sources.len()).collect::<Vec<_>>()),
+            Err(_) => {
+                // Some row does not fit: decode row by row and dead-letter the misfits.
+                let mut parts = Vec::new();
+                let mut kept = Vec::new();
+                let mut start = 0;
+                let ends = std::mem::take(&mut batch.ends);
+                for (i, end) in ends.iter().enumerate() {
+                    let row = &batch.rows[start..*end];
+                    start = *end;
+                    match decode(row, &data_schema) {
+                        Ok(decoded) => {
+                            parts.push(decoded);
+                            kept.push(i);
+                        }
+                        Err(e) => {
+                            let source = &batch.sources[i];
+                            let letter = DeadLetter {
+                                topic: source.topic.clone(),
+                                partition: source.partition,
+                                offset: source.offset,
+                                timestamp_ms: source.timestamp_ms,
+                                key: source.key.clone(),
+                                value: row.strip_suffix(b"\n").unwrap_or(row).to_vec(),
+                                error: format!("does not fit the table: {e}"),
+                            };
+                            batch.reject(letter, dead_committed);
+                        }
                     }
                 }
+                batch.ends = ends;
+                let decoded = datafusion::arrow::compute::concat_batches(&data_schema, &parts)
+                    .map_err(|e| table_error("decode records", e))?;
+                (decoded, kept)
             }
+        };
+        if kept.is_empty() {
+            return Ok(None);
         }
-        Ok((schema, batches))
+        let assembled = assemble(&schema, &decoded, &kept, &batch.sources)?;
+        Ok(Some(sort_batch(&loaded.metadata, assembled)?))
     }
 
     /// The summary entries recording `offsets`.
@@ -514,38 +887,13 @@ impl Pipeline {
             .collect()
     }
 
-    /// Appends `batches` to a loaded table in one snapshot carrying `properties`.
-    async fn append(
-        &self,
-        loaded: LoadedTable,
-        schema: SchemaRef,
-        batches: Vec<RecordBatch>,
-        properties: &HashMap<String, String>,
-    ) -> Result<()> {
-        let access = self
-            .sql
-            .access(&Caller::system(), &self.spec.warehouse)
-            .await
-            .map_err(|e| table_error("storage access", e.message))?;
-        let table =
-            floe_sql::write::table_of(&access, loaded).map_err(|e| table_error("table", e))?;
-        let stream = RecordBatchStreamAdapter::new(
-            schema.clone(),
-            futures::stream::iter(batches.into_iter().map(Ok)),
-        );
-        floe_sql::write::IcebergSink::new(access, table, schema)
-            .with_snapshot_properties(properties.clone())
-            .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
-            .await
-            .map(|_| ())
-            .map_err(|e| table_error("commit a pipeline batch", e))
-    }
-
-    /// Creates an unpartitioned table of the pipeline's warehouse.
+    /// Creates a table of the pipeline's warehouse.
     async fn create(
         &self,
         ident: &TableIdent,
         schema: iceberg::spec::Schema,
+        partition_spec: Option<iceberg::spec::UnboundPartitionSpec>,
+        write_order: Option<iceberg::spec::SortOrder>,
     ) -> Result<LoadedTable> {
         Ok(self
             .catalog
@@ -557,8 +905,8 @@ impl Pipeline {
                     name: ident.name().to_string(),
                     location: None,
                     schema,
-                    partition_spec: None,
-                    write_order: None,
+                    partition_spec,
+                    write_order,
                     stage_create: false,
                     properties: HashMap::new(),
                 },
@@ -587,45 +935,55 @@ impl Pipeline {
     ) -> Result<()> {
         let (schema, batch) = dead_letter_batch(&self.spec.name, dead)?;
         let ident = self.dead_letter_ident()?;
-        let properties = self.offset_properties(offsets);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let loaded = match self.load_dead_letters().await? {
-                Some(loaded) => loaded,
-                None => {
-                    let iceberg_schema = floe_sql::write::iceberg_schema(&schema)
-                        .map_err(|e| table_error("dead-letter schema", e))?;
-                    match self.create(&ident, iceberg_schema).await {
-                        Ok(loaded) => loaded,
-                        Err(StreamError::Catalog(CatalogError::AlreadyExists { .. })) => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-            };
-            match self
-                .append(loaded, schema.clone(), vec![batch.clone()], &properties)
-                .await
-            {
-                Ok(()) => return Ok(()),
-                Err(e) if attempt < 8 && is_conflict(&e) => {}
+        if self.load_dead_letters().await?.is_none() {
+            let iceberg_schema = floe_sql::write::iceberg_schema(&schema)
+                .map_err(|e| table_error("dead-letter schema", e))?;
+            match self.create(&ident, iceberg_schema, None, None).await {
+                Ok(_) | Err(StreamError::Catalog(CatalogError::AlreadyExists { .. })) => {}
                 Err(e) => return Err(e),
             }
         }
+        self.append(&ident, batch, offsets, None).await?;
+        Ok(())
     }
 
-    /// Creates the target table with the schema the batch's records suggest.
-    async fn create_table(&self, rows: &[u8]) -> Result<LoadedTable> {
-        let (schema, _) = datafusion::arrow::json::reader::infer_json_schema(
-            std::io::Cursor::new(rows),
-            Some(1000),
-        )
-        .map_err(|e| table_error("infer the table schema", e))?;
-        let schema = floe_sql::write::iceberg_schema(&schema)
+    /// Creates the target table with the schema the batch's records give (their registry
+    /// schema, else inferred from the first rows), the metadata columns, and the spec's
+    /// partition spec and sort order.
+    async fn create_table(&self, batch: &Batch) -> Result<LoadedTable> {
+        let mut fields = if batch.fields.is_empty() {
+            infer_fields(&batch.rows, 1000)?
+        } else {
+            batch.fields.clone()
+        };
+        fields.extend(self.metadata_fields());
+        let schema = floe_sql::write::iceberg_schema(&Schema::new(fields))
             .map_err(|e| table_error("infer the table schema", e))?;
+        let mut partition = Vec::new();
+        for item in &self.spec.partition_by {
+            partition.push(
+                floe_sql::write::partition_field(item)
+                    .map_err(|e| StreamError::Invalid(e.to_string()))?,
+            );
+        }
+        let partition_spec = if partition.is_empty() {
+            None
+        } else {
+            Some(
+                floe_sql::write::partition_spec(&schema, &partition).map_err(|e| {
+                    StreamError::Invalid(format!(
+                        "partition-by: {e} (the records' fields are: {})",
+                        field_names(&schema)
+                    ))
+                })?,
+            )
+        };
+        let write_order = sort_order(&self.spec.sort_by, &schema)?;
         let ident = self.spec.ident()?;
-        let created = self.create(&ident, schema).await;
-        match created {
+        match self
+            .create(&ident, schema, partition_spec, write_order)
+            .await
+        {
             Ok(loaded) => Ok(loaded),
             // Created meanwhile by someone else: use theirs.
             Err(StreamError::Catalog(CatalogError::AlreadyExists { .. })) => self
@@ -637,18 +995,303 @@ impl Pipeline {
     }
 }
 
-/// Why a record cannot go into the table, if it cannot.
-fn object_error(payload: &[u8]) -> Option<String> {
-    let kind = match serde_json::from_slice::<serde_json::Value>(payload) {
-        Ok(serde_json::Value::Object(_)) => return None,
-        Ok(serde_json::Value::Array(_)) => "an array",
-        Ok(serde_json::Value::String(_)) => "a string",
-        Ok(serde_json::Value::Number(_)) => "a number",
-        Ok(serde_json::Value::Bool(_)) => "a boolean",
-        Ok(serde_json::Value::Null) => "null",
-        Err(e) => return Some(format!("not JSON: {e}")),
+/// Assigns every partition at its offset.
+fn assign(consumer: &StreamConsumer, positions: &HashMap<(String, i32), i64>) -> Result<()> {
+    let mut assignment = TopicPartitionList::new();
+    for ((topic, partition), offset) in positions {
+        assignment.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
+    }
+    consumer.assign(&assignment)?;
+    Ok(())
+}
+
+/// A record's headers in order (a header without a value keeps `None`).
+fn record_headers(
+    message: &rdkafka::message::BorrowedMessage<'_>,
+) -> Vec<(String, Option<Vec<u8>>)> {
+    use rdkafka::message::Headers;
+    message
+        .headers()
+        .map(|headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn field_names(schema: &iceberg::spec::Schema) -> String {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Checks `sort-by` entries: `column [asc|desc] [nulls first|last]`.
+fn parse_sort_field(item: &str) -> Result<(String, bool, Option<bool>)> {
+    let words: Vec<String> = item
+        .split_whitespace()
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let bad = || {
+        StreamError::Invalid(format!(
+            "sort-by entry {item:?}: use `column [asc|desc] [nulls first|nulls last]`"
+        ))
     };
-    Some(format!("a record must be a JSON object, not {kind}"))
+    let column = item.split_whitespace().next().ok_or_else(bad)?.to_string();
+    let (descending, rest) = match words.get(1).map(String::as_str) {
+        Some("asc") => (false, &words[2..]),
+        Some("desc") => (true, &words[2..]),
+        _ => (false, &words[1..]),
+    };
+    let nulls_first = match rest {
+        [] => None,
+        [n, f] if n == "nulls" && f == "first" => Some(true),
+        [n, l] if n == "nulls" && l == "last" => Some(false),
+        _ => return Err(bad()),
+    };
+    Ok((column, descending, nulls_first))
+}
+
+/// The sort order `sort-by` describes over `schema` (none when empty).
+fn sort_order(
+    items: &[String],
+    schema: &iceberg::spec::Schema,
+) -> Result<Option<iceberg::spec::SortOrder>> {
+    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = SortOrder::builder();
+    builder.with_order_id(1);
+    for item in items {
+        let (column, descending, nulls_first) = parse_sort_field(item)?;
+        let field = schema.field_by_name(&column).ok_or_else(|| {
+            StreamError::Invalid(format!(
+                "sort-by names {column:?}, which is not a field of the records (they have: {})",
+                field_names(schema)
+            ))
+        })?;
+        // Iceberg's defaults: nulls first ascending, nulls last descending.
+        let nulls_first = nulls_first.unwrap_or(!descending);
+        builder.with_sort_field(
+            SortField::builder()
+                .source_id(field.id)
+                .transform(Transform::Identity)
+                .direction(if descending {
+                    SortDirection::Descending
+                } else {
+                    SortDirection::Ascending
+                })
+                .null_order(if nulls_first {
+                    NullOrder::First
+                } else {
+                    NullOrder::Last
+                })
+                .build(),
+        );
+    }
+    Ok(Some(builder.build(schema).map_err(|e| {
+        StreamError::Invalid(format!("sort-by: {e}"))
+    })?))
+}
+
+/// `batch` sorted by the table's default sort order (identity fields of top-level columns;
+/// other transforms are left to compaction).
+fn sort_batch(metadata: &TableMetadata, batch: RecordBatch) -> Result<RecordBatch> {
+    use datafusion::arrow::compute::{
+        SortColumn, SortOptions, lexsort_to_indices, take_record_batch,
+    };
+    use iceberg::spec::{NullOrder, SortDirection, Transform};
+    let order = metadata.default_sort_order();
+    let schema = metadata.current_schema();
+    let mut columns = Vec::new();
+    for field in &order.fields {
+        if field.transform != Transform::Identity {
+            continue;
+        }
+        let Some(name) = schema.name_by_field_id(field.source_id) else {
+            continue;
+        };
+        let Some(values) = batch.column_by_name(name) else {
+            continue;
+        };
+        columns.push(SortColumn {
+            values: values.clone(),
+            options: Some(SortOptions {
+                descending: field.direction == SortDirection::Descending,
+                nulls_first: field.null_order == NullOrder::First,
+            }),
+        });
+    }
+    if columns.is_empty() || batch.num_rows() < 2 {
+        return Ok(batch);
+    }
+    let indices = lexsort_to_indices(&columns, None).map_err(|e| table_error("sort a batch", e))?;
+    take_record_batch(&batch, &indices).map_err(|e| table_error("sort a batch", e))
+}
+
+/// The decoded rows (`kept` of `sources`, in order) with the table's metadata columns
+/// filled in from their Kafka coordinates, as a batch of `schema`.
+fn assemble(
+    schema: &SchemaRef,
+    decoded: &RecordBatch,
+    kept: &[usize],
+    sources: &[Source],
+) -> Result<RecordBatch> {
+    use datafusion::arrow::array::{
+        ArrayRef, BinaryArray, BinaryBuilder, Int32Array, Int64Array, ListArray, StringArray,
+        StringBuilder, StructArray, TimestampMicrosecondArray,
+    };
+    use datafusion::arrow::buffer::OffsetBuffer;
+    use datafusion::arrow::datatypes::DataType;
+    let kept: Vec<&Source> = kept.iter().map(|i| &sources[*i]).collect();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let Some(column) = MetadataColumn::of_column(field.name()) else {
+            let values = decoded
+                .column_by_name(field.name())
+                .ok_or_else(|| table_error("assemble a batch", field.name()))?;
+            columns.push(values.clone());
+            continue;
+        };
+        let values: ArrayRef = match column {
+            MetadataColumn::Key => Arc::new(BinaryArray::from(
+                kept.iter().map(|s| s.key.as_deref()).collect::<Vec<_>>(),
+            )),
+            MetadataColumn::Topic => Arc::new(StringArray::from_iter_values(
+                kept.iter().map(|s| s.topic.as_str()),
+            )),
+            MetadataColumn::Partition => Arc::new(Int32Array::from_iter_values(
+                kept.iter().map(|s| s.partition),
+            )),
+            MetadataColumn::Offset => {
+                Arc::new(Int64Array::from_iter_values(kept.iter().map(|s| s.offset)))
+            }
+            MetadataColumn::Timestamp => Arc::new(
+                TimestampMicrosecondArray::from(
+                    kept.iter()
+                        .map(|s| s.timestamp_ms.map(|ms| ms * 1000))
+                        .collect::<Vec<_>>(),
+                )
+                .with_timezone("+00:00"),
+            ),
+            MetadataColumn::Headers => {
+                let DataType::List(element) = field.data_type() else {
+                    return Err(table_error("_kafka_headers", "the column is not a list"));
+                };
+                let DataType::Struct(entry) = element.data_type() else {
+                    return Err(table_error("_kafka_headers", "the list is not of structs"));
+                };
+                let mut keys = StringBuilder::new();
+                let mut header_values = BinaryBuilder::new();
+                let mut lengths = Vec::with_capacity(kept.len());
+                for source in &kept {
+                    lengths.push(source.headers.len());
+                    for (key, value) in &source.headers {
+                        keys.append_value(key);
+                        header_values.append_option(value.as_deref());
+                    }
+                }
+                let children: Vec<ArrayRef> = [
+                    Arc::new(keys.finish()) as ArrayRef,
+                    Arc::new(header_values.finish()),
+                ]
+                .iter()
+                .zip(entry.iter())
+                .map(|(values, field)| {
+                    datafusion::arrow::compute::cast(values, field.data_type())
+                        .map_err(|e| table_error("_kafka_headers", e))
+                })
+                .collect::<Result<_>>()?;
+                let entries = StructArray::try_new(entry.clone(), children, None)
+                    .map_err(|e| table_error("_kafka_headers", e))?;
+                Arc::new(
+                    ListArray::try_new(
+                        element.clone(),
+                        OffsetBuffer::from_lengths(lengths),
+                        Arc::new(entries),
+                        None,
+                    )
+                    .map_err(|e| table_error("_kafka_headers", e))?,
+                )
+            }
+        };
+        let values = if values.data_type() == field.data_type() {
+            values
+        } else {
+            datafusion::arrow::compute::cast(&values, field.data_type())
+                .map_err(|e| table_error(field.name().as_str(), e))?
+        };
+        columns.push(values);
+    }
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(kept.len())),
+    )
+    .map_err(|e| table_error("assemble a batch", e))
+}
+
+/// The top-level fields of NDJSON `rows` (the first `sample` rows): arrow's inference, with
+/// text that always reads as an RFC 3339 timestamp made a timestamp (with a zone when the
+/// texts carry one) and text that always reads as a date made a date.
+fn infer_fields(rows: &[u8], sample: usize) -> Result<Vec<Field>> {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    let (schema, _) = datafusion::arrow::json::reader::infer_json_schema(
+        std::io::Cursor::new(rows),
+        Some(sample),
+    )
+    .map_err(|e| table_error("infer the table schema", e))?;
+    let texts: Vec<usize> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.data_type() == &DataType::Utf8)
+        .map(|(i, _)| i)
+        .collect();
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    if texts.is_empty() {
+        return Ok(fields);
+    }
+    // Per text field: (seen, all zoned timestamps, all naive timestamps, all dates).
+    let mut kinds: HashMap<usize, (bool, bool, bool, bool)> = texts
+        .iter()
+        .map(|i| (*i, (false, true, true, true)))
+        .collect();
+    for line in rows
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .take(sample)
+    {
+        let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(line) else {
+            continue;
+        };
+        for (i, kind) in kinds.iter_mut() {
+            let Some(serde_json::Value::String(text)) = object.get(fields[*i].name()) else {
+                continue;
+            };
+            kind.0 = true;
+            kind.1 &= chrono::DateTime::parse_from_rfc3339(text).is_ok();
+            kind.2 &= chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").is_ok();
+            kind.3 &= chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok();
+        }
+    }
+    for (i, (seen, zoned, naive, date)) in kinds {
+        let data_type = match (seen, zoned, naive, date) {
+            (false, ..) => continue,
+            (true, true, _, _) => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            (true, _, true, _) => DataType::Timestamp(TimeUnit::Microsecond, None),
+            (true, _, _, true) => DataType::Date32,
+            _ => continue,
+        };
+        fields[i] = Field::new(fields[i].name(), data_type, true);
+    }
+    Ok(fields)
 }
 
 fn now_ms() -> i64 {
@@ -658,17 +1301,16 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
-/// NDJSON rows decoded against the table's schema (unknown fields ignored).
-fn decode(rows: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
+/// NDJSON rows decoded against the table's schema (unknown fields ignored) as one batch.
+fn decode(rows: &[u8], schema: &SchemaRef) -> Result<RecordBatch> {
     let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
-        .with_batch_size(8192)
+        .with_batch_size(1 << 20)
         .build(std::io::Cursor::new(rows))
         .map_err(|e| table_error("decode records", e))?;
-    reader
+    let batches = reader
         .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| table_error("decode records", e))?;
+    datafusion::arrow::compute::concat_batches(schema, &batches)
         .map_err(|e| table_error("decode records", e))
 }
 
@@ -721,10 +1363,6 @@ fn dead_letter_batch(pipeline: &str, dead: &[DeadLetter]) -> Result<(SchemaRef, 
     )
     .map_err(|e| table_error("build dead letters", e))?;
     Ok((schema, batch))
-}
-
-fn is_conflict(e: &StreamError) -> bool {
-    e.to_string().to_lowercase().contains("conflict")
 }
 
 /// Each partition's high watermark and lag behind it, for `committed` offsets (partitions

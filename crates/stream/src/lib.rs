@@ -11,7 +11,9 @@
 //!
 //! This crate isolates the Kafka client (librdkafka, built from source by `rdkafka-sys`).
 
+mod format;
 pub mod kafka;
+pub mod registry;
 
 /// Why a pipeline stopped.
 #[derive(Debug, thiserror::Error)]

@@ -143,6 +143,7 @@ fn spec(bootstrap: &str, table: &str, topic: &str) -> PipelineSpec {
         properties: Default::default(),
         commit_interval_ms: 1000,
         max_records: 100_000,
+        ..Default::default()
     }
 }
 

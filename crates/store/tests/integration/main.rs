@@ -19,6 +19,7 @@ async fn sqlite_store_conforms() {
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::pipelines(Arc::new(store.clone())).await;
+    suite::registry(Arc::new(store.clone())).await;
     // Reopening runs no migration twice and keeps the data.
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
@@ -46,6 +47,7 @@ async fn postgres_store_conforms() {
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::pipelines(Arc::new(store.clone())).await;
+    suite::registry(Arc::new(store.clone())).await;
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
         .await

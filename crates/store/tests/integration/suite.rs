@@ -13,8 +13,10 @@ use uuid::Uuid;
 
 mod jobs;
 mod pipelines;
+mod registry;
 pub use jobs::jobs;
 pub use pipelines::pipelines;
+pub use registry::registry;
 
 fn ns(parts: &[&str]) -> NamespaceIdent {
     NamespaceIdent::from_strs(parts.iter().copied()).unwrap()

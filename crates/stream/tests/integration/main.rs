@@ -219,6 +219,7 @@ async fn json_topic_lands_exactly_once_across_restarts() {
         properties: Default::default(),
         commit_interval_ms: 200,
         max_records: 50,
+        ..Default::default()
     };
 
     // Poison records (not JSON) are skipped and counted; everything else lands once.
@@ -319,3 +320,5 @@ async fn json_topic_lands_exactly_once_across_restarts() {
         committed[&("events".to_string(), 0)].to_string()
     );
 }
+
+mod formats;

@@ -1,0 +1,213 @@
+"""Floe's Confluent-compatible schema registry driven by confluent-kafka's own
+SchemaRegistryClient and serializers: producers register Avro and JSON Schema schemas at
+Floe (basic authentication with a Floe client id and secret), pipelines read their records
+into typed Iceberg tables, schemas evolve mid-stream, and incompatible schemas are refused
+with Confluent's error codes."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from conftest import FLOE_BIN, ROOT_ID, ROOT_SECRET, start_floe, stop_floe
+from test_governance import make_principal
+
+ORDER_V1 = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+ORDER_V2 = {**ORDER_V1, "fields": ORDER_V1["fields"] + [{"name": "country", "type": ["null", "string"], "default": None}]}
+READING = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Reading",
+    "type": "object",
+    "properties": {
+        "sensor": {"type": "string"},
+        "value": {"type": "number"},
+        "count": {"type": "integer"},
+        "at": {"type": "string", "format": "date-time"},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["sensor", "value"],
+}
+
+
+@pytest.fixture
+def broker():
+    process = subprocess.Popen(
+        [FLOE_BIN, "kafka-mock", "--topic", "orders:1", "--topic", "readings:2"], stdout=subprocess.PIPE, text=True
+    )
+    bootstrap = process.stdout.readline().strip()
+    assert bootstrap, "the mock broker printed no bootstrap servers"
+    yield bootstrap
+    process.kill()
+    process.wait()
+
+
+def registry(floe, client_id=ROOT_ID, secret=ROOT_SECRET):
+    conf = {"url": f"{floe.base}/schema-registry"}
+    if client_id:
+        conf["basic.auth.user.info"] = f"{client_id}:{secret}"
+    return SchemaRegistryClient(conf)
+
+
+def pipeline(floe, bootstrap, name, topic, fmt):
+    answer = floe.api(
+        "POST",
+        "/api/v1/pipelines",
+        json={
+            "name": name,
+            "warehouse": floe.warehouse,
+            "namespace": ["stream"],
+            "table": name,
+            "bootstrap-servers": bootstrap,
+            "topics": [topic],
+            "format": fmt,
+            "commit-interval-ms": 300,
+            "metadata-columns": ["partition", "offset"],
+        },
+    )
+    assert answer.status_code == 201, answer.text
+
+
+def rows(floe, sql):
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": sql, "warehouse": floe.warehouse})
+    return answer.json()["rows"] if answer.status_code == 200 else []
+
+
+def wait_for(floe, table, count, timeout=120):
+    deadline = time.time() + timeout
+    while True:
+        found = rows(floe, f"SELECT count(*) AS n FROM stream.{table}")
+        if found and found[0]["n"] >= count:
+            return
+        assert time.time() < deadline, f"{found} of {count} rows in {table} after {timeout} s"
+        time.sleep(0.3)
+
+
+def test_confluent_serializers_work_against_floe_and_pipelines_read_their_records(tmp_path, broker):
+    floe = start_floe(tmp_path, extra_args=("--pipeline-lease-secs", "3"))
+    try:
+        catalog = floe.pyiceberg()
+        catalog.create_namespace("stream")
+        client = registry(floe)
+        producer = Producer({"bootstrap.servers": broker})
+
+        # Avro, registered by the serializer itself (auto.register.schemas).
+        v1 = AvroSerializer(client, json.dumps(ORDER_V1))
+        context = SerializationContext("orders", MessageField.VALUE)
+        for i in range(50):
+            value = {"id": i, "item": f"item-{i}", "price": Decimal(f"{i}.25"), "at": 1_764_000_000_000 + i, "tags": ["a", "b"]}
+            producer.produce("orders", value=v1(value, context), partition=0)
+        producer.flush()
+        assert client.get_subjects() == ["orders-value"]
+        latest = client.get_latest_version("orders-value")
+        assert latest.version == 1 and latest.schema.schema_type == "AVRO"
+        # The registry serves the schema back by id: Confluent's deserializer reads records.
+        first = AvroDeserializer(client)(v1({"id": 7, "item": "x", "price": Decimal("1.50"), "at": 0, "tags": []}, context), context)
+        assert first["id"] == 7 and first["item"] == "x"
+
+        pipeline(floe, broker, "orders", "orders", "avro")
+        wait_for(floe, "orders", 50)
+
+        # A compatible change mid-stream: the table gains the column.
+        v2 = AvroSerializer(client, json.dumps(ORDER_V2))
+        for i in range(50, 80):
+            value = {"id": i, "item": f"item-{i}", "price": Decimal(f"{i}.25"), "at": 1_764_000_000_000 + i, "tags": [], "country": "nl"}
+            producer.produce("orders", value=v2(value, context), partition=0)
+        producer.flush()
+        wait_for(floe, "orders", 80)
+        assert client.get_versions("orders-value") == [1, 2]
+        found = rows(floe, "SELECT id, item, CAST(price AS VARCHAR) AS price, country, _kafka_offset AS o FROM stream.orders WHERE id IN (3, 60) ORDER BY id")
+        assert found == [
+            {"id": 3, "item": "item-3", "price": "3.25", "country": None, "o": 3},
+            {"id": 60, "item": "item-60", "price": "60.25", "country": "nl", "o": 60},
+        ]
+        table = catalog.load_table("stream.orders")
+        types = {f.name: str(f.field_type) for f in table.schema().fields}
+        assert types["id"] == "long" and types["price"] == "decimal(10, 2)" and types["at"] == "timestamptz"
+        assert types["country"] == "string" and types["tags"].startswith("list<string")
+        assert table.scan().to_arrow().num_rows == 80
+
+        # An incompatible change is refused with Confluent's 409.
+        retyped = {**ORDER_V2, "fields": [{"name": "id", "type": "string"}] + ORDER_V2["fields"][1:]}
+        with pytest.raises(SchemaRegistryError) as refused:
+            client.register_schema("orders-value", Schema(json.dumps(retyped), "AVRO"))
+        assert refused.value.http_status_code == 409 and refused.value.error_code == 409
+        with pytest.raises(SchemaRegistryError) as missing:
+            client.get_latest_version("no-such-subject")
+        assert missing.value.http_status_code == 404 and missing.value.error_code == 40401
+        with pytest.raises(SchemaRegistryError) as invalid:
+            client.register_schema("broken-value", Schema("{not avro", "AVRO"))
+        assert invalid.value.http_status_code == 422 and invalid.value.error_code == 42201
+        # With NONE compatibility the same change is taken.
+        client.set_compatibility("orders-value", "NONE")
+        assert client.get_compatibility("orders-value") == "NONE"
+        assert client.register_schema("orders-value", Schema(json.dumps(retyped), "AVRO")) > 0
+
+        # JSON Schema through Confluent's JSON serializer.
+        serialize = JSONSerializer(json.dumps(READING), client)
+        readings = SerializationContext("readings", MessageField.VALUE)
+        for i in range(40):
+            value = {"sensor": f"s{i % 4}", "value": i / 4, "count": i, "at": f"2026-11-30T10:00:{i:02d}Z", "ok": i % 2 == 0}
+            producer.produce("readings", value=serialize(value, readings), partition=i % 2)
+        producer.flush()
+        pipeline(floe, broker, "readings", "readings", "json-schema")
+        wait_for(floe, "readings", 40)
+        table = catalog.load_table("stream.readings")
+        types = {f.name: str(f.field_type) for f in table.schema().fields}
+        assert types["value"] == "double" and types["count"] == "long" and types["at"] == "timestamptz"
+        assert types["ok"] == "boolean" and types["sensor"] == "string"
+        assert rows(floe, "SELECT sum(count) AS s, count(DISTINCT _kafka_partition) AS p FROM stream.readings") == [{"s": 780, "p": 2}]
+        from test_duckdb import attach
+
+        con = attach(floe)
+        assert con.execute("SELECT count(*) FROM floe.stream.readings WHERE ok").fetchone() == (20,)
+        assert con.execute("SELECT count(*), min(id), max(id) FROM floe.stream.orders").fetchone() == (80, 0, 79)
+    finally:
+        stop_floe(floe)
+
+
+def test_the_registry_is_governed(tmp_path):
+    floe = start_floe(tmp_path)
+    try:
+        with pytest.raises(SchemaRegistryError) as anonymous:
+            registry(floe, client_id=None).get_subjects()
+        assert anonymous.value.http_status_code == 401
+        with pytest.raises(SchemaRegistryError) as wrong:
+            registry(floe, ROOT_ID, "not-the-secret").get_subjects()
+        assert wrong.value.http_status_code == 401
+        nobody = make_principal(floe, "schema-reader", [])
+        reader = registry(floe, *nobody)
+        assert reader.get_subjects() == []
+        with pytest.raises(SchemaRegistryError) as denied:
+            reader.register_schema("x-value", Schema(json.dumps(ORDER_V1), "AVRO"))
+        assert denied.value.http_status_code == 403
+        schema_id = registry(floe).register_schema("x-value", Schema(json.dumps(ORDER_V1), "AVRO"))
+        assert reader.get_schema(schema_id).schema_type == "AVRO"
+        # Bearer tokens work too (the registry speaks plain HTTP to any client).
+        answer = floe.api("GET", f"/schema-registry/schemas/ids/{schema_id}")
+        assert answer.status_code == 200 and json.loads(answer.json()["schema"])["name"] == "Order"
+        assert floe.api("GET", "/schema-registry/schemas/ids/999").json() == {"error_code": 40403, "message": "Schema 999 not found."}
+        assert floe.api("DELETE", "/schema-registry/subjects/x-value").json() == [1]
+        assert floe.api("GET", "/schema-registry/subjects").json() == []
+        assert floe.api("GET", "/schema-registry/subjects?deleted=true").json() == ["x-value"]
+    finally:
+        stop_floe(floe)
