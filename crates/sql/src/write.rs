@@ -250,6 +250,42 @@ pub async fn add_columns(
     ident: &TableIdent,
     additions: &[Field],
 ) -> floe_catalog::Result<floe_catalog::service::LoadedTable> {
+    evolve_columns(service, caller, warehouse, ident, additions, &[]).await
+}
+
+/// The wider Iceberg type a column of type `current` takes for values of `seen`, when
+/// Iceberg allows the promotion: int to long, float to double, a decimal's precision up at
+/// the same scale.
+pub fn widened_type(current: &iceberg::spec::Type, seen: &DataType) -> Option<iceberg::spec::Type> {
+    use iceberg::spec::{PrimitiveType, Type};
+    let wider = match (current, seen) {
+        (Type::Primitive(PrimitiveType::Int), DataType::Int64) => PrimitiveType::Long,
+        (Type::Primitive(PrimitiveType::Float), DataType::Float64) => PrimitiveType::Double,
+        (
+            Type::Primitive(PrimitiveType::Decimal { precision, scale }),
+            DataType::Decimal128(p, s),
+        ) if i64::from(*s) == i64::from(*scale) && u32::from(*p) > *precision => {
+            PrimitiveType::Decimal {
+                precision: u32::from(*p),
+                scale: *scale,
+            }
+        }
+        _ => return None,
+    };
+    Some(Type::Primitive(wider))
+}
+
+/// [`add_columns`], and top-level columns named in `widened` promoted to the wider type
+/// their field there asks for ([`widened_type`]; others are left as they are) — one
+/// schema change, one catalog commit.
+pub async fn evolve_columns(
+    service: &floe_catalog::service::CatalogService,
+    caller: &floe_catalog::governance::authz::Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    additions: &[Field],
+    widened: &[Field],
+) -> floe_catalog::Result<floe_catalog::service::LoadedTable> {
     use iceberg::spec::NestedField;
     use iceberg::{TableRequirement, TableUpdate};
     let mut attempts = 0;
@@ -262,11 +298,23 @@ pub async fn add_columns(
             .iter()
             .filter(|f| current.field_by_name(f.name()).is_none())
             .collect();
-        if missing.is_empty() {
+        let mut fields: Vec<_> = current.as_struct().fields().to_vec();
+        let mut promoted = Vec::new();
+        for field in widened {
+            let Some(position) = fields.iter().position(|f| f.name == *field.name()) else {
+                continue;
+            };
+            if let Some(wider) = widened_type(&fields[position].field_type, field.data_type()) {
+                let mut column = fields[position].as_ref().clone();
+                column.field_type = Box::new(wider);
+                fields[position] = Arc::new(column);
+                promoted.push(field.name().clone());
+            }
+        }
+        if missing.is_empty() && promoted.is_empty() {
             return Ok(loaded);
         }
         let mut next_id = metadata.last_column_id();
-        let mut fields: Vec<_> = current.as_struct().fields().to_vec();
         for field in &missing {
             next_id += 1;
             fields.push(Arc::new(NestedField::optional(
@@ -298,7 +346,7 @@ pub async fn add_columns(
         };
         match service.commit_table(caller, warehouse, request).await {
             Ok(committed) => {
-                tracing::info!(table = %ident, columns = ?missing.iter().map(|f| f.name()).collect::<Vec<_>>(), "add columns");
+                tracing::info!(table = %ident, added = ?missing.iter().map(|f| f.name()).collect::<Vec<_>>(), ?promoted, "evolve columns");
                 return Ok(committed);
             }
             Err(floe_catalog::CatalogError::CommitFailed(_)) if attempts < 5 => continue,

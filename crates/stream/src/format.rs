@@ -105,8 +105,13 @@ impl Decoder {
                     ),
                 };
                 for field in schema_fields {
-                    if !fields.iter().any(|f| f.name() == field.name()) {
-                        fields.push(field.clone());
+                    match fields.iter_mut().find(|f| f.name() == field.name()) {
+                        None => fields.push(field.clone()),
+                        // Schemas of one batch may differ by a widening: the wider wins.
+                        Some(known) if wider(field.data_type(), known.data_type()) => {
+                            *known = field.clone();
+                        }
+                        Some(_) => {}
                     }
                 }
                 Ok(row)
@@ -155,6 +160,15 @@ impl Decoder {
         let parsed = Arc::new(parsed);
         self.schemas.insert(id, parsed.clone());
         Ok(Ok(parsed))
+    }
+}
+
+/// Whether `a` is a widening of `b` (int to long, float to double, more decimal digits).
+fn wider(a: &DataType, b: &DataType) -> bool {
+    match (a, b) {
+        (DataType::Int64, DataType::Int32) | (DataType::Float64, DataType::Float32) => true,
+        (DataType::Decimal128(p, s), DataType::Decimal128(q, t)) => s == t && p > q,
+        _ => false,
     }
 }
 

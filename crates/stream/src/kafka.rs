@@ -448,6 +448,9 @@ impl Pipeline {
             .set("group.id", format!("floe-{}", self.spec.name))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
+            // When the prefetch queue is full, fetch again soon after it drains rather than
+            // after librdkafka's default second: a backlog is read at the pipeline's pace.
+            .set("fetch.queue.backoff.ms", "20")
             // A position the broker no longer holds is an error the pipeline answers (it
             // records the gap), never a silent jump.
             .set("auto.offset.reset", "error");
@@ -798,26 +801,37 @@ impl Pipeline {
             batch.fields.clone()
         };
         let current = loaded.metadata.current_schema();
+        // Columns whose records now carry a wider type (an Avro int become long, say).
+        let widened: Vec<Field> = seen
+            .iter()
+            .filter(|f| {
+                current.field_by_name(f.name()).is_some_and(|column| {
+                    floe_sql::write::widened_type(&column.field_type, f.data_type()).is_some()
+                })
+            })
+            .cloned()
+            .collect();
         let missing: Vec<Field> = seen
             .into_iter()
             .chain(self.metadata_fields())
             .filter(|f| current.field_by_name(f.name()).is_none())
             .collect();
-        if !missing.is_empty() {
+        if !missing.is_empty() || !widened.is_empty() {
             let ident = self.spec.ident()?;
-            match floe_sql::write::add_columns(
+            match floe_sql::write::evolve_columns(
                 &self.catalog,
                 &Caller::system(),
                 &self.spec.warehouse,
                 &ident,
                 &missing,
+                &widened,
             )
             .await
             {
                 Ok(evolved) => loaded = evolved,
                 // Fields of a kind that cannot be added are left out of the rows.
                 Err(e) => {
-                    tracing::warn!(pipeline = %self.spec.name, error = %e, "add columns")
+                    tracing::warn!(pipeline = %self.spec.name, error = %e, "evolve columns")
                 }
             }
         }

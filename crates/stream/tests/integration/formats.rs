@@ -318,6 +318,7 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
     let registry = Registry::new(store);
     let v1 = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
         {"name": "id", "type": "long"},
+        {"name": "qty", "type": "int"},
         {"name": "item", "type": "string"},
         {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
         {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
@@ -359,6 +360,11 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
         r#"{"name": "id", "type": "long"},"#,
         r#"{"name": "id", "type": "long"}, {"name": "country", "type": ["null", "string"], "default": null},"#,
     );
+    // …and so is widening an int to a long.
+    let v2 = v2.replace(
+        r#"{"name": "qty", "type": "int"}"#,
+        r#"{"name": "qty", "type": "long"}"#,
+    );
     let (id2, version2) = registry
         .register("orders-value", SchemaType::Avro, &v2, "[]")
         .await
@@ -369,7 +375,15 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
     let schema1 = apache_avro::Schema::parse_str(v1).unwrap();
     let schema2 = apache_avro::Schema::parse_str(&v2).unwrap();
     let record = |id: i64, country: Option<&str>| {
-        let mut fields = vec![("id".to_string(), Value::Long(id))];
+        let qty = if country.is_some() {
+            Value::Long(5_000_000_000 + id)
+        } else {
+            Value::Int(id as i32)
+        };
+        let mut fields = vec![
+            ("id".to_string(), Value::Long(id)),
+            ("qty".to_string(), qty),
+        ];
         if let Some(country) = country {
             fields.push((
                 "country".to_string(),
@@ -419,14 +433,14 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
     assert_eq!(count(&engine, "orders").await, 30);
     let rows = text_rows(
         &engine,
-        "SELECT id, item, price, at, tags[2], status, country FROM raw.orders WHERE id IN (3, 25) ORDER BY id",
+        "SELECT id, qty, item, price, at, tags[2], status, country FROM raw.orders WHERE id IN (3, 25) ORDER BY id",
     )
     .await;
     assert_eq!(
         rows,
         vec![
-            "3|item-3|3.25|2025-11-24T16:00:00.003Z|b|PAID|null",
-            "25|item-25|25.25|2025-11-24T16:00:00.025Z|b|PAID|nl"
+            "3|3|item-3|3.25|2025-11-24T16:00:00.003Z|b|PAID|null",
+            "25|5000000025|item-25|25.25|2025-11-24T16:00:00.025Z|b|PAID|nl"
         ]
     );
     let dead = text_rows(
@@ -455,6 +469,7 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
     let schema = loaded.metadata.current_schema();
     let type_of = |name: &str| schema.field_by_name(name).unwrap().field_type.to_string();
     assert_eq!(type_of("price"), "decimal(10, 2)");
+    assert_eq!(type_of("qty"), "long", "widened from int");
     assert_eq!(type_of("at"), "timestamptz");
     assert_eq!(type_of("status"), "string");
 }
