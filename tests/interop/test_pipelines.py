@@ -102,7 +102,8 @@ def test_a_topic_lands_exactly_once_and_pipelines_are_governed(tmp_path, broker)
         produce(broker, range(0, 600))
         assert wait_for_rows(floe, 600) == list(range(600))
         status = floe.api("GET", "/api/v1/pipelines/clicks/status").json()
-        assert status["running-here"] is True and status["owner"]
+        assert status["running-here"] is True
+        assert all(p["owner"] == status["node"] for p in status["partitions"]), status
         marks = high_watermarks(broker)
         deadline = time.time() + 30
         while True:
@@ -157,9 +158,15 @@ def test_kill_9_at_random_points_loses_and_duplicates_nothing(tmp_path, broker):
         stop_floe(floe)
 
 
-def test_two_nodes_share_a_pipeline_and_a_dead_ones_work_is_taken_over(tmp_path, broker):
-    """Two Floe nodes on one PostgreSQL store: one runs the pipeline (its lease), the other
-    waits; killing the runner hands the pipeline over with nothing lost or doubled."""
+def held_here(node):
+    status = node.api("GET", "/api/v1/pipelines/clicks/status").json()
+    return {p["partition"] for p in status.get("partitions-here") or []} if status["running-here"] else set()
+
+
+def test_two_nodes_split_a_pipelines_partitions_and_a_dead_ones_are_taken_over(tmp_path, broker):
+    """Two Floe nodes on one PostgreSQL store: they split the pipeline's three partitions
+    (each partition leased to one node); killing one hands its partitions to the other with
+    nothing lost or doubled."""
     args = ("--pipeline-lease-secs", "3")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -168,18 +175,31 @@ def test_two_nodes_share_a_pipeline_and_a_dead_ones_work_is_taken_over(tmp_path,
     try:
         first.pyiceberg().create_namespace("stream")
         assert first.api("POST", "/api/v1/pipelines", json=spec(first, broker)).status_code == 201
+        deadline = time.time() + 60
+        while True:
+            split = (held_here(first), held_here(second))
+            if split[0] and split[1] and split[0] | split[1] == set(range(PARTITIONS)):
+                break
+            assert time.time() < deadline, split
+            time.sleep(0.3)
+        assert not split[0] & split[1], split
         produce(broker, range(0, 500))
         assert wait_for_rows(second, 500) == list(range(500))
-        statuses = [n.api("GET", "/api/v1/pipelines/clicks/status").json() for n in (first, second)]
-        assert sorted(s["running-here"] for s in statuses) == [False, True], statuses
-        runner, standby = (first, second) if statuses[0]["running-here"] else (second, first)
-        runner.process.kill()
-        runner.process.wait()
+        # Both nodes committed their own partitions' records.
+        snapshots = first.pyiceberg().load_table("stream.clicks").snapshots()
+        assert len(snapshots) >= 2
+        first.process.kill()
+        first.process.wait()
         produce(broker, range(500, 1000))
-        assert wait_for_rows(standby, 1000, timeout=120) == list(range(1000))
-        assert standby.api("GET", "/api/v1/pipelines/clicks/status").json()["running-here"] is True
+        assert wait_for_rows(second, 1000, timeout=120) == list(range(1000))
+        deadline = time.time() + 30
+        while held_here(second) != set(range(PARTITIONS)):
+            assert time.time() < deadline, held_here(second)
+            time.sleep(0.3)
         time.sleep(1)
-        assert table_ids(standby) == list(range(1000))
+        assert table_ids(second) == list(range(1000))
+        summary = second.pyiceberg().load_table("stream.clicks").current_snapshot().summary.additional_properties
+        assert {p: int(summary[f"floe.source.clicks.events.{p}"]) for p in range(PARTITIONS)} == high_watermarks(broker)
     finally:
         stop_floe(first)
         stop_floe(second)

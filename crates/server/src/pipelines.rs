@@ -1,9 +1,12 @@
 //! Stream pipelines as a managed resource (`/api/v1/pipelines`), and the supervisor every
-//! node runs: each pipeline is leased in the store, so of several nodes sharing a store
-//! exactly one runs it; a node that stops renewing loses it to another, and a node whose
-//! run was taken over is fenced by the table's offsets (see `floe_stream::kafka`).
+//! node runs. Nodes sharing a store split each pipeline's source partitions: every node
+//! joins every pipeline as a member (a lease in the store), the partitions (sorted) are dealt
+//! round-robin over the live members (sorted), and each partition is leased in the store, so
+//! exactly one node reads it. A node that stops renewing drops out of the members and its
+//! partition leases run out, so the others take its partitions over; a node whose run was
+//! overtaken is fenced by the table's offsets (see `floe_stream::kafka`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +28,10 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 
-/// A pipeline running on this node.
+/// A pipeline running on this node, over the partitions it holds.
 struct Running {
     pipeline: Arc<Pipeline>,
+    partitions: BTreeSet<(String, i32)>,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -42,6 +46,8 @@ pub struct Pipelines {
     node: String,
     lease: Duration,
     running: Mutex<HashMap<String, Running>>,
+    /// Each pipeline's partitions as the broker last told them.
+    partitions: Mutex<HashMap<String, Vec<(String, i32)>>>,
     /// The last error of each pipeline that stopped on one here.
     errors: Arc<Mutex<HashMap<String, String>>>,
 }
@@ -71,6 +77,7 @@ impl Pipelines {
             node: format!("node-{}", uuid::Uuid::now_v7()),
             lease,
             running: Mutex::new(HashMap::new()),
+            partitions: Mutex::new(HashMap::new()),
             errors: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -85,7 +92,7 @@ impl Pipelines {
         &self.store
     }
 
-    /// Leases, starts, renews and stops pipelines every third of the lease until
+    /// Joins, leases, starts, renews and stops pipelines every third of the lease until
     /// `shutdown`; then stops them all and gives their leases up.
     pub async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.lease / 3);
@@ -104,55 +111,122 @@ impl Pipelines {
         for (name, run) in running {
             run.stop.cancel();
             let _ = run.task.await;
-            let _ = self.store.release_pipeline(&name, &self.node).await;
+            let _ = self.store.leave_pipeline(&name, &self.node).await;
+        }
+    }
+
+    /// The pipeline's partitions from the broker, or as last seen when it does not answer.
+    async fn partitions_of(&self, spec: &PipelineSpec) -> Option<Vec<(String, i32)>> {
+        let asked = {
+            let spec = spec.clone();
+            tokio::task::spawn_blocking(move || floe_stream::kafka::partitions(&spec)).await
+        };
+        let mut known = self.partitions.lock().expect("pipeline partitions");
+        match asked {
+            Ok(Ok(partitions)) if !partitions.is_empty() => {
+                known.insert(spec.name.clone(), partitions.clone());
+                Some(partitions)
+            }
+            other => {
+                let error = match other {
+                    Ok(Ok(_)) => "the broker lists no partitions for the topics".to_string(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                };
+                self.errors
+                    .lock()
+                    .expect("pipeline errors")
+                    .insert(spec.name.clone(), error);
+                known.get(&spec.name).cloned()
+            }
         }
     }
 
     async fn pass(&self) -> Result<(), CatalogError> {
         let defined = self.store.list_pipelines().await?;
-        let now = now_ms();
-        let until = now + self.lease.as_millis() as i64;
         let mut keep = Vec::new();
         for record in &defined {
-            let held = self
+            let spec: PipelineSpec = match serde_json::from_value(record.spec.clone()) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    self.errors
+                        .lock()
+                        .expect("pipeline errors")
+                        .insert(record.name.clone(), format!("definition: {e}"));
+                    continue;
+                }
+            };
+            keep.push(record.name.clone());
+            let Some(partitions) = self.partitions_of(&spec).await else {
+                continue;
+            };
+            let now = now_ms();
+            let until = now + self.lease.as_millis() as i64;
+            let members = self
                 .store
-                .lease_pipeline(&record.name, &self.node, now, until)
+                .join_pipeline(&record.name, &self.node, now, until)
                 .await?;
-            if held {
-                keep.push(record.name.clone());
-                self.ensure_running(record);
+            let seat = members.iter().position(|m| *m == self.node).unwrap_or(0);
+            let share: Vec<(String, i32)> = partitions
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % members.len().max(1) == seat)
+                .map(|(_, p)| p.clone())
+                .collect();
+            let granted: BTreeSet<(String, i32)> = self
+                .store
+                .lease_partitions(&record.name, &self.node, now, until, &share)
+                .await?
+                .into_iter()
+                .collect();
+            // Same partitions and still running: nothing to do but the renewal above.
+            let previous = {
+                let mut running = self.running.lock().expect("pipelines");
+                let same = running
+                    .get(&record.name)
+                    .is_some_and(|r| r.partitions == granted && !r.task.is_finished());
+                if same {
+                    continue;
+                }
+                running.remove(&record.name)
+            };
+            // The share changed (a node came or went) or the run ended: stop the run (its
+            // uncommitted records are read again by whoever reads them next), give up what
+            // is no longer ours, start over on what is.
+            if let Some(run) = previous {
+                run.stop.cancel();
+                let _ = run.task.await;
+            }
+            let keep_leases: Vec<(String, i32)> = granted.iter().cloned().collect();
+            self.store
+                .release_partitions(&record.name, &self.node, &keep_leases)
+                .await?;
+            if !granted.is_empty() {
+                self.start(&record.name, spec, granted);
             }
         }
-        // Stop what was deleted, lost to another node, or ended.
-        let mut running = self.running.lock().expect("pipelines");
-        running.retain(|name, run| {
-            let wanted = keep.contains(name) && !run.task.is_finished();
-            if !wanted {
-                run.stop.cancel();
-            }
-            wanted
-        });
+        // Stop what was deleted.
+        let gone: Vec<(String, Running)> = {
+            let mut running = self.running.lock().expect("pipelines");
+            let names: Vec<String> = running
+                .keys()
+                .filter(|name| !keep.contains(name))
+                .cloned()
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|name| running.remove(&name).map(|run| (name, run)))
+                .collect()
+        };
+        for (name, run) in gone {
+            run.stop.cancel();
+            let _ = run.task.await;
+            let _ = self.store.leave_pipeline(&name, &self.node).await;
+        }
         Ok(())
     }
 
-    fn ensure_running(&self, record: &PipelineRecord) {
-        let mut running = self.running.lock().expect("pipelines");
-        if running
-            .get(&record.name)
-            .is_some_and(|r| !r.task.is_finished())
-        {
-            return;
-        }
-        let spec: PipelineSpec = match serde_json::from_value(record.spec.clone()) {
-            Ok(spec) => spec,
-            Err(e) => {
-                self.errors
-                    .lock()
-                    .expect("pipeline errors")
-                    .insert(record.name.clone(), format!("definition: {e}"));
-                return;
-            }
-        };
+    fn start(&self, name: &str, spec: PipelineSpec, partitions: BTreeSet<(String, i32)>) {
         let pipeline = match Pipeline::new(spec, self.catalog.clone(), self.sql.clone()) {
             Ok(p) => Arc::new(match &self.registry {
                 Some(registry) => p.with_registry(registry.clone()),
@@ -162,7 +236,7 @@ impl Pipelines {
                 self.errors
                     .lock()
                     .expect("pipeline errors")
-                    .insert(record.name.clone(), e.to_string());
+                    .insert(name.to_string(), e.to_string());
                 return;
             }
         };
@@ -171,9 +245,10 @@ impl Pipelines {
             let pipeline = pipeline.clone();
             let stop = stop.clone();
             let errors = self.errors.clone();
-            let name = record.name.clone();
+            let name = name.to_string();
+            let partitions = partitions.clone();
             tokio::spawn(async move {
-                if let Err(e) = pipeline.run(stop).await {
+                if let Err(e) = pipeline.run_on(stop, Some(&partitions)).await {
                     tracing::warn!(pipeline = %name, error = %e, "pipeline stopped");
                     errors
                         .lock()
@@ -182,11 +257,12 @@ impl Pipelines {
                 }
             })
         };
-        tracing::info!(pipeline = %record.name, node = %self.node, "start a pipeline");
-        running.insert(
-            record.name.clone(),
+        tracing::info!(pipeline = %name, node = %self.node, partitions = partitions.len(), "start a pipeline");
+        self.running.lock().expect("pipelines").insert(
+            name.to_string(),
             Running {
                 pipeline,
+                partitions,
                 stop,
                 task,
             },
@@ -293,6 +369,7 @@ impl Pipelines {
         });
         json!({
             "running-here": here.is_some_and(|r| !r.task.is_finished()),
+            "partitions-here": here.map(|r| r.partitions.iter().map(|(t, p)| json!({"topic": t, "partition": p})).collect::<Vec<_>>()),
             "stats": stats,
             "rates": rates,
             "last-error": self.errors.lock().expect("pipeline errors").get(name),
@@ -444,15 +521,30 @@ pub async fn status(
         let spec = spec.clone();
         tokio::task::spawn_blocking(move || floe_stream::kafka::lag(&spec, &committed)).await
     };
+    let leases = pipelines(&state)?.store.partition_leases(&name).await?;
     let (partitions, broker_error) = match lag {
-        Ok(Ok(lags)) => (json!(lags), Value::Null),
-        Ok(Err(e)) => (Value::Null, json!(e.to_string())),
-        Err(e) => (Value::Null, json!(e.to_string())),
+        Ok(Ok(lags)) => (
+            Value::Array(
+                lags.iter()
+                    .map(|lag| {
+                        let mut entry = json!(lag);
+                        let lease = leases
+                            .iter()
+                            .find(|l| l.topic == lag.topic && l.partition == lag.partition);
+                        entry["owner"] = json!(lease.and_then(|l| l.owner.clone()));
+                        entry["lease-until-ms"] = json!(lease.and_then(|l| l.lease_until_ms));
+                        entry
+                    })
+                    .collect(),
+            ),
+            Value::Null,
+        ),
+        Ok(Err(e)) => (json!(leases), json!(e.to_string())),
+        Err(e) => (json!(leases), json!(e.to_string())),
     };
     let mut answer = pipelines(&state)?.local_status(&name);
     answer["name"] = json!(name);
-    answer["owner"] = json!(record.owner);
-    answer["lease-until-ms"] = json!(record.lease_until_ms);
+    answer["node"] = json!(pipelines(&state)?.node);
     answer["partitions"] = partitions;
     answer["broker-error"] = broker_error;
     Ok(Json(answer))

@@ -1,7 +1,7 @@
 //! One Kafka-to-Iceberg pipeline: assign every partition of its topics at the offsets the
 //! table has committed, batch records, append each batch with its offsets in one snapshot.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -467,6 +467,7 @@ impl Pipeline {
         &self,
         consumer: &StreamConsumer,
         committed: &HashMap<(String, i32), i64>,
+        only: Option<&BTreeSet<(String, i32)>>,
     ) -> Result<HashMap<(String, i32), i64>> {
         let mut positions = HashMap::new();
         for topic in &self.spec.topics {
@@ -485,6 +486,9 @@ impl Pipeline {
             }
             for partition in partitions {
                 let key = (topic.clone(), partition);
+                if only.is_some_and(|only| !only.contains(&key)) {
+                    continue;
+                }
                 let offset = match committed.get(&key) {
                     Some(offset) => *offset,
                     None => {
@@ -502,15 +506,29 @@ impl Pipeline {
         Ok(positions)
     }
 
-    /// Reads and commits until `shutdown`; returns what it did.
+    /// Reads every partition of the pipeline's topics and commits until `shutdown`; returns
+    /// what it did.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<PipelineStats> {
+        self.run_on(shutdown, None).await
+    }
+
+    /// Reads `only` these partitions (all when `None`) and commits until `shutdown`. Runs on
+    /// several nodes may share a pipeline when their partitions do not overlap: each commit
+    /// carries every partition's offsets (the table's, with this run's own updated), and is
+    /// fenced by this run's own partitions only.
+    pub async fn run_on(
+        &self,
+        shutdown: CancellationToken,
+        only: Option<&BTreeSet<(String, i32)>>,
+    ) -> Result<PipelineStats> {
         let consumer = self.consumer()?;
         let mut next = match self.load().await? {
             Some(loaded) => self.spec.committed_offsets(&loaded.metadata),
             None => HashMap::new(),
         };
         // The next offset of every partition as far as this run has read.
-        let mut pending = self.positions(&consumer, &next)?;
+        let mut pending = self.positions(&consumer, &next, only)?;
+        next.retain(|partition, _| pending.contains_key(partition));
         assign(&consumer, &pending)?;
 
         let interval = Duration::from_millis(self.spec.commit_interval_ms.max(10));
@@ -709,7 +727,6 @@ impl Pipeline {
         offsets: &HashMap<(String, i32), i64>,
         from: Option<&HashMap<(String, i32), i64>>,
     ) -> Result<usize> {
-        let properties = self.offset_properties(offsets);
         let access = self
             .sql
             .access(&Caller::system(), &self.spec.warehouse)
@@ -734,6 +751,10 @@ impl Pipeline {
                     return Err(StreamError::Fenced(self.spec.name.clone()));
                 }
             }
+            // Every partition's offsets: what the table says, with this run's own updated.
+            let mut merged = self.spec.committed_offsets(&loaded.metadata);
+            merged.extend(offsets.iter().map(|(k, v)| (k.clone(), *v)));
+            let properties = self.offset_properties(&merged);
             let table = floe_sql::write::table_of(&access, loaded)
                 .map_err(|e| table_error("commit a pipeline batch", e))?;
             let files = match &written {
@@ -1379,6 +1400,41 @@ fn dead_letter_batch(pipeline: &str, dead: &[DeadLetter]) -> Result<(SchemaRef, 
     Ok((schema, batch))
 }
 
+/// A short-lived consumer for metadata and watermarks.
+fn metadata_consumer(spec: &PipelineSpec) -> Result<rdkafka::consumer::BaseConsumer> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &spec.bootstrap_servers)
+        .set("group.id", format!("floe-{}-metadata", spec.name));
+    for (key, value) in &spec.properties {
+        config.set(key, value);
+    }
+    Ok(config.create()?)
+}
+
+fn topic_partitions(
+    consumer: &rdkafka::consumer::BaseConsumer,
+    spec: &PipelineSpec,
+) -> Result<Vec<(String, i32)>> {
+    let mut partitions = Vec::new();
+    for topic in &spec.topics {
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5))?;
+        for found in metadata.topics().iter().filter(|t| t.name() == topic) {
+            for partition in found.partitions() {
+                partitions.push((topic.clone(), partition.id()));
+            }
+        }
+    }
+    partitions.sort();
+    Ok(partitions)
+}
+
+/// Every partition of the pipeline's topics, sorted. Blocking: call it off the async
+/// runtime.
+pub fn partitions(spec: &PipelineSpec) -> Result<Vec<(String, i32)>> {
+    topic_partitions(&metadata_consumer(spec)?, spec)
+}
+
 /// Each partition's high watermark and lag behind it, for `committed` offsets (partitions
 /// without committed offsets count from the low watermark). Blocking: call it off the
 /// async runtime.
@@ -1386,35 +1442,21 @@ pub fn lag(
     spec: &PipelineSpec,
     committed: &HashMap<(String, i32), i64>,
 ) -> Result<Vec<PartitionLag>> {
-    use rdkafka::consumer::BaseConsumer;
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &spec.bootstrap_servers)
-        .set("group.id", format!("floe-{}-lag", spec.name));
-    for (key, value) in &spec.properties {
-        config.set(key, value);
-    }
-    let consumer: BaseConsumer = config.create()?;
+    let consumer = metadata_consumer(spec)?;
     let mut lags = Vec::new();
-    for topic in &spec.topics {
-        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5))?;
-        for found in metadata.topics().iter().filter(|t| t.name() == topic) {
-            for partition in found.partitions() {
-                let (low, high) =
-                    consumer.fetch_watermarks(topic, partition.id(), Duration::from_secs(5))?;
-                let next = committed
-                    .get(&(topic.clone(), partition.id()))
-                    .copied()
-                    .unwrap_or(low);
-                lags.push(PartitionLag {
-                    topic: topic.clone(),
-                    partition: partition.id(),
-                    next_offset: next,
-                    high_watermark: high,
-                    lag: (high - next).max(0),
-                });
-            }
-        }
+    for (topic, partition) in topic_partitions(&consumer, spec)? {
+        let (low, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(5))?;
+        let next = committed
+            .get(&(topic.clone(), partition))
+            .copied()
+            .unwrap_or(low);
+        lags.push(PartitionLag {
+            topic,
+            partition,
+            next_offset: next,
+            high_watermark: high,
+            lag: (high - next).max(0),
+        });
     }
     Ok(lags)
 }
