@@ -45,7 +45,7 @@ PINS=(
   "adbc-driver-manager==${ADBC_VERSION}"
   "adbc-driver-flightsql==${ADBC_VERSION}"
   "pyarrow==${PYARROW_VERSION}"
-  "confluent-kafka[avro,json,schemaregistry]==${CONFLUENT_KAFKA_VERSION}"
+  "confluent-kafka[avro,json,protobuf,schemaregistry]==${CONFLUENT_KAFKA_VERSION}"
 )
 
 VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"

@@ -1,5 +1,5 @@
 """Floe's Confluent-compatible schema registry driven by confluent-kafka's own
-SchemaRegistryClient and serializers: producers register Avro and JSON Schema schemas at
+SchemaRegistryClient and serializers: producers register Avro, JSON Schema and Protobuf schemas at
 Floe (basic authentication with a Floe client id and secret), pipelines read their records
 into typed Iceberg tables, schemas evolve mid-stream, and incompatible schemas are refused
 with Confluent's error codes."""
@@ -17,6 +17,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from conftest import FLOE_BIN, ROOT_ID, ROOT_SECRET, start_floe, stop_floe
 from test_governance import make_principal
@@ -49,10 +50,28 @@ READING = {
 }
 
 
+def reading_message_class():
+    """A Protobuf message class built at run time (no protoc here): meter.Reading."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    proto = descriptor_pb2.FileDescriptorProto(name="meter.proto", package="meter", syntax="proto3")
+    message = proto.message_type.add(name="Reading")
+    kinds = descriptor_pb2.FieldDescriptorProto
+    for number, (name, kind) in enumerate(
+        [("meter", kinds.TYPE_STRING), ("watts", kinds.TYPE_DOUBLE), ("seq", kinds.TYPE_INT64), ("live", kinds.TYPE_BOOL)], start=1
+    ):
+        message.field.add(name=name, number=number, type=kind, label=kinds.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("meter.Reading"))
+
+
 @pytest.fixture
 def broker():
     process = subprocess.Popen(
-        [FLOE_BIN, "kafka-mock", "--topic", "orders:1", "--topic", "readings:2"], stdout=subprocess.PIPE, text=True
+        [FLOE_BIN, "kafka-mock", "--topic", "orders:1", "--topic", "readings:2", "--topic", "meters:1"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     bootstrap = process.stdout.readline().strip()
     assert bootstrap, "the mock broker printed no bootstrap servers"
@@ -176,6 +195,24 @@ def test_confluent_serializers_work_against_floe_and_pipelines_read_their_record
         assert types["value"] == "double" and types["count"] == "long" and types["at"] == "timestamptz"
         assert types["ok"] == "boolean" and types["sensor"] == "string"
         assert rows(floe, "SELECT sum(count) AS s, count(DISTINCT _kafka_partition) AS p FROM stream.readings") == [{"s": 780, "p": 2}]
+        # Protobuf through Confluent's Protobuf serializer (it registers the schema as a
+        # base64 file descriptor).
+        reading = reading_message_class()
+        serialize = ProtobufSerializer(reading, client, {"use.deprecated.format": False})
+        meters = SerializationContext("meters", MessageField.VALUE)
+        for i in range(30):
+            value = reading(meter=f"m{i % 3}", watts=i * 1.5, seq=i, live=i % 3 == 0)
+            producer.produce("meters", value=serialize(value, meters), partition=0)
+        producer.flush()
+        assert client.get_latest_version("meters-value").schema.schema_type == "PROTOBUF"
+        pipeline(floe, broker, "meters", "meters", "protobuf")
+        wait_for(floe, "meters", 30)
+        types = {f.name: str(f.field_type) for f in catalog.load_table("stream.meters").schema().fields}
+        assert (types["meter"], types["watts"], types["seq"], types["live"]) == ("string", "double", "long", "boolean")
+        assert rows(floe, "SELECT sum(seq) AS s, count(*) FILTER (WHERE live) AS l, max(watts) AS w FROM stream.meters") == [
+            {"s": 435, "l": 10, "w": 43.5}
+        ]
+
         from test_duckdb import attach
 
         con = attach(floe)

@@ -1,8 +1,8 @@
 //! Record values to table rows: each value becomes one JSON object line that the pipeline
-//! decodes against the table's schema in bulk. JSON values are taken as they are; Avro and
-//! JSON Schema values in the Confluent wire format (a zero byte, a four-byte schema id, the
-//! body) are read with their registry schema, which also gives the table its columns; raw
-//! values become a `value` column.
+//! decodes against the table's schema in bulk. JSON values are taken as they are; Avro,
+//! JSON Schema and Protobuf values in the Confluent wire format (a zero byte, a four-byte
+//! schema id, for Protobuf the message indexes, the body) are read with their registry
+//! schema, which also gives the table its columns; raw values become a `value` column.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use apache_avro::Schema as AvroSchema;
 use apache_avro::types::Value as AvroValue;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, TimeUnit};
+use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor, ReflectMessage};
 use serde_json::{Map, Value as Json};
 
 use crate::kafka::Format;
@@ -25,6 +26,10 @@ enum Parsed {
     },
     Json {
         fields: Vec<Field>,
+    },
+    Protobuf {
+        file: FileDescriptor,
+        fields: HashMap<String, Vec<Field>>,
     },
 }
 
@@ -103,6 +108,27 @@ impl Decoder {
                             Some(error) => Err(error),
                         },
                     ),
+                    Parsed::Protobuf { file, fields } => {
+                        let (message, bytes) = match protobuf_message(file, body) {
+                            Ok(found) => found,
+                            Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
+                        };
+                        let row = DynamicMessage::decode(message.clone(), bytes)
+                            .map_err(|e| {
+                                format!("not Protobuf {} of schema {id}: {e}", message.full_name())
+                            })
+                            .and_then(|decoded| {
+                                serde_json::to_vec(&protobuf_json(&decoded))
+                                    .map_err(|e| e.to_string())
+                            });
+                        let Some(message_fields) = fields.get(message.full_name()) else {
+                            return Ok(Err(format!(
+                                "schema {id} has no message {}",
+                                message.full_name()
+                            )));
+                        };
+                        (message_fields, row)
+                    }
                 };
                 for field in schema_fields {
                     match fields.iter_mut().find(|f| f.name() == field.name()) {
@@ -145,11 +171,21 @@ impl Decoder {
                     Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
                 }
             }
-            (Format::Protobuf, _) => {
-                return Err(StreamError::Invalid(
-                    "the protobuf format is not supported yet".into(),
-                ));
-            }
+            (Format::Protobuf, SchemaType::Protobuf) => match protobuf_file(&registered.schema) {
+                Ok(file) => {
+                    let mut fields = HashMap::new();
+                    let mut pending: Vec<MessageDescriptor> = file.messages().collect();
+                    while let Some(message) = pending.pop() {
+                        pending.extend(message.child_messages());
+                        fields.insert(
+                            message.full_name().to_string(),
+                            protobuf_fields(&message, 0),
+                        );
+                    }
+                    Parsed::Protobuf { file, fields }
+                }
+                Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
+            },
             (format, found) => {
                 return Ok(Err(format!(
                     "schema {id} is {} but the pipeline reads {format:?}",
@@ -545,6 +581,231 @@ fn json_schema_type(schema: &Json, root: &Json, depth: usize) -> Option<DataType
         }
         _ => return None,
     })
+}
+
+/// A Protobuf schema as the registry holds it — `.proto` text, or a base64
+/// `FileDescriptorProto` as Confluent's Python serializer registers it — compiled, with
+/// Google's well-known types importable.
+pub(crate) fn protobuf_file(text: &str) -> std::result::Result<FileDescriptor, String> {
+    use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
+    struct Only(File);
+    impl FileResolver for Only {
+        fn open_file(&self, name: &str) -> std::result::Result<File, protox::Error> {
+            if name == self.0.name() {
+                Ok(self.0.clone())
+            } else {
+                Err(protox::Error::file_not_found(name))
+            }
+        }
+    }
+    let file = match File::from_source("schema.proto", text) {
+        Ok(file) => file,
+        Err(source_error) => {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .map_err(|_| format!("not a Protobuf schema: {source_error}"))?;
+            File::decode_file_descriptor_proto(bytes.as_slice())
+                .map_err(|e| format!("not a Protobuf file descriptor: {e}"))?
+        }
+    };
+    let name = file.name().to_string();
+    let mut resolver = ChainFileResolver::new();
+    resolver.add(Only(file));
+    resolver.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.include_imports(true);
+    compiler
+        .open_file(&name)
+        .map_err(|e| format!("the Protobuf schema does not compile: {e}"))?;
+    let file = compiler
+        .descriptor_pool()
+        .get_file_by_name(&name)
+        .ok_or("the Protobuf schema compiled to nothing")?;
+    if file.messages().len() == 0 {
+        return Err("the Protobuf schema defines no message".into());
+    }
+    Ok(file)
+}
+
+/// The message a value's Confluent message indexes name (a zigzag varint count, then that
+/// many zigzag varints: the path through nested messages; a lone zero means the first
+/// message), and the rest of the value.
+fn protobuf_message<'a>(
+    file: &FileDescriptor,
+    body: &'a [u8],
+) -> std::result::Result<(MessageDescriptor, &'a [u8]), String> {
+    fn varint(bytes: &mut &[u8]) -> std::result::Result<i64, String> {
+        let mut value: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = bytes.split_first().ok_or("the message indexes end early")?;
+            *bytes = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                // Zigzag.
+                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+            }
+        }
+        Err("a message index is too long".into())
+    }
+    let mut rest = body;
+    let count = varint(&mut rest)?;
+    let path: Vec<i64> = if count == 0 {
+        vec![0]
+    } else {
+        (0..count)
+            .map(|_| varint(&mut rest))
+            .collect::<std::result::Result<_, _>>()?
+    };
+    let missing = || format!("message indexes {path:?} name no message of the schema");
+    let first = usize::try_from(path[0]).map_err(|_| missing())?;
+    let mut message = file.messages().nth(first).ok_or_else(missing)?;
+    for index in &path[1..] {
+        let index = usize::try_from(*index).map_err(|_| missing())?;
+        let child = message.child_messages().nth(index);
+        message = child.ok_or_else(missing)?;
+    }
+    Ok((message, rest))
+}
+
+/// The Arrow fields of a Protobuf message.
+fn protobuf_fields(message: &MessageDescriptor, depth: usize) -> Vec<Field> {
+    message
+        .fields()
+        .filter_map(|field| {
+            Some(Field::new(
+                field.name(),
+                protobuf_type(&field, depth)?,
+                true,
+            ))
+        })
+        .collect()
+}
+
+fn protobuf_type(field: &prost_reflect::FieldDescriptor, depth: usize) -> Option<DataType> {
+    use prost_reflect::Kind;
+    if depth > 32 {
+        return None;
+    }
+    let kind_type = |kind: Kind| -> Option<DataType> {
+        Some(match kind {
+            Kind::Double => DataType::Float64,
+            Kind::Float => DataType::Float32,
+            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => DataType::Int32,
+            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint32 | Kind::Fixed32 => {
+                DataType::Int64
+            }
+            Kind::Uint64 | Kind::Fixed64 => DataType::Decimal128(20, 0),
+            Kind::Bool => DataType::Boolean,
+            Kind::String | Kind::Enum(_) => DataType::Utf8,
+            Kind::Bytes => DataType::Binary,
+            Kind::Message(message) if message.full_name() == "google.protobuf.Timestamp" => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+            }
+            Kind::Message(message) => {
+                let fields = protobuf_fields(&message, depth + 1);
+                if fields.is_empty() {
+                    return None;
+                }
+                DataType::Struct(Fields::from(fields))
+            }
+        })
+    };
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            return None;
+        };
+        return Some(DataType::Map(
+            Arc::new(Field::new(
+                "key_value",
+                DataType::Struct(Fields::from(vec![
+                    Field::new("key", DataType::Utf8, false),
+                    Field::new(
+                        "value",
+                        protobuf_type(&entry.map_entry_value_field(), depth + 1)?,
+                        true,
+                    ),
+                ])),
+                false,
+            )),
+            false,
+        ));
+    }
+    let element = kind_type(field.kind())?;
+    Some(if field.is_list() {
+        DataType::List(Arc::new(Field::new("element", element, true)))
+    } else {
+        element
+    })
+}
+
+/// A Protobuf message as JSON the table's decoder reads: every field (unset ones at their
+/// default, unset message fields and proto3 `optional`s as null), enums by name, bytes as
+/// hex, timestamps in microseconds.
+fn protobuf_json(message: &DynamicMessage) -> Json {
+    let mut object = Map::new();
+    for field in message.descriptor().fields() {
+        let value = if field.supports_presence() && !message.has_field(&field) {
+            Json::Null
+        } else {
+            protobuf_value(&message.get_field(&field), &field.kind())
+        };
+        object.insert(field.name().to_string(), value);
+    }
+    Json::Object(object)
+}
+
+fn protobuf_value(value: &prost_reflect::Value, kind: &prost_reflect::Kind) -> Json {
+    use prost_reflect::{Kind, MapKey, Value};
+    match value {
+        Value::Bool(b) => Json::Bool(*b),
+        Value::I32(i) => Json::from(*i),
+        Value::I64(i) => Json::from(*i),
+        Value::U32(u) => Json::from(*u),
+        Value::U64(u) => Json::from(*u),
+        Value::F32(f) => {
+            serde_json::Number::from_f64(f64::from(*f)).map_or(Json::Null, Json::Number)
+        }
+        Value::F64(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Bytes(b) => Json::String(hex::encode(b)),
+        Value::EnumNumber(n) => match kind {
+            Kind::Enum(e) => e.get_value(*n).map_or_else(
+                || Json::String(n.to_string()),
+                |v| Json::String(v.name().to_string()),
+            ),
+            _ => Json::from(*n),
+        },
+        Value::Message(m) if m.descriptor().full_name() == "google.protobuf.Timestamp" => {
+            let part = |name: &str| match m.get_field_by_name(name).as_deref() {
+                Some(Value::I64(v)) => *v,
+                Some(Value::I32(v)) => i64::from(*v),
+                _ => 0,
+            };
+            Json::from(part("seconds") * 1_000_000 + part("nanos") / 1000)
+        }
+        Value::Message(m) => protobuf_json(m),
+        Value::List(items) => Json::Array(items.iter().map(|i| protobuf_value(i, kind)).collect()),
+        Value::Map(entries) => {
+            let value_kind = match kind {
+                Kind::Message(entry) => entry.map_entry_value_field().kind(),
+                other => other.clone(),
+            };
+            let mut object = Map::new();
+            for (key, item) in entries {
+                let key = match key {
+                    MapKey::Bool(b) => b.to_string(),
+                    MapKey::I32(i) => i.to_string(),
+                    MapKey::I64(i) => i.to_string(),
+                    MapKey::U32(u) => u.to_string(),
+                    MapKey::U64(u) => u.to_string(),
+                    MapKey::String(s) => s.clone(),
+                };
+                object.insert(key, protobuf_value(item, &value_kind));
+            }
+            Json::Object(object)
+        }
+    }
 }
 
 #[cfg(test)]

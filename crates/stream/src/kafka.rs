@@ -113,7 +113,7 @@ pub enum Format {
     Avro,
     /// JSON in the Confluent wire format, described by a JSON Schema in the registry.
     JsonSchema,
-    /// Protobuf in the Confluent wire format.
+    /// Protobuf in the Confluent wire format (with message indexes).
     Protobuf,
     /// The value's bytes as they are, in a `value` column.
     Raw,
@@ -225,11 +225,6 @@ impl PipelineSpec {
         if self.namespace.is_empty() || self.table.is_empty() {
             return Err(StreamError::Invalid(
                 "namespace and table must be set".into(),
-            ));
-        }
-        if self.format == Format::Protobuf {
-            return Err(StreamError::Invalid(
-                "format protobuf is not supported yet: use avro, json-schema, json or raw".into(),
             ));
         }
         if self.max_records == 0 || self.max_bytes == 0 {

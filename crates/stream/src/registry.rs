@@ -88,6 +88,14 @@ impl SchemaSource for HttpRegistry {
     }
 }
 
+/// A Protobuf schema as the registry holds it (`.proto` text or a base64
+/// `FileDescriptorProto`), compiled.
+pub fn protobuf_descriptor(
+    text: &str,
+) -> std::result::Result<prost_reflect::FileDescriptor, String> {
+    crate::format::protobuf_file(text)
+}
+
 /// A compatibility level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compatibility {
@@ -250,12 +258,8 @@ impl Registry {
                 Ok((Checked::Json(schema), canonical))
             }
             SchemaType::Protobuf => {
+                crate::format::protobuf_file(text).map_err(RegistryError::InvalidSchema)?;
                 let canonical = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                if !canonical.contains("message") {
-                    return Err(RegistryError::InvalidSchema(
-                        "a Protobuf schema defines at least one message".into(),
-                    ));
-                }
                 Ok((Checked::Protobuf, canonical))
             }
         }

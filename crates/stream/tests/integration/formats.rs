@@ -500,3 +500,107 @@ async fn raw_values_land_as_bytes() {
         vec!["0|00ff68656c6c6f", "1|6e6f74206a736f6e20617420616c6c"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_records_land_typed_through_the_registry() {
+    use prost::Message;
+    use prost_reflect::{DynamicMessage, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = embedded(dir.path()).await;
+    let url = format!("sqlite:{}", dir.path().join("catalog.db").display());
+    let store = Arc::new(
+        SqlStore::connect(&url, StoreOptions::default())
+            .await
+            .unwrap(),
+    );
+    let registry = Registry::new(store);
+    let proto = r#"
+        syntax = "proto3";
+        package shop;
+        import "google/protobuf/timestamp.proto";
+        message Ping { string note = 1; }
+        message Order {
+          enum Status { NEW = 0; PAID = 1; }
+          message Line { string sku = 1; int32 qty = 2; }
+          int64 id = 1;
+          string item = 2;
+          double price = 3;
+          Status status = 4;
+          repeated Line lines = 5;
+          map<string, int64> counts = 6;
+          google.protobuf.Timestamp at = 7;
+          optional string note = 8;
+          bytes blob = 9;
+          uint32 small = 10;
+        }"#;
+    let (id, _) = registry
+        .register("orders-value", SchemaType::Protobuf, proto, "[]")
+        .await
+        .unwrap();
+    let refused = registry
+        .register("bad-value", SchemaType::Protobuf, "message {", "[]")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.codes(), (422, 42201), "{refused}");
+
+    let file = floe_stream::registry::protobuf_descriptor(proto).unwrap();
+    let order = file.messages().nth(1).unwrap();
+    let line = order.child_messages().next().unwrap();
+    let timestamp = file
+        .parent_pool()
+        .get_message_by_name("google.protobuf.Timestamp")
+        .unwrap();
+    let encode = |n: i64| {
+        let mut message = DynamicMessage::new(order.clone());
+        message.set_field_by_name("id", Value::I64(n));
+        message.set_field_by_name("item", Value::String(format!("item-{n}")));
+        message.set_field_by_name("price", Value::F64(n as f64 + 0.5));
+        message.set_field_by_name("status", Value::EnumNumber(1));
+        let mut first = DynamicMessage::new(line.clone());
+        first.set_field_by_name("sku", Value::String("s1".into()));
+        first.set_field_by_name("qty", Value::I32(2));
+        message.set_field_by_name("lines", Value::List(vec![Value::Message(first)]));
+        let mut at = DynamicMessage::new(timestamp.clone());
+        at.set_field_by_name("seconds", Value::I64(1_764_000_000 + n));
+        message.set_field_by_name("at", Value::Message(at));
+        if n % 2 == 0 {
+            message.set_field_by_name("note", Value::String("even".into()));
+        }
+        message.set_field_by_name("blob", Value::Bytes(vec![0xca, 0xfe].into()));
+        message.set_field_by_name("small", Value::U32(7));
+        // Message index [1] (the second top-level message): count 1, index 1, zigzag.
+        let mut value = framed(id, &[2, 2]);
+        value.extend(message.encode_to_vec());
+        value
+    };
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer = producer(&bootstrap);
+    for n in 0..10 {
+        send(&producer, "orders", 0, None, &encode(n), None).await;
+    }
+    // An index naming no message: a dead letter, the rest flows.
+    send(&producer, "orders", 0, None, &framed(id, &[2, 18, 1]), None).await;
+    let spec = PipelineSpec {
+        format: Format::Protobuf,
+        ..spec(&bootstrap, "orders", "orders")
+    };
+    run_until(&engine, &spec, Some(registry), "orders", 10).await;
+    let rows = text_rows(
+        &engine,
+        "SELECT id, item, price, status, lines[1]['sku'], lines[1]['qty'], at, note, \
+         encode(blob, 'hex'), small FROM raw.orders WHERE id IN (1, 2) ORDER BY id",
+    )
+    .await;
+    assert_eq!(
+        rows,
+        vec![
+            "1|item-1|1.5|PAID|s1|2|2025-11-24T16:00:01Z|null|cafe|7",
+            "2|item-2|2.5|PAID|s1|2|2025-11-24T16:00:02Z|even|cafe|7"
+        ]
+    );
+    let dead = text_rows(&engine, "SELECT error FROM raw.orders__dead_letters").await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].contains("name no message"), "{dead:?}");
+}
