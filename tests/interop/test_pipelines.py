@@ -117,6 +117,14 @@ def test_a_topic_lands_exactly_once_and_pipelines_are_governed(tmp_path, broker)
         assert status["stats"]["records-committed"] == 600 and status["stats"]["commits"] >= 1
         metrics = floe.api("GET", "/metrics").text
         assert 'floe_pipeline_records_total{pipeline="clicks"} 600' in metrics
+        # Lag per partition at /metrics once librdkafka's statistics report the watermarks.
+        deadline = time.time() + 30
+        wanted = [f'floe_pipeline_partition_lag{{pipeline="clicks",topic="events",partition="{p}"}} 0' for p in range(PARTITIONS)]
+        while not all(line in metrics for line in wanted):
+            assert time.time() < deadline, metrics
+            time.sleep(0.5)
+            metrics = floe.api("GET", "/metrics").text
+        assert 'floe_pipeline_files_total{pipeline="clicks"}' in metrics
         table = catalog.load_table("stream.clicks")
         summary = table.current_snapshot().summary.additional_properties
         assert {p: int(summary[f"floe.source.clicks.events.{p}"]) for p in range(PARTITIONS)} == marks

@@ -349,6 +349,20 @@ impl Pipelines {
                 text.push_str(&format!("{name}{{pipeline=\"{pipeline}\"}} {value}\n"));
             }
         }
+        let name = "floe_pipeline_partition_lag";
+        text.push_str(&format!(
+            "# HELP {name} Records on the broker past the table's committed offset, per partition read here (high watermark from librdkafka's statistics every 5 s).\n# TYPE {name} gauge\n"
+        ));
+        for (pipeline, stats) in &stats {
+            for partition in &stats.partitions {
+                if let Some(lag) = partition.lag {
+                    text.push_str(&format!(
+                        "{name}{{pipeline=\"{pipeline}\",topic=\"{}\",partition=\"{}\"}} {lag}\n",
+                        partition.topic, partition.partition
+                    ));
+                }
+            }
+        }
         text
     }
 

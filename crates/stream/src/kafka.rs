@@ -287,6 +287,39 @@ impl PipelineSpec {
     }
 }
 
+/// Partition high watermarks as librdkafka's statistics report them (every 5 s).
+#[derive(Clone, Default)]
+pub struct Watermarks(Arc<std::sync::Mutex<HashMap<(String, i32), i64>>>);
+
+impl rdkafka::client::ClientContext for Watermarks {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let mut marks = self.0.lock().expect("watermarks");
+        for (topic, found) in statistics.topics {
+            for (partition, state) in found.partitions {
+                if partition >= 0 && state.hi_offset >= 0 {
+                    marks.insert((topic.clone(), partition), state.hi_offset);
+                }
+            }
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Watermarks {}
+
+type PipelineConsumer = StreamConsumer<Watermarks>;
+
+/// One partition's position: the next offset committed to the table, the broker's high
+/// watermark when last reported, and the lag between them.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct PartitionProgress {
+    pub topic: String,
+    pub partition: i32,
+    pub next_offset: i64,
+    pub high_watermark: Option<i64>,
+    pub lag: Option<i64>,
+}
+
 /// What a pipeline has done since it started.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -310,6 +343,8 @@ pub struct PipelineStats {
     pub last_commit_at_ms: i64,
     /// When the run started (ms since the epoch).
     pub started_at_ms: i64,
+    /// The partitions this run reads.
+    pub partitions: Vec<PartitionProgress>,
 }
 
 /// A running pipeline.
@@ -320,6 +355,9 @@ pub struct Pipeline {
     /// Where schema ids are looked up (Avro, Protobuf, JSON Schema).
     registry: Option<Arc<dyn SchemaSource>>,
     stats: std::sync::Mutex<PipelineStats>,
+    /// The next offset of each partition this run reads, as committed to the table.
+    committed: std::sync::Mutex<HashMap<(String, i32), i64>>,
+    watermarks: Watermarks,
 }
 
 /// Records read and not committed yet.
@@ -398,6 +436,8 @@ impl Pipeline {
             sql,
             registry,
             stats: Default::default(),
+            committed: Default::default(),
+            watermarks: Watermarks::default(),
         })
     }
 
@@ -411,7 +451,26 @@ impl Pipeline {
 
     /// What this pipeline has done since it was made.
     pub fn stats(&self) -> PipelineStats {
-        self.stats.lock().expect("pipeline stats").clone()
+        let mut stats = self.stats.lock().expect("pipeline stats").clone();
+        let marks = self.watermarks.0.lock().expect("watermarks").clone();
+        let committed = self.committed.lock().expect("pipeline offsets");
+        stats.partitions = committed
+            .iter()
+            .map(|((topic, partition), next)| {
+                let high = marks.get(&(topic.clone(), *partition)).copied();
+                PartitionProgress {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    next_offset: *next,
+                    high_watermark: high,
+                    lag: high.map(|h| (h - next).max(0)),
+                }
+            })
+            .collect();
+        stats
+            .partitions
+            .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        stats
     }
 
     pub fn spec(&self) -> &PipelineSpec {
@@ -436,7 +495,7 @@ impl Pipeline {
         }
     }
 
-    fn consumer(&self) -> Result<StreamConsumer> {
+    fn consumer(&self) -> Result<PipelineConsumer> {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.spec.bootstrap_servers)
@@ -448,11 +507,13 @@ impl Pipeline {
             .set("fetch.queue.backoff.ms", "20")
             // A position the broker no longer holds is an error the pipeline answers (it
             // records the gap), never a silent jump.
-            .set("auto.offset.reset", "error");
+            .set("auto.offset.reset", "error")
+            // High watermarks for the lag in status and metrics.
+            .set("statistics.interval.ms", "5000");
         for (key, value) in &self.spec.properties {
             config.set(key, value);
         }
-        Ok(config.create()?)
+        Ok(config.create_with_context(self.watermarks.clone())?)
     }
 
     /// Every partition of the pipeline's topics with the offset to read next: the table's
@@ -460,7 +521,7 @@ impl Pipeline {
     /// first commit reads the same records).
     fn positions(
         &self,
-        consumer: &StreamConsumer,
+        consumer: &PipelineConsumer,
         committed: &HashMap<(String, i32), i64>,
         only: Option<&BTreeSet<(String, i32)>>,
     ) -> Result<HashMap<(String, i32), i64>> {
@@ -524,6 +585,7 @@ impl Pipeline {
         // The next offset of every partition as far as this run has read.
         let mut pending = self.positions(&consumer, &next, only)?;
         next.retain(|partition, _| pending.contains_key(partition));
+        *self.committed.lock().expect("pipeline offsets") = pending.clone();
         assign(&consumer, &pending)?;
 
         let interval = Duration::from_millis(self.spec.commit_interval_ms.max(10));
@@ -631,6 +693,7 @@ impl Pipeline {
                         stats.last_commit_files = files as u64;
                         stats.last_commit_at_ms = now_ms();
                         next = pending.clone();
+                        *self.committed.lock().expect("pipeline offsets") = pending.clone();
                     }
                     *self.stats.lock().expect("pipeline stats") = stats.clone();
                     batch = Batch::default();
@@ -649,7 +712,7 @@ impl Pipeline {
     /// an error: the pipeline stops rather than guess.
     fn skip_gaps(
         &self,
-        consumer: &StreamConsumer,
+        consumer: &PipelineConsumer,
         pending: &mut HashMap<(String, i32), i64>,
         batch: &mut Batch,
         dead_committed: &HashMap<(String, i32), i64>,
@@ -817,12 +880,15 @@ impl Pipeline {
             batch.fields.clone()
         };
         let current = loaded.metadata.current_schema();
-        // Columns whose records now carry a wider type (an Avro int become long, say).
-        let widened: Vec<Field> = seen
+        // Columns whose records now carry more: nested fields, a wider type (an Avro int
+        // become long, say).
+        let mut scratch = loaded.metadata.last_column_id();
+        let evolved: Vec<Field> = seen
             .iter()
             .filter(|f| {
                 current.field_by_name(f.name()).is_some_and(|column| {
-                    floe_sql::write::widened_type(&column.field_type, f.data_type()).is_some()
+                    floe_sql::write::merged_type(&column.field_type, f.data_type(), &mut scratch)
+                        .is_some()
                 })
             })
             .cloned()
@@ -832,7 +898,7 @@ impl Pipeline {
             .chain(self.metadata_fields())
             .filter(|f| current.field_by_name(f.name()).is_none())
             .collect();
-        if !missing.is_empty() || !widened.is_empty() {
+        if !missing.is_empty() || !evolved.is_empty() {
             let ident = self.spec.ident()?;
             match floe_sql::write::evolve_columns(
                 &self.catalog,
@@ -840,7 +906,7 @@ impl Pipeline {
                 &self.spec.warehouse,
                 &ident,
                 &missing,
-                &widened,
+                &evolved,
             )
             .await
             {
@@ -1026,7 +1092,7 @@ impl Pipeline {
 }
 
 /// Assigns every partition at its offset.
-fn assign(consumer: &StreamConsumer, positions: &HashMap<(String, i32), i64>) -> Result<()> {
+fn assign(consumer: &PipelineConsumer, positions: &HashMap<(String, i32), i64>) -> Result<()> {
     let mut assignment = TopicPartitionList::new();
     for ((topic, partition), offset) in positions {
         assignment.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;

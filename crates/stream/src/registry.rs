@@ -217,7 +217,7 @@ pub const DEFAULT_COMPATIBILITY: Compatibility = Compatibility::Backward;
 enum Checked {
     Avro(apache_avro::Schema),
     Json(serde_json::Value),
-    Protobuf,
+    Protobuf(prost_reflect::FileDescriptor),
 }
 
 /// Floe's registry: the rules over the store.
@@ -258,9 +258,10 @@ impl Registry {
                 Ok((Checked::Json(schema), canonical))
             }
             SchemaType::Protobuf => {
-                crate::format::protobuf_file(text).map_err(RegistryError::InvalidSchema)?;
+                let file =
+                    crate::format::protobuf_file(text).map_err(RegistryError::InvalidSchema)?;
                 let canonical = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                Ok((Checked::Protobuf, canonical))
+                Ok((Checked::Protobuf(file), canonical))
             }
         }
     }
@@ -332,8 +333,16 @@ impl Registry {
                     }
                     problem
                 }
-                // Protobuf schemas are kept and served; their compatibility is not checked.
-                (Checked::Protobuf, Checked::Protobuf) => None,
+                (Checked::Protobuf(new), Checked::Protobuf(previous)) => {
+                    let mut problem = None;
+                    if backward {
+                        problem = protobuf_reads(new, previous);
+                    }
+                    if problem.is_none() && forward {
+                        problem = protobuf_reads(previous, new);
+                    }
+                    problem
+                }
                 _ => Some(format!(
                     "version {} is {}, the new schema is not",
                     old.version,
@@ -522,6 +531,64 @@ fn json_reads(reader: &serde_json::Value, writer: &serde_json::Value) -> Option<
     None
 }
 
+/// Why messages written with Protobuf schema `writer` cannot be read with `reader`, if
+/// they cannot: the writer's first message (what values without indexes mean) is gone, or a
+/// field number both know changed its wire type or its cardinality (varint types — int32,
+/// int64, uint32, uint64, bool, enums — are interchangeable, as are sint32/sint64,
+/// fixed32/sfixed32, fixed64/sfixed64 and string/bytes; messages must keep their name).
+fn protobuf_reads(
+    reader: &prost_reflect::FileDescriptor,
+    writer: &prost_reflect::FileDescriptor,
+) -> Option<String> {
+    use prost_reflect::Kind;
+    fn wire(kind: &Kind) -> String {
+        match kind {
+            Kind::Int32
+            | Kind::Int64
+            | Kind::Uint32
+            | Kind::Uint64
+            | Kind::Bool
+            | Kind::Enum(_) => "varint".into(),
+            Kind::Sint32 | Kind::Sint64 => "zigzag".into(),
+            Kind::Fixed32 | Kind::Sfixed32 => "fixed32".into(),
+            Kind::Fixed64 | Kind::Sfixed64 => "fixed64".into(),
+            Kind::String | Kind::Bytes => "bytes".into(),
+            Kind::Float => "float".into(),
+            Kind::Double => "double".into(),
+            Kind::Message(m) => format!("message {}", m.full_name()),
+        }
+    }
+    let pool = reader.parent_pool();
+    if let Some(first) = writer.messages().next()
+        && pool.get_message_by_name(first.full_name()).is_none()
+    {
+        return Some(format!("message {} was removed", first.full_name()));
+    }
+    let mut pending: Vec<prost_reflect::MessageDescriptor> = writer.messages().collect();
+    while let Some(written) = pending.pop() {
+        pending.extend(written.child_messages());
+        let Some(read) = pool.get_message_by_name(written.full_name()) else {
+            continue;
+        };
+        for field in written.fields() {
+            let Some(other) = read.get_field(field.number()) else {
+                continue;
+            };
+            let shape = |f: &prost_reflect::FieldDescriptor| (f.is_list(), f.is_map());
+            if wire(&field.kind()) != wire(&other.kind()) || shape(&field) != shape(&other) {
+                return Some(format!(
+                    "field {} of {} changed from {} to {}",
+                    field.number(),
+                    written.full_name(),
+                    field.name(),
+                    other.name()
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Floe's registry as a pipeline's schema source.
 #[async_trait]
 impl SchemaSource for Registry {
@@ -553,6 +620,23 @@ mod tests {
         assert_eq!(json_reads(&added, &old), None);
         assert!(json_reads(&required, &old).unwrap().contains("required"));
         assert!(json_reads(&retyped, &old).unwrap().contains("changed type"));
+    }
+
+    #[test]
+    fn protobuf_changes_are_judged() {
+        let file = |body: &str| {
+            crate::format::protobuf_file(&format!("syntax = \"proto3\"; package p; {body}"))
+                .unwrap()
+        };
+        let old = file("message M { int32 a = 1; string b = 2; }");
+        let added = file("message M { int64 a = 1; string b = 2; repeated int32 c = 3; }");
+        let retyped = file("message M { int32 a = 1; double b = 2; }");
+        let repeated = file("message M { repeated int32 a = 1; string b = 2; }");
+        let renamed = file("message N { int32 a = 1; }");
+        assert_eq!(protobuf_reads(&added, &old), None);
+        assert!(protobuf_reads(&retyped, &old).unwrap().contains("field 2"));
+        assert!(protobuf_reads(&repeated, &old).unwrap().contains("field 1"));
+        assert!(protobuf_reads(&renamed, &old).unwrap().contains("removed"));
     }
 
     #[test]

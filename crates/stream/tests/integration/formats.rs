@@ -604,3 +604,45 @@ async fn protobuf_records_land_typed_through_the_registry() {
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(dead[0].contains("name no message"), "{dead:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_fields_evolve_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = embedded(dir.path()).await;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("places", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer = producer(&bootstrap);
+    send(
+        &producer,
+        "places",
+        0,
+        None,
+        br#"{"id": 1, "geo": {"lat": 1.5}, "stops": [{"at": 1}]}"#,
+        None,
+    )
+    .await;
+    let spec = spec(&bootstrap, "places", "places");
+    run_until(&engine, &spec, None, "places", 1).await;
+    // Later records bring a nested field, a field inside list elements, and a new nested
+    // column: the table evolves, older rows read them as null.
+    send(
+        &producer,
+        "places",
+        0,
+        None,
+        br#"{"id": 2, "geo": {"lat": 2.5, "lon": 3.5}, "stops": [{"at": 2, "name": "x"}], "meta": {"tags": ["a", "b"]}}"#,
+        None,
+    )
+    .await;
+    run_until(&engine, &spec, None, "places", 2).await;
+    let rows = text_rows(
+        &engine,
+        "SELECT id, geo['lat'], geo['lon'], stops[1]['at'], stops[1]['name'], meta['tags'][2] \
+         FROM raw.places ORDER BY id",
+    )
+    .await;
+    assert_eq!(rows, vec!["1|1.5|null|1|null|null", "2|2.5|3.5|2|x|b"]);
+    let dead = text_rows(&engine, "SELECT count(*) FROM raw.places__dead_letters").await;
+    assert!(dead.is_empty() || dead == vec!["0"], "{dead:?}");
+}
