@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::sink::DataSink;
@@ -131,19 +132,7 @@ pub async fn write_data_files(
     let file_schema =
         Arc::new(iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?);
     let spec = metadata.default_partition_spec().clone();
-    let writer_builder = DataFileWriterBuilder::new(RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(writer_properties(metadata), iceberg_schema.clone()),
-        target_file_size.unwrap_or(
-            iceberg::spec::TableProperties::PROPERTY_WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
-        ),
-        table.file_io().clone(),
-        DefaultLocationGenerator::new(metadata).map_err(iceberg_error)?,
-        DefaultFileNameGenerator::new(
-            format!("floe-{}", uuid::Uuid::now_v7()),
-            None,
-            DataFileFormat::Parquet,
-        ),
-    ));
+    let writer_builder = data_file_writers(table, target_file_size)?;
     let mut rows = 0u64;
     let data_files: Vec<DataFile> = if spec.is_unpartitioned() {
         let mut writer = writer_builder.build(None).await.map_err(iceberg_error)?;
@@ -170,6 +159,65 @@ pub async fn write_data_files(
         writer.close().await.map_err(iceberg_error)?
     };
     Ok((data_files, rows))
+}
+
+/// Builds Parquet data file writers for `table`, rolling over at `target_file_size`.
+fn data_file_writers(
+    table: &Table,
+    target_file_size: Option<usize>,
+) -> Result<
+    DataFileWriterBuilder<
+        ParquetWriterBuilder,
+        DefaultLocationGenerator,
+        DefaultFileNameGenerator,
+    >,
+> {
+    let metadata = table.metadata();
+    Ok(DataFileWriterBuilder::new(RollingFileWriterBuilder::new(
+        ParquetWriterBuilder::new(writer_properties(metadata), metadata.current_schema().clone()),
+        target_file_size.unwrap_or(
+            iceberg::spec::TableProperties::PROPERTY_WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+        ),
+        table.file_io().clone(),
+        DefaultLocationGenerator::new(metadata).map_err(iceberg_error)?,
+        DefaultFileNameGenerator::new(
+            format!("floe-{}", uuid::Uuid::now_v7()),
+            None,
+            DataFileFormat::Parquet,
+        ),
+    )))
+}
+
+/// Writes one batch as Parquet data files of `table`, one table partition after another:
+/// each partition's writer is closed before the next opens, so memory holds one open file
+/// however many partitions the batch touches (a stream pipeline's commit). Nothing is
+/// committed.
+pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec<DataFile>> {
+    let metadata = table.metadata();
+    let iceberg_schema = metadata.current_schema().clone();
+    let file_schema =
+        Arc::new(iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?);
+    let spec = metadata.default_partition_spec().clone();
+    let writer_builder = data_file_writers(table, None)?;
+    let batch = crate::cast_batch(batch, &file_schema)?;
+    let parts = if spec.is_unpartitioned() {
+        vec![(None, batch)]
+    } else {
+        RecordBatchPartitionSplitter::try_new_with_computed_values(iceberg_schema, spec)
+            .map_err(iceberg_error)?
+            .split(&batch)
+            .map_err(iceberg_error)?
+            .into_iter()
+            .map(|(key, part)| (Some(key), part))
+            .collect()
+    };
+    let mut files = Vec::new();
+    for (key, part) in parts {
+        let mut writer = writer_builder.build(key).await.map_err(iceberg_error)?;
+        writer.write(part).await.map_err(iceberg_error)?;
+        files.extend(writer.close().await.map_err(iceberg_error)?);
+    }
+    Ok(files)
 }
 
 /// Parquet writer settings: the table's `write.parquet.compression-codec` (`zstd`, `snappy`,

@@ -58,9 +58,12 @@ impl Decoder {
         fields: &mut Vec<Field>,
     ) -> Result<std::result::Result<Vec<u8>, String>> {
         match self.format {
-            Format::Json => Ok(match object_error(payload) {
-                None => Ok(payload.to_vec()),
-                Some(error) => Err(error),
+            // Only the first byte is checked here: the batch's decode finds malformed JSON,
+            // and its record-by-record retry names it.
+            Format::Json => Ok(match payload.iter().find(|b| !b.is_ascii_whitespace()) {
+                Some(b'{') => Ok(payload.to_vec()),
+                _ => Err(object_error(payload)
+                    .unwrap_or_else(|| "a record must be a JSON object".into())),
             }),
             Format::Raw => {
                 if fields.is_empty() {

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogService, CreateTable, LoadedTable};
@@ -818,14 +817,9 @@ impl Pipeline {
             let files = match &written {
                 Some(files) => files.clone(),
                 None => {
-                    let stream = RecordBatchStreamAdapter::new(
-                        batch.schema(),
-                        futures::stream::iter([Ok(batch.clone())]),
-                    );
-                    let (files, _) =
-                        floe_sql::write::write_data_files(&table, Box::pin(stream), None)
-                            .await
-                            .map_err(|e| table_error("write a pipeline batch", e))?;
+                    let files = floe_sql::write::write_batch_files(&table, &batch)
+                        .await
+                        .map_err(|e| table_error("write a pipeline batch", e))?;
                     written = Some(files.clone());
                     files
                 }
@@ -846,6 +840,52 @@ impl Pipeline {
                 Err(e) => return Err(table_error("commit a pipeline batch", e)),
             }
         }
+    }
+
+    /// Evolves the table to take the batch: fields it lacks (from the records' registry
+    /// schemas, else inferred from every row) become optional columns, columns whose values
+    /// now carry more (nested fields, a wider type) are evolved. Fields of a kind no column
+    /// can hold are left out of the rows and logged.
+    async fn evolve(&self, batch: &Batch, loaded: &mut LoadedTable) -> Result<()> {
+        let seen = if batch.fields.is_empty() {
+            infer_fields(&batch.rows, usize::MAX).unwrap_or_default()
+        } else {
+            batch.fields.clone()
+        };
+        let current = loaded.metadata.current_schema();
+        let mut scratch = loaded.metadata.last_column_id();
+        let evolved: Vec<Field> = seen
+            .iter()
+            .filter(|f| {
+                current.field_by_name(f.name()).is_some_and(|column| {
+                    floe_sql::write::merged_type(&column.field_type, f.data_type(), &mut scratch)
+                        .is_some()
+                })
+            })
+            .cloned()
+            .collect();
+        let missing: Vec<Field> = seen
+            .into_iter()
+            .chain(self.metadata_fields())
+            .filter(|f| current.field_by_name(f.name()).is_none())
+            .collect();
+        if missing.is_empty() && evolved.is_empty() {
+            return Ok(());
+        }
+        match floe_sql::write::evolve_columns(
+            &self.catalog,
+            &Caller::system(),
+            &self.spec.warehouse,
+            &self.spec.ident()?,
+            &missing,
+            &evolved,
+        )
+        .await
+        {
+            Ok(evolved) => *loaded = evolved,
+            Err(e) => tracing::warn!(pipeline = %self.spec.name, error = %e, "evolve columns"),
+        }
+        Ok(())
     }
 
     /// The metadata columns the pipeline keeps.
@@ -874,64 +914,34 @@ impl Pipeline {
             Some(loaded) => loaded,
             None => self.create_table(batch).await?,
         };
-        let seen = if batch.fields.is_empty() {
-            infer_fields(&batch.rows, 10_000).unwrap_or_default()
-        } else {
-            batch.fields.clone()
-        };
-        let current = loaded.metadata.current_schema();
-        // Columns whose records now carry more: nested fields, a wider type (an Avro int
-        // become long, say).
-        let mut scratch = loaded.metadata.last_column_id();
-        let evolved: Vec<Field> = seen
+        let (mut schema, mut data_schema) = table_schemas(&loaded)?;
+        let rows = batch.sources.len();
+        // The fast path for JSON: every row decodes strictly (no field the table lacks, every
+        // value of its column's type) into the table as it is.
+        let metadata_present = self
+            .metadata_fields()
             .iter()
-            .filter(|f| {
-                current.field_by_name(f.name()).is_some_and(|column| {
-                    floe_sql::write::merged_type(&column.field_type, f.data_type(), &mut scratch)
-                        .is_some()
-                })
-            })
-            .cloned()
-            .collect();
-        let missing: Vec<Field> = seen
-            .into_iter()
-            .chain(self.metadata_fields())
-            .filter(|f| current.field_by_name(f.name()).is_none())
-            .collect();
-        if !missing.is_empty() || !evolved.is_empty() {
-            let ident = self.spec.ident()?;
-            match floe_sql::write::evolve_columns(
-                &self.catalog,
-                &Caller::system(),
-                &self.spec.warehouse,
-                &ident,
-                &missing,
-                &evolved,
-            )
-            .await
-            {
-                Ok(evolved) => loaded = evolved,
-                // Fields of a kind that cannot be added are left out of the rows.
-                Err(e) => {
-                    tracing::warn!(pipeline = %self.spec.name, error = %e, "evolve columns")
-                }
+            .all(|f| schema.field_with_name(f.name()).is_ok());
+        let fast = if batch.fields.is_empty() && metadata_present {
+            decode(&batch.rows, &data_schema, true)
+                .ok()
+                .filter(|d| d.num_rows() == rows)
+        } else {
+            None
+        };
+        let whole = match fast {
+            Some(decoded) => Some(decoded),
+            None => {
+                self.evolve(batch, &mut loaded).await?;
+                (schema, data_schema) = table_schemas(&loaded)?;
+                decode(&batch.rows, &data_schema, false)
+                    .ok()
+                    .filter(|d| d.num_rows() == rows)
             }
-        }
-        let schema: SchemaRef = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
-                .map_err(|e| table_error("table schema", e))?,
-        );
-        let data_schema = Arc::new(Schema::new(
-            schema
-                .fields()
-                .iter()
-                .filter(|f| MetadataColumn::of_column(f.name()).is_none())
-                .cloned()
-                .collect::<Vec<_>>(),
-        ));
-        let (decoded, kept) = match decode(&batch.rows, &data_schema) {
-            Ok(decoded) => (decoded, (0..batch.sources.len()).collect::<Vec<_>>()),
-            Err(_) => {
+        };
+        let (decoded, kept) = match whole {
+            Some(decoded) => (decoded, (0..rows).collect::<Vec<_>>()),
+            None => {
                 // Some row does not fit: decode row by row and dead-letter the misfits.
                 let mut parts = Vec::new();
                 let mut kept = Vec::new();
@@ -940,7 +950,17 @@ impl Pipeline {
                 for (i, end) in ends.iter().enumerate() {
                     let row = &batch.rows[start..*end];
                     start = *end;
-                    match decode(row, &data_schema) {
+                    let decoded = decode(row, &data_schema, false).and_then(|d| {
+                        if d.num_rows() == 1 {
+                            Ok(d)
+                        } else {
+                            Err(table_error(
+                                "a record",
+                                format!("holds {} rows, not one", d.num_rows()),
+                            ))
+                        }
+                    });
+                    match decoded {
                         Ok(decoded) => {
                             parts.push(decoded);
                             kept.push(i);
@@ -954,7 +974,8 @@ impl Pipeline {
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key.clone(),
                                 value: row.strip_suffix(b"\n").unwrap_or(row).to_vec(),
-                                error: format!("does not fit the table: {e}"),
+                                error: crate::format::object_error(row)
+                                    .unwrap_or_else(|| format!("does not fit the table: {e}")),
                             };
                             batch.reject(letter, dead_committed);
                         }
@@ -1335,7 +1356,8 @@ fn assemble(
 
 /// The top-level fields of NDJSON `rows` (the first `sample` rows): arrow's inference, with
 /// text that always reads as an RFC 3339 timestamp made a timestamp (with a zone when the
-/// texts carry one) and text that always reads as a date made a date.
+/// texts carry one) and text that always reads as a date made a date (judged on the first
+/// 1,000 rows).
 fn infer_fields(rows: &[u8], sample: usize) -> Result<Vec<Field>> {
     use datafusion::arrow::datatypes::{DataType, TimeUnit};
     let (schema, _) = datafusion::arrow::json::reader::infer_json_schema(
@@ -1362,7 +1384,7 @@ fn infer_fields(rows: &[u8], sample: usize) -> Result<Vec<Field>> {
     for line in rows
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
-        .take(sample)
+        .take(sample.min(1000))
     {
         let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(line) else {
             continue;
@@ -1397,10 +1419,29 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
-/// NDJSON rows decoded against the table's schema (unknown fields ignored) as one batch.
-fn decode(rows: &[u8], schema: &SchemaRef) -> Result<RecordBatch> {
+/// The table's Arrow schema, and the part of it records fill (all but metadata columns).
+fn table_schemas(loaded: &LoadedTable) -> Result<(SchemaRef, SchemaRef)> {
+    let schema: SchemaRef = Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(loaded.metadata.current_schema())
+            .map_err(|e| table_error("table schema", e))?,
+    );
+    let data_schema = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| MetadataColumn::of_column(f.name()).is_none())
+            .cloned()
+            .collect::<Vec<_>>(),
+    ));
+    Ok((schema, data_schema))
+}
+
+/// NDJSON rows decoded against the table's schema as one batch; `strict` refuses fields
+/// the schema lacks (at any depth) rather than ignoring them.
+fn decode(rows: &[u8], schema: &SchemaRef, strict: bool) -> Result<RecordBatch> {
     let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
         .with_batch_size(1 << 20)
+        .with_strict_mode(strict)
         .build(std::io::Cursor::new(rows))
         .map_err(|e| table_error("decode records", e))?;
     let batches = reader

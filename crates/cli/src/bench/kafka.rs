@@ -7,7 +7,8 @@
 //! 2. Freshness: with the pipeline running at a 1 s commit interval, single records are
 //!    produced and timed until a query sees them.
 //! 3. Files per partition per commit, from the table's snapshots.
-//! 4. Peak resident memory with a topic of `--kafka-wide-partitions` partitions all active.
+//! 4. Peak resident memory with a topic of `--kafka-wide-partitions` partitions all active,
+//!    writing into a table of 1,000 partitions (`bucket(1000, id)`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -276,8 +277,14 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
     }
     reset_peak_memory();
     let resident_before = memory_mib("VmRSS:").unwrap_or(0.0);
+    // Every Kafka partition active, and every record bound for one of 1,000 table
+    // partitions: 1,000 open writers per commit.
+    let wide_spec = PipelineSpec {
+        partition_by: vec!["bucket(1000, id)".into()],
+        ..spec(&bootstrap, "wide", "wide")
+    };
     let wide = Arc::new(Pipeline::new(
-        spec(&bootstrap, "wide", "wide"),
+        wide_spec,
         engine.catalog().clone(),
         engine.clone(),
     )?);
@@ -293,6 +300,9 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
     stop.cancel();
     running.await??;
     let peak = memory_mib("VmHWM:").unwrap_or(0.0);
+    let wide_stats = wide.stats();
+    let wide_files_per_partition_commit =
+        wide_stats.files_written as f64 / (1000.0 * wide_stats.commits.max(1) as f64);
 
     println!();
     println!(
@@ -321,10 +331,16 @@ pub async fn run(args: KafkaBench) -> anyhow::Result<()> {
         files as f64 / snapshots.max(1) as f64
     );
     println!(
-        "  {} partitions active ({} records): peak resident {peak:.0} MiB, {:.0} MiB above the {resident_before:.0} MiB before",
+        "  files per table partition per hour at a steady stream and a 1 s interval: at most {:.0} before compaction (one per partition per commit)",
+        3600.0 * (files as f64 / snapshots.max(1) as f64).min(1.0)
+    );
+    println!(
+        "  {} Kafka partitions active into 1,000 table partitions (bucket(1000, id)), {} records: peak resident {peak:.0} MiB, {:.0} MiB above the {resident_before:.0} MiB before; {} commits, {:.2} files per table partition per commit",
         args.wide_partitions,
         wide_records,
-        peak - resident_before
+        peak - resident_before,
+        wide_stats.commits,
+        wide_files_per_partition_commit
     );
     Ok(())
 }
