@@ -87,7 +87,7 @@ def registry(floe, client_id=ROOT_ID, secret=ROOT_SECRET):
     return SchemaRegistryClient(conf)
 
 
-def pipeline(floe, bootstrap, name, topic, fmt):
+def pipeline(floe, bootstrap, name, topic, fmt, **more):
     answer = floe.api(
         "POST",
         "/api/v1/pipelines",
@@ -101,6 +101,7 @@ def pipeline(floe, bootstrap, name, topic, fmt):
             "format": fmt,
             "commit-interval-ms": 300,
             "metadata-columns": ["partition", "offset"],
+            **more,
         },
     )
     assert answer.status_code == 201, answer.text
@@ -188,7 +189,13 @@ def test_confluent_serializers_work_against_floe_and_pipelines_read_their_record
             value = {"sensor": f"s{i % 4}", "value": i / 4, "count": i, "at": f"2026-11-30T10:00:{i:02d}Z", "ok": i % 2 == 0}
             producer.produce("readings", value=serialize(value, readings), partition=i % 2)
         producer.flush()
-        pipeline(floe, broker, "readings", "readings", "json-schema")
+        # This pipeline reads its schemas over HTTP, as from an external registry (Floe's
+        # own here, with basic authentication in the URL).
+        host = floe.base.split("://", 1)[1]
+        external = f"http://{ROOT_ID}:{ROOT_SECRET}@{host}/schema-registry"
+        pipeline(floe, broker, "readings", "readings", "json-schema", **{"schema-registry-url": external})
+        shown = floe.api("GET", "/api/v1/pipelines/readings").json()["spec"]["schema-registry-url"]
+        assert ROOT_SECRET not in shown and "***" in shown, "the API masks the registry password"
         wait_for(floe, "readings", 40)
         table = catalog.load_table("stream.readings")
         types = {f.name: str(f.field_type) for f in table.schema().fields}

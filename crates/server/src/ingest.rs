@@ -684,11 +684,11 @@ pub async fn ingest(
         Ok(batches) => batches,
         // Fields the table lacks become new optional columns (unless `?evolve=false`).
         Err(refused) if params.evolve != Some(false) => {
-            let additions = new_fields(&media, &body, &schema)?;
-            if additions.is_empty() {
+            let (additions, known) = new_fields(&media, &body, &schema)?;
+            if additions.is_empty() && known.is_empty() {
                 return Err(refused);
             }
-            schema = evolve(&state, &caller, &warehouse, &ident, &additions).await?;
+            schema = evolve(&state, &caller, &warehouse, &ident, &additions, &known).await?;
             parse(&media, &body, &schema)?
         }
         Err(refused) => return Err(refused),
@@ -859,32 +859,33 @@ fn known_fields(value: &serde_json::Value, schema: &SchemaRef) -> Result<(), Str
     Ok(())
 }
 
-/// The request's top-level fields the table lacks, with the types their values suggest.
-fn new_fields(
-    media: &str,
-    body: &[u8],
-    schema: &SchemaRef,
-) -> ApiResult<Vec<datafusion::arrow::datatypes::Field>> {
+/// The request's top-level fields with the types their values suggest: those the table
+/// lacks, and those it has (which may bring nested fields or wider types).
+type Seen = Vec<datafusion::arrow::datatypes::Field>;
+
+fn new_fields(media: &str, body: &[u8], schema: &SchemaRef) -> ApiResult<(Seen, Seen)> {
     let seen = infer_schema(media, body)?;
     Ok(seen
         .fields()
         .iter()
-        .filter(|f| schema.field_with_name(f.name()).is_err())
         .map(|f| f.as_ref().clone())
-        .collect())
+        .partition(|f| schema.field_with_name(f.name()).is_err()))
 }
 
-/// Adds `additions` to the table's schema as optional columns (as the caller, so the
-/// caller's privileges apply); returns the schema rows are then read with.
+/// Adds `additions` to the table's schema as optional columns and evolves the columns
+/// `known` names (nested fields added, types widened) — as the caller, so the caller's
+/// privileges apply; returns the schema rows are then read with.
 async fn evolve(
     state: &AppState,
     caller: &Caller,
     warehouse: &str,
     ident: &TableIdent,
     additions: &[datafusion::arrow::datatypes::Field],
+    known: &[datafusion::arrow::datatypes::Field],
 ) -> ApiResult<SchemaRef> {
     let loaded =
-        floe_sql::write::add_columns(&state.catalog, caller, warehouse, ident, additions).await?;
+        floe_sql::write::evolve_columns(&state.catalog, caller, warehouse, ident, additions, known)
+            .await?;
     table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)
 }
 

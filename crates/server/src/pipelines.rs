@@ -465,12 +465,11 @@ pub async fn create(
         .catalog
         .load_namespace(&caller, &spec.warehouse, &namespace)
         .await?;
-    let value = json!(spec);
     supervisor
         .store
-        .create_pipeline(&spec.name, warehouse_id, &value)
+        .create_pipeline(&spec.name, warehouse_id, &json!(spec))
         .await?;
-    Ok((StatusCode::CREATED, Json(value)))
+    Ok((StatusCode::CREATED, Json(json!(spec.redacted()))))
 }
 
 /// `GET /api/v1/pipelines`: the pipelines the caller may manage.
@@ -483,7 +482,7 @@ pub async fn list(
     for record in supervisor.store.list_pipelines().await? {
         let Ok(spec) = spec_of(&record) else { continue };
         if authorize(&state, &caller, &spec).await.is_ok() {
-            visible.push(record);
+            visible.push(shown(record, &spec));
         }
     }
     Ok(Json(json!({"pipelines": visible})))
@@ -495,7 +494,15 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(json!(managed(&state, &caller, &name).await?)))
+    let record = managed(&state, &caller, &name).await?;
+    let spec = spec_of(&record)?;
+    Ok(Json(json!(shown(record, &spec))))
+}
+
+/// A stored pipeline as the API shows it: its secrets masked.
+fn shown(mut record: PipelineRecord, spec: &PipelineSpec) -> PipelineRecord {
+    record.spec = json!(spec.redacted());
+    record
 }
 
 /// `DELETE /api/v1/pipelines/{name}`: the pipeline stops within a lease period; its table

@@ -166,15 +166,14 @@ fn data_file_writers(
     table: &Table,
     target_file_size: Option<usize>,
 ) -> Result<
-    DataFileWriterBuilder<
-        ParquetWriterBuilder,
-        DefaultLocationGenerator,
-        DefaultFileNameGenerator,
-    >,
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>,
 > {
     let metadata = table.metadata();
     Ok(DataFileWriterBuilder::new(RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(writer_properties(metadata), metadata.current_schema().clone()),
+        ParquetWriterBuilder::new(
+            writer_properties(metadata),
+            metadata.current_schema().clone(),
+        ),
         target_file_size.unwrap_or(
             iceberg::spec::TableProperties::PROPERTY_WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
         ),
@@ -402,19 +401,6 @@ pub fn merged_type(
     }
 }
 
-/// Adds the `additions` the table still lacks as optional columns, in one catalog commit as
-/// `caller` (so the caller's privileges apply); returns the table as it then is. A concurrent
-/// schema change is met by reading the table again and adding what is still missing.
-pub async fn add_columns(
-    service: &floe_catalog::service::CatalogService,
-    caller: &floe_catalog::governance::authz::Caller,
-    warehouse: &str,
-    ident: &TableIdent,
-    additions: &[Field],
-) -> floe_catalog::Result<floe_catalog::service::LoadedTable> {
-    evolve_columns(service, caller, warehouse, ident, additions, &[]).await
-}
-
 /// The wider Iceberg type a column of type `current` takes for values of `seen`, when
 /// Iceberg allows the promotion: int to long, float to double, a decimal's precision up at
 /// the same scale.
@@ -437,9 +423,12 @@ pub fn widened_type(current: &iceberg::spec::Type, seen: &DataType) -> Option<ic
     Some(Type::Primitive(wider))
 }
 
-/// [`add_columns`], and top-level columns named in `evolved` evolved to hold their values
-/// there ([`merged_type`]: nested fields added, types widened; others are left as they
-/// are) — one schema change, one catalog commit.
+/// Adds the `additions` the table still lacks as optional columns and evolves the top-level
+/// columns named in `evolved` to hold their values there ([`merged_type`]: nested fields
+/// added, types widened; others are left as they are) — one schema change, one catalog
+/// commit as `caller` (so the caller's privileges apply); returns the table as it then is.
+/// A concurrent schema change is met by reading the table again and evolving what still
+/// needs it.
 pub async fn evolve_columns(
     service: &floe_catalog::service::CatalogService,
     caller: &floe_catalog::governance::authz::Caller,

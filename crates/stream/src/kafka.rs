@@ -48,6 +48,11 @@ pub struct PipelineSpec {
     pub topics: Vec<String>,
     #[serde(default)]
     pub start: StartPosition,
+    /// The Kafka consumer group (default `floe-<name>`). The table's snapshot summaries hold
+    /// the authoritative offsets; after each commit they are also committed to this group, so
+    /// Kafka's own tools show the pipeline's position and lag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_group: Option<String>,
     /// Further librdkafka settings (SASL, TLS, …).
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -88,6 +93,7 @@ impl Default for PipelineSpec {
             bootstrap_servers: String::new(),
             topics: Vec::new(),
             start: StartPosition::default(),
+            consumer_group: None,
             properties: BTreeMap::new(),
             commit_interval_ms: default_interval(),
             max_records: default_max_records(),
@@ -245,6 +251,40 @@ impl PipelineSpec {
         let namespace = NamespaceIdent::from_vec(self.namespace.clone())
             .map_err(|e| StreamError::Invalid(format!("namespace: {e}")))?;
         Ok(TableIdent::new(namespace, self.table.clone()))
+    }
+
+    /// The definition with its secrets masked (`***`): librdkafka settings whose names
+    /// speak of passwords, secrets, tokens, JAAS configurations or private keys, and the
+    /// password in the registry URL. What the API answers and shows.
+    pub fn redacted(&self) -> PipelineSpec {
+        const MASK: &str = "***";
+        let secret = |key: &str| {
+            let key = key.to_ascii_lowercase();
+            ["password", "secret", "token", "jaas", "key.pem", "private"]
+                .iter()
+                .any(|word| key.contains(word))
+        };
+        let mut spec = self.clone();
+        for (key, value) in spec.properties.iter_mut() {
+            if secret(key) {
+                *value = MASK.into();
+            }
+        }
+        if let Some(url) = &spec.schema_registry_url
+            && let Ok(mut parsed) = reqwest::Url::parse(url)
+            && parsed.password().is_some()
+            && parsed.set_password(Some(MASK)).is_ok()
+        {
+            spec.schema_registry_url = Some(parsed.to_string());
+        }
+        spec
+    }
+
+    /// The Kafka consumer group offsets are mirrored to.
+    pub fn group(&self) -> String {
+        self.consumer_group
+            .clone()
+            .unwrap_or_else(|| format!("floe-{}", self.name))
     }
 
     /// The summary key holding the next offset of one partition.
@@ -498,7 +538,7 @@ impl Pipeline {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.spec.bootstrap_servers)
-            .set("group.id", format!("floe-{}", self.spec.name))
+            .set("group.id", self.spec.group())
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
             // When the prefetch queue is full, fetch again soon after it drains rather than
@@ -693,6 +733,7 @@ impl Pipeline {
                         stats.last_commit_at_ms = now_ms();
                         next = pending.clone();
                         *self.committed.lock().expect("pipeline offsets") = pending.clone();
+                        mirror_offsets(&consumer, &next);
                     }
                     *self.stats.lock().expect("pipeline stats") = stats.clone();
                     batch = Batch::default();
@@ -1109,6 +1150,23 @@ impl Pipeline {
                 .ok_or_else(|| table_error("create the table", "it vanished")),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Commits `offsets` to the pipeline's Kafka consumer group, for Kafka's tools; the table
+/// holds the authoritative ones, so a failure here is only logged.
+fn mirror_offsets(consumer: &PipelineConsumer, offsets: &HashMap<(String, i32), i64>) {
+    let mut list = TopicPartitionList::new();
+    for ((topic, partition), offset) in offsets {
+        if list
+            .add_partition_offset(topic, *partition, Offset::Offset(*offset))
+            .is_err()
+        {
+            return;
+        }
+    }
+    if let Err(e) = consumer.commit(&list, rdkafka::consumer::CommitMode::Async) {
+        tracing::debug!(error = %e, "mirror offsets to the consumer group");
     }
 }
 
