@@ -46,6 +46,11 @@ impl IntoResponse for Answer {
     }
 }
 
+/// A JSON answer or a registry error, as a response.
+fn reply(answer: Result<Value, RegistryError>) -> Response {
+    Answer(answer.map(|body| ok(body).into_response())).into_response()
+}
+
 fn ok(body: Value) -> Answer {
     let mut response = Json(body).into_response();
     response.headers_mut().insert(
@@ -163,7 +168,7 @@ async fn schema_by_id(State(state): State<AppState>, Path(id): Path<String>) -> 
         Ok(schema_body(&schema))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn raw_schema_by_id(State(state): State<AppState>, Path(id): Path<String>) -> Response {
@@ -188,7 +193,7 @@ async fn subjects_of_id(State(state): State<AppState>, Path(id): Path<String>) -
         Ok(json!(subjects))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn versions_of_id(State(state): State<AppState>, Path(id): Path<String>) -> Response {
@@ -206,7 +211,7 @@ async fn versions_of_id(State(state): State<AppState>, Path(id): Path<String>) -
         Ok(json!(usages))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 #[derive(Deserialize, Default)]
@@ -224,7 +229,7 @@ struct Flags {
 async fn subjects(State(state): State<AppState>, Query(flags): Query<Flags>) -> Response {
     let registry = registry_or_return!(state);
     let answer = async { Ok(json!(registry.store().subjects(flags.deleted).await?)) }.await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn versions(
@@ -243,7 +248,7 @@ async fn versions(
         ))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn version(
@@ -304,7 +309,7 @@ async fn register(
         Ok(json!({"id": id, "subject": subject, "version": version}))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn lookup(
@@ -320,7 +325,7 @@ async fn lookup(
         ))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn delete_subject(
@@ -344,7 +349,7 @@ async fn delete_subject(
         Ok(json!(deleted))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn delete_version(
@@ -383,7 +388,7 @@ async fn delete_version(
             .ok_or_else(|| RegistryError::VersionNotFound(version.clone()))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn global_config(State(state): State<AppState>) -> Response {
@@ -407,20 +412,30 @@ async fn set_global_config(
     Extension(caller): Extension<Caller>,
     Json(body): Json<Value>,
 ) -> Response {
+    set_config(&state, &caller, None, &body).await
+}
+
+/// `PUT /config` and `PUT /config/{subject}`.
+async fn set_config(
+    state: &AppState,
+    caller: &Caller,
+    subject: Option<&str>,
+    body: &Value,
+) -> Response {
     let registry = registry_or_return!(state);
-    if let Err(denied) = require_write(&caller) {
+    if let Err(denied) = require_write(caller) {
         return denied.into_response();
     }
     let answer = async {
-        let level = level_of(&body)?;
+        let level = level_of(body)?;
         registry
             .store()
-            .set_compatibility(None, Some(level.as_str()))
+            .set_compatibility(subject, Some(level.as_str()))
             .await?;
         Ok(json!({"compatibility": level.as_str()}))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn subject_config(
@@ -439,7 +454,7 @@ async fn subject_config(
         }
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn set_subject_config(
@@ -448,20 +463,7 @@ async fn set_subject_config(
     Path(subject): Path<String>,
     Json(body): Json<Value>,
 ) -> Response {
-    let registry = registry_or_return!(state);
-    if let Err(denied) = require_write(&caller) {
-        return denied.into_response();
-    }
-    let answer = async {
-        let level = level_of(&body)?;
-        registry
-            .store()
-            .set_compatibility(Some(&subject), Some(level.as_str()))
-            .await?;
-        Ok(json!({"compatibility": level.as_str()}))
-    }
-    .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    set_config(&state, &caller, Some(&subject), &body).await
 }
 
 async fn delete_subject_config(
@@ -486,7 +488,7 @@ async fn delete_subject_config(
         Ok(json!({"compatibilityLevel": before}))
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn compatible(
@@ -509,7 +511,7 @@ async fn compatible(
         Ok(body)
     }
     .await;
-    Answer(answer.map(|body| ok(body).into_response())).into_response()
+    reply(answer)
 }
 
 async fn compatible_with_version(

@@ -422,6 +422,8 @@ struct Source {
     timestamp_ms: Option<i64>,
     key: Option<Vec<u8>>,
     headers: Vec<(String, Option<Vec<u8>>)>,
+    /// The value as received, when the row is a conversion of it.
+    original: Option<Vec<u8>>,
 }
 
 /// A record the table could not take, kept with its source coordinates and the reason.
@@ -671,6 +673,9 @@ impl Pipeline {
                         } else {
                             Vec::new()
                         },
+                        // Rows of registry formats are converted: a dead letter keeps the
+                        // original bytes.
+                        original: (self.spec.format != Format::Json).then(|| payload.to_vec()),
                     };
                     pending.insert((source.topic.clone(), source.partition), source.offset + 1);
                     match decoder.decode(payload, &mut batch.fields).await? {
@@ -1014,7 +1019,9 @@ impl Pipeline {
                                 offset: source.offset,
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key.clone(),
-                                value: row.strip_suffix(b"\n").unwrap_or(row).to_vec(),
+                                value: source.original.clone().unwrap_or_else(|| {
+                                    row.strip_suffix(b"\n").unwrap_or(row).to_vec()
+                                }),
                                 error: crate::format::object_error(row)
                                     .unwrap_or_else(|| format!("does not fit the table: {e}")),
                             };
