@@ -86,6 +86,21 @@ def test_adbc_writes_run_once(flight_floe):
     assert len(flight_floe.pyiceberg().load_table("fs.made").snapshots()) == 1
 
 
+def test_adbc_executemany_inserts_every_parameter_row(flight_floe):
+    """executemany binds many rows of parameters; the statement runs once per row (each
+    audited) and the answer counts every row inserted."""
+    with connect(flight_floe) as conn, conn.cursor() as cursor:
+        cursor.execute("CREATE TABLE fs.many (id BIGINT, name VARCHAR)")
+        cursor.fetchall()
+        cursor.executemany("INSERT INTO fs.many VALUES ($1, $2)", [(i, f"n{i}") for i in range(5)])
+        assert cursor.rowcount in (5, -1)
+        cursor.execute("SELECT count(*), sum(id), min(name), max(name) FROM fs.many")
+        assert cursor.fetchone() == (5, 10, "n0", "n4")
+        # A parameter that cannot be its column's type is refused naming it.
+        with pytest.raises(adbc_driver_manager.Error):
+            cursor.executemany("INSERT INTO fs.many VALUES ($1, $2)", [("x", 1)])
+
+
 def test_adbc_lists_catalogs_schemas_and_tables(flight_floe):
     """ADBC's get_objects, get_table_schema and get_table_types use Flight SQL's GetCatalogs,
     GetDbSchemas, GetTables and GetTableTypes; listings show only what the caller may see."""

@@ -23,7 +23,8 @@ use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
     CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandStatementQuery, ProstMessageExt, SqlInfo, TicketStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
@@ -282,6 +283,52 @@ impl FloeFlightSql {
         Ok(rows)
     }
 
+    /// Runs a statement once per parameter row (each audited); the rows it affected in all
+    /// (a statement answering no count, DDL say, affects none).
+    async fn update(
+        &self,
+        caller: &Caller,
+        metadata: &MetadataMap,
+        handle: &Handle,
+        rows: Vec<Vec<ScalarValue>>,
+    ) -> Result<i64, Status> {
+        let mut affected = 0i64;
+        for params in rows {
+            let options = QueryOptions {
+                params,
+                ..handle.options()?
+            };
+            let outcome = self.state.sql.query(caller, &handle.sql, &options).await;
+            self.audit(caller, metadata, &handle.sql, outcome.as_ref().err())
+                .await;
+            let result = outcome.map_err(status)?;
+            let batches: Vec<RecordBatch> = result
+                .stream
+                .try_collect()
+                .await
+                .map_err(|e| status(SqlError::from(e)))?;
+            if let Some(count) = batches
+                .iter()
+                .find(|b| b.num_rows() > 0 && b.num_columns() == 1)
+                .and_then(|b| {
+                    datafusion::arrow::compute::cast(
+                        b.column(0),
+                        &datafusion::arrow::datatypes::DataType::Int64,
+                    )
+                    .ok()
+                })
+                .and_then(|c| {
+                    c.as_any()
+                        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                        .map(|c| c.value(0))
+                })
+            {
+                affected += count;
+            }
+        }
+        Ok(affected)
+    }
+
     async fn audit(
         &self,
         caller: &Caller,
@@ -503,6 +550,54 @@ impl FlightSqlService for FloeFlightSql {
         _request: Request<arrow_flight::Action>,
     ) -> Result<(), Status> {
         Ok(())
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let handle = Handle::new(command.query, request.metadata());
+        self.update(&caller, request.metadata(), &handle, vec![Vec::new()])
+            .await
+    }
+
+    /// An update with bound parameters: the statement runs once per row of the parameter
+    /// batches sent with it (ADBC's `executemany`), or once with the handle's bound row;
+    /// answers the rows affected in all.
+    async fn do_put_prepared_statement_update(
+        &self,
+        command: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let caller = self.caller(request.metadata()).await?;
+        let metadata = request.metadata().clone();
+        let handle = Handle::decode(&command.prepared_statement_handle)?;
+        let data = request
+            .into_inner()
+            .map_err(|status| FlightError::Tonic(Box::new(status)));
+        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(data)
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("parameter batch: {e}")))?;
+        let mut rows = Vec::new();
+        for batch in &batches {
+            for row in 0..batch.num_rows() {
+                rows.push(
+                    batch
+                        .columns()
+                        .iter()
+                        .map(|column| ScalarValue::try_from_array(column, row))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| Status::invalid_argument(e.to_string()))?,
+                );
+            }
+        }
+        if rows.is_empty() {
+            rows.push(handle.options()?.params);
+        }
+        self.update(&caller, &metadata, &handle, rows).await
     }
 
     async fn do_put_prepared_statement_query(
