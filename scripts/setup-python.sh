@@ -28,6 +28,7 @@ ADBC_VERSION="1.13.0"
 PYARROW_VERSION="26.0.1"
 # Kafka producer (with librdkafka inside the wheel) for the stream pipeline tests.
 CONFLUENT_KAFKA_VERSION="2.16.1"
+CRYPTOGRAPHY_VERSION="50.0.2"
 
 PINS=(
   "pyiceberg[pyarrow,sql-sqlite,pyiceberg-core]==${PYICEBERG_VERSION}"
@@ -46,6 +47,7 @@ PINS=(
   "adbc-driver-flightsql==${ADBC_VERSION}"
   "pyarrow==${PYARROW_VERSION}"
   "confluent-kafka[avro,json,protobuf,schemaregistry]==${CONFLUENT_KAFKA_VERSION}"
+  "cryptography==${CRYPTOGRAPHY_VERSION}"
 )
 
 VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"

@@ -24,6 +24,13 @@ pub struct ServeArgs {
     /// Address of the Arrow Flight SQL server (`off` to disable).
     #[arg(long, env = "FLOE_FLIGHT_LISTEN", default_value = "127.0.0.1:50051")]
     pub flight_listen: String,
+    /// PEM certificate chain for TLS on the PostgreSQL and Flight SQL front doors (with
+    /// `--tls-key`).
+    #[arg(long, env = "FLOE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key for `--tls-cert`.
+    #[arg(long, env = "FLOE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Memory (MiB) one SQL query may hold before it spills to disk.
     #[arg(long, env = "FLOE_QUERY_MEMORY_LIMIT_MB", default_value_t = 2048)]
     pub query_memory_limit_mb: usize,
@@ -245,13 +252,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(floe_server::tls::TlsFiles::load(cert, key).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        _ => None,
+    };
     let pg = bind_optional(
         &args.pg_listen,
         "the PostgreSQL wire protocol",
         "--pg-listen",
     )
     .await?
-    .map(|pg| tokio::spawn(floe_server::pg::serve(pg, state.clone(), shutdown.clone())));
+    .map(|pg| {
+        tokio::spawn(floe_server::pg::serve(
+            pg,
+            state.clone(),
+            shutdown.clone(),
+            tls.clone(),
+        ))
+    });
     let flight = bind_optional(&args.flight_listen, "Arrow Flight SQL", "--flight-listen")
         .await?
         .map(|flight| {
@@ -259,6 +279,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 flight,
                 state.clone(),
                 shutdown.clone(),
+                tls.clone(),
             ))
         });
     floe_server::serve(listener, state, shutdown).await?;

@@ -52,12 +52,18 @@ pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
+    tls: Option<crate::tls::TlsFiles>,
 ) -> Result<(), tonic::transport::Error> {
     let service = FloeFlightSql {
         state,
         info: sql_info(),
     };
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(files) = tls {
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(files.identity()))?;
+    }
+    builder
         .add_service(FlightServiceServer::new(service))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener),

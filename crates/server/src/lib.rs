@@ -23,6 +23,7 @@ pub mod pg;
 pub mod pipelines;
 pub mod registry;
 pub mod rest;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -55,16 +55,20 @@ pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
+    tls: Option<crate::tls::TlsFiles>,
 ) -> std::io::Result<()> {
     let handlers = Arc::new(Handlers::new(state));
+    // With TLS, clients that ask for it (`sslmode=require`) get it; others stay plain.
+    let acceptor = tls.map(|files| files.acceptor());
     loop {
         let (socket, _) = tokio::select! {
             accepted = listener.accept() => accepted?,
             _ = shutdown.cancelled() => return Ok(()),
         };
         let handlers = handlers.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+            if let Err(e) = pgwire::tokio::process_socket(socket, acceptor, handlers).await {
                 tracing::debug!(error = %e, "PostgreSQL connection ended with an error");
             }
         });
