@@ -298,13 +298,15 @@ impl TableProvider for IcebergTableProvider {
         // equality deletes need iceberg's reader.
         let (native, with_deletes): (Vec<_>, Vec<_>) =
             tasks.into_iter().partition(deletes::positional_only);
+        // Iceberg's reader applies Parquet position delete files next to equality deletes,
+        // but not deletion vectors (Puffin).
         if let Some(task) = with_deletes.iter().find(|t| {
-            t.deletes
-                .iter()
-                .any(|d| d.file_type == DataContentType::PositionDeletes)
+            t.deletes.iter().any(|d| {
+                d.file_type == DataContentType::PositionDeletes && d.file_path.ends_with(".puffin")
+            })
         }) {
             return Err(DataFusionError::NotImplemented(format!(
-                "data file {} has both equality deletes and position deletes; reading that \
+                "data file {} has both equality deletes and a deletion vector; reading that \
                  combination is not supported yet",
                 task.data_file_path
             )));
