@@ -28,6 +28,9 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 
+/// A pipeline's partitions as the broker listed them, and when.
+type Listed = (std::time::Instant, Vec<(String, i32)>);
+
 /// A pipeline running on this node, over the partitions it holds.
 struct Running {
     pipeline: Arc<Pipeline>,
@@ -46,8 +49,8 @@ pub struct Pipelines {
     node: String,
     lease: Duration,
     running: Mutex<HashMap<String, Running>>,
-    /// Each pipeline's partitions as the broker last told them.
-    partitions: Mutex<HashMap<String, Vec<(String, i32)>>>,
+    /// Each pipeline's partitions as the broker last told them, and when.
+    partitions: Mutex<HashMap<String, Listed>>,
     /// The last error of each pipeline that stopped on one here.
     errors: Arc<Mutex<HashMap<String, String>>>,
 }
@@ -117,6 +120,16 @@ impl Pipelines {
 
     /// The pipeline's partitions from the broker, or as last seen when it does not answer.
     async fn partitions_of(&self, spec: &PipelineSpec) -> Option<Vec<(String, i32)>> {
+        // The broker is asked again every half minute (topics gain partitions rarely).
+        if let Some((at, partitions)) = self
+            .partitions
+            .lock()
+            .expect("pipeline partitions")
+            .get(&spec.name)
+            && at.elapsed() < Duration::from_secs(30)
+        {
+            return Some(partitions.clone());
+        }
         let asked = {
             let spec = spec.clone();
             tokio::task::spawn_blocking(move || floe_stream::kafka::partitions(&spec)).await
@@ -124,7 +137,10 @@ impl Pipelines {
         let mut known = self.partitions.lock().expect("pipeline partitions");
         match asked {
             Ok(Ok(partitions)) if !partitions.is_empty() => {
-                known.insert(spec.name.clone(), partitions.clone());
+                known.insert(
+                    spec.name.clone(),
+                    (std::time::Instant::now(), partitions.clone()),
+                );
                 Some(partitions)
             }
             other => {
@@ -137,7 +153,9 @@ impl Pipelines {
                     .lock()
                     .expect("pipeline errors")
                     .insert(spec.name.clone(), error);
-                known.get(&spec.name).cloned()
+                known
+                    .get(&spec.name)
+                    .map(|(_, partitions)| partitions.clone())
             }
         }
     }
