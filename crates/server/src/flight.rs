@@ -153,6 +153,19 @@ impl Handle {
     }
 }
 
+/// The parameter batches a `DoPut` carries.
+async fn parameter_batches(
+    request: Request<PeekableFlightDataStream>,
+) -> Result<Vec<RecordBatch>, Status> {
+    let data = request
+        .into_inner()
+        .map_err(|status| FlightError::Tonic(Box::new(status)));
+    FlightRecordBatchStream::new_from_flight_data(data)
+        .try_collect()
+        .await
+        .map_err(|e| Status::invalid_argument(format!("parameter batch: {e}")))
+}
+
 fn decode_params(encoded: &str) -> Result<Vec<ScalarValue>, Status> {
     let invalid = || Status::invalid_argument("not a statement handle issued by this server");
     let bytes = base64::engine::general_purpose::STANDARD
@@ -580,13 +593,7 @@ impl FlightSqlService for FloeFlightSql {
         let caller = self.caller(request.metadata()).await?;
         let metadata = request.metadata().clone();
         let handle = Handle::decode(&command.prepared_statement_handle)?;
-        let data = request
-            .into_inner()
-            .map_err(|status| FlightError::Tonic(Box::new(status)));
-        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(data)
-            .try_collect()
-            .await
-            .map_err(|e| Status::invalid_argument(format!("parameter batch: {e}")))?;
+        let batches = parameter_batches(request).await?;
         let mut rows = Vec::new();
         for batch in &batches {
             for row in 0..batch.num_rows() {
@@ -613,13 +620,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<arrow_flight::sql::DoPutPreparedStatementResult, Status> {
         self.caller(request.metadata()).await?;
         let mut handle = Handle::decode(&query.prepared_statement_handle)?;
-        let data = request
-            .into_inner()
-            .map_err(|status| FlightError::Tonic(Box::new(status)));
-        let batches: Vec<RecordBatch> = FlightRecordBatchStream::new_from_flight_data(data)
-            .try_collect()
-            .await
-            .map_err(|e| Status::invalid_argument(format!("parameter batch: {e}")))?;
+        let batches = parameter_batches(request).await?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         match rows {
             0 => handle.params = None,

@@ -114,6 +114,29 @@ async fn run_until(
     running.await.unwrap().unwrap()
 }
 
+async fn table(engine: &SqlEngine, name: &str) -> floe_catalog::service::LoadedTable {
+    engine
+        .catalog()
+        .load_table(
+            &Caller::system(),
+            "wh",
+            &TableIdent::new(NamespaceIdent::new("raw".into()), name.into()),
+        )
+        .await
+        .unwrap()
+}
+
+/// Floe's registry over the catalog's own store.
+async fn registry_in(dir: &std::path::Path) -> Registry {
+    let url = format!("sqlite:{}", dir.join("catalog.db").display());
+    let store = Arc::new(
+        SqlStore::connect(&url, StoreOptions::default())
+            .await
+            .unwrap(),
+    );
+    Registry::new(store)
+}
+
 fn producer(bootstrap: &str) -> FutureProducer {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -248,15 +271,7 @@ async fn metadata_columns_partition_spec_and_sort_order_shape_the_table() {
         "one file per day partition per commit: {stats:?}"
     );
 
-    let loaded = engine
-        .catalog()
-        .load_table(
-            &Caller::system(),
-            "wh",
-            &TableIdent::new(NamespaceIdent::new("raw".into()), "clicks".into()),
-        )
-        .await
-        .unwrap();
+    let loaded = table(&engine, "clicks").await;
     let schema = loaded.metadata.current_schema();
     let type_of = |name: &str| schema.field_by_name(name).unwrap().field_type.to_string();
     assert_eq!(type_of("ts"), "timestamptz");
@@ -309,13 +324,7 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
     use apache_avro::types::Value;
     let dir = tempfile::tempdir().unwrap();
     let engine = embedded(dir.path()).await;
-    let url = format!("sqlite:{}", dir.path().join("catalog.db").display());
-    let store = Arc::new(
-        SqlStore::connect(&url, StoreOptions::default())
-            .await
-            .unwrap(),
-    );
-    let registry = Registry::new(store);
+    let registry = registry_in(dir.path()).await;
     let v1 = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
         {"name": "id", "type": "long"},
         {"name": "qty", "type": "int"},
@@ -457,15 +466,7 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
         dead[1].starts_with("21|schema id 4242 is not in the schema registry"),
         "{dead:?}"
     );
-    let loaded = engine
-        .catalog()
-        .load_table(
-            &Caller::system(),
-            "wh",
-            &TableIdent::new(NamespaceIdent::new("raw".into()), "orders".into()),
-        )
-        .await
-        .unwrap();
+    let loaded = table(&engine, "orders").await;
     let schema = loaded.metadata.current_schema();
     let type_of = |name: &str| schema.field_by_name(name).unwrap().field_type.to_string();
     assert_eq!(type_of("price"), "decimal(10, 2)");
@@ -507,13 +508,7 @@ async fn protobuf_records_land_typed_through_the_registry() {
     use prost_reflect::{DynamicMessage, Value};
     let dir = tempfile::tempdir().unwrap();
     let engine = embedded(dir.path()).await;
-    let url = format!("sqlite:{}", dir.path().join("catalog.db").display());
-    let store = Arc::new(
-        SqlStore::connect(&url, StoreOptions::default())
-            .await
-            .unwrap(),
-    );
-    let registry = Registry::new(store);
+    let registry = registry_in(dir.path()).await;
     let proto = r#"
         syntax = "proto3";
         package shop;
