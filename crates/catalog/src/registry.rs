@@ -45,6 +45,8 @@ pub struct StoredSchema {
     pub schema_type: SchemaType,
     /// The text as first registered.
     pub schema: String,
+    /// The normalized form equal schemas share (what the id stands for).
+    pub canonical: String,
     /// Confluent schema references (JSON array text; `[]` when none).
     pub references: String,
 }

@@ -38,6 +38,7 @@ fn stored(row: &AnyRow) -> Result<StoredSchema> {
             detail: kind.clone(),
         })?,
         schema: row.get("schema_text"),
+        canonical: row.get("canonical"),
         references: row.get("refs"),
     })
 }
@@ -104,7 +105,7 @@ impl SchemaRegistryStore for SqlStore {
     }
 
     async fn schema_by_id(&self, id: i64) -> Result<Option<StoredSchema>> {
-        sqlx::query("SELECT id, schema_type, schema_text, refs FROM registry_schemas WHERE id = $1")
+        sqlx::query("SELECT id, schema_type, schema_text, canonical, refs FROM registry_schemas WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -150,7 +151,7 @@ impl SchemaRegistryStore for SqlStore {
 
     async fn versions(&self, subject: &str, include_deleted: bool) -> Result<Vec<SubjectVersion>> {
         let rows = sqlx::query(
-            "SELECT v.subject, v.version, v.deleted, s.id, s.schema_type, s.schema_text, s.refs \
+            "SELECT v.subject, v.version, v.deleted, s.id, s.schema_type, s.schema_text, s.canonical, s.refs \
              FROM registry_versions v JOIN registry_schemas s ON s.id = v.schema_id \
              WHERE v.subject = $1 AND (v.deleted = 0 OR $2 = 1) ORDER BY v.version",
         )

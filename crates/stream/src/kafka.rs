@@ -537,24 +537,20 @@ impl Pipeline {
     }
 
     fn consumer(&self) -> Result<PipelineConsumer> {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", &self.spec.bootstrap_servers)
-            .set("group.id", self.spec.group())
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false")
+        let settings = [
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
             // When the prefetch queue is full, fetch again soon after it drains rather than
             // after librdkafka's default second: a backlog is read at the pipeline's pace.
-            .set("fetch.queue.backoff.ms", "20")
+            ("fetch.queue.backoff.ms", "20"),
             // A position the broker no longer holds is an error the pipeline answers (it
             // records the gap), never a silent jump.
-            .set("auto.offset.reset", "error")
+            ("auto.offset.reset", "error"),
             // High watermarks for the lag in status and metrics.
-            .set("statistics.interval.ms", "5000");
-        for (key, value) in &self.spec.properties {
-            config.set(key, value);
-        }
-        Ok(config.create_with_context(self.watermarks.clone())?)
+            ("statistics.interval.ms", "5000"),
+        ];
+        Ok(client_config(&self.spec, &self.spec.group(), &settings)
+            .create_with_context(self.watermarks.clone())?)
     }
 
     /// Every partition of the pipeline's topics with the offset to read next: the table's
@@ -567,38 +563,22 @@ impl Pipeline {
         only: Option<&BTreeSet<(String, i32)>>,
     ) -> Result<HashMap<(String, i32), i64>> {
         let mut positions = HashMap::new();
-        for topic in &self.spec.topics {
-            let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-            let partitions: Vec<i32> = metadata
-                .topics()
-                .iter()
-                .filter(|t| t.name() == topic && t.error().is_none())
-                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-                .collect();
-            if partitions.is_empty() {
-                return Err(StreamError::Invalid(format!(
-                    "topic {topic:?} has no partitions on {} (does it exist?)",
-                    self.spec.bootstrap_servers
-                )));
+        for key in topic_partitions(consumer, &self.spec)? {
+            if only.is_some_and(|only| !only.contains(&key)) {
+                continue;
             }
-            for partition in partitions {
-                let key = (topic.clone(), partition);
-                if only.is_some_and(|only| !only.contains(&key)) {
-                    continue;
-                }
-                let offset = match committed.get(&key) {
-                    Some(offset) => *offset,
-                    None => {
-                        let (low, high) =
-                            consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
-                        match self.spec.start {
-                            StartPosition::Earliest => low,
-                            StartPosition::Latest => high,
-                        }
+            let offset = match committed.get(&key) {
+                Some(offset) => *offset,
+                None => {
+                    let (low, high) =
+                        consumer.fetch_watermarks(&key.0, key.1, Duration::from_secs(10))?;
+                    match self.spec.start {
+                        StartPosition::Earliest => low,
+                        StartPosition::Latest => high,
                     }
-                };
-                positions.insert(key, offset);
-            }
+                }
+            };
+            positions.insert(key, offset);
         }
         Ok(positions)
     }
@@ -687,7 +667,7 @@ impl Pipeline {
                                 offset: source.offset,
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key,
-                                value: payload.to_vec(),
+                                value: source.original.unwrap_or_else(|| payload.to_vec()),
                                 error,
                             },
                             &dead_committed,
@@ -845,17 +825,14 @@ impl Pipeline {
                     "the table was dropped",
                 ));
             };
-            if let Some(from) = from {
-                let committed = self.spec.committed_offsets(&loaded.metadata);
-                if from
-                    .iter()
-                    .any(|(partition, offset)| committed.get(partition) != Some(offset))
-                {
-                    return Err(StreamError::Fenced(self.spec.name.clone()));
-                }
+            let mut merged = self.spec.committed_offsets(&loaded.metadata);
+            if from.is_some_and(|from| {
+                from.iter()
+                    .any(|(partition, offset)| merged.get(partition) != Some(offset))
+            }) {
+                return Err(StreamError::Fenced(self.spec.name.clone()));
             }
             // Every partition's offsets: what the table says, with this run's own updated.
-            let mut merged = self.spec.committed_offsets(&loaded.metadata);
             merged.extend(offsets.iter().map(|(k, v)| (k.clone(), *v)));
             let properties = self.offset_properties(&merged);
             let table = floe_sql::write::table_of(&access, loaded)
@@ -1163,28 +1140,26 @@ impl Pipeline {
 /// Commits `offsets` to the pipeline's Kafka consumer group, for Kafka's tools; the table
 /// holds the authoritative ones, so a failure here is only logged.
 fn mirror_offsets(consumer: &PipelineConsumer, offsets: &HashMap<(String, i32), i64>) {
-    let mut list = TopicPartitionList::new();
-    for ((topic, partition), offset) in offsets {
-        if list
-            .add_partition_offset(topic, *partition, Offset::Offset(*offset))
-            .is_err()
-        {
-            return;
-        }
-    }
-    if let Err(e) = consumer.commit(&list, rdkafka::consumer::CommitMode::Async) {
+    let committed = partition_list(offsets)
+        .and_then(|list| Ok(consumer.commit(&list, rdkafka::consumer::CommitMode::Async)?));
+    if let Err(e) = committed {
         tracing::debug!(error = %e, "mirror offsets to the consumer group");
     }
 }
 
 /// Assigns every partition at its offset.
 fn assign(consumer: &PipelineConsumer, positions: &HashMap<(String, i32), i64>) -> Result<()> {
-    let mut assignment = TopicPartitionList::new();
-    for ((topic, partition), offset) in positions {
-        assignment.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
-    }
-    consumer.assign(&assignment)?;
+    consumer.assign(&partition_list(positions)?)?;
     Ok(())
+}
+
+/// Partitions at offsets, as librdkafka takes them.
+fn partition_list(offsets: &HashMap<(String, i32), i64>) -> Result<TopicPartitionList> {
+    let mut list = TopicPartitionList::new();
+    for ((topic, partition), offset) in offsets {
+        list.add_partition_offset(topic, *partition, Offset::Offset(*offset))?;
+    }
+    Ok(list)
 }
 
 /// A record's headers in order (a header without a value keeps `None`).
@@ -1567,29 +1542,51 @@ fn dead_letter_batch(pipeline: &str, dead: &[DeadLetter]) -> Result<(SchemaRef, 
     Ok((schema, batch))
 }
 
-/// A short-lived consumer for metadata and watermarks.
-fn metadata_consumer(spec: &PipelineSpec) -> Result<rdkafka::consumer::BaseConsumer> {
+/// The broker, consumer group and `settings`, then the spec's own librdkafka settings (SASL,
+/// TLS, …), which win.
+fn client_config(spec: &PipelineSpec, group: &str, settings: &[(&str, &str)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &spec.bootstrap_servers)
-        .set("group.id", format!("floe-{}-metadata", spec.name));
+        .set("group.id", group);
+    for (key, value) in settings {
+        config.set(*key, *value);
+    }
     for (key, value) in &spec.properties {
         config.set(key, value);
     }
-    Ok(config.create()?)
+    config
 }
 
-fn topic_partitions(
-    consumer: &rdkafka::consumer::BaseConsumer,
+/// A short-lived consumer for metadata and watermarks.
+fn metadata_consumer(spec: &PipelineSpec) -> Result<rdkafka::consumer::BaseConsumer> {
+    Ok(client_config(spec, &format!("floe-{}-metadata", spec.name), &[]).create()?)
+}
+
+/// Every partition of the pipeline's topics, sorted; a topic the broker does not list (or
+/// lists without partitions) is an error naming it.
+fn topic_partitions<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &impl Consumer<C>,
     spec: &PipelineSpec,
 ) -> Result<Vec<(String, i32)>> {
     let mut partitions = Vec::new();
     for topic in &spec.topics {
-        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5))?;
-        for found in metadata.topics().iter().filter(|t| t.name() == topic) {
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let before = partitions.len();
+        for found in metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+        {
             for partition in found.partitions() {
                 partitions.push((topic.clone(), partition.id()));
             }
+        }
+        if partitions.len() == before {
+            return Err(StreamError::Invalid(format!(
+                "topic {topic:?} has no partitions on {} (does it exist?)",
+                spec.bootstrap_servers
+            )));
         }
     }
     partitions.sort();

@@ -369,8 +369,7 @@ impl Registry {
         let existing = self.store.versions(subject, false).await?;
         if let Some(same) = existing.iter().find(|v| {
             v.schema.schema_type == schema_type
-                && Self::check(schema_type, &v.schema.schema)
-                    .is_ok_and(|(_, text)| text == canonical)
+                && v.schema.canonical == canonical
                 && v.schema.references == references
         }) {
             return Ok((same.schema.id, same.version));
@@ -423,11 +422,7 @@ impl Registry {
         }
         versions
             .into_iter()
-            .find(|v| {
-                v.schema.schema_type == schema_type
-                    && Self::check(schema_type, &v.schema.schema)
-                        .is_ok_and(|(_, text)| text == canonical)
-            })
+            .find(|v| v.schema.schema_type == schema_type && v.schema.canonical == canonical)
             .ok_or_else(|| RegistryError::SchemaNotFound(format!("for subject '{subject}'")))
     }
 

@@ -30,6 +30,7 @@ pub async fn registry(store: Arc<dyn SchemaRegistryStore>) {
     assert_ne!(json_a, a);
     let stored = store.schema_by_id(a).await.unwrap().unwrap();
     assert_eq!(stored.schema, "A text");
+    assert_eq!(stored.canonical, "A");
     assert_eq!(stored.schema_type, SchemaType::Avro);
     assert!(store.schema_by_id(9_999).await.unwrap().is_none());
 
