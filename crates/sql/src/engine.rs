@@ -471,7 +471,7 @@ impl SqlEngine {
     ) -> Result<Prepared, SqlError> {
         let warehouse = options.warehouse.as_deref().unwrap_or("default");
         let namespace = options.namespace.as_deref().unwrap_or("default");
-        let mut config = SessionConfig::new();
+        let mut config = SessionConfig::from_env()?;
         // `TIMESTAMP WITH TIME ZONE` is Iceberg's `timestamptz`: instants, shown in UTC.
         config.options_mut().execution.time_zone = Some("UTC".into());
         // Each sorting partition holds back this much for merging its spilled runs: a share
@@ -499,12 +499,17 @@ impl SqlEngine {
             .any(|r| r.schema() == Some("information_schema"));
 
         let catalogs = self.catalogs(caller, lists).await?;
-        let state = SessionStateBuilder::new()
+        let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
-            .with_catalog_list(Arc::new(catalogs))
-            .build();
+            .with_catalog_list(Arc::new(catalogs));
+        if std::env::var("FLOE_SQL_RUNTIME_FILTERS").as_deref() != Ok("off") {
+            state = state.with_physical_optimizer_rule(Arc::new(
+                crate::runtime_filters::ApplyRuntimeFilters,
+            ));
+        }
+        let state = state.build();
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) {
             if partitioned_by.is_some() {

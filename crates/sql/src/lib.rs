@@ -10,6 +10,7 @@ pub mod manifests;
 pub mod metadata_tables;
 pub mod predicate;
 pub mod provider;
+pub mod runtime_filters;
 pub mod write;
 
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};

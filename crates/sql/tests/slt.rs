@@ -118,3 +118,67 @@ async fn sqllogictest_suites() {
         }
     }
 }
+
+/// The plan text of `EXPLAIN ANALYZE sql`.
+async fn analyzed(floe: &Floe, sql: &str) -> String {
+    let result = floe
+        .engine
+        .query(
+            &Caller::system(),
+            &format!("EXPLAIN ANALYZE {sql}"),
+            &QueryOptions::default(),
+        )
+        .await
+        .unwrap();
+    let batches: Vec<RecordBatch> = result.stream.try_collect().await.unwrap();
+    let options = FormatOptions::default();
+    let mut text = String::new();
+    for batch in &batches {
+        let plan = ArrayFormatter::try_new(batch.column(1).as_ref(), &options).unwrap();
+        for row in 0..batch.num_rows() {
+            text.push_str(&plan.value(row).to_string());
+        }
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_keys_filter_the_rows_under_an_aggregation() {
+    let mut floe = fresh().await;
+    for sql in [
+        "CREATE SCHEMA rf",
+        "CREATE TABLE rf.dim (k BIGINT, tag VARCHAR)",
+        "INSERT INTO rf.dim VALUES (1, 'keep'), (2, 'drop'), (3, 'keep')",
+        "CREATE TABLE rf.fact (k BIGINT, v BIGINT)",
+        "INSERT INTO rf.fact SELECT value % 50, value FROM generate_series(1, 5000) AS t(value)",
+    ] {
+        floe.run(sql).await.unwrap();
+    }
+    let plan = analyzed(
+        &floe,
+        "SELECT sum(f.v) FROM rf.fact f JOIN rf.dim d ON f.k = d.k WHERE d.tag = 'keep' \
+         AND f.v > (SELECT avg(v) FROM rf.fact f2 WHERE f2.k = d.k)",
+    )
+    .await;
+    // The subquery's scan of 5,000 rows is cut to the 200 of keys 1 and 3 before it is
+    // aggregated.
+    let filter = plan
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("FilterExec: RuntimeFilter(DynamicFilter")
+        })
+        .unwrap_or_else(|| panic!("no runtime filter above the fact scan:\n{plan}"));
+    assert!(filter.contains("output_rows=200,"), "{filter}");
+    // And the answer is the join's.
+    let Ok(DBOutput::Rows { rows, .. }) = floe
+        .run(
+            "SELECT sum(f.v) FROM rf.fact f JOIN rf.dim d ON f.k = d.k WHERE d.tag = 'keep' \
+             AND f.v > (SELECT avg(v) FROM rf.fact f2 WHERE f2.k = d.k)",
+        )
+        .await
+    else {
+        panic!("the query gives rows");
+    };
+    assert_eq!(rows, vec![vec!["372700".to_string()]]);
+}
