@@ -509,6 +509,10 @@ impl SqlEngine {
                 crate::runtime_filters::ApplyRuntimeFilters,
             ));
         }
+        if std::env::var("FLOE_SQL_SHARED_AGGREGATIONS").as_deref() != Ok("off") {
+            state = state
+                .with_physical_optimizer_rule(Arc::new(crate::shared::ShareRepeatedAggregations));
+        }
         let state = state.build();
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) {

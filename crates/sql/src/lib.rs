@@ -11,6 +11,7 @@ pub mod metadata_tables;
 pub mod predicate;
 pub mod provider;
 pub mod runtime_filters;
+pub mod shared;
 pub mod write;
 
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};

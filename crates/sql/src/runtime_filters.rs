@@ -198,6 +198,11 @@ fn runtime_filters(
     dynamic.into_iter().map(|(_, f)| f).collect()
 }
 
+/// Whether `expr` is a runtime filter this rule added.
+pub(crate) fn is_runtime_filter(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    expr.downcast_ref::<RuntimeFilter>().is_some()
+}
+
 /// Rows seen before a filter's pass rate is judged.
 const JUDGED_AFTER_ROWS: usize = 65_536;
 /// A filter passing more than this share of rows is not worth evaluating.

@@ -182,3 +182,31 @@ async fn join_keys_filter_the_rows_under_an_aggregation() {
     };
     assert_eq!(rows, vec![vec!["372700".to_string()]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_common_table_expression_used_twice_is_aggregated_once() {
+    let mut floe = fresh().await;
+    for sql in [
+        "CREATE SCHEMA sa",
+        "CREATE TABLE sa.sales (store BIGINT, amount BIGINT)",
+        "INSERT INTO sa.sales SELECT value % 5, value FROM generate_series(1, 1000) AS t(value)",
+    ] {
+        floe.run(sql).await.unwrap();
+    }
+    let query = "WITH t AS (SELECT store, sum(amount) AS total FROM sa.sales GROUP BY store) \
+                 SELECT a.store, b.store FROM t a JOIN t b ON a.total = b.total + 200";
+    let plan = analyzed(&floe, query).await;
+    assert!(
+        plan.contains("SharedExec: computed once for 2 consumers"),
+        "{plan}"
+    );
+    // Both places show the one shared scan, which read the table's 1,000 rows once.
+    let scans: Vec<&str> = plan
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("DataSourceExec"))
+        .collect();
+    assert_eq!(scans.len(), 2, "{plan}");
+    assert_eq!(scans[0], scans[1]);
+    assert!(scans[0].contains("output_rows=1.00 K,"), "{}", scans[0]);
+}

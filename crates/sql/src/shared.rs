@@ -1,0 +1,321 @@
+//! Repeated aggregations computed once.
+//!
+//! A common table expression referenced twice (TPC-H Q15's `revenue0`: joined to `supplier`
+//! and searched for its maximum) is planned by DataFusion as two identical subplans, each
+//! scanning and aggregating on its own. This rule finds complete aggregations that appear more
+//! than once with the same input — the same files, columns and filters — and puts one shared
+//! node in every place: the first consumer to read a partition computes it, the others read
+//! its batches (held against the query's memory budget). That is how PostgreSQL evaluates a
+//! CTE, once per query.
+//!
+//! Runtime filters a consumer pushed into its copy (a join's keys, say) are dropped with that
+//! copy; the shared one must have none from outside it, or another consumer would miss rows.
+//! Scans with position deletes are never shared (their row selections are not compared).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_expr::utils::split_conjunction;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
+};
+use futures::{StreamExt, TryStreamExt};
+use tokio::sync::OnceCell;
+
+use crate::runtime_filters::is_runtime_filter;
+
+/// Shares repeated complete aggregations between their consumers.
+#[derive(Debug, Default)]
+pub struct ShareRepeatedAggregations;
+
+impl PhysicalOptimizerRule for ShareRepeatedAggregations {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let mut found: HashMap<String, Vec<Arc<dyn ExecutionPlan>>> = HashMap::new();
+        collect(&plan, &mut found);
+        let shared: HashMap<String, Arc<dyn ExecutionPlan>> = found
+            .into_iter()
+            .filter(|(_, copies)| copies.len() > 1)
+            .filter_map(|(key, copies)| {
+                let consumers = copies.len();
+                let input = copies.into_iter().find(|c| self_contained(c))?;
+                let node: Arc<dyn ExecutionPlan> = Arc::new(SharedExec::new(input, consumers));
+                Some((key, node))
+            })
+            .collect();
+        if shared.is_empty() {
+            return Ok(plan);
+        }
+        replace(plan, &shared)
+    }
+
+    fn name(&self) -> &str {
+        "floe_share_repeated_aggregations"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// A complete aggregation (not the partial half of one).
+fn is_complete_aggregation(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.downcast_ref::<AggregateExec>().is_some_and(|a| {
+        matches!(
+            a.mode(),
+            AggregateMode::Final
+                | AggregateMode::FinalPartitioned
+                | AggregateMode::Single
+                | AggregateMode::SinglePartitioned
+        )
+    })
+}
+
+/// Complete aggregations by what they compute, outermost first; an aggregation inside a
+/// repeated one is not looked at on its own.
+fn collect(
+    plan: &Arc<dyn ExecutionPlan>,
+    found: &mut HashMap<String, Vec<Arc<dyn ExecutionPlan>>>,
+) {
+    if is_complete_aggregation(plan)
+        && let Some(key) = key(plan)
+    {
+        found.entry(key).or_default().push(plan.clone());
+    }
+    for child in plan.children() {
+        collect(child, found);
+    }
+}
+
+fn replace(
+    plan: Arc<dyn ExecutionPlan>,
+    shared: &HashMap<String, Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if is_complete_aggregation(&plan)
+        && let Some(node) = key(&plan).and_then(|k| shared.get(&k))
+    {
+        return Ok(node.clone());
+    }
+    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+    let mut changed = false;
+    let mut rewritten = Vec::with_capacity(children.len());
+    for child in children {
+        let new = replace(child.clone(), shared)?;
+        changed |= !Arc::ptr_eq(&new, &child);
+        rewritten.push(new);
+    }
+    if changed {
+        plan.with_new_children(rewritten)
+    } else {
+        Ok(plan)
+    }
+}
+
+/// What a subplan computes, leaving out runtime filters; `None` when it cannot be told (a
+/// scan with deletes, a source other than files).
+fn key(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    if let Some(filter) = plan.downcast_ref::<FilterExec>()
+        && is_runtime_filter(filter.predicate())
+    {
+        return key(filter.input());
+    }
+    if let Some(scan) = plan.downcast_ref::<DataSourceExec>() {
+        let config = scan.data_source().downcast_ref::<FileScanConfig>()?;
+        let mut text = String::from("scan[");
+        for group in &config.file_groups {
+            text.push('{');
+            for file in group.iter() {
+                if !file.extensions.is_empty() {
+                    return None;
+                }
+                text.push_str(&format!("{} {:?};", file.object_meta.location, file.range));
+            }
+            text.push('}');
+        }
+        let columns: Vec<String> = plan
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        text.push_str(&format!(" columns={columns:?} limit={:?}", config.limit));
+        if let Some(predicate) = config.file_source().filter() {
+            for conjunct in split_conjunction(&predicate) {
+                if conjunct
+                    .downcast_ref::<DynamicFilterPhysicalExpr>()
+                    .is_none()
+                {
+                    text.push_str(&format!(" and {conjunct}"));
+                }
+            }
+        }
+        text.push(']');
+        return Some(text);
+    }
+    if plan.children().is_empty() {
+        return None;
+    }
+    let mut text = displayable(plan.as_ref()).one_line().to_string();
+    text.push('(');
+    for child in plan.children() {
+        text.push_str(&key(child)?);
+        text.push(',');
+    }
+    text.push(')');
+    Some(text)
+}
+
+/// Whether every dynamic filter in `plan`'s scans comes from a join inside `plan`.
+fn self_contained(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut produced = HashSet::new();
+    let mut used = HashSet::new();
+    let mut unknown = false;
+    visit(plan, &mut |node| {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>()
+            && let Some(id) = join.dynamic_filter_expr().and_then(|f| f.expression_id())
+        {
+            produced.insert(id);
+        }
+        if let Some(scan) = node.downcast_ref::<DataSourceExec>()
+            && let Some(config) = scan.data_source().downcast_ref::<FileScanConfig>()
+            && let Some(predicate) = config.file_source().filter()
+        {
+            for conjunct in split_conjunction(&predicate) {
+                if let Some(dynamic) = conjunct.downcast_ref::<DynamicFilterPhysicalExpr>() {
+                    match dynamic.expression_id() {
+                        Some(id) => {
+                            used.insert(id);
+                        }
+                        None => unknown = true,
+                    }
+                }
+            }
+        }
+    });
+    !unknown && used.is_subset(&produced)
+}
+
+fn visit(plan: &Arc<dyn ExecutionPlan>, f: &mut impl FnMut(&Arc<dyn ExecutionPlan>)) {
+    f(plan);
+    for child in plan.children() {
+        visit(child, f);
+    }
+}
+
+/// A subplan computed once per partition for several consumers.
+#[derive(Debug)]
+pub struct SharedExec {
+    input: Arc<dyn ExecutionPlan>,
+    consumers: usize,
+    partitions: Vec<Arc<OnceCell<Arc<Computed>>>>,
+}
+
+/// One partition's batches, and their memory counted against the query's budget until the
+/// plan is dropped.
+#[derive(Debug)]
+struct Computed {
+    batches: Vec<RecordBatch>,
+    _reservation: MemoryReservation,
+}
+
+impl SharedExec {
+    fn new(input: Arc<dyn ExecutionPlan>, consumers: usize) -> Self {
+        let count = input.properties().partitioning.partition_count();
+        Self {
+            input,
+            consumers,
+            partitions: (0..count).map(|_| Arc::default()).collect(),
+        }
+    }
+}
+
+impl DisplayAs for SharedExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "SharedExec: computed once for {} consumers",
+            self.consumers
+        )
+    }
+}
+
+impl ExecutionPlan for SharedExec {
+    fn name(&self) -> &str {
+        "SharedExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(SharedExec::new(
+            children.remove(0),
+            self.consumers,
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let cell = self.partitions.get(partition).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!("SharedExec has no partition {partition}"))
+        })?;
+        let input = self.input.clone();
+        let batches = futures::stream::once(async move {
+            let computed = cell
+                .get_or_try_init(|| async {
+                    let reservation = MemoryConsumer::new(format!("SharedExec[{partition}]"))
+                        .register(context.memory_pool());
+                    let mut stream = input.execute(partition, context.clone())?;
+                    let mut batches = Vec::new();
+                    while let Some(batch) = stream.next().await {
+                        let batch = batch?;
+                        reservation.try_grow(batch.get_array_memory_size())?;
+                        batches.push(batch);
+                    }
+                    Ok::<_, DataFusionError>(Arc::new(Computed {
+                        batches,
+                        _reservation: reservation,
+                    }))
+                })
+                .await?
+                .clone();
+            Ok::<_, DataFusionError>(futures::stream::iter(
+                (0..computed.batches.len()).map(move |i| Ok(computed.batches[i].clone())),
+            ))
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            batches,
+        )))
+    }
+}
