@@ -56,7 +56,7 @@ impl PhysicalOptimizerRule for ShareRepeatedAggregations {
             .filter(|(_, copies)| copies.len() > 1)
             .filter_map(|(key, copies)| {
                 let consumers = copies.len();
-                let input = copies.into_iter().find(|c| self_contained(c))?;
+                let input = copies.into_iter().find(self_contained)?;
                 let node: Arc<dyn ExecutionPlan> = Arc::new(SharedExec::new(input, consumers));
                 Some((key, node))
             })
