@@ -98,19 +98,29 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>, feeding: Option<u64>) -> Result<Arc<dyn
         let runtime = runtime_filters(&plan, feeding, &plan.schema());
         return filtered(plan, runtime);
     }
-    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+    let count = plan.children().len();
     let feeds: Vec<Option<u64>> = if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
         let own = join.dynamic_filter_expr().and_then(|f| f.expression_id());
         vec![None, own]
     } else if passes_rows_on(plan.as_ref()) {
-        vec![feeding; children.len()]
+        vec![feeding; count]
     } else {
-        vec![None; children.len()]
+        vec![None; count]
     };
+    map_children(plan, |i, child| rewrite(child, feeds[i]))
+}
+
+/// `plan` with `f` applied to each of its children (by position); `plan` itself when no child
+/// changed.
+pub(crate) fn map_children(
+    plan: Arc<dyn ExecutionPlan>,
+    mut f: impl FnMut(usize, Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
     let mut changed = false;
     let mut rewritten = Vec::with_capacity(children.len());
-    for (child, feeding) in children.into_iter().zip(feeds) {
-        let new = rewrite(child.clone(), feeding)?;
+    for (i, child) in children.into_iter().enumerate() {
+        let new = f(i, child.clone())?;
         changed |= !Arc::ptr_eq(&new, &child);
         rewritten.push(new);
     }
@@ -119,6 +129,22 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>, feeding: Option<u64>) -> Result<Arc<dyn
     } else {
         Ok(plan)
     }
+}
+
+/// The file scan configuration of a `DataSourceExec` over files.
+pub(crate) fn file_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+    plan.downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()
+}
+
+/// The dynamic filters among a scan predicate's conjuncts.
+pub(crate) fn dynamic_filters(
+    predicate: &Arc<dyn PhysicalExpr>,
+) -> impl Iterator<Item = (&Arc<dyn PhysicalExpr>, &DynamicFilterPhysicalExpr)> {
+    split_conjunction(predicate)
+        .into_iter()
+        .filter_map(|e| Some((e, e.downcast_ref::<DynamicFilterPhysicalExpr>()?)))
 }
 
 /// `plan` under one filter per runtime filter, the first of `filters` evaluated first.
@@ -142,10 +168,7 @@ fn runtime_filters(
     feeding: Option<u64>,
     output: &SchemaRef,
 ) -> Vec<Arc<dyn PhysicalExpr>> {
-    let Some(scan) = node.downcast_ref::<DataSourceExec>() else {
-        return Vec::new();
-    };
-    let Some(config) = scan.data_source().downcast_ref::<FileScanConfig>() else {
+    let Some(config) = file_scan(node) else {
         return Vec::new();
     };
     // Rows a filter removes above a scan that stops after `limit` rows would not be made up.
@@ -156,12 +179,9 @@ fn runtime_filters(
         return Vec::new();
     };
     let table = config.file_source().table_schema().table_schema();
-    let mut dynamic: Vec<(bool, Arc<dyn PhysicalExpr>)> = split_conjunction(&predicate)
-        .into_iter()
-        .filter_map(|e| {
-            let id = e
-                .downcast_ref::<DynamicFilterPhysicalExpr>()?
-                .expression_id();
+    let mut dynamic: Vec<(bool, Arc<dyn PhysicalExpr>)> = dynamic_filters(&predicate)
+        .filter_map(|(e, filter)| {
+            let id = filter.expression_id();
             let is_feeding = feeding.is_some() && id == feeding;
             // The scan's predicate addresses the table's columns; the filter sits above the
             // projection. A column not in `output` leaves that filter out.

@@ -19,12 +19,10 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::{DataFusionError, Result};
-use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
@@ -37,7 +35,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
-use crate::runtime_filters::is_runtime_filter;
+use crate::runtime_filters::{dynamic_filters, file_scan, is_runtime_filter, map_children};
 
 /// Shares repeated complete aggregations between their consumers.
 #[derive(Debug, Default)]
@@ -114,19 +112,7 @@ fn replace(
     {
         return Ok(node.clone());
     }
-    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
-    let mut changed = false;
-    let mut rewritten = Vec::with_capacity(children.len());
-    for child in children {
-        let new = replace(child.clone(), shared)?;
-        changed |= !Arc::ptr_eq(&new, &child);
-        rewritten.push(new);
-    }
-    if changed {
-        plan.with_new_children(rewritten)
-    } else {
-        Ok(plan)
-    }
+    map_children(plan, |_, child| replace(child, shared))
 }
 
 /// What a subplan computes, leaving out runtime filters; `None` when it cannot be told (a
@@ -137,8 +123,8 @@ fn key(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
     {
         return key(filter.input());
     }
-    if let Some(scan) = plan.downcast_ref::<DataSourceExec>() {
-        let config = scan.data_source().downcast_ref::<FileScanConfig>()?;
+    if plan.downcast_ref::<DataSourceExec>().is_some() {
+        let config = file_scan(plan)?;
         let mut text = String::from("scan[");
         for group in &config.file_groups {
             text.push('{');
@@ -158,11 +144,9 @@ fn key(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
             .collect();
         text.push_str(&format!(" columns={columns:?} limit={:?}", config.limit));
         if let Some(predicate) = config.file_source().filter() {
+            let dynamic: Vec<_> = dynamic_filters(&predicate).map(|(e, _)| e).collect();
             for conjunct in split_conjunction(&predicate) {
-                if conjunct
-                    .downcast_ref::<DynamicFilterPhysicalExpr>()
-                    .is_none()
-                {
+                if !dynamic.iter().any(|d| Arc::ptr_eq(d, conjunct)) {
                     text.push_str(&format!(" and {conjunct}"));
                 }
             }
@@ -194,18 +178,13 @@ fn self_contained(plan: &Arc<dyn ExecutionPlan>) -> bool {
         {
             produced.insert(id);
         }
-        if let Some(scan) = node.downcast_ref::<DataSourceExec>()
-            && let Some(config) = scan.data_source().downcast_ref::<FileScanConfig>()
-            && let Some(predicate) = config.file_source().filter()
-        {
-            for conjunct in split_conjunction(&predicate) {
-                if let Some(dynamic) = conjunct.downcast_ref::<DynamicFilterPhysicalExpr>() {
-                    match dynamic.expression_id() {
-                        Some(id) => {
-                            used.insert(id);
-                        }
-                        None => unknown = true,
+        if let Some(predicate) = file_scan(node).and_then(|c| c.file_source().filter()) {
+            for (_, dynamic) in dynamic_filters(&predicate) {
+                match dynamic.expression_id() {
+                    Some(id) => {
+                        used.insert(id);
                     }
+                    None => unknown = true,
                 }
             }
         }
