@@ -5,6 +5,7 @@ results identically."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -175,6 +176,23 @@ def test_floe_reads_spark_deletes_v2_and_deletion_vectors_v3(spark_floe):
         assert tuple(expected) == (1619, 1699360, 2546789.0), tuple(expected)
         firsts[f"first_v{version}"] = first_delete
     run_file(floe, Path(__file__).parent.parent / "slt" / "engines" / "spark_deletes.slt", firsts)
+
+    # The suite read the delete files; the same snapshots read again plan from kept plans.
+    def delete_files_read():
+        metrics = floe.api("GET", "/metrics").text
+        return int(re.search(r"^floe_sql_delete_files_read_total (\d+)$", metrics, re.M).group(1))
+
+    before = delete_files_read()
+    assert before > 0
+    for version in (2, 3):
+        answer = floe.api(
+            "POST",
+            "/api/v1/sql",
+            json={"sql": f"SELECT count(*) AS n FROM eng.deletes_v{version}", "warehouse": floe.warehouse},
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["rows"] == [{"n": 1619}], answer.text
+    assert delete_files_read() == before
 
 
 def test_compaction_applies_spark_deletes_and_spark_reads_the_result(spark_floe):

@@ -116,6 +116,12 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
          # TYPE floe_sql_queries_waiting gauge\nfloe_sql_queries_waiting {}\n",
         engine.queued()
     );
+    text.push_str(&format!(
+        "# HELP floe_sql_delete_files_read_total Position delete files and deletion vector \
+         files read by SQL scans (queries, compactions); plans from them are kept across scans\n\
+         # TYPE floe_sql_delete_files_read_total counter\nfloe_sql_delete_files_read_total {}\n",
+        floe_sql::deletes::delete_files_read()
+    ));
     if let Some(stats) = engine.cache_stats() {
         text.push_str(&format!(
             "# HELP floe_sql_cache_hits_total Byte ranges served by the query cache\n\

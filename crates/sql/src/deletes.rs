@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
@@ -34,7 +35,7 @@ const CONCURRENCY: usize = 16;
 const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
 
 /// A data file's deletes in the form the Parquet scan takes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct FileDeletes {
     pub plan: ParquetAccessPlan,
     /// Rows left after deletes (of the rows the file has).
@@ -49,8 +50,97 @@ pub fn positional_only(task: &FileScanTask) -> bool {
         .all(|d| d.file_type == DataContentType::PositionDeletes)
 }
 
-/// Works out the access plan of every task's data file from its position deletes.
+/// Delete files (or Puffin blobs' files) read since the process started.
+static DELETE_FILES_READ: AtomicU64 = AtomicU64::new(0);
+
+/// How many delete files queries have read (a file read for several data files counts once).
+pub fn delete_files_read() -> u64 {
+    DELETE_FILES_READ.load(Ordering::Relaxed)
+}
+
+/// Access plans kept across queries, by data file and the delete files applying to it: both
+/// never change once written, so neither does the plan. A query repeated on a table with
+/// deletes reads no delete file again.
+mod kept {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+
+    use super::FileDeletes;
+
+    /// Plans kept; the least recently used tenth goes when full.
+    const KEPT: usize = 50_000;
+
+    #[derive(Default)]
+    struct Kept {
+        clock: u64,
+        plans: HashMap<String, (u64, Arc<FileDeletes>)>,
+    }
+
+    static PLANS: LazyLock<Mutex<Kept>> = LazyLock::new(Mutex::default);
+
+    pub fn get(key: &str) -> Option<Arc<FileDeletes>> {
+        let mut kept = PLANS.lock().expect("delete plan cache lock");
+        kept.clock += 1;
+        let clock = kept.clock;
+        let entry = kept.plans.get_mut(key)?;
+        entry.0 = clock;
+        Some(entry.1.clone())
+    }
+
+    pub fn put(key: String, plan: Arc<FileDeletes>) {
+        let mut kept = PLANS.lock().expect("delete plan cache lock");
+        kept.clock += 1;
+        let clock = kept.clock;
+        if kept.plans.len() >= KEPT {
+            let mut uses: Vec<u64> = kept.plans.values().map(|(used, _)| *used).collect();
+            uses.sort_unstable();
+            let cut = uses[KEPT / 10];
+            kept.plans.retain(|_, (used, _)| *used > cut);
+        }
+        kept.plans.insert(key, (clock, plan));
+    }
+}
+
+/// What a data file's access plan depends on: the file and its delete files.
+fn plan_key(task: &FileScanTask) -> String {
+    let mut deletes: Vec<&str> = task.deletes.iter().map(|d| d.file_path.as_str()).collect();
+    deletes.sort_unstable();
+    format!("{}\u{1f}{}", task.data_file_path, deletes.join("\u{1f}"))
+}
+
+/// Works out the access plan of every task's data file from its position deletes; plans
+/// worked out before are reused.
 pub async fn plan_deletes(
+    index: &ManifestIndex,
+    store: Arc<dyn ObjectStore>,
+    tasks: &[FileScanTask],
+) -> Result<HashMap<String, FileDeletes>> {
+    let mut found = HashMap::new();
+    let mut missing = Vec::new();
+    let mut keys = HashMap::new();
+    for task in tasks {
+        let key = plan_key(task);
+        match kept::get(&key) {
+            Some(plan) => {
+                found.insert(task.data_file_path.clone(), plan.as_ref().clone());
+            }
+            None => {
+                keys.insert(task.data_file_path.clone(), key);
+                missing.push(task.clone());
+            }
+        }
+    }
+    for (path, plan) in read_deletes(index, store, &missing).await? {
+        if let Some(key) = keys.remove(&path) {
+            kept::put(key, Arc::new(plan.clone()));
+        }
+        found.insert(path, plan);
+    }
+    Ok(found)
+}
+
+/// Reads the delete files of `tasks` and works out their data files' access plans.
+async fn read_deletes(
     index: &ManifestIndex,
     store: Arc<dyn ObjectStore>,
     tasks: &[FileScanTask],
@@ -72,6 +162,7 @@ pub async fn plan_deletes(
         let wanted = wanted.clone();
         let blobs = index.vectors.get(&path).cloned();
         async move {
+            DELETE_FILES_READ.fetch_add(1, Ordering::Relaxed);
             match blobs {
                 Some(blobs) => read_vectors(store, &path, &blobs).await,
                 None => read_position_file(store, &path, size, &wanted).await,
