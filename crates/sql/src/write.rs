@@ -106,6 +106,7 @@ impl DataSink for IcebergSink {
         }
         let catalog = FloeCatalog {
             access: access.clone(),
+            pinned: None,
         };
         let transaction = Transaction::new(&self.table);
         let transaction = transaction
@@ -256,6 +257,24 @@ pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterPrope
 pub async fn commit_transaction(access: &TableAccess, transaction: Transaction) -> Result<Table> {
     let catalog = FloeCatalog {
         access: access.clone(),
+        pinned: None,
+    };
+    transaction.commit(&catalog).await.map_err(iceberg_error)
+}
+
+/// Commits `transaction` on exactly the table state `base` it was built from. iceberg's own
+/// commit reloads the table first and re-applies the transaction to whatever is current then;
+/// here a table changed meanwhile fails the commit with a conflict instead (the commit
+/// requires `main` where `base` had it), so a caller whose snapshot properties depend on that
+/// state — a pipeline's offsets, merged from the current snapshot — reloads and rebuilds them.
+pub async fn commit_transaction_on(
+    access: &TableAccess,
+    base: &Table,
+    transaction: Transaction,
+) -> Result<Table> {
+    let catalog = FloeCatalog {
+        access: access.clone(),
+        pinned: Some(base.clone()),
     };
     transaction.commit(&catalog).await.map_err(iceberg_error)
 }
@@ -516,6 +535,8 @@ pub async fn evolve_columns(
 #[derive(Debug)]
 struct FloeCatalog {
     access: TableAccess,
+    /// The table state commits apply to, instead of the current one.
+    pinned: Option<Table>,
 }
 
 fn unsupported<T>() -> iceberg::Result<T> {
@@ -575,6 +596,9 @@ impl Catalog for FloeCatalog {
         unsupported()
     }
     async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        if let Some(pinned) = &self.pinned {
+            return Ok(pinned.clone());
+        }
         let loaded = self
             .access
             .service

@@ -210,3 +210,63 @@ async fn a_common_table_expression_used_twice_is_aggregated_once() {
     assert_eq!(scans[0], scans[1]);
     assert!(scans[0].contains("output_rows=1.00 K,"), "{}", scans[0]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_pinned_to_its_base_conflicts_instead_of_being_rebased() {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use iceberg::TableIdent;
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+
+    let mut floe = fresh().await;
+    floe.run("CREATE SCHEMA p").await.unwrap();
+    floe.run("CREATE TABLE p.t (id BIGINT)").await.unwrap();
+    let caller = Caller::system();
+    let access = floe.engine.access(&caller, "default").await.unwrap();
+    let ident = TableIdent::from_strs(["p", "t"]).unwrap();
+    let loaded = floe
+        .engine
+        .catalog()
+        .load_table(&caller, "default", &ident)
+        .await
+        .unwrap();
+    let base = floe_sql::write::table_of(&access, loaded).unwrap();
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)])),
+        vec![Arc::new(Int64Array::from(vec![1]))],
+    )
+    .unwrap();
+    let append = |files| {
+        let transaction = Transaction::new(&base);
+        transaction
+            .fast_append()
+            .add_data_files(files)
+            .apply(transaction)
+            .unwrap()
+    };
+    let mut files = Vec::new();
+    for _ in 0..3 {
+        files.push(
+            floe_sql::write::write_batch_files(&base, &batch)
+                .await
+                .unwrap(),
+        );
+    }
+    // Another writer commits first.
+    floe_sql::write::commit_transaction(&access, append(files.pop().unwrap()))
+        .await
+        .unwrap();
+    // Built on the state before it: pinned, the commit conflicts ...
+    let err = floe_sql::write::commit_transaction_on(&access, &base, append(files.pop().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().to_lowercase().contains("conflict"), "{err}");
+    // ... where iceberg's own commit re-applies it to the newer state.
+    floe_sql::write::commit_transaction(&access, append(files.pop().unwrap()))
+        .await
+        .unwrap();
+    let Ok(DBOutput::Rows { rows, .. }) = floe.run("SELECT count(*) FROM p.t").await else {
+        panic!("the query gives rows");
+    };
+    assert_eq!(rows, vec![vec!["2".to_string()]]);
+}

@@ -855,7 +855,8 @@ impl Pipeline {
                 .add_data_files(files)
                 .apply(transaction)
                 .map_err(|e| table_error("commit a pipeline batch", e))?;
-            match floe_sql::write::commit_transaction(&access, transaction).await {
+            // On `loaded` exactly: the fencing check and the merged offsets were made from it.
+            match floe_sql::write::commit_transaction_on(&access, &table, transaction).await {
                 Ok(_) => return Ok(count),
                 Err(e) if attempt < 8 && e.to_string().to_lowercase().contains("conflict") => {
                     tracing::info!(pipeline = %self.spec.name, attempt, "retry a pipeline commit");
