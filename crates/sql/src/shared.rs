@@ -49,16 +49,17 @@ impl PhysicalOptimizerRule for ShareRepeatedAggregations {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut found: HashMap<String, Vec<Arc<dyn ExecutionPlan>>> = HashMap::new();
         collect(&plan, &mut found);
-        let shared: HashMap<String, Arc<dyn ExecutionPlan>> = found
-            .into_iter()
-            .filter(|(_, copies)| copies.len() > 1)
-            .filter_map(|(key, copies)| {
-                let consumers = copies.len();
-                let input = copies.into_iter().find(self_contained)?;
-                let node: Arc<dyn ExecutionPlan> = Arc::new(SharedExec::new(input, consumers));
-                Some((key, node))
-            })
-            .collect();
+        // Each copy, by its address in the plan, and the shared node that takes its place.
+        let mut shared: HashMap<usize, Arc<dyn ExecutionPlan>> = HashMap::new();
+        for copies in found.into_values().filter(|copies| copies.len() > 1) {
+            let Some(input) = copies.iter().find(|c| self_contained(c)).cloned() else {
+                continue;
+            };
+            let node: Arc<dyn ExecutionPlan> = Arc::new(SharedExec::new(input, copies.len()));
+            for copy in &copies {
+                shared.insert(address(copy), node.clone());
+            }
+        }
         if shared.is_empty() {
             return Ok(plan);
         }
@@ -87,8 +88,13 @@ fn is_complete_aggregation(plan: &Arc<dyn ExecutionPlan>) -> bool {
     })
 }
 
-/// Complete aggregations by what they compute, outermost first; an aggregation inside a
-/// repeated one is not looked at on its own.
+/// Where a plan node lives: the identity of one copy while the plan is rewritten.
+fn address(plan: &Arc<dyn ExecutionPlan>) -> usize {
+    Arc::as_ptr(plan) as *const () as usize
+}
+
+/// Complete aggregations by what they compute, outermost first (nested ones too; where both
+/// an aggregation and one inside it repeat, [`replace`] shares the outer one).
 fn collect(
     plan: &Arc<dyn ExecutionPlan>,
     found: &mut HashMap<String, Vec<Arc<dyn ExecutionPlan>>>,
@@ -103,13 +109,12 @@ fn collect(
     }
 }
 
+/// `plan` with every shared copy replaced by its shared node, outermost first.
 fn replace(
     plan: Arc<dyn ExecutionPlan>,
-    shared: &HashMap<String, Arc<dyn ExecutionPlan>>,
+    shared: &HashMap<usize, Arc<dyn ExecutionPlan>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    if is_complete_aggregation(&plan)
-        && let Some(node) = key(&plan).and_then(|k| shared.get(&k))
-    {
+    if let Some(node) = shared.get(&address(&plan)) {
         return Ok(node.clone());
     }
     map_children(plan, |_, child| replace(child, shared))
