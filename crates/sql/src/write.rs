@@ -104,10 +104,6 @@ impl DataSink for IcebergSink {
         if data_files.is_empty() {
             return Ok(0);
         }
-        let catalog = FloeCatalog {
-            access: access.clone(),
-            pinned: None,
-        };
         let transaction = Transaction::new(&self.table);
         let transaction = transaction
             .fast_append()
@@ -115,7 +111,7 @@ impl DataSink for IcebergSink {
             .add_data_files(data_files)
             .apply(transaction)
             .map_err(iceberg_error)?;
-        transaction.commit(&catalog).await.map_err(iceberg_error)?;
+        commit_transaction(access, transaction).await?;
         Ok(rows)
     }
 }
@@ -255,11 +251,7 @@ pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterPrope
 /// Commits an iceberg transaction (built on a table loaded through `access`) through Floe's
 /// catalog as `access`'s caller; the table as the commit left it.
 pub async fn commit_transaction(access: &TableAccess, transaction: Transaction) -> Result<Table> {
-    let catalog = FloeCatalog {
-        access: access.clone(),
-        pinned: None,
-    };
-    transaction.commit(&catalog).await.map_err(iceberg_error)
+    commit_with(access, None, transaction).await
 }
 
 /// Commits `transaction` on exactly the table state `base` it was built from. iceberg's own
@@ -272,9 +264,17 @@ pub async fn commit_transaction_on(
     base: &Table,
     transaction: Transaction,
 ) -> Result<Table> {
+    commit_with(access, Some(base.clone()), transaction).await
+}
+
+async fn commit_with(
+    access: &TableAccess,
+    pinned: Option<Table>,
+    transaction: Transaction,
+) -> Result<Table> {
     let catalog = FloeCatalog {
         access: access.clone(),
-        pinned: Some(base.clone()),
+        pinned,
     };
     transaction.commit(&catalog).await.map_err(iceberg_error)
 }
