@@ -124,27 +124,10 @@ pub async fn write_data_files(
     mut data: SendableRecordBatchStream,
     target_file_size: Option<usize>,
 ) -> Result<(Vec<DataFile>, u64)> {
-    let metadata = table.metadata();
-    let iceberg_schema = metadata.current_schema().clone();
-    let file_schema =
-        Arc::new(iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?);
-    let spec = metadata.default_partition_spec().clone();
+    let (file_schema, splitter) = write_layout(table)?;
     let writer_builder = data_file_writers(table, target_file_size)?;
     let mut rows = 0u64;
-    let data_files: Vec<DataFile> = if spec.is_unpartitioned() {
-        let mut writer = writer_builder.build(None).await.map_err(iceberg_error)?;
-        while let Some(batch) = data.next().await {
-            let batch = crate::cast_batch(&batch?, &file_schema)?;
-            rows += batch.num_rows() as u64;
-            writer.write(batch).await.map_err(iceberg_error)?;
-        }
-        writer.close().await.map_err(iceberg_error)?
-    } else {
-        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
-            iceberg_schema.clone(),
-            spec.clone(),
-        )
-        .map_err(iceberg_error)?;
+    let data_files: Vec<DataFile> = if let Some(splitter) = splitter {
         let mut writer = FanoutWriter::new(writer_builder);
         while let Some(batch) = data.next().await {
             let batch = crate::cast_batch(&batch?, &file_schema)?;
@@ -154,8 +137,35 @@ pub async fn write_data_files(
             }
         }
         writer.close().await.map_err(iceberg_error)?
+    } else {
+        let mut writer = writer_builder.build(None).await.map_err(iceberg_error)?;
+        while let Some(batch) = data.next().await {
+            let batch = crate::cast_batch(&batch?, &file_schema)?;
+            rows += batch.num_rows() as u64;
+            writer.write(batch).await.map_err(iceberg_error)?;
+        }
+        writer.close().await.map_err(iceberg_error)?
     };
     Ok((data_files, rows))
+}
+
+/// The Arrow schema `table`'s data files are written in, and the splitter of rows by its
+/// default partition spec (`None` when the table is unpartitioned).
+fn write_layout(table: &Table) -> Result<(SchemaRef, Option<RecordBatchPartitionSplitter>)> {
+    let metadata = table.metadata();
+    let iceberg_schema = metadata.current_schema().clone();
+    let file_schema =
+        Arc::new(iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?);
+    let spec = metadata.default_partition_spec().clone();
+    let splitter = if spec.is_unpartitioned() {
+        None
+    } else {
+        Some(
+            RecordBatchPartitionSplitter::try_new_with_computed_values(iceberg_schema, spec)
+                .map_err(iceberg_error)?,
+        )
+    };
+    Ok((file_schema, splitter))
 }
 
 /// Builds Parquet data file writers for `table`, rolling over at `target_file_size`.
@@ -189,23 +199,17 @@ fn data_file_writers(
 /// however many partitions the batch touches (a stream pipeline's commit). Nothing is
 /// committed.
 pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec<DataFile>> {
-    let metadata = table.metadata();
-    let iceberg_schema = metadata.current_schema().clone();
-    let file_schema =
-        Arc::new(iceberg::arrow::schema_to_arrow_schema(&iceberg_schema).map_err(iceberg_error)?);
-    let spec = metadata.default_partition_spec().clone();
+    let (file_schema, splitter) = write_layout(table)?;
     let writer_builder = data_file_writers(table, None)?;
     let batch = crate::cast_batch(batch, &file_schema)?;
-    let parts = if spec.is_unpartitioned() {
-        vec![(None, batch)]
-    } else {
-        RecordBatchPartitionSplitter::try_new_with_computed_values(iceberg_schema, spec)
-            .map_err(iceberg_error)?
+    let parts = match splitter {
+        None => vec![(None, batch)],
+        Some(splitter) => splitter
             .split(&batch)
             .map_err(iceberg_error)?
             .into_iter()
             .map(|(key, part)| (Some(key), part))
-            .collect()
+            .collect(),
     };
     let mut files = Vec::new();
     for (key, part) in parts {
