@@ -105,13 +105,13 @@ impl SchemaProvider for NamespaceSchema {
         };
         let provider = IcebergTableProvider::try_new(self.access.clone(), loaded)?;
         Ok(Some(match suffix {
-            Suffix::Current => Arc::new(provider),
+            Suffix::Current => Arc::new(provider.with_statistics().await),
             Suffix::Metadata(kind) => {
                 metadata_tables::metadata_table(&provider.table()?, &kind).await?
             }
             travel => {
                 let id = metadata_tables::snapshot_for(provider.metadata(), &travel, table_name)?;
-                Arc::new(provider.at_snapshot(id)?)
+                Arc::new(provider.at_snapshot(id)?.with_statistics().await)
             }
         }))
     }

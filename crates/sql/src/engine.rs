@@ -504,10 +504,16 @@ impl SqlEngine {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs));
+        if std::env::var("FLOE_SQL_JOIN_ORDER").as_deref() != Ok("off") {
+            state = state.with_optimizer_rule(Arc::new(crate::join_order::ReorderJoins));
+        }
         if std::env::var("FLOE_SQL_RUNTIME_FILTERS").as_deref() != Ok("off") {
             state = state.with_physical_optimizer_rule(Arc::new(
                 crate::runtime_filters::ApplyRuntimeFilters,
             ));
+        }
+        if std::env::var("FLOE_SQL_FAST_DECIMALS").as_deref() != Ok("off") {
+            state = state.with_physical_optimizer_rule(Arc::new(crate::decimal::FastDecimals));
         }
         if std::env::var("FLOE_SQL_SHARED_AGGREGATIONS").as_deref() != Ok("off") {
             state = state

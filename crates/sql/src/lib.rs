@@ -4,8 +4,10 @@
 
 pub mod adapter;
 pub mod catalog;
+pub mod decimal;
 pub mod deletes;
 pub mod engine;
+pub mod join_order;
 pub mod manifests;
 pub mod metadata_tables;
 pub mod predicate;

@@ -66,6 +66,9 @@ pub struct IcebergTableProvider {
     schema: SchemaRef,
     /// When set, only these data files are read, in this order (a compaction's input group).
     only_files: Option<Arc<std::collections::HashMap<String, usize>>>,
+    /// Row count and column bounds of the snapshot read, for the join order
+    /// ([`crate::join_order`]); set by [`IcebergTableProvider::with_statistics`].
+    statistics: Option<Arc<Statistics>>,
 }
 
 impl IcebergTableProvider {
@@ -77,6 +80,7 @@ impl IcebergTableProvider {
             snapshot_id: None,
             schema,
             only_files: None,
+            statistics: None,
         })
     }
 
@@ -104,6 +108,30 @@ impl IcebergTableProvider {
         self.schema = arrow_schema(schema)?;
         self.snapshot_id = Some(id);
         Ok(self)
+    }
+
+    /// The same provider with the snapshot's row count and column bounds from its manifests
+    /// (kept per snapshot). Statistics only guide planning: when the manifests cannot be read
+    /// here, the provider goes without them and the scan reports the error.
+    pub async fn with_statistics(mut self) -> Self {
+        let metadata = &self.loaded.metadata;
+        let snapshot = match self.snapshot_id {
+            Some(id) => metadata.snapshot_by_id(id),
+            None => metadata.current_snapshot(),
+        };
+        let Some(list) = snapshot.map(|s| s.manifest_list().to_string()) else {
+            // No snapshot: an empty table.
+            let mut empty = Statistics::new_unknown(&self.schema);
+            empty.num_rows = Precision::Exact(0);
+            self.statistics = Some(Arc::new(empty));
+            return self;
+        };
+        if let Ok(table) = self.table()
+            && let Ok(index) = manifests::index(&table, self.snapshot_id).await
+        {
+            self.statistics = Some(table_statistics::of(&list, &index, &self.schema));
+        }
+        self
     }
 
     pub fn metadata(&self) -> &iceberg::spec::TableMetadata {
@@ -202,6 +230,66 @@ mod plans {
     }
 }
 
+/// A snapshot's statistics: live data files' record counts summed, their column bounds merged.
+/// Kept per manifest list and schema (bounds of large tables take a while to merge).
+mod table_statistics {
+    use std::sync::{Arc, Mutex};
+
+    use datafusion::arrow::datatypes::SchemaRef;
+    use datafusion::common::Statistics;
+    use datafusion::common::stats::Precision;
+
+    use crate::manifests::ManifestIndex;
+
+    /// Statistics kept.
+    const KEPT: usize = 64;
+
+    type Kept = Vec<(String, SchemaRef, Arc<Statistics>)>;
+    static KEPT_STATISTICS: Mutex<Kept> = Mutex::new(Vec::new());
+
+    /// The statistics of the snapshot whose manifest list is `list`, from its `index`.
+    pub fn of(list: &str, index: &ManifestIndex, schema: &SchemaRef) -> Arc<Statistics> {
+        {
+            let mut kept = KEPT_STATISTICS.lock().expect("statistics cache lock");
+            if let Some(at) = kept.iter().position(|(k, s, _)| k == list && s == schema) {
+                let entry = kept.remove(at);
+                let found = entry.2.clone();
+                kept.push(entry);
+                return found;
+            }
+        }
+        let mut stats = Statistics::new_unknown(schema);
+        let mut rows = 0usize;
+        for (n, entry) in index.data.values().enumerate() {
+            rows += entry.file.record_count() as usize;
+            let mut file = Statistics::new_unknown(schema);
+            super::column_bounds(schema, entry, false, &mut file);
+            for (merged, column) in stats
+                .column_statistics
+                .iter_mut()
+                .zip(file.column_statistics)
+            {
+                // A file without bounds for a column leaves the column's bounds unknown.
+                if n == 0 {
+                    merged.min_value = column.min_value;
+                    merged.max_value = column.max_value;
+                } else {
+                    merged.min_value = merged.min_value.min(&column.min_value);
+                    merged.max_value = merged.max_value.max(&column.max_value);
+                }
+            }
+        }
+        stats.num_rows = Precision::Inexact(rows);
+        let stats = Arc::new(stats);
+        let mut kept = KEPT_STATISTICS.lock().expect("statistics cache lock");
+        kept.push((list.to_string(), schema.clone(), stats.clone()));
+        if kept.len() > KEPT {
+            kept.remove(0);
+        }
+        stats
+    }
+}
+
 /// The Arrow schema DataFusion sees: Iceberg's, with field ids kept in the field metadata and
 /// strings and binaries as view types (what DataFusion's Parquet reader produces natively).
 pub fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
@@ -240,6 +328,10 @@ impl TableProvider for IcebergTableProvider {
 
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        self.statistics.as_deref().cloned()
     }
 
     fn supports_filters_pushdown(
