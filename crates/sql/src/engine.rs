@@ -512,6 +512,10 @@ impl SqlEngine {
                 crate::runtime_filters::ApplyRuntimeFilters,
             ));
         }
+        if std::env::var("FLOE_SQL_FAST_CONJUNCTIONS").as_deref() != Ok("off") {
+            state =
+                state.with_physical_optimizer_rule(Arc::new(crate::conjunction::FastConjunctions));
+        }
         if std::env::var("FLOE_SQL_FAST_DECIMALS").as_deref() != Ok("off") {
             state = state.with_physical_optimizer_rule(Arc::new(crate::decimal::FastDecimals));
         }

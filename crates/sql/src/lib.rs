@@ -4,6 +4,7 @@
 
 pub mod adapter;
 pub mod catalog;
+pub mod conjunction;
 pub mod decimal;
 pub mod deletes;
 pub mod engine;

@@ -1,0 +1,269 @@
+//! Filter predicates of several conditions joined by `AND`, evaluated condition by condition
+//! on the rows still selected.
+//!
+//! DataFusion evaluates `a AND b` by evaluating `a` and, when it keeps at most a fifth of the
+//! rows, evaluating `b` on those rows only; it then spreads `b`'s answers back over the batch
+//! one short slice at a time, which on TPC-H Q6 (five range conditions over `lineitem`) takes
+//! more time than the comparisons. [`FastConjunctions`] gives filters of two or more
+//! conditions a [`Conjunction`] that does the same work in the same order — a condition is
+//! evaluated on the selected rows when they are at most a fifth of the batch and on the whole
+//! batch otherwise, and not at all once no row is left — with the selection kept as a bitmap
+//! that is combined with a bitwise `AND` or, for the selected rows' answers, with one pass over
+//! the selected positions. Used only as a filter's whole predicate, where a null condition
+//! drops the row like `false` does: it answers `false` for such rows.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{Result, ScalarValue, internal_err};
+use datafusion::logical_expr::ColumnarValue;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::utils::split_conjunction;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
+
+use crate::runtime_filters::map_children;
+
+/// Share of a batch at or under which a condition is evaluated on the selected rows only
+/// (DataFusion's own threshold for `AND`).
+const SELECTED_ONLY: f64 = 0.2;
+
+/// The physical optimizer rule; see the module documentation.
+#[derive(Debug, Default)]
+pub struct FastConjunctions;
+
+impl PhysicalOptimizerRule for FastConjunctions {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        rewrite(plan)
+    }
+
+    fn name(&self) -> &str {
+        "floe_fast_conjunctions"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = map_children(plan, |_, child| rewrite(child))?;
+    let Some(filter) = plan.downcast_ref::<FilterExec>() else {
+        return Ok(plan);
+    };
+    let conditions: Vec<Arc<dyn PhysicalExpr>> = split_conjunction(filter.predicate())
+        .into_iter()
+        .cloned()
+        .collect();
+    if conditions.len() < 2 {
+        return Ok(plan);
+    }
+    let predicate = Arc::new(Conjunction {
+        original: filter.predicate().clone(),
+        conditions,
+    });
+    Ok(Arc::new(
+        FilterExecBuilder::from(filter)
+            .with_predicate(predicate)
+            .build()?,
+    ))
+}
+
+/// `AND` of `conditions`, for a filter; see the module documentation.
+#[derive(Debug)]
+pub struct Conjunction {
+    /// The predicate as planned (shown, and given to anything that inspects the plan).
+    original: Arc<dyn PhysicalExpr>,
+    conditions: Vec<Arc<dyn PhysicalExpr>>,
+}
+
+/// A condition's answer as the rows it keeps (null counts as not kept).
+fn kept(value: ColumnarValue, rows: usize) -> Result<Kept> {
+    Ok(match value {
+        ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))) => Kept::All,
+        ColumnarValue::Scalar(ScalarValue::Boolean(_)) => Kept::None,
+        ColumnarValue::Scalar(other) => {
+            return internal_err!("a filter condition gave {other:?}, not a boolean");
+        }
+        ColumnarValue::Array(array) => {
+            if array.len() != rows {
+                return internal_err!("a filter condition gave {} rows for {rows}", array.len());
+            }
+            let booleans = array.as_boolean();
+            match booleans.nulls() {
+                Some(nulls) => Kept::Some(booleans.values() & nulls.inner()),
+                None => Kept::Some(booleans.values().clone()),
+            }
+        }
+    })
+}
+
+enum Kept {
+    All,
+    None,
+    Some(BooleanBuffer),
+}
+
+impl PhysicalExpr for Conjunction {
+    fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn nullable(&self, _input_schema: &Schema) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
+        let rows = batch.num_rows();
+        // `None`: every row still selected.
+        let mut selected: Option<BooleanBuffer> = None;
+        for condition in &self.conditions {
+            let count = selected.as_ref().map_or(rows, |s| s.count_set_bits());
+            if count == 0 {
+                break;
+            }
+            match &selected {
+                Some(mask) if (count as f64) <= SELECTED_ONLY * rows as f64 => {
+                    let subset =
+                        filter_record_batch(batch, &BooleanArray::new(mask.clone(), None))?;
+                    let answers = kept(condition.evaluate(&subset)?, count)?;
+                    selected = Some(match answers {
+                        Kept::All => mask.clone(),
+                        Kept::None => BooleanBuffer::new_unset(rows),
+                        Kept::Some(answers) => scatter(mask, &answers),
+                    });
+                }
+                _ => {
+                    let answers = kept(condition.evaluate(batch)?, rows)?;
+                    selected = match (answers, selected.take()) {
+                        (Kept::All, s) => s,
+                        (Kept::None, _) => Some(BooleanBuffer::new_unset(rows)),
+                        (Kept::Some(a), None) => Some(a),
+                        (Kept::Some(a), Some(s)) => Some(&s & &a),
+                    };
+                }
+            }
+        }
+        Ok(match selected {
+            None => ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))),
+            Some(mask) => ColumnarValue::Array(Arc::new(BooleanArray::new(mask, None))),
+        })
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        vec![&self.original]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        let original = children.remove(0);
+        let conditions = split_conjunction(&original).into_iter().cloned().collect();
+        Ok(Arc::new(Conjunction {
+            original,
+            conditions,
+        }))
+    }
+
+    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.original.fmt_sql(f)
+    }
+}
+
+/// The selection `mask` narrowed by `answers`, one per selected row in order.
+fn scatter(mask: &BooleanBuffer, answers: &BooleanBuffer) -> BooleanBuffer {
+    let mut bits = MutableBuffer::from_len_zeroed(mask.len().div_ceil(8));
+    let out = bits.as_slice_mut();
+    for (position, keep) in mask.set_indices().zip(answers.iter()) {
+        if keep {
+            out[position / 8] |= 1 << (position % 8);
+        }
+    }
+    BooleanBuffer::new(bits.into(), 0, mask.len())
+}
+
+impl fmt::Display for Conjunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.original)
+    }
+}
+
+impl PartialEq for Conjunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.original.as_ref() == other.original.as_ref()
+    }
+}
+
+impl Eq for Conjunction {}
+
+impl Hash for Conjunction {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.original.hash(state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::Field;
+    use datafusion::logical_expr::Operator;
+    use datafusion::physical_expr::expressions::{Column, Literal, binary};
+
+    use super::*;
+
+    #[test]
+    fn keeps_exactly_the_rows_every_condition_keeps() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+        ]));
+        let a: Int64Array = (0..1000i64).map(|i| (i % 7 != 3).then_some(i)).collect();
+        let b: Int64Array = (0..1000i64)
+            .map(|i| (i % 11 != 5).then_some(i % 13))
+            .collect();
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(b)]).unwrap();
+        let col = |n: &str| -> Arc<dyn PhysicalExpr> {
+            Arc::new(Column::new_with_schema(n, &schema).unwrap())
+        };
+        let lit = |v: i64| -> Arc<dyn PhysicalExpr> {
+            Arc::new(Literal::new(ScalarValue::Int64(Some(v))))
+        };
+        // The first keeps a tenth (the rest on the selected rows), then the whole batch.
+        for bound in [100, 900] {
+            let first = binary(col("a"), Operator::Lt, lit(bound), &schema).unwrap();
+            let second = binary(col("b"), Operator::Gt, lit(4), &schema).unwrap();
+            let third = binary(col("a"), Operator::NotEq, lit(50), &schema).unwrap();
+            let and = binary(first, Operator::And, second, &schema).unwrap();
+            let predicate = binary(and, Operator::And, third, &schema).unwrap();
+            let conditions = split_conjunction(&predicate).into_iter().cloned().collect();
+            let conjunction = Conjunction {
+                original: predicate.clone(),
+                conditions,
+            };
+            let ColumnarValue::Array(got) = conjunction.evaluate(&batch).unwrap() else {
+                panic!("an array");
+            };
+            let expected: Vec<bool> = (0..1000i64)
+                .map(|i| {
+                    let a = (i % 7 != 3).then_some(i);
+                    let b = (i % 11 != 5).then_some(i % 13);
+                    matches!((a, b), (Some(a), Some(b)) if a < bound && b > 4 && a != 50)
+                })
+                .collect();
+            let got: Vec<bool> = got.as_boolean().iter().map(|v| v == Some(true)).collect();
+            assert_eq!(got, expected);
+        }
+    }
+}
