@@ -13,7 +13,6 @@
 //! drops the row like `false` does: it answers `false` for such rows.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
@@ -88,8 +87,8 @@ pub struct Conjunction {
     conditions: Vec<Arc<dyn PhysicalExpr>>,
 }
 
-/// A condition's answer as the rows it keeps (null counts as not kept).
-fn kept(value: ColumnarValue, rows: usize) -> Result<Kept> {
+/// A filter condition's answer as the rows it keeps (null counts as not kept).
+pub(crate) fn kept(value: ColumnarValue, rows: usize) -> Result<Kept> {
     Ok(match value {
         ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))) => Kept::All,
         ColumnarValue::Scalar(ScalarValue::Boolean(_)) => Kept::None,
@@ -109,10 +108,31 @@ fn kept(value: ColumnarValue, rows: usize) -> Result<Kept> {
     })
 }
 
-enum Kept {
+pub(crate) enum Kept {
     All,
     None,
     Some(BooleanBuffer),
+}
+
+impl Kept {
+    /// Whether the `i`-th row is kept.
+    pub(crate) fn keeps(&self, i: usize) -> bool {
+        match self {
+            Kept::All => true,
+            Kept::None => false,
+            Kept::Some(bits) => bits.value(i),
+        }
+    }
+}
+
+/// A bitmap of `len` bits with exactly the bits at `positions` set.
+pub(crate) fn bitmap(positions: impl Iterator<Item = usize>, len: usize) -> BooleanBuffer {
+    let mut bits = MutableBuffer::from_len_zeroed(len.div_ceil(8));
+    let out = bits.as_slice_mut();
+    for position in positions {
+        out[position / 8] |= 1 << (position % 8);
+    }
+    BooleanBuffer::new(bits.into(), 0, len)
 }
 
 impl PhysicalExpr for Conjunction {
@@ -184,14 +204,11 @@ impl PhysicalExpr for Conjunction {
 
 /// The selection `mask` narrowed by `answers`, one per selected row in order.
 fn scatter(mask: &BooleanBuffer, answers: &BooleanBuffer) -> BooleanBuffer {
-    let mut bits = MutableBuffer::from_len_zeroed(mask.len().div_ceil(8));
-    let out = bits.as_slice_mut();
-    for (position, keep) in mask.set_indices().zip(answers.iter()) {
-        if keep {
-            out[position / 8] |= 1 << (position % 8);
-        }
-    }
-    BooleanBuffer::new(bits.into(), 0, mask.len())
+    let kept = mask
+        .set_indices()
+        .zip(answers.iter())
+        .filter_map(|(position, keep)| keep.then_some(position));
+    bitmap(kept, mask.len())
 }
 
 impl fmt::Display for Conjunction {
@@ -200,19 +217,7 @@ impl fmt::Display for Conjunction {
     }
 }
 
-impl PartialEq for Conjunction {
-    fn eq(&self, other: &Self) -> bool {
-        self.original.as_ref() == other.original.as_ref()
-    }
-}
-
-impl Eq for Conjunction {}
-
-impl Hash for Conjunction {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.original.hash(state);
-    }
-}
+crate::same_as_inner_expr!(Conjunction, original);
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,6 @@
 //! by the original expression, with its overflow errors.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, RecordBatch};
@@ -419,19 +418,7 @@ impl fmt::Display for Decimal64Arithmetic {
     }
 }
 
-impl PartialEq for Decimal64Arithmetic {
-    fn eq(&self, other: &Self) -> bool {
-        self.original.as_ref() == other.original.as_ref()
-    }
-}
-
-impl Eq for Decimal64Arithmetic {}
-
-impl Hash for Decimal64Arithmetic {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.original.hash(state);
-    }
-}
+crate::same_as_inner_expr!(Decimal64Arithmetic, original);
 
 #[cfg(test)]
 mod tests {

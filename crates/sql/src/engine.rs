@@ -504,6 +504,9 @@ impl SqlEngine {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs));
+        if std::env::var("FLOE_SQL_PLAIN_NOT_IN").as_deref() != Ok("off") {
+            state = state.with_optimizer_rule(Arc::new(crate::not_in::PlainNotIn));
+        }
         if std::env::var("FLOE_SQL_JOIN_ORDER").as_deref() != Ok("off") {
             state = state.with_optimizer_rule(Arc::new(crate::join_order::ReorderJoins));
         }

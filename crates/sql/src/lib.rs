@@ -11,11 +11,33 @@ pub mod engine;
 pub mod join_order;
 pub mod manifests;
 pub mod metadata_tables;
+pub mod not_in;
 pub mod predicate;
 pub mod provider;
 pub mod runtime_filters;
 pub mod shared;
 pub mod write;
+
+/// `PartialEq`, `Eq` and `Hash` for a physical expression that wraps another, `$field`, and
+/// is the same as any wrapper of an equal expression.
+#[macro_export]
+macro_rules! same_as_inner_expr {
+    ($type:ty, $field:ident) => {
+        impl PartialEq for $type {
+            fn eq(&self, other: &Self) -> bool {
+                self.$field.as_ref() == other.$field.as_ref()
+            }
+        }
+
+        impl Eq for $type {}
+
+        impl std::hash::Hash for $type {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.$field.hash(state);
+            }
+        }
+    };
+}
 
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};
 

@@ -230,7 +230,8 @@ mod plans {
     }
 }
 
-/// A snapshot's statistics: live data files' record counts summed, their column bounds merged.
+/// A snapshot's statistics: live data files' record counts and null counts summed, their column
+/// bounds merged.
 /// Kept per manifest list and schema (bounds of large tables take a while to merge).
 mod table_statistics {
     use std::sync::{Arc, Mutex};
@@ -273,9 +274,11 @@ mod table_statistics {
                 if n == 0 {
                     merged.min_value = column.min_value;
                     merged.max_value = column.max_value;
+                    merged.null_count = column.null_count;
                 } else {
                     merged.min_value = merged.min_value.min(&column.min_value);
                     merged.max_value = merged.max_value.max(&column.max_value);
+                    merged.null_count = merged.null_count.add(&column.null_count);
                 }
             }
         }

@@ -27,11 +27,9 @@
 //! publishes a new version.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch, UInt32Array};
-use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
+use datafusion::arrow::array::{AsArray, BooleanArray, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take_record_batch;
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
@@ -50,6 +48,8 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
+
+use crate::conjunction::{bitmap, kept};
 
 /// Filters rows of file scans by the dynamic filters pushed into them.
 #[derive(Debug, Default)]
@@ -402,24 +402,6 @@ impl Routed {
             original,
         })
     }
-
-    /// Whether each of `batch`'s rows passes `filter` (null as false).
-    fn passes(
-        filter: &Arc<dyn PhysicalExpr>,
-        batch: &RecordBatch,
-    ) -> Result<Option<BooleanBuffer>> {
-        Ok(match filter.evaluate(batch)? {
-            ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))) => None,
-            ColumnarValue::Scalar(_) => Some(BooleanBuffer::new_unset(batch.num_rows())),
-            ColumnarValue::Array(array) => {
-                let booleans = array.as_boolean();
-                Some(match booleans.logical_nulls() {
-                    Some(nulls) => booleans.values() & nulls.inner(),
-                    None => booleans.values().clone(),
-                })
-            }
-        })
-    }
 }
 
 impl PhysicalExpr for Routed {
@@ -466,13 +448,12 @@ impl PhysicalExpr for Routed {
                 routes[branch].push(row as u32);
             }
         }
-        let mut bits = MutableBuffer::from_len_zeroed(rows.div_ceil(8));
-        let out = bits.as_slice_mut();
         let thens = self
             .branches
             .iter()
             .map(|(_, then)| Some(then))
             .chain(std::iter::once(self.otherwise.as_ref()));
+        let mut passing: Vec<usize> = Vec::new();
         for (then, rows_of) in thens.zip(&routes) {
             let Some(then) = then else { continue };
             if rows_of.is_empty() {
@@ -480,14 +461,16 @@ impl PhysicalExpr for Routed {
             }
             let indices = UInt32Array::from(rows_of.clone());
             let taken = take_record_batch(&compact, &indices)?;
-            let passed = Self::passes(then, &taken)?;
-            for (k, &row) in rows_of.iter().enumerate() {
-                if passed.as_ref().is_none_or(|p| p.value(k)) {
-                    out[row as usize / 8] |= 1 << (row % 8);
-                }
-            }
+            let passed = kept(then.evaluate(&taken)?, rows_of.len())?;
+            passing.extend(
+                rows_of
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| passed.keeps(*k))
+                    .map(|(_, &row)| row as usize),
+            );
         }
-        let result = BooleanBuffer::new(bits.into(), 0, rows);
+        let result = bitmap(passing.into_iter(), rows);
         Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(
             result, None,
         ))))
@@ -516,19 +499,7 @@ impl fmt::Display for Routed {
     }
 }
 
-impl PartialEq for Routed {
-    fn eq(&self, other: &Self) -> bool {
-        self.original.as_ref() == other.original.as_ref()
-    }
-}
-
-impl Eq for Routed {}
-
-impl Hash for Routed {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.original.hash(state);
-    }
-}
+crate::same_as_inner_expr!(Routed, original);
 
 impl PhysicalExpr for RuntimeFilter {
     fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
@@ -579,19 +550,7 @@ impl fmt::Display for RuntimeFilter {
     }
 }
 
-impl PartialEq for RuntimeFilter {
-    fn eq(&self, other: &Self) -> bool {
-        self.dynamic.as_ref() == other.dynamic.as_ref()
-    }
-}
-
-impl Eq for RuntimeFilter {}
-
-impl Hash for RuntimeFilter {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.dynamic.hash(state);
-    }
-}
+crate::same_as_inner_expr!(RuntimeFilter, dynamic);
 
 #[cfg(test)]
 mod tests {

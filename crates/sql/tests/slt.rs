@@ -350,3 +350,31 @@ async fn inner_joins_start_from_the_selective_dimensions() {
     };
     assert_eq!(rows, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_in_over_columns_without_nulls_builds_on_the_subquery() {
+    let mut floe = fresh().await;
+    for sql in [
+        "CREATE SCHEMA ni",
+        "CREATE TABLE ni.outer_rows (k BIGINT)",
+        "INSERT INTO ni.outer_rows SELECT value FROM generate_series(1, 5000) AS t(value)",
+        "CREATE TABLE ni.few (k BIGINT)",
+        "INSERT INTO ni.few VALUES (2), (4), (4000)",
+    ] {
+        floe.run(sql).await.unwrap();
+    }
+    let query = "SELECT count(*) FROM ni.outer_rows WHERE k NOT IN (SELECT k FROM ni.few)";
+    let plan = analyzed(&floe, query).await;
+    // A plain anti join, swapped so the three subquery rows are its build side; null-aware it
+    // could not be swapped and would build all 5,000 outer rows.
+    let join = plan
+        .lines()
+        .find(|l| l.trim_start().starts_with("HashJoinExec"))
+        .unwrap_or_else(|| panic!("no hash join:\n{plan}"));
+    assert!(join.contains("join_type=RightAnti"), "{join}");
+    assert!(join.contains("build_input_rows=3,"), "{join}");
+    let Ok(DBOutput::Rows { rows, .. }) = floe.run(query).await else {
+        panic!("the query gives rows");
+    };
+    assert_eq!(rows, vec![vec!["4997".to_string()]]);
+}
