@@ -202,6 +202,9 @@ fn reorder_tree(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     let model = Model::new(&region, &estimates, &owner);
     let own = model.tree_cost(&tree).0;
     let (best, order) = model.best_left_deep();
+    if order.len() != n {
+        return Ok(None);
+    }
     // (Also keeps the query's order when an estimate is not a number.)
     if best.partial_cmp(&(GAIN * own)) != Some(std::cmp::Ordering::Less) {
         return Ok(None);
@@ -452,6 +455,10 @@ impl Model {
         let mut set = full;
         while set != 0 {
             let x = last[set];
+            if x == usize::MAX {
+                // No order was costed (cannot happen with finite estimates): keep the query's.
+                return (f64::INFINITY, Vec::new());
+            }
             order.push(x);
             set &= !(1 << x);
         }
