@@ -23,7 +23,7 @@ use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
+use datafusion::physical_expr::expressions::BinaryExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
@@ -179,9 +179,15 @@ pub struct Decimal64Arithmetic {
     original: Arc<dyn PhysicalExpr>,
 }
 
-/// A value during evaluation: one per row or one for all, with its precision and scale.
+/// A value during evaluation: one per row or one for all.
 enum Value {
     Rows(Vec<i64>),
+    One(i64),
+}
+
+/// A leaf of the tree, evaluated: a decimal column, or one value (known to fit 64 bits).
+enum Leaf {
+    Rows(ArrayRef),
     One(i64),
 }
 
@@ -202,7 +208,7 @@ impl Decimal64Arithmetic {
     fn leaves(
         expr: &Arc<dyn PhysicalExpr>,
         batch: &RecordBatch,
-        leaves: &mut Vec<(Option<ArrayRef>, i64, i8)>,
+        leaves: &mut Vec<(Leaf, i8)>,
         nulls: &mut Option<NullBuffer>,
     ) -> Result<Option<Shape>> {
         if let Some(binary) = arithmetic(expr) {
@@ -244,27 +250,13 @@ impl Decimal64Arithmetic {
             };
             return Ok((shape.bound <= i64::MAX as u128).then_some(shape));
         }
-        if let Some(literal) = expr.downcast_ref::<Literal>() {
-            let ScalarValue::Decimal128(Some(v), p, s) = literal.value() else {
-                return Ok(None);
-            };
-            let Ok(one) = i64::try_from(*v) else {
-                return Ok(None);
-            };
-            leaves.push((None, one, *s));
-            return Ok(Some(Shape {
-                precision: *p,
-                scale: *s,
-                bound: v.unsigned_abs(),
-            }));
-        }
         let array = match expr.evaluate(batch)? {
             ColumnarValue::Array(array) => array,
             ColumnarValue::Scalar(ScalarValue::Decimal128(Some(v), p, s)) => {
                 let Ok(one) = i64::try_from(v) else {
                     return Ok(None);
                 };
-                leaves.push((None, one, s));
+                leaves.push((Leaf::One(one), s));
                 return Ok(Some(Shape {
                     precision: p,
                     scale: s,
@@ -280,7 +272,7 @@ impl Decimal64Arithmetic {
         // Every slot, nulls' too: their values are computed (and then masked) as well.
         let bound = values.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
         *nulls = NullBuffer::union(nulls.as_ref(), array.logical_nulls().as_ref());
-        leaves.push((Some(array), 0, scale));
+        leaves.push((Leaf::Rows(array), scale));
         Ok(Some(Shape {
             precision,
             scale,
@@ -291,12 +283,12 @@ impl Decimal64Arithmetic {
     /// Computes `expr` from the evaluated `leaves` (consumed in visiting order).
     fn compute(
         expr: &Arc<dyn PhysicalExpr>,
-        leaves: &mut std::vec::IntoIter<(Option<ArrayRef>, i64, i8)>,
+        leaves: &mut std::vec::IntoIter<(Leaf, i8)>,
     ) -> (Value, i8) {
         let Some(binary) = arithmetic(expr) else {
-            let (array, one, scale) = leaves.next().expect("a value per leaf");
-            let value = match array {
-                Some(array) => Value::Rows(
+            let (leaf, scale) = leaves.next().expect("a value per leaf");
+            let value = match leaf {
+                Leaf::Rows(array) => Value::Rows(
                     array
                         .as_primitive::<Decimal128Type>()
                         .values()
@@ -304,7 +296,7 @@ impl Decimal64Arithmetic {
                         .map(|v| *v as i64)
                         .collect(),
                 ),
-                None => Value::One(one),
+                Leaf::One(one) => Value::One(one),
             };
             return (value, scale);
         };
@@ -381,12 +373,12 @@ impl PhysicalExpr for Decimal64Arithmetic {
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
         let mut leaves = Vec::new();
         let mut nulls = None;
-        let shape = Self::leaves(&self.original, batch, &mut leaves, &mut nulls)?;
-        let Some(shape) = shape.filter(|_| leaves.iter().any(|(a, _, _)| a.is_some())) else {
+        let Some(shape) = Self::leaves(&self.original, batch, &mut leaves, &mut nulls)? else {
             return self.original.evaluate(batch);
         };
         let (value, scale) = Self::compute(&self.original, &mut leaves.into_iter());
         debug_assert_eq!(scale, shape.scale);
+        // Only values known in advance (no column): DataFusion folds those itself.
         let Value::Rows(rows) = value else {
             return self.original.evaluate(batch);
         };
@@ -423,7 +415,7 @@ crate::same_as_inner_expr!(Decimal64Arithmetic, original);
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::datatypes::Field;
-    use datafusion::physical_expr::expressions::{Column, binary};
+    use datafusion::physical_expr::expressions::{Column, Literal, binary};
 
     use super::*;
 

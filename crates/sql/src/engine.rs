@@ -504,25 +504,25 @@ impl SqlEngine {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs));
-        if std::env::var("FLOE_SQL_PLAIN_NOT_IN").as_deref() != Ok("off") {
+        if switched_on("FLOE_SQL_PLAIN_NOT_IN") {
             state = state.with_optimizer_rule(Arc::new(crate::not_in::PlainNotIn));
         }
-        if std::env::var("FLOE_SQL_JOIN_ORDER").as_deref() != Ok("off") {
+        if switched_on("FLOE_SQL_JOIN_ORDER") {
             state = state.with_optimizer_rule(Arc::new(crate::join_order::ReorderJoins));
         }
-        if std::env::var("FLOE_SQL_RUNTIME_FILTERS").as_deref() != Ok("off") {
+        if switched_on("FLOE_SQL_RUNTIME_FILTERS") {
             state = state.with_physical_optimizer_rule(Arc::new(
                 crate::runtime_filters::ApplyRuntimeFilters,
             ));
         }
-        if std::env::var("FLOE_SQL_FAST_CONJUNCTIONS").as_deref() != Ok("off") {
+        if switched_on("FLOE_SQL_FAST_CONJUNCTIONS") {
             state =
                 state.with_physical_optimizer_rule(Arc::new(crate::conjunction::FastConjunctions));
         }
-        if std::env::var("FLOE_SQL_FAST_DECIMALS").as_deref() != Ok("off") {
+        if switched_on("FLOE_SQL_FAST_DECIMALS") {
             state = state.with_physical_optimizer_rule(Arc::new(crate::decimal::FastDecimals));
         }
-        if std::env::var("FLOE_SQL_SHARED_AGGREGATIONS").as_deref() != Ok("off") {
+        if switched_on("FLOE_SQL_SHARED_AGGREGATIONS") {
             state = state
                 .with_physical_optimizer_rule(Arc::new(crate::shared::ShareRepeatedAggregations));
         }
@@ -679,6 +679,12 @@ fn plain_schema(schema: &SchemaRef) -> SchemaRef {
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// Whether one of Floe's plan rewrites is on: each is, unless its `FLOE_SQL_*` switch is
+/// `off` (for comparing plans and times with and without it).
+fn switched_on(switch: &str) -> bool {
+    std::env::var(switch).as_deref() != Ok("off")
 }
 
 /// The table access of a warehouse of this session.

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, NullEquality, Result, ScalarValue};
+use datafusion::common::{Column, DFSchema, NullEquality, Result, ScalarValue, Statistics};
 use datafusion::logical_expr::utils::split_conjunction_owned;
 use datafusion::logical_expr::{
-    BinaryExpr, Expr, Join, JoinConstraint, JoinType, LogicalPlan, Operator, Projection,
+    BinaryExpr, Expr, Join, JoinConstraint, JoinType, LogicalPlan, Operator, Projection, TableScan,
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
@@ -116,11 +116,24 @@ struct Estimate {
 
 impl Estimate {
     fn unknown(rows: f64, width: usize) -> Self {
+        Self::derived(rows, Vec::new(), width)
+    }
+
+    /// An input made from others (an aggregation, a join): its `rows` are also its base rows;
+    /// columns past `columns`, up to `width`, are unknown.
+    fn derived(rows: f64, mut columns: Vec<ColumnEstimate>, width: usize) -> Self {
+        columns.resize(width, ColumnEstimate::unknown(rows));
         Self {
             rows,
             base_rows: rows,
-            columns: vec![ColumnEstimate::unknown(rows); width],
+            columns,
         }
+    }
+
+    /// What is known of `column` of this input, whose schema is `schema`.
+    fn column(&self, schema: &DFSchema, column: &Column) -> Option<ColumnEstimate> {
+        let index = schema.index_of_column(column).ok()?;
+        self.columns.get(index).copied()
     }
 }
 
@@ -310,13 +323,16 @@ impl Model {
         // Key pairs grouped by the two inputs they join.
         let mut keys: HashMap<(usize, usize), Vec<(&Expr, &Expr)>> = HashMap::new();
         let mut others: Vec<(Set, f64)> = Vec::new();
-        let column_of = |expr: &Expr| -> Option<ColumnEstimate> {
-            let Expr::Column(column) = unwrap_casts(expr) else {
-                return None;
-            };
+        // A column's estimate and its input's base rows.
+        let lookup = |column: &Column| {
             let input = *owner.get(column)?;
-            let index = region.inputs[input].schema().index_of_column(column).ok()?;
-            estimates[input].columns.get(index).copied()
+            let estimate = &estimates[input];
+            let found = estimate.column(region.inputs[input].schema(), column)?;
+            Some((found, estimate.base_rows))
+        };
+        let column_of = |expr: &Expr| match unwrap_casts(expr) {
+            Expr::Column(column) => lookup(column).map(|(found, _)| found),
+            _ => None,
         };
         for condition in &region.conditions {
             match &condition.equi {
@@ -332,17 +348,7 @@ impl Model {
                         keys.entry((j, i)).or_default().push((r, l));
                     }
                 }
-                _ => {
-                    let lookup = |c: &Column| {
-                        let input = *owner.get(c)?;
-                        let index = region.inputs[input].schema().index_of_column(c).ok()?;
-                        estimates[input]
-                            .columns
-                            .get(index)
-                            .map(|s| (*s, estimates[input].base_rows))
-                    };
-                    others.push((condition.inputs, selectivity(&condition.expr, &lookup)));
-                }
+                _ => others.push((condition.inputs, selectivity(&condition.expr, &lookup))),
             }
         }
         // Selectivity of each linked pair: one over the distinct keys of the side holding
@@ -467,15 +473,23 @@ impl Model {
     }
 }
 
+/// The statistics of the table `scan` reads, as its provider gives them, and the table column
+/// each of the scan's output columns is.
+pub(crate) fn scan_statistics(scan: &TableScan) -> Option<(Statistics, Vec<usize>)> {
+    let statistics = source_as_provider(&scan.source).ok()?.statistics()?;
+    let indices = match &scan.projection {
+        Some(projection) => projection.clone(),
+        None => (0..scan.source.schema().fields().len()).collect(),
+    };
+    Some((statistics, indices))
+}
+
 /// The estimated rows and columns of an input.
 fn estimate(plan: &LogicalPlan) -> Estimate {
     let width = plan.schema().fields().len();
     match plan {
         LogicalPlan::TableScan(scan) => {
-            let statistics = source_as_provider(&scan.source)
-                .ok()
-                .and_then(|provider| provider.statistics());
-            let Some(statistics) = statistics else {
+            let Some((statistics, indices)) = scan_statistics(scan) else {
                 return Estimate::unknown(UNKNOWN_ROWS, width);
             };
             let mut rows = statistics
@@ -486,10 +500,6 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                 rows = rows.min(fetch as f64);
             }
             let source_schema = scan.source.schema();
-            let indices: Vec<usize> = match &scan.projection {
-                Some(p) => p.clone(),
-                None => (0..source_schema.fields().len()).collect(),
-            };
             let columns = indices
                 .iter()
                 .map(|&i| {
@@ -534,10 +544,7 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
         LogicalPlan::Filter(filter) => {
             let mut input = estimate(&filter.input);
             let schema = filter.input.schema();
-            let lookup = |c: &Column| {
-                let index = schema.index_of_column(c).ok()?;
-                input.columns.get(index).map(|s| (*s, input.base_rows))
-            };
+            let lookup = |c: &Column| Some((input.column(schema, c)?, input.base_rows));
             let s = selectivity(&filter.predicate, &lookup);
             input.rows = (input.rows * s).max(1.0);
             input
@@ -549,13 +556,10 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                 .expr
                 .iter()
                 .map(|e| match unwrap_casts(e) {
-                    Expr::Column(c) => schema
-                        .index_of_column(c)
-                        .ok()
-                        .and_then(|i| input.columns.get(i).copied())
-                        .unwrap_or_else(|| ColumnEstimate::unknown(input.rows)),
-                    _ => ColumnEstimate::unknown(input.rows),
+                    Expr::Column(c) => input.column(schema, c),
+                    _ => None,
                 })
+                .map(|c| c.unwrap_or_else(|| ColumnEstimate::unknown(input.rows)))
                 .collect();
             Estimate { columns, ..input }
         }
@@ -567,10 +571,7 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                 .group_expr
                 .iter()
                 .map(|e| match e {
-                    Expr::Column(c) => schema
-                        .index_of_column(c)
-                        .ok()
-                        .and_then(|i| input.columns.get(i).copied()),
+                    Expr::Column(c) => input.column(schema, c),
                     _ => None,
                 })
                 .collect();
@@ -583,7 +584,7 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                     .product();
                 combinations.min(input.rows).max(1.0)
             };
-            let mut columns: Vec<ColumnEstimate> = groups
+            let columns = groups
                 .into_iter()
                 .map(|g| match g {
                     Some(g) => ColumnEstimate {
@@ -593,12 +594,7 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                     None => ColumnEstimate::unknown(rows),
                 })
                 .collect();
-            columns.resize(width, ColumnEstimate::unknown(rows));
-            Estimate {
-                rows,
-                base_rows: rows,
-                columns,
-            }
+            Estimate::derived(rows, columns, width)
         }
         LogicalPlan::Join(join) => {
             let left = estimate(&join.left);
@@ -612,19 +608,14 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
                 JoinType::Inner => left.rows.max(right.rows),
             }
             .max(1.0);
-            let mut columns: Vec<ColumnEstimate> = if width == left.columns.len() {
+            let columns = if width == left.columns.len() {
                 left.columns
             } else if width == right.columns.len() {
                 right.columns
             } else {
                 left.columns.into_iter().chain(right.columns).collect()
             };
-            columns.resize(width, ColumnEstimate::unknown(rows));
-            Estimate {
-                rows,
-                base_rows: rows,
-                columns,
-            }
+            Estimate::derived(rows, columns, width)
         }
         LogicalPlan::Limit(limit) => {
             let mut input = estimate(&limit.input);
@@ -636,15 +627,11 @@ fn estimate(plan: &LogicalPlan) -> Estimate {
             input
         }
         LogicalPlan::Distinct(_) | LogicalPlan::Sort(_) | LogicalPlan::Repartition(_) => {
-            let input = estimate(plan.inputs()[0]);
-            Estimate {
-                columns: {
-                    let mut c = input.columns.clone();
-                    c.resize(width, ColumnEstimate::unknown(input.rows));
-                    c
-                },
-                ..input
-            }
+            let mut input = estimate(plan.inputs()[0]);
+            input
+                .columns
+                .resize(width, ColumnEstimate::unknown(input.rows));
+            input
         }
         _ => {
             let rows = plan

@@ -14,6 +14,7 @@ pub mod metadata_tables;
 pub mod not_in;
 pub mod predicate;
 pub mod provider;
+mod recent;
 pub mod runtime_filters;
 pub mod shared;
 pub mod write;

@@ -6,18 +6,22 @@
 //! on an unchanged table read its manifests once.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::common::{DataFusionError, Result};
 use futures::{StreamExt, TryStreamExt};
-use iceberg::spec::{DataFile, DataFileFormat, ManifestContentType, ManifestList, Snapshot};
+use iceberg::spec::{
+    DataFile, DataFileFormat, ManifestContentType, ManifestList, Snapshot, SnapshotRef,
+    TableMetadata,
+};
 use iceberg::table::Table;
 
 use crate::provider::iceberg_error;
+use crate::recent::Recent;
 
 /// Manifests read at once.
 const CONCURRENCY: usize = 8;
-/// Indexes kept in memory, most recently used last.
+/// Indexes kept in memory.
 const KEPT: usize = 32;
 /// Tables with more live files than this are indexed per query, not kept.
 const MAX_KEPT_FILES: usize = 200_000;
@@ -44,7 +48,7 @@ pub struct ManifestIndex {
     pub vectors: HashMap<String, Vec<VectorBlob>>,
 }
 
-static KEPT_INDEXES: Mutex<Vec<(String, Arc<ManifestIndex>)>> = Mutex::new(Vec::new());
+static KEPT_INDEXES: Recent<String, ManifestIndex> = Recent::new(KEPT);
 
 /// A snapshot's manifest list, read and parsed.
 pub async fn manifest_list(table: &Table, snapshot: &Snapshot) -> Result<ManifestList> {
@@ -59,25 +63,22 @@ pub async fn manifest_list(table: &Table, snapshot: &Snapshot) -> Result<Manifes
         .map_err(iceberg_error)
 }
 
-/// The index of `snapshot_id` (or the current snapshot) of `table`.
-pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<ManifestIndex>> {
-    let metadata = table.metadata();
-    let snapshot = match snapshot_id {
+/// Snapshot `snapshot_id` of a table, or its current one (none in an empty table).
+pub fn snapshot_of(metadata: &TableMetadata, snapshot_id: Option<i64>) -> Option<&SnapshotRef> {
+    match snapshot_id {
         Some(id) => metadata.snapshot_by_id(id),
         None => metadata.current_snapshot(),
-    };
-    let Some(snapshot) = snapshot else {
+    }
+}
+
+/// The index of `snapshot_id` (or the current snapshot) of `table`.
+pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<ManifestIndex>> {
+    let Some(snapshot) = snapshot_of(table.metadata(), snapshot_id) else {
         return Ok(Arc::default());
     };
     let key = snapshot.manifest_list().to_string();
-    {
-        let mut kept = KEPT_INDEXES.lock().expect("index cache lock");
-        if let Some(at) = kept.iter().position(|(k, _)| *k == key) {
-            let entry = kept.remove(at);
-            let found = entry.1.clone();
-            kept.push(entry);
-            return Ok(found);
-        }
+    if let Some(found) = KEPT_INDEXES.get(&key) {
+        return Ok(found);
     }
     let list = manifest_list(table, snapshot).await?;
     let manifests: Vec<_> = list
@@ -142,12 +143,7 @@ pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<Manife
     }
     let index = Arc::new(index);
     if index.data.len() <= MAX_KEPT_FILES {
-        let mut kept = KEPT_INDEXES.lock().expect("index cache lock");
-        kept.retain(|(k, _)| *k != key);
-        kept.push((key, index.clone()));
-        if kept.len() > KEPT {
-            kept.remove(0);
-        }
+        KEPT_INDEXES.put(key, index.clone());
     }
     Ok(index)
 }

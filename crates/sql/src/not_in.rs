@@ -11,11 +11,12 @@
 //! joins, to table columns whose null count is zero, no null can occur and the join is
 //! planned as an ordinary anti join, which DataFusion then builds on the smaller side.
 
-use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan};
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+
+use crate::join_order::scan_statistics;
 
 /// The logical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]
@@ -81,23 +82,12 @@ fn column_never_null(plan: &LogicalPlan, index: usize) -> bool {
     }
     match plan {
         LogicalPlan::TableScan(scan) => {
-            let source = match &scan.projection {
-                Some(projection) => projection.get(index).copied(),
-                None => Some(index),
-            };
-            let Some(source) = source else {
-                return false;
-            };
-            source_as_provider(&scan.source)
-                .ok()
-                .and_then(|provider| provider.statistics())
-                .and_then(|statistics| {
-                    statistics
-                        .column_statistics
-                        .get(source)
-                        .map(|c| c.null_count.get_value() == Some(&0))
-                })
-                .unwrap_or(false)
+            scan_statistics(scan).is_some_and(|(statistics, indices)| {
+                indices
+                    .get(index)
+                    .and_then(|&column| statistics.column_statistics.get(column))
+                    .is_some_and(|column| column.null_count.get_value() == Some(&0))
+            })
         }
         // Rows are only dropped or kept whole.
         LogicalPlan::Filter(filter) => column_never_null(&filter.input, index),

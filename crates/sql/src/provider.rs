@@ -114,12 +114,7 @@ impl IcebergTableProvider {
     /// (kept per snapshot). Statistics only guide planning: when the manifests cannot be read
     /// here, the provider goes without them and the scan reports the error.
     pub async fn with_statistics(mut self) -> Self {
-        let metadata = &self.loaded.metadata;
-        let snapshot = match self.snapshot_id {
-            Some(id) => metadata.snapshot_by_id(id),
-            None => metadata.current_snapshot(),
-        };
-        let Some(list) = snapshot.map(|s| s.manifest_list().to_string()) else {
+        let Some(list) = self.snapshot().map(|s| s.manifest_list().to_string()) else {
             // No snapshot: an empty table.
             let mut empty = Statistics::new_unknown(&self.schema);
             empty.num_rows = Precision::Exact(0);
@@ -132,6 +127,11 @@ impl IcebergTableProvider {
             self.statistics = Some(table_statistics::of(&list, &index, &self.schema));
         }
         self
+    }
+
+    /// The snapshot read: the chosen one, or the current one (none in an empty table).
+    fn snapshot(&self) -> Option<&iceberg::spec::SnapshotRef> {
+        manifests::snapshot_of(&self.loaded.metadata, self.snapshot_id)
     }
 
     pub fn metadata(&self) -> &iceberg::spec::TableMetadata {
@@ -157,11 +157,7 @@ impl IcebergTableProvider {
     /// (a dashboard's, say) does not read the manifests again.
     async fn plan(&self, filters: &[Expr]) -> Result<Vec<FileScanTask>> {
         let metadata = &self.loaded.metadata;
-        let snapshot = match self.snapshot_id {
-            Some(id) => metadata.snapshot_by_id(id),
-            None => metadata.current_snapshot(),
-        };
-        let Some(snapshot) = snapshot else {
+        let Some(snapshot) = self.snapshot() else {
             return Ok(Vec::new());
         };
         let predicate = predicate::to_iceberg(filters, &self.schema);
@@ -194,38 +190,26 @@ impl IcebergTableProvider {
     }
 }
 
-/// Scan plans kept across queries, most recently used last.
+/// Scan plans kept across queries.
 mod plans {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use iceberg::scan::FileScanTask;
 
-    /// Plans kept.
-    const KEPT: usize = 128;
+    use crate::recent::Recent;
+
     /// Plans with more files than this are not kept.
     const MAX_FILES: usize = 20_000;
 
-    type Kept = Vec<(String, Arc<Vec<FileScanTask>>)>;
-    static PLANS: Mutex<Kept> = Mutex::new(Vec::new());
+    static PLANS: Recent<String, Vec<FileScanTask>> = Recent::new(128);
 
     pub fn get(key: &str) -> Option<Arc<Vec<FileScanTask>>> {
-        let mut kept = PLANS.lock().expect("plan cache lock");
-        let at = kept.iter().position(|(k, _)| k == key)?;
-        let entry = kept.remove(at);
-        let found = entry.1.clone();
-        kept.push(entry);
-        Some(found)
+        PLANS.get(key)
     }
 
     pub fn put(key: String, tasks: &[FileScanTask]) {
-        if tasks.len() > MAX_FILES {
-            return;
-        }
-        let mut kept = PLANS.lock().expect("plan cache lock");
-        kept.retain(|(k, _)| *k != key);
-        kept.push((key, Arc::new(tasks.to_vec())));
-        if kept.len() > KEPT {
-            kept.remove(0);
+        if tasks.len() <= MAX_FILES {
+            PLANS.put(key, Arc::new(tasks.to_vec()));
         }
     }
 }
@@ -234,30 +218,22 @@ mod plans {
 /// bounds merged.
 /// Kept per manifest list and schema (bounds of large tables take a while to merge).
 mod table_statistics {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use datafusion::arrow::datatypes::SchemaRef;
     use datafusion::common::Statistics;
     use datafusion::common::stats::Precision;
 
     use crate::manifests::ManifestIndex;
+    use crate::recent::Recent;
 
-    /// Statistics kept.
-    const KEPT: usize = 64;
-
-    type Kept = Vec<(String, SchemaRef, Arc<Statistics>)>;
-    static KEPT_STATISTICS: Mutex<Kept> = Mutex::new(Vec::new());
+    static KEPT: Recent<(String, SchemaRef), Statistics> = Recent::new(64);
 
     /// The statistics of the snapshot whose manifest list is `list`, from its `index`.
     pub fn of(list: &str, index: &ManifestIndex, schema: &SchemaRef) -> Arc<Statistics> {
-        {
-            let mut kept = KEPT_STATISTICS.lock().expect("statistics cache lock");
-            if let Some(at) = kept.iter().position(|(k, s, _)| k == list && s == schema) {
-                let entry = kept.remove(at);
-                let found = entry.2.clone();
-                kept.push(entry);
-                return found;
-            }
+        let key = (list.to_string(), schema.clone());
+        if let Some(found) = KEPT.get(&key) {
+            return found;
         }
         let mut stats = Statistics::new_unknown(schema);
         let mut rows = 0usize;
@@ -284,11 +260,7 @@ mod table_statistics {
         }
         stats.num_rows = Precision::Inexact(rows);
         let stats = Arc::new(stats);
-        let mut kept = KEPT_STATISTICS.lock().expect("statistics cache lock");
-        kept.push((list.to_string(), schema.clone(), stats.clone()));
-        if kept.len() > KEPT {
-            kept.remove(0);
-        }
+        KEPT.put(key, stats.clone());
         stats
     }
 }

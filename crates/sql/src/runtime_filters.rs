@@ -296,6 +296,12 @@ impl RuntimeFilter {
     }
 }
 
+/// Whether `expr` is a `false` or null literal: an outcome no row passes.
+fn never_true(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    expr.downcast_ref::<Literal>()
+        .is_some_and(|l| matches!(l.value(), ScalarValue::Boolean(Some(false) | None)))
+}
+
 /// `expr` in the form evaluated here: a `CASE` over literal values (a partitioned join's)
 /// becomes [`Routed`]; other boolean `CASE`s in positive position (the top, or under `AND`
 /// and `OR`) become the `OR` of their outcomes, which holds wherever the `CASE` does.
@@ -313,16 +319,12 @@ fn weaken(expr: Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr> {
         if let Some(routed) = Routed::try_new(case, expr.clone()) {
             return Arc::new(routed);
         }
-        let is_false = |e: &Arc<dyn PhysicalExpr>| {
-            e.downcast_ref::<Literal>()
-                .is_some_and(|l| matches!(l.value(), ScalarValue::Boolean(Some(false) | None)))
-        };
         let outcomes = case
             .when_then_expr()
             .iter()
             .map(|(_, then)| then)
             .chain(case.else_expr())
-            .filter(|e| !is_false(e))
+            .filter(|e| !never_true(e))
             .map(|e| weaken(e.clone()))
             .reduce(|a, b| Arc::new(BinaryExpr::new(a, Operator::Or, b)));
         return outcomes
@@ -342,6 +344,9 @@ struct Routed {
     columns: Vec<usize>,
     selector: Arc<dyn PhysicalExpr>,
     branches: Vec<(ScalarValue, Arc<dyn PhysicalExpr>)>,
+    /// The branches' values when all are `u64` (a hash partition's number), for routing
+    /// without building a scalar per row.
+    partitions: Option<Vec<u64>>,
     otherwise: Option<Arc<dyn PhysicalExpr>>,
     /// The `CASE` as planned, for display.
     original: Arc<dyn PhysicalExpr>,
@@ -358,10 +363,7 @@ impl Routed {
             }
             branches.push((value, then.clone()));
         }
-        let otherwise = case.else_expr().cloned().filter(|e| {
-            !e.downcast_ref::<Literal>()
-                .is_some_and(|l| matches!(l.value(), ScalarValue::Boolean(Some(false) | None)))
-        });
+        let otherwise = case.else_expr().filter(|e| !never_true(e)).cloned();
         // The columns read, and every expression re-addressed to them.
         let mut columns: Vec<usize> = Vec::new();
         let mut all: Vec<&Arc<dyn PhysicalExpr>> = vec![selector];
@@ -388,7 +390,15 @@ impl Routed {
                 .ok()
                 .map(|t| t.data)
         };
+        let partitions = branches
+            .iter()
+            .map(|(v, _)| match v {
+                ScalarValue::UInt64(Some(k)) => Some(*k),
+                _ => None,
+            })
+            .collect();
         Some(Self {
+            partitions,
             selector: compact(selector)?,
             branches: branches
                 .iter()
@@ -418,34 +428,27 @@ impl PhysicalExpr for Routed {
         let compact = batch.project(&self.columns)?;
         let selector = self.selector.evaluate(&compact)?.into_array(rows)?;
         // Each row's branch (`branches.len()` for the `ELSE`).
-        let values: Vec<ScalarValue> = self.branches.iter().map(|(v, _)| v.clone()).collect();
-        let mut routes: Vec<Vec<u32>> = vec![Vec::new(); values.len() + 1];
-        if let Some(selector) = selector.as_primitive_opt::<UInt64Type>()
-            && values
-                .iter()
-                .all(|v| matches!(v, ScalarValue::UInt64(Some(_))))
-        {
-            let keys: Vec<u64> = values
-                .iter()
-                .map(|v| match v {
-                    ScalarValue::UInt64(Some(k)) => *k,
-                    _ => unreachable!("checked above"),
-                })
-                .collect();
-            for (row, value) in selector.iter().enumerate() {
-                let branch = value
-                    .and_then(|v| keys.iter().position(|k| *k == v))
-                    .unwrap_or(keys.len());
-                routes[branch].push(row as u32);
+        let count = self.branches.len();
+        let mut routes: Vec<Vec<u32>> = vec![Vec::new(); count + 1];
+        match (&self.partitions, selector.as_primitive_opt::<UInt64Type>()) {
+            (Some(partitions), Some(selector)) => {
+                for (row, value) in selector.iter().enumerate() {
+                    let branch = value
+                        .and_then(|v| partitions.iter().position(|k| *k == v))
+                        .unwrap_or(count);
+                    routes[branch].push(row as u32);
+                }
             }
-        } else {
-            for row in 0..rows {
-                let value = ScalarValue::try_from_array(&selector, row)?;
-                let branch = values
-                    .iter()
-                    .position(|v| !value.is_null() && *v == value)
-                    .unwrap_or(values.len());
-                routes[branch].push(row as u32);
+            _ => {
+                for row in 0..rows {
+                    let value = ScalarValue::try_from_array(&selector, row)?;
+                    let branch = self
+                        .branches
+                        .iter()
+                        .position(|(v, _)| !value.is_null() && *v == value)
+                        .unwrap_or(count);
+                    routes[branch].push(row as u32);
+                }
             }
         }
         let thens = self
