@@ -242,22 +242,24 @@ def test_compaction_applies_spark_deletes_and_spark_reads_the_result(spark_floe)
         assert spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0] == 809
 
 
-def test_floe_reads_equality_deletes_written_by_icebergs_java_writers(spark_floe):
+@pytest.mark.parametrize("version", [2, 3])
+def test_floe_reads_equality_deletes_written_by_icebergs_java_writers(spark_floe, version):
     """Equality deletes as Flink writes them: Iceberg's own Java equality-delete writer
     (GenericAppenderFactory, driven through Spark's JVM) writes a delete file keyed on `id`
     and commits it in a row delta; Floe's SQL and Spark then read the same rows, also once
-    Spark adds position deletes to the same data file."""
+    Spark adds position deletes (format v2) or a deletion vector (v3) to the same data file."""
     spark, floe = spark_floe
     spark.sql("CREATE NAMESPACE IF NOT EXISTS floe.eq")
+    events = f"eq.events_v{version}"
     spark.sql(
-        """CREATE TABLE floe.eq.events (id BIGINT, kind STRING) USING iceberg
-           TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"""
+        f"""CREATE TABLE floe.{events} (id BIGINT, kind STRING) USING iceberg
+           TBLPROPERTIES ('format-version'='{version}', 'write.delete.mode'='merge-on-read')"""
     )
     # Keys beyond 32 bits, so py4j hands the JVM longs (it passes small ints as Integer).
     base = 10_000_000_000
-    spark.sql(f"INSERT INTO floe.eq.events SELECT id + {base}, CASE WHEN id % 3 = 0 THEN 'a' ELSE 'b' END FROM range(0, 100)")
+    spark.sql(f"INSERT INTO floe.{events} SELECT id + {base}, CASE WHEN id % 3 = 0 THEN 'a' ELSE 'b' END FROM range(0, 100)")
     jvm = spark._jvm
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, "floe.eq.events")
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"floe.{events}")
     schema = table.schema()
     gateway = spark.sparkContext._gateway
     ids = gateway.new_array(gateway.jvm.int, 1)
@@ -274,24 +276,26 @@ def test_floe_reads_equality_deletes_written_by_icebergs_java_writers(spark_floe
     writer.close()
     table.newRowDelta().addDeletes(writer.toDeleteFile()).commit()
 
-    kinds = {r[0] for r in spark.sql("SELECT content FROM floe.eq.events.delete_files").collect()}
+    kinds = {r[0] for r in spark.sql(f"SELECT content FROM floe.{events}.delete_files").collect()}
     assert kinds == {2}, kinds  # 2 = equality deletes
-    expected = rows_of(spark.sql("SELECT id, kind FROM floe.eq.events"))
+    expected = rows_of(spark.sql(f"SELECT id, kind FROM floe.{events}"))
     assert len(expected) == 96 and (base + 3, "a") not in expected and (base + 5, "b") in expected
     answer = floe.api(
-        "POST", "/api/v1/sql", json={"sql": "SELECT id, kind FROM eq.events ORDER BY id", "warehouse": floe.warehouse}
+        "POST", "/api/v1/sql", json={"sql": f"SELECT id, kind FROM {events} ORDER BY id", "warehouse": floe.warehouse}
     )
     assert answer.status_code == 200, answer.text
     assert [(r["id"], r["kind"]) for r in answer.json()["rows"]] == expected
     # A merge-on-read delete adds a position delete file on the same data file: Floe
     # applies both kinds together.
-    spark.sql(f"DELETE FROM floe.eq.events WHERE id IN ({base + 10}, {base + 11})")
-    kinds = sorted(r[0] for r in spark.sql("SELECT content FROM floe.eq.events.delete_files").collect())
-    assert kinds == [1, 2], kinds  # 1 = position deletes
-    expected = rows_of(spark.sql("SELECT id, kind FROM floe.eq.events"))
+    spark.sql(f"DELETE FROM floe.{events} WHERE id IN ({base + 10}, {base + 11})")
+    deletes = spark.sql(f"SELECT content, file_format FROM floe.{events}.delete_files").collect()
+    kinds = sorted((r[0], r[1]) for r in deletes)
+    positions = "PUFFIN" if version == 3 else "PARQUET"  # a deletion vector in v3
+    assert kinds == [(1, positions), (2, "PARQUET")], kinds  # 1 = position deletes
+    expected = rows_of(spark.sql(f"SELECT id, kind FROM floe.{events}"))
     assert len(expected) == 94
     answer = floe.api(
-        "POST", "/api/v1/sql", json={"sql": "SELECT id, kind FROM eq.events ORDER BY id", "warehouse": floe.warehouse}
+        "POST", "/api/v1/sql", json={"sql": f"SELECT id, kind FROM {events} ORDER BY id", "warehouse": floe.warehouse}
     )
     assert answer.status_code == 200, answer.text
     assert [(r["id"], r["kind"]) for r in answer.json()["rows"]] == expected
@@ -299,7 +303,15 @@ def test_floe_reads_equality_deletes_written_by_icebergs_java_writers(spark_floe
     answer = floe.api(
         "POST",
         "/api/v1/sql",
-        json={"sql": "SELECT count(*) AS n, sum(id) AS s FROM eq.events WHERE kind = 'a'", "warehouse": floe.warehouse},
+        json={"sql": f"SELECT count(*) AS n, sum(id) AS s FROM {events} WHERE kind = 'a'", "warehouse": floe.warehouse},
     )
-    spark_answer = spark.sql("SELECT count(*), sum(id) FROM floe.eq.events WHERE kind = 'a'").collect()[0]
+    spark_answer = spark.sql(f"SELECT count(*), sum(id) FROM floe.{events} WHERE kind = 'a'").collect()[0]
     assert answer.json()["rows"] == [{"n": spark_answer[0], "s": spark_answer[1]}]
+    # A scan that does not project the equality column still drops the deleted keys.
+    answer = floe.api(
+        "POST",
+        "/api/v1/sql",
+        json={"sql": f"SELECT kind, count(*) AS n FROM {events} GROUP BY kind ORDER BY kind", "warehouse": floe.warehouse},
+    )
+    spark_answer = spark.sql(f"SELECT kind, count(*) FROM floe.{events} GROUP BY kind ORDER BY kind").collect()
+    assert [(r["kind"], r["n"]) for r in answer.json()["rows"]] == [tuple(r) for r in spark_answer]

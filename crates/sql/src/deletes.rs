@@ -53,6 +53,11 @@ pub fn positional_only(task: &FileScanTask) -> bool {
 /// Delete files (or Puffin blobs' files) read since the process started.
 static DELETE_FILES_READ: AtomicU64 = AtomicU64::new(0);
 
+/// Counts one delete file read (equality delete files are read by [`crate::equality`]).
+pub(crate) fn count_delete_file_read() {
+    DELETE_FILES_READ.fetch_add(1, Ordering::Relaxed);
+}
+
 /// How many delete files queries have read (a file read for several data files counts once).
 pub fn delete_files_read() -> u64 {
     DELETE_FILES_READ.load(Ordering::Relaxed)
@@ -162,7 +167,7 @@ async fn read_deletes(
         let wanted = wanted.clone();
         let blobs = index.vectors.get(&path).cloned();
         async move {
-            DELETE_FILES_READ.fetch_add(1, Ordering::Relaxed);
+            count_delete_file_read();
             match blobs {
                 Some(blobs) => read_vectors(store, &path, &blobs).await,
                 None => read_position_file(store, &path, size, &wanted).await,

@@ -8,6 +8,7 @@ pub mod conjunction;
 pub mod decimal;
 pub mod deletes;
 pub mod engine;
+pub mod equality;
 pub mod join_order;
 pub mod manifests;
 pub mod metadata_tables;

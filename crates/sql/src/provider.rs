@@ -6,8 +6,8 @@
 //! handed to DataFusion's native Parquet scan, which splits them into byte ranges across
 //! partitions, prunes row groups and pages with the same filters, and reads columns by
 //! Iceberg field id ([`crate::adapter`]). Position deletes and deletion vectors become row
-//! selections in that scan ([`crate::deletes`]); files with equality deletes are read by
-//! iceberg's reader, which applies them.
+//! selections in that scan ([`crate::deletes`]); equality deletes filter its rows
+//! ([`crate::equality`]).
 
 use std::sync::Arc;
 
@@ -24,27 +24,24 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
-use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::service::{CatalogService, LoadedTable};
 use floe_storage::Location;
-use futures::{StreamExt, TryStreamExt};
-use iceberg::scan::FileScanTask;
+use futures::TryStreamExt;
+use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataContentType, Literal, PartitionSpec, PrimitiveLiteral, Struct, Transform};
 use iceberg::table::Table;
 
 use crate::adapter::FieldIdAdapterFactory;
-use crate::{deletes, manifests, predicate};
+use crate::{deletes, equality, manifests, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
 #[derive(Debug, Clone)]
@@ -362,32 +359,19 @@ impl TableProvider for IcebergTableProvider {
             tasks.sort_by_key(|t| (only[&t.data_file_path], t.start));
         }
         // Position deletes and deletion vectors become row selections in the native scan;
-        // equality deletes need iceberg's reader.
-        let (native, with_deletes): (Vec<_>, Vec<_>) =
+        // files with equality deletes go through the same scan, grouped by the equality delete
+        // files that apply to them, with a filter dropping the deleted keys.
+        let (native, with_equality): (Vec<_>, Vec<_>) =
             tasks.into_iter().partition(deletes::positional_only);
-        // Iceberg's reader applies Parquet position delete files next to equality deletes,
-        // but not deletion vectors (Puffin).
-        if let Some(task) = with_deletes.iter().find(|t| {
-            t.deletes.iter().any(|d| {
-                d.file_type == DataContentType::PositionDeletes && d.file_path.ends_with(".puffin")
-            })
-        }) {
-            return Err(DataFusionError::NotImplemented(format!(
-                "data file {} has both equality deletes and a deletion vector; reading that \
-                 combination is not supported yet",
-                task.data_file_path
-            )));
-        }
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         if !native.is_empty() {
             plans.push(self.parquet_scan(state, native, projection, limit).await?);
         }
-        if !with_deletes.is_empty() {
-            plans.push(Arc::new(DeletesApplyingExec::new(
-                self.access.file_io.clone(),
-                with_deletes,
-                projected.clone(),
-            )));
+        for (equality, tasks) in by_equality_deletes(with_equality) {
+            plans.push(
+                self.equality_scan(state, tasks, &equality, projection)
+                    .await?,
+            );
         }
         Ok(match plans.len() {
             0 => Arc::new(EmptyExec::new(projected)),
@@ -398,6 +382,61 @@ impl TableProvider for IcebergTableProvider {
 }
 
 impl IcebergTableProvider {
+    /// The native scan of data files that share the equality delete files `equality` (their
+    /// tasks carry only their position deletes), reading the equality columns too, with the
+    /// deleted keys filtered out and the scan's projection restored.
+    async fn equality_scan(
+        &self,
+        state: &dyn Session,
+        tasks: Vec<FileScanTask>,
+        equality: &[FileScanTaskDeleteFile],
+        projection: Option<&Vec<usize>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let wanted: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.schema.fields().len()).collect(),
+        };
+        let mut read = wanted.clone();
+        for file in equality {
+            for &id in equality::equality_ids(file)? {
+                let column = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .position(|f| crate::adapter::field_id(f) == Some(id))
+                    .ok_or_else(|| {
+                        DataFusionError::Execution(format!(
+                            "equality delete file {} deletes by field id {id}, which is not a \
+                             column of the table's schema",
+                            file.file_path
+                        ))
+                    })?;
+                if !read.contains(&column) {
+                    read.push(column);
+                }
+            }
+        }
+        let scan = self.parquet_scan(state, tasks, Some(&read), None).await?;
+        let store = state.runtime_env().object_store(&self.access.store_url)?;
+        let sets = equality::load(store, equality, &scan.schema()).await?;
+        let filtered: Arc<dyn ExecutionPlan> =
+            Arc::new(equality::EqualityDeleteExec::new(scan, sets));
+        if read.len() == wanted.len() {
+            return Ok(filtered);
+        }
+        let schema = filtered.schema();
+        let columns: Vec<(Arc<dyn PhysicalExpr>, String)> = (0..wanted.len())
+            .map(|i| {
+                let name = schema.field(i).name().clone();
+                (
+                    Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                    name,
+                )
+            })
+            .collect();
+        Ok(Arc::new(ProjectionExec::try_new(columns, filtered)?))
+    }
+
     async fn parquet_scan(
         &self,
         state: &dyn Session,
@@ -587,98 +626,21 @@ fn scalar_of(value: &PrimitiveLiteral, data_type: &DataType) -> Option<ScalarVal
     })
 }
 
-/// Reads data files that have equality delete files with iceberg's reader, which applies them.
-#[derive(Debug)]
-pub struct DeletesApplyingExec {
-    file_io: iceberg::io::FileIO,
+/// Tasks with equality deletes grouped by the equality delete files that apply to them (most
+/// data files of a table share them); each task keeps only its position deletes.
+fn by_equality_deletes(
     tasks: Vec<FileScanTask>,
-    schema: SchemaRef,
-    properties: Arc<PlanProperties>,
-}
-
-impl DeletesApplyingExec {
-    fn new(file_io: iceberg::io::FileIO, tasks: Vec<FileScanTask>, schema: SchemaRef) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
-        Self {
-            file_io,
-            tasks,
-            schema,
-            properties,
-        }
+) -> Vec<(Vec<FileScanTaskDeleteFile>, Vec<FileScanTask>)> {
+    let mut groups: std::collections::BTreeMap<Vec<String>, (Vec<_>, Vec<_>)> = Default::default();
+    for mut task in tasks {
+        let (equality, positional): (Vec<_>, Vec<_>) = std::mem::take(&mut task.deletes)
+            .into_iter()
+            .partition(|d| d.file_type == DataContentType::EqualityDeletes);
+        task.deletes = positional;
+        let mut key: Vec<String> = equality.iter().map(|d| d.file_path.clone()).collect();
+        key.sort_unstable();
+        let group = groups.entry(key).or_insert_with(|| (equality, Vec::new()));
+        group.1.push(task);
     }
-}
-
-impl DisplayAs for DeletesApplyingExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let deletes: usize = self.tasks.iter().map(|t| t.deletes.len()).sum();
-        write!(
-            f,
-            "IcebergDeletesApplyingExec: files={}, delete_files={deletes}",
-            self.tasks.len()
-        )
-    }
-}
-
-impl ExecutionPlan for DeletesApplyingExec {
-    fn name(&self) -> &str {
-        "IcebergDeletesApplyingExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
-
-    fn execute(
-        &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let ids: Vec<i32> = self
-            .schema
-            .fields()
-            .iter()
-            .filter_map(|f| crate::adapter::field_id(f))
-            .collect();
-        let tasks: Vec<iceberg::Result<FileScanTask>> = self
-            .tasks
-            .iter()
-            .cloned()
-            .map(|mut task| {
-                task.project_field_ids = ids.clone();
-                Ok(task)
-            })
-            .collect();
-        let reader = iceberg::arrow::ArrowReaderBuilder::new(
-            self.file_io.clone(),
-            iceberg::Runtime::current(),
-        )
-        .build();
-        let batches = reader
-            .read(Box::pin(futures::stream::iter(tasks)))
-            .map_err(iceberg_error)?
-            .stream();
-        let schema = self.schema.clone();
-        let conformed =
-            batches.map(move |batch| crate::cast_batch(&batch.map_err(iceberg_error)?, &schema));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.schema.clone(),
-            conformed,
-        )))
-    }
+    groups.into_values().collect()
 }

@@ -1,0 +1,271 @@
+//! Equality deletes, applied to the rows of DataFusion's native Parquet scan.
+//!
+//! An equality delete file (as Flink and Iceberg's Java writers write them) lists values of
+//! some columns, named by field id; a data file row whose values in those columns equal any
+//! listed row's (a null equals a null) is deleted. iceberg's planning already attaches to each
+//! data file exactly the equality delete files that apply to it (by sequence number and
+//! partition). Floe reads those files once per scan into sets of keys in Arrow's row format;
+//! the data files are read by the same native scan as every other file — their position
+//! deletes and deletion vectors still become row selections there — with the equality columns
+//! added to the projection, and [`EqualityDeleteExec`] drops the rows whose keys are in a set.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch};
+use datafusion::arrow::compute::{cast, filter_record_batch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
+use iceberg::scan::FileScanTaskDeleteFile;
+use object_store::ObjectStore;
+use parquet::arrow::async_reader::ParquetObjectReader;
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+
+use crate::adapter::field_id;
+use crate::provider::object_path;
+
+/// The deleted keys of equality delete files that share one list of equality columns.
+pub struct KeySet {
+    /// Positions of the equality columns in the scanned batches, in the delete files' order.
+    columns: Vec<usize>,
+    converter: RowConverter,
+    keys: HashSet<Box<[u8]>>,
+}
+
+impl fmt::Debug for KeySet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeySet")
+            .field("columns", &self.columns)
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl KeySet {
+    /// Clears the `keep` flags of the rows of `batch` whose keys were deleted.
+    fn mark(&self, batch: &RecordBatch, keep: &mut [bool]) -> Result<()> {
+        let columns: Vec<ArrayRef> = self
+            .columns
+            .iter()
+            .map(|&c| batch.column(c).clone())
+            .collect();
+        let rows = self.converter.convert_columns(&columns)?;
+        for (flag, row) in keep.iter_mut().zip(rows.iter()) {
+            if *flag && self.keys.contains(row.as_ref()) {
+                *flag = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The field ids an equality delete file deletes by.
+pub fn equality_ids(file: &FileScanTaskDeleteFile) -> Result<&[i32]> {
+    match file.equality_ids.as_deref() {
+        Some(ids) if !ids.is_empty() => Ok(ids),
+        _ => Err(DataFusionError::Execution(format!(
+            "equality delete file {} names no equality columns",
+            file.file_path
+        ))),
+    }
+}
+
+/// Reads `files` (equality delete files) into key sets over the columns of `scanned`, the
+/// schema of the batches they will be checked against (it must hold every equality column).
+pub async fn load(
+    store: Arc<dyn ObjectStore>,
+    files: &[FileScanTaskDeleteFile],
+    scanned: &SchemaRef,
+) -> Result<Vec<KeySet>> {
+    let mut by_columns: BTreeMap<Vec<i32>, Vec<&FileScanTaskDeleteFile>> = BTreeMap::new();
+    for file in files {
+        by_columns
+            .entry(equality_ids(file)?.to_vec())
+            .or_default()
+            .push(file);
+    }
+    let mut sets = Vec::with_capacity(by_columns.len());
+    for (ids, files) in by_columns {
+        let columns = ids
+            .iter()
+            .map(|&id| {
+                scanned
+                    .fields()
+                    .iter()
+                    .position(|f| field_id(f) == Some(id))
+                    .ok_or_else(|| {
+                        DataFusionError::Execution(format!(
+                            "equality delete file {} deletes by field id {id}, which is not a \
+                             column of the table's schema",
+                            files[0].file_path
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let fields: Vec<SortField> = columns
+            .iter()
+            .map(|&c| SortField::new(scanned.field(c).data_type().clone()))
+            .collect();
+        let converter = RowConverter::new(fields)?;
+        let mut keys = HashSet::new();
+        for file in files {
+            read_keys(
+                store.clone(),
+                file,
+                &ids,
+                scanned,
+                &columns,
+                &converter,
+                &mut keys,
+            )
+            .await?;
+        }
+        sets.push(KeySet {
+            columns,
+            converter,
+            keys,
+        });
+    }
+    Ok(sets)
+}
+
+/// Adds the keys of one equality delete file to `keys`.
+async fn read_keys(
+    store: Arc<dyn ObjectStore>,
+    file: &FileScanTaskDeleteFile,
+    ids: &[i32],
+    scanned: &SchemaRef,
+    columns: &[usize],
+    converter: &RowConverter,
+    keys: &mut HashSet<Box<[u8]>>,
+) -> Result<()> {
+    crate::deletes::count_delete_file_read();
+    let location = &file.file_path;
+    let reader = ParquetObjectReader::new(store, object_path(location)?.into())
+        .with_file_size(file.file_size_in_bytes);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let file_schema = builder.schema().clone();
+    let mut roots = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let found = file_schema
+            .fields()
+            .iter()
+            .position(|f| field_id(f) == Some(id))
+            .ok_or_else(|| {
+                DataFusionError::Execution(format!(
+                    "equality delete file {location} has no column with field id {id}"
+                ))
+            })?;
+        roots.push(found);
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let mut stream = builder.with_projection(mask).build()?;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let key_columns = ids
+            .iter()
+            .zip(columns)
+            .map(|(&id, &c)| {
+                let at = batch
+                    .schema()
+                    .fields()
+                    .iter()
+                    .position(|f| field_id(f) == Some(id))
+                    .expect("projected column");
+                let target = scanned.field(c).data_type();
+                cast(batch.column(at), target).map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "equality delete file {location}: column with field id {id} does not \
+                         read as the table's {target}: {e}"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rows = converter.convert_columns(&key_columns)?;
+        keys.extend(rows.iter().map(|row| Box::<[u8]>::from(row.as_ref())));
+    }
+    Ok(())
+}
+
+/// Drops the rows of its input whose equality-column values were deleted.
+#[derive(Debug)]
+pub struct EqualityDeleteExec {
+    input: Arc<dyn ExecutionPlan>,
+    sets: Arc<Vec<KeySet>>,
+}
+
+impl EqualityDeleteExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>, sets: Vec<KeySet>) -> Self {
+        Self {
+            input,
+            sets: Arc::new(sets),
+        }
+    }
+}
+
+impl DisplayAs for EqualityDeleteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let keys: usize = self.sets.iter().map(|s| s.keys.len()).sum();
+        write!(
+            f,
+            "IcebergEqualityDeleteExec: key_sets={}, deleted_keys={keys}",
+            self.sets.len()
+        )
+    }
+}
+
+impl ExecutionPlan for EqualityDeleteExec {
+    fn name(&self) -> &str {
+        "IcebergEqualityDeleteExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        // Rows are only dropped: partitioning, order and equivalences stay the input's.
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children.pop().ok_or_else(|| {
+            DataFusionError::Internal("IcebergEqualityDeleteExec takes one child".into())
+        })?;
+        Ok(Arc::new(Self {
+            input,
+            sets: self.sets.clone(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let sets = self.sets.clone();
+        let schema = input.schema();
+        let kept = input.map(move |batch| {
+            let batch = batch?;
+            let mut keep = vec![true; batch.num_rows()];
+            for set in sets.iter() {
+                set.mark(&batch, &mut keep)?;
+            }
+            if keep.iter().all(|&k| k) {
+                return Ok(batch);
+            }
+            Ok(filter_record_batch(&batch, &BooleanArray::from(keep))?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, kept)))
+    }
+}
