@@ -12,6 +12,7 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
@@ -61,6 +62,10 @@ impl Default for EngineConfig {
 
 /// Plans `plan` again preferring sort-merge joins (they spill; hash joins' build sides do not)
 /// and starts it.
+/// The environment variable that sets DataFusion's in-list pushdown limit (distinct keys).
+const INLIST_DISTINCT_VALUES_VARIABLE: &str =
+    "DATAFUSION_OPTIMIZER_HASH_JOIN_INLIST_PUSHDOWN_MAX_DISTINCT_VALUES";
+
 async fn without_hash_joins(
     state: SessionState,
     plan: LogicalPlan,
@@ -479,6 +484,16 @@ impl SqlEngine {
         config.options_mut().execution.sort_spill_reservation_bytes =
             (self.config.query_memory_limit / (4 * self.config.target_partitions.max(1)))
                 .clamp(256 << 10, 10 << 20);
+        // Joins whose build side holds up to this many distinct keys publish them as an `IN`
+        // list (DataFusion's default is 150), which runtime filters test as a bitmap over
+        // integer keys ([`crate::key_set`]); the list's size per partition stays capped by
+        // `hash_join_inlist_pushdown_max_size` (128 KiB).
+        if std::env::var_os(INLIST_DISTINCT_VALUES_VARIABLE).is_none() {
+            config
+                .options_mut()
+                .optimizer
+                .hash_join_inlist_pushdown_max_distinct_values = 4_096;
+        }
         let config = config
             .with_target_partitions(self.config.target_partitions)
             .with_batch_size(self.config.batch_size)
@@ -509,6 +524,17 @@ impl SqlEngine {
         }
         if switched_on("FLOE_SQL_JOIN_ORDER") {
             state = state.with_optimizer_rule(Arc::new(crate::join_order::ReorderJoins));
+        }
+        if switched_on("FLOE_SQL_BROADCAST_BOUNDED") {
+            // Right after DataFusion's own choice of join modes, before distribution is
+            // enforced.
+            let mut rules = PhysicalOptimizer::new().rules;
+            let at = rules
+                .iter()
+                .position(|r| r.name() == "join_selection")
+                .map_or(rules.len(), |i| i + 1);
+            rules.insert(at, Arc::new(crate::join_mode::BroadcastBoundedBuilds));
+            state = state.with_physical_optimizer_rules(rules);
         }
         if switched_on("FLOE_SQL_RUNTIME_FILTERS") {
             state = state.with_physical_optimizer_rule(Arc::new(

@@ -35,7 +35,7 @@ use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::{JoinType, Result, ScalarValue};
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{ColumnarValue, Operator};
@@ -47,9 +47,10 @@ use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExec;
-use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
 use crate::conjunction::{bitmap, kept};
+use crate::key_set::IntegerSet;
 
 /// Filters rows of file scans by the dynamic filters pushed into them.
 #[derive(Debug, Default)]
@@ -87,13 +88,26 @@ fn passes_rows_on(plan: &dyn ExecutionPlan) -> bool {
     )
 }
 
-/// Adds runtime filters under `plan`. `feeding` is the dynamic filter of the hash join whose
-/// probe side `plan` feeds directly: evaluating that one on a scan's rows would only repeat the
+/// The hash join whose probe side a plan feeds directly, by its dynamic filter.
+#[derive(Debug, Clone, Copy)]
+struct Feeding {
+    filter: u64,
+    /// The join collects its build side before it reads its probe side at all.
+    collected: bool,
+}
+
+/// Adds runtime filters under `plan`. `feeding` is the hash join whose probe side `plan` feeds
+/// directly: evaluating its filter on a scan's rows with a hash lookup would only repeat the
 /// join's own probe, so it is left to the join (even behind a partitioned join's repartition:
 /// applied there, TPC-H Q3, Q8 and Q21 took 15–30 % longer, as the scan runs ahead of the
-/// build side while the filter still passes everything). Filters published by joins further
-/// up, by aggregations or top-k sorts are applied.
-fn rewrite(plan: Arc<dyn ExecutionPlan>, feeding: Option<u64>) -> Result<Arc<dyn ExecutionPlan>> {
+/// build side while the filter still passes everything). A collect-left join's filter is
+/// applied when it is a key bitmap ([`IntegerSet`]): a bit test per row, against a hash
+/// probe per row in the join. Filters published by joins further up, by aggregations or
+/// top-k sorts are applied.
+fn rewrite(
+    plan: Arc<dyn ExecutionPlan>,
+    feeding: Option<Feeding>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     // Above a scan's own filter, so the cheap static predicate thins the rows first.
     if let Some(filter) = plan.downcast_ref::<FilterExec>() {
         let runtime = runtime_filters(filter.input(), feeding, &plan.schema());
@@ -106,8 +120,21 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>, feeding: Option<u64>) -> Result<Arc<dyn
         return filtered(plan, runtime);
     }
     let count = plan.children().len();
-    let feeds: Vec<Option<u64>> = if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
-        let own = join.dynamic_filter_expr().and_then(|f| f.expression_id());
+    let feeds: Vec<Option<Feeding>> = if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let own = join
+            .dynamic_filter_expr()
+            .and_then(|f| f.expression_id())
+            .map(|filter| Feeding {
+                filter,
+                // Only where a probe row without a match can never matter (a null-aware
+                // anti join must see the probe side's nulls, say).
+                collected: *join.partition_mode() == PartitionMode::CollectLeft
+                    && !join.null_aware
+                    && matches!(
+                        join.join_type(),
+                        JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
+                    ),
+            });
         vec![None, own]
     } else if passes_rows_on(plan.as_ref()) {
         vec![feeding; count]
@@ -157,10 +184,10 @@ pub(crate) fn dynamic_filters(
 /// `plan` under one filter per runtime filter, the first of `filters` evaluated first.
 fn filtered(
     mut plan: Arc<dyn ExecutionPlan>,
-    filters: Vec<Arc<dyn PhysicalExpr>>,
+    filters: Vec<(Arc<dyn PhysicalExpr>, bool)>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    for filter in filters {
-        let runtime = Arc::new(RuntimeFilter::new(filter));
+    for (filter, bitmap_only) in filters {
+        let runtime = Arc::new(RuntimeFilter::new(filter, bitmap_only));
         plan = Arc::new(FilterExec::try_new(runtime, plan)?);
     }
     Ok(plan)
@@ -169,12 +196,14 @@ fn filtered(
 /// The dynamic filters pushed into a file scan `node` that are worth evaluating on its rows,
 /// over the columns of `output` (the scan's or the filter's above it). The filter of the join
 /// the scan `feeding` goes first when there are others (it is usually the most selective,
-/// and the others then see fewer rows) and is left out when alone.
+/// and the others then see fewer rows); alone, it is left out, or for a collect-left join
+/// kept for when it is a key bitmap. Each filter comes with whether it is only evaluated as a
+/// bitmap.
 fn runtime_filters(
     node: &Arc<dyn ExecutionPlan>,
-    feeding: Option<u64>,
+    feeding: Option<Feeding>,
     output: &SchemaRef,
-) -> Vec<Arc<dyn PhysicalExpr>> {
+) -> Vec<(Arc<dyn PhysicalExpr>, bool)> {
     let Some(config) = file_scan(node) else {
         return Vec::new();
     };
@@ -189,7 +218,7 @@ fn runtime_filters(
     let mut dynamic: Vec<(bool, Arc<dyn PhysicalExpr>)> = dynamic_filters(&predicate)
         .filter_map(|(e, filter)| {
             let id = filter.expression_id();
-            let is_feeding = feeding.is_some() && id == feeding;
+            let is_feeding = feeding.is_some_and(|f| id == Some(f.filter));
             // The scan's predicate addresses the table's columns; the filter sits above the
             // projection. A column not in `output` leaves that filter out.
             let mut complete = true;
@@ -219,10 +248,15 @@ fn runtime_filters(
         })
         .collect();
     if dynamic.iter().all(|(is_feeding, _)| *is_feeding) {
-        return Vec::new();
+        return match feeding {
+            Some(Feeding {
+                collected: true, ..
+            }) => dynamic.into_iter().map(|(_, f)| (f, true)).collect(),
+            _ => Vec::new(),
+        };
     }
     dynamic.sort_by_key(|(is_feeding, _)| !is_feeding);
-    dynamic.into_iter().map(|(_, f)| f).collect()
+    dynamic.into_iter().map(|(_, f)| (f, false)).collect()
 }
 
 /// Whether `expr` is a runtime filter this rule added.
@@ -239,6 +273,8 @@ const USELESS_PASS_RATE: f64 = 0.8;
 #[derive(Debug)]
 struct RuntimeFilter {
     dynamic: Arc<dyn PhysicalExpr>,
+    /// Evaluated only while its weakened form is a key bitmap ([`IntegerSet`]).
+    bitmap_only: bool,
     state: Mutex<FilterState>,
 }
 
@@ -253,9 +289,10 @@ struct FilterState {
 }
 
 impl RuntimeFilter {
-    fn new(dynamic: Arc<dyn PhysicalExpr>) -> Self {
+    fn new(dynamic: Arc<dyn PhysicalExpr>, bitmap_only: bool) -> Self {
         Self {
             dynamic,
+            bitmap_only,
             state: Mutex::default(),
         }
     }
@@ -269,9 +306,11 @@ impl RuntimeFilter {
                 .dynamic
                 .snapshot()?
                 .unwrap_or_else(|| self.dynamic.clone());
+            let expr = weaken(current);
             *state = FilterState {
                 generation,
-                expr: Some(weaken(current)),
+                off: self.bitmap_only && expr.downcast_ref::<IntegerSet>().is_none(),
+                expr: Some(expr),
                 ..FilterState::default()
             };
         }
@@ -309,11 +348,24 @@ fn weaken(expr: Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr> {
     if let Some(binary) = expr.downcast_ref::<BinaryExpr>()
         && matches!(binary.op(), Operator::And | Operator::Or)
     {
-        return Arc::new(BinaryExpr::new(
+        let (left, right) = (
             weaken(binary.left().clone()),
-            *binary.op(),
             weaken(binary.right().clone()),
-        ));
+        );
+        // A join's key bounds next to its key set: the set alone decides.
+        if *binary.op() == Operator::And {
+            for (set, other) in [(&left, &right), (&right, &left)] {
+                if let Some(keys) = set.downcast_ref::<IntegerSet>()
+                    && keys.implies(other)
+                {
+                    return set.clone();
+                }
+            }
+        }
+        return Arc::new(BinaryExpr::new(left, *binary.op(), right));
+    }
+    if let Some(keys) = IntegerSet::try_new(&expr) {
+        return Arc::new(keys);
     }
     if let Some(case) = expr.downcast_ref::<CaseExpr>() {
         if let Some(routed) = Routed::try_new(case, expr.clone()) {
@@ -402,7 +454,7 @@ impl Routed {
             selector: compact(selector)?,
             branches: branches
                 .iter()
-                .map(|(v, then)| Some((v.clone(), compact(then)?)))
+                .map(|(v, then)| Some((v.clone(), weaken(compact(then)?))))
                 .collect::<Option<_>>()?,
             otherwise: match &otherwise {
                 Some(e) => Some(compact(e)?),
@@ -537,7 +589,10 @@ impl PhysicalExpr for RuntimeFilter {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn PhysicalExpr>>,
     ) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(Arc::new(RuntimeFilter::new(children.remove(0))))
+        Ok(Arc::new(RuntimeFilter::new(
+            children.remove(0),
+            self.bitmap_only,
+        )))
     }
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

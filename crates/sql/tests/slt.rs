@@ -383,3 +383,60 @@ async fn not_in_over_columns_without_nulls_builds_on_the_subquery() {
     };
     assert_eq!(rows, vec![vec!["4997".to_string()]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_bounded_by_a_grouped_subquery_is_broadcast_and_prefilters_its_probe() {
+    let mut floe = fresh().await;
+    run_all(
+        &mut floe,
+        &[
+            "CREATE SCHEMA bb",
+            "CREATE TABLE bb.part (k BIGINT, brand VARCHAR)",
+            "INSERT INTO bb.part SELECT value, CASE WHEN value % 100 = 7 THEN 'b1' ELSE 'other' END \
+             FROM generate_series(1, 20000) AS t(value)",
+            "CREATE TABLE bb.item (k BIGINT, q BIGINT)",
+            "INSERT INTO bb.item SELECT value % 20000 + 1, value % 53 \
+             FROM generate_series(0, 399999) AS t(value)",
+        ],
+    )
+    .await;
+    // TPC-H Q17's plan: the 200 parts of one brand joined with the average per part, then
+    // with the items.
+    let sql = "SELECT sum(i.q) FROM bb.item i JOIN (SELECT p.k, a.avg_q FROM bb.part p \
+               JOIN (SELECT k, avg(q) AS avg_q FROM bb.item GROUP BY k) a ON a.k = p.k \
+               WHERE p.brand = 'b1') pa ON i.k = pa.k WHERE i.q < pa.avg_q";
+    let plan = analyzed(&floe, sql).await;
+    // The outer join builds on the 200 parts joined with their averages (at most one row per
+    // part), not on 400,000 repartitioned item rows.
+    let outer = plan
+        .lines()
+        .find(|l| l.trim_start().starts_with("HashJoinExec"))
+        .unwrap_or_else(|| panic!("no hash join:\n{plan}"));
+    assert!(outer.contains("mode=CollectLeft"), "{outer}\n{plan}");
+    assert!(
+        !plan.contains("RepartitionExec: partitioning=Hash([k@0], 2), input_partitions=2, metrics=[output_rows=400000"),
+        "{plan}"
+    );
+    // Both item scans are cut to the 200 parts' 4,000 rows by a bitmap of their keys, the
+    // outer one before the join probes them.
+    let filtered: Vec<&str> = plan
+        .lines()
+        .filter(|l| l.trim_start().starts_with("FilterExec: RuntimeFilter"))
+        .collect();
+    assert_eq!(filtered.len(), 2, "{plan}");
+    for line in filtered {
+        assert!(line.contains("IN (SET)"), "{line}");
+        assert!(line.contains("output_rows=4.00 K,"), "{line}");
+    }
+    // The answer, worked out here: part k's items are the values k - 1 + 20000 j.
+    let mut expected = 0i64;
+    for k in (1..=20000i64).filter(|k| k % 100 == 7) {
+        let qs: Vec<i64> = (0..20).map(|j| (k - 1 + 20000 * j) % 53).collect();
+        let avg = qs.iter().sum::<i64>() as f64 / qs.len() as f64;
+        expected += qs.iter().filter(|&&q| (q as f64) < avg).sum::<i64>();
+    }
+    let Ok(DBOutput::Rows { rows, .. }) = floe.run(sql).await else {
+        panic!("the query gives rows");
+    };
+    assert_eq!(rows, vec![vec![expected.to_string()]]);
+}
