@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::DataFusionError;
+use datafusion::common::config::ConfigOptions;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -60,12 +61,38 @@ impl Default for EngineConfig {
     }
 }
 
+/// Sets one DataFusion option.
+type SetOption = fn(&mut ConfigOptions);
+
+/// DataFusion settings whose defaults Floe changes, as named in the environment (where a
+/// value set there wins), with Floe's values.
+///
+/// - Joins whose build side holds up to 4,096 distinct keys publish them as an `IN` list
+///   (DataFusion's default is 150), which runtime filters test as a bitmap over integer keys
+///   ([`crate::key_set`]); the list per partition stays capped by
+///   `hash_join_inlist_pushdown_max_size` (128 KiB).
+/// - A hash join collects its build side once, probed by every partition, when that side is
+///   estimated under 2 Mi rows and 64 MiB (DataFusion's defaults: 128 Ki rows, 1 MiB) instead
+///   of repartitioning both sides by the key: on one machine, moving the probe side between
+///   partitions costs more than building one table on one thread (TPC-H Q3, Q18 and Q21
+///   repartitioned millions of `lineitem` rows to probe builds of 150,000 rows and less).
+const FLOE_DEFAULTS: [(&str, SetOption); 3] = [
+    (
+        "DATAFUSION_OPTIMIZER_HASH_JOIN_INLIST_PUSHDOWN_MAX_DISTINCT_VALUES",
+        |c| c.optimizer.hash_join_inlist_pushdown_max_distinct_values = 4_096,
+    ),
+    (
+        "DATAFUSION_OPTIMIZER_HASH_JOIN_SINGLE_PARTITION_THRESHOLD_ROWS",
+        |c| c.optimizer.hash_join_single_partition_threshold_rows = 2 << 20,
+    ),
+    (
+        "DATAFUSION_OPTIMIZER_HASH_JOIN_SINGLE_PARTITION_THRESHOLD",
+        |c| c.optimizer.hash_join_single_partition_threshold = 64 << 20,
+    ),
+];
+
 /// Plans `plan` again preferring sort-merge joins (they spill; hash joins' build sides do not)
 /// and starts it.
-/// The environment variable that sets DataFusion's in-list pushdown limit (distinct keys).
-const INLIST_DISTINCT_VALUES_VARIABLE: &str =
-    "DATAFUSION_OPTIMIZER_HASH_JOIN_INLIST_PUSHDOWN_MAX_DISTINCT_VALUES";
-
 async fn without_hash_joins(
     state: SessionState,
     plan: LogicalPlan,
@@ -484,15 +511,10 @@ impl SqlEngine {
         config.options_mut().execution.sort_spill_reservation_bytes =
             (self.config.query_memory_limit / (4 * self.config.target_partitions.max(1)))
                 .clamp(256 << 10, 10 << 20);
-        // Joins whose build side holds up to this many distinct keys publish them as an `IN`
-        // list (DataFusion's default is 150), which runtime filters test as a bitmap over
-        // integer keys ([`crate::key_set`]); the list's size per partition stays capped by
-        // `hash_join_inlist_pushdown_max_size` (128 KiB).
-        if std::env::var_os(INLIST_DISTINCT_VALUES_VARIABLE).is_none() {
-            config
-                .options_mut()
-                .optimizer
-                .hash_join_inlist_pushdown_max_distinct_values = 4_096;
+        for (variable, set) in FLOE_DEFAULTS {
+            if std::env::var_os(variable).is_none() {
+                set(config.options_mut());
+            }
         }
         let config = config
             .with_target_partitions(self.config.target_partitions)

@@ -56,6 +56,10 @@ pub struct TpchBenchArgs {
     /// Memory budget (MiB) of each Floe query; the peers run without one.
     #[arg(long, default_value_t = 16_384)]
     query_memory_limit_mb: usize,
+    /// A run of one query by DataFusion on Parquet taking longer than this (seconds) counts
+    /// as failed, so a peer that stalls does not stall the benchmark.
+    #[arg(long, default_value_t = 900)]
+    peer_timeout_secs: u64,
 }
 
 const TABLES: [&str; 8] = [
@@ -122,6 +126,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("Floe, Q{q}"))?;
             best = best.min(start.elapsed().as_secs_f64() * 1000.0);
         }
+        eprintln!("Q{q}: floe {best:.1} ms");
         floe_times.insert(*q, (best, rows));
     }
     let floe_peak = memory_mib("VmHWM:");
@@ -146,13 +151,18 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     }
     let mut raw_times = BTreeMap::new();
     for (q, sql) in &queries {
+        let limit = std::time::Duration::from_secs(args.peer_timeout_secs);
         let measured = best_of(args.iterations, || async {
-            let batches = raw.sql(sql).await?.collect().await?;
+            let run = async { raw.sql(sql).await?.collect().await };
+            let batches = tokio::time::timeout(limit, run)
+                .await
+                .map_err(|_| anyhow::anyhow!("no answer within {} s", limit.as_secs()))??;
             Ok(batches.iter().map(|b| b.num_rows()).sum())
         })
         .await;
         match measured {
             Ok(measured) => {
+                eprintln!("Q{q}: datafusion on parquet {:.1} ms", measured.0);
                 raw_times.insert(*q, measured);
             }
             Err(e) => eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}"),
