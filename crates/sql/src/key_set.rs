@@ -170,21 +170,8 @@ impl PhysicalExpr for IntegerSet {
         ))))
     }
 
-    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
-        // Reads one column by position; built after the filter's columns were addressed.
-        Vec::new()
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn PhysicalExpr>>,
-    ) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(self)
-    }
-
-    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.original.fmt_sql(f)
-    }
+    // Reads one column by position; built after the filter's columns were addressed.
+    crate::leaf_of_original!(original);
 }
 
 impl fmt::Display for IntegerSet {

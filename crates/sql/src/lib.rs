@@ -43,6 +43,30 @@ macro_rules! same_as_inner_expr {
     };
 }
 
+/// The `PhysicalExpr` methods of an expression that reads its columns by position and was
+/// made from the planned expression in its field `$original`: no children to re-address, and
+/// printed as SQL as that original.
+#[macro_export]
+macro_rules! leaf_of_original {
+    ($original:ident) => {
+        fn children(&self) -> Vec<&std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+            Vec::new()
+        }
+
+        fn with_new_children(
+            self: std::sync::Arc<Self>,
+            _children: Vec<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+        ) -> datafusion::common::Result<std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>>
+        {
+            Ok(self)
+        }
+
+        fn fmt_sql(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.$original.fmt_sql(f)
+        }
+    };
+}
+
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};
 
 use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};

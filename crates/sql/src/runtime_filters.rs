@@ -531,21 +531,8 @@ impl PhysicalExpr for Routed {
         ))))
     }
 
-    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
-        // Evaluated on its own compact batches: nothing to re-address from outside.
-        Vec::new()
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn PhysicalExpr>>,
-    ) -> Result<Arc<dyn PhysicalExpr>> {
-        Ok(self)
-    }
-
-    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.original.fmt_sql(f)
-    }
+    // Evaluated on its own compact batches: nothing to re-address from outside.
+    crate::leaf_of_original!(original);
 }
 
 impl fmt::Display for Routed {
