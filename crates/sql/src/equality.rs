@@ -9,7 +9,7 @@
 //! deletes and deletion vectors still become row selections there — with the equality columns
 //! added to the projection, and [`EqualityDeleteExec`] drops the rows whose keys are in a set.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -76,12 +76,36 @@ pub fn equality_ids(file: &FileScanTaskDeleteFile) -> Result<&[i32]> {
     }
 }
 
+/// The position in `schema` of the column with field id `id`, which the equality delete file
+/// `file` deletes by.
+pub fn column_of(schema: &SchemaRef, file: &FileScanTaskDeleteFile, id: i32) -> Result<usize> {
+    schema
+        .fields()
+        .iter()
+        .position(|f| field_id(f) == Some(id))
+        .ok_or_else(|| {
+            DataFusionError::Execution(format!(
+                "equality delete file {} deletes by field id {id}, which is not a column of the \
+                 table's schema",
+                file.file_path
+            ))
+        })
+}
+
+/// The keys of the equality delete files one scan has read, in Arrow's row format, by file:
+/// a file that applies to several groups of data files (those of different sequence numbers
+/// in one partition, say) is read once.
+#[derive(Default)]
+pub struct ReadKeys(HashMap<String, Arc<Vec<Box<[u8]>>>>);
+
 /// Reads `files` (equality delete files) into key sets over the columns of `scanned`, the
-/// schema of the batches they will be checked against (it must hold every equality column).
+/// schema of the batches they will be checked against (it must hold every equality column);
+/// files in `read` are not read again.
 pub async fn load(
     store: Arc<dyn ObjectStore>,
     files: &[FileScanTaskDeleteFile],
     scanned: &SchemaRef,
+    read: &mut ReadKeys,
 ) -> Result<Vec<KeySet>> {
     let mut by_columns: BTreeMap<Vec<i32>, Vec<&FileScanTaskDeleteFile>> = BTreeMap::new();
     for file in files {
@@ -94,19 +118,7 @@ pub async fn load(
     for (ids, files) in by_columns {
         let columns = ids
             .iter()
-            .map(|&id| {
-                scanned
-                    .fields()
-                    .iter()
-                    .position(|f| field_id(f) == Some(id))
-                    .ok_or_else(|| {
-                        DataFusionError::Execution(format!(
-                            "equality delete file {} deletes by field id {id}, which is not a \
-                             column of the table's schema",
-                            files[0].file_path
-                        ))
-                    })
-            })
+            .map(|&id| column_of(scanned, files[0], id))
             .collect::<Result<Vec<_>>>()?;
         let fields: Vec<SortField> = columns
             .iter()
@@ -115,16 +127,17 @@ pub async fn load(
         let converter = RowConverter::new(fields)?;
         let mut keys = HashSet::new();
         for file in files {
-            read_keys(
-                store.clone(),
-                file,
-                &ids,
-                scanned,
-                &columns,
-                &converter,
-                &mut keys,
-            )
-            .await?;
+            let rows = match read.0.get(&file.file_path) {
+                Some(rows) => rows.clone(),
+                None => {
+                    let rows =
+                        read_keys(store.clone(), file, &ids, scanned, &columns, &converter).await?;
+                    let rows = Arc::new(rows);
+                    read.0.insert(file.file_path.clone(), rows.clone());
+                    rows
+                }
+            };
+            keys.extend(rows.iter().cloned());
         }
         sets.push(KeySet {
             columns,
@@ -135,7 +148,7 @@ pub async fn load(
     Ok(sets)
 }
 
-/// Adds the keys of one equality delete file to `keys`.
+/// The keys of one equality delete file.
 async fn read_keys(
     store: Arc<dyn ObjectStore>,
     file: &FileScanTaskDeleteFile,
@@ -143,8 +156,8 @@ async fn read_keys(
     scanned: &SchemaRef,
     columns: &[usize],
     converter: &RowConverter,
-    keys: &mut HashSet<Box<[u8]>>,
-) -> Result<()> {
+) -> Result<Vec<Box<[u8]>>> {
+    let mut keys = Vec::new();
     crate::deletes::count_delete_file_read();
     let location = &file.file_path;
     let reader = ParquetObjectReader::new(store, object_path(location)?.into())
@@ -190,7 +203,7 @@ async fn read_keys(
         let rows = converter.convert_columns(&key_columns)?;
         keys.extend(rows.iter().map(|row| Box::<[u8]>::from(row.as_ref())));
     }
-    Ok(())
+    Ok(keys)
 }
 
 /// Drops the rows of its input whose equality-column values were deleted.

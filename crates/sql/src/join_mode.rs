@@ -172,17 +172,14 @@ fn bound(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
     } else {
         None
     };
-    match derived {
-        Some(_) => min(derived, own),
-        None => own,
-    }
+    min(derived, own)
 }
 
+/// The smaller of two bounds, either of which may be unknown.
 fn min(a: Option<usize>, b: Option<usize>) -> Option<usize> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
+        (a, b) => a.or(b),
     }
 }
 
@@ -241,14 +238,9 @@ fn unique_on(plan: &Arc<dyn ExecutionPlan>, columns: &[Option<usize>]) -> bool {
         };
         return unique_on(filter.input(), &mapped);
     }
-    if matches!(
-        plan.name(),
-        "RepartitionExec"
-            | "CoalesceBatchesExec"
-            | "CoalescePartitionsExec"
-            | "SortExec"
-            | "CooperativeExec"
-    ) && let [child] = plan.children().as_slice()
+    // The rest of the operators that pass rows on keep their columns where they are.
+    if passes_rows_on(plan.as_ref())
+        && let [child] = plan.children().as_slice()
     {
         return unique_on(child, columns);
     }

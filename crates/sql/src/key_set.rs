@@ -58,7 +58,8 @@ impl IntegerSet {
             values.push(integer(value)?);
         }
         let (&min, &max) = (values.iter().min()?, values.iter().max()?);
-        let span = max.abs_diff(min) + 1;
+        // Saturating: keys at both ends of the 64-bit range make too large a span, not zero.
+        let span = max.abs_diff(min).saturating_add(1);
         let dense = span <= SMALL_BITS || span <= BITS_PER_MEMBER * values.len() as u64;
         if span > MAX_BITS || !dense {
             return None;
@@ -270,6 +271,10 @@ mod tests {
             .map(|v| ScalarValue::Int64(Some(v)))
             .to_vec();
         assert!(set_of(list, DataType::Int64).is_none());
+        let extremes = [i64::MIN, i64::MAX]
+            .map(|v| ScalarValue::Int64(Some(v)))
+            .to_vec();
+        assert!(set_of(extremes, DataType::Int64).is_none());
         let strings = vec![ScalarValue::Utf8(Some("a".into()))];
         assert!(set_of(strings, DataType::Utf8).is_none());
     }

@@ -367,9 +367,10 @@ impl TableProvider for IcebergTableProvider {
         if !native.is_empty() {
             plans.push(self.parquet_scan(state, native, projection, limit).await?);
         }
+        let mut read = equality::ReadKeys::default();
         for (equality, tasks) in by_equality_deletes(with_equality) {
             plans.push(
-                self.equality_scan(state, tasks, &equality, projection)
+                self.equality_scan(state, tasks, &equality, projection, &mut read)
                     .await?,
             );
         }
@@ -391,6 +392,7 @@ impl IcebergTableProvider {
         tasks: Vec<FileScanTask>,
         equality: &[FileScanTaskDeleteFile],
         projection: Option<&Vec<usize>>,
+        read_keys: &mut equality::ReadKeys,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let wanted: Vec<usize> = match projection {
             Some(p) => p.clone(),
@@ -399,18 +401,7 @@ impl IcebergTableProvider {
         let mut read = wanted.clone();
         for file in equality {
             for &id in equality::equality_ids(file)? {
-                let column = self
-                    .schema
-                    .fields()
-                    .iter()
-                    .position(|f| crate::adapter::field_id(f) == Some(id))
-                    .ok_or_else(|| {
-                        DataFusionError::Execution(format!(
-                            "equality delete file {} deletes by field id {id}, which is not a \
-                             column of the table's schema",
-                            file.file_path
-                        ))
-                    })?;
+                let column = equality::column_of(&self.schema, file, id)?;
                 if !read.contains(&column) {
                     read.push(column);
                 }
@@ -418,7 +409,7 @@ impl IcebergTableProvider {
         }
         let scan = self.parquet_scan(state, tasks, Some(&read), None).await?;
         let store = state.runtime_env().object_store(&self.access.store_url)?;
-        let sets = equality::load(store, equality, &scan.schema()).await?;
+        let sets = equality::load(store, equality, &scan.schema(), read_keys).await?;
         let filtered: Arc<dyn ExecutionPlan> =
             Arc::new(equality::EqualityDeleteExec::new(scan, sets));
         if read.len() == wanted.len() {
