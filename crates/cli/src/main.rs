@@ -21,10 +21,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// mimalloc's `mi_option_purge_delay` (position 15 of its `mi_option_e`, in v2 and v3).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Keeps memory freed by one batch or query for the next one a second longer than mimalloc's
-/// 10 ms before handing it back to the kernel: scans read and decode column chunks of several
-/// MiB into fresh buffers, and each page handed back is faulted in and zeroed again by the
-/// next read (a fifth of a `lineitem` scan's CPU in profiles). An idle process still shrinks.
+/// Keeps memory freed by one batch or query for the next ones 10 s (mimalloc: 10 ms) before
+/// handing it back to the kernel: scans read and decode column chunks of several MiB into
+/// fresh buffers, and each page handed back is faulted in and zeroed again by the next read
+/// (a fifth of a `lineitem` scan's CPU in profiles; a 1 s delay still left most of those
+/// faults). An idle process still shrinks.
 /// `MIMALLOC_PURGE_DELAY` in the environment, read by mimalloc itself, takes precedence.
 fn tune_allocator() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
@@ -34,7 +35,7 @@ fn tune_allocator() {
     // index is a constant of the pinned mimalloc version and the call has no other effect.
     #[allow(unsafe_code)]
     unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 1000);
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000);
     }
 }
 

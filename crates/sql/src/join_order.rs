@@ -13,7 +13,14 @@
 //! output from its keys' distinct values, and searches all left-deep orders that join
 //! connected inputs for the one with the least estimated work. The plan is rewritten only when
 //! that order is estimated at most 80 % of the work of the query's own order, so a query whose
-//! order is already good keeps its plan. Which side of each join builds the hash table is
+//! order is already good keeps its plan.
+//!
+//! Joins without a key (nested-loop joins, such as TPC-H Q7's two `nation` rows joined on an
+//! `OR` of their names) are counted apart from the work and avoided first: DataFusion knows
+//! nothing of a nested-loop join's output size, so every hash join above one is planned blind
+//! (in Q7 all 1.5 million `orders` became the build side against 8,000 customers). An order
+//! with fewer of them wins whatever its estimated work; the condition such a join held is
+//! then applied by the keyed join that brings its last input in. Which side of each join builds the hash table is
 //! still DataFusion's choice.
 
 use std::collections::HashMap;
@@ -215,11 +222,7 @@ fn reorder_tree(root: &LogicalPlan) -> Result<Option<LogicalPlan>> {
     let model = Model::new(&region, &estimates, &owner);
     let own = model.tree_cost(&tree).0;
     let (best, order) = model.best_left_deep();
-    if order.len() != n {
-        return Ok(None);
-    }
-    // (Also keeps the query's order when an estimate is not a number.)
-    if best.partial_cmp(&(GAIN * own)) != Some(std::cmp::Ordering::Less) {
+    if order.len() != n || !best.better_than(own) {
         return Ok(None);
     }
 
@@ -303,6 +306,44 @@ fn flatten(plan: &LogicalPlan, inputs: &mut Vec<LogicalPlan>, pending: &mut Vec<
             inputs.push(other.clone());
             Tree::Input(inputs.len() - 1)
         }
+    }
+}
+
+/// The estimated cost of a join order: its joins without a key, then its work (rows).
+#[derive(Clone, Copy)]
+struct Cost {
+    keyless: u32,
+    work: f64,
+}
+
+impl Cost {
+    const ZERO: Cost = Cost {
+        keyless: 0,
+        work: 0.0,
+    };
+    const NONE: Cost = Cost {
+        keyless: u32::MAX,
+        work: f64::INFINITY,
+    };
+
+    fn plus(self, other: Cost) -> Cost {
+        Cost {
+            keyless: self.keyless.saturating_add(other.keyless),
+            work: self.work + other.work,
+        }
+    }
+
+    fn less(self, other: Cost) -> bool {
+        self.keyless < other.keyless || (self.keyless == other.keyless && self.work < other.work)
+    }
+
+    /// Whether an order of this cost replaces the query's own (of cost `own`): fewer joins
+    /// without a key, or as many and at most [`GAIN`] of the work. (False when an estimate is
+    /// not a number, which keeps the query's order.)
+    fn better_than(self, own: Cost) -> bool {
+        self.keyless < own.keyless
+            || (self.keyless == own.keyless
+                && self.work.partial_cmp(&(GAIN * own.work)) == Some(std::cmp::Ordering::Less))
     }
 }
 
@@ -397,44 +438,45 @@ impl Model {
         Self { n, cards, linked }
     }
 
-    /// Estimated work of joining `a` and `b` (one set each) into their union.
-    fn join_cost(&self, a: Set, b: Set) -> f64 {
+    /// Estimated cost of joining `a` and `b` (one set each) into their union.
+    fn join_cost(&self, a: Set, b: Set) -> Cost {
         let (ra, rb) = (self.cards[a as usize], self.cards[b as usize]);
         let out = self.cards[(a | b) as usize];
         let keyed = (0..self.n).any(|i| a & (1 << i) != 0 && self.linked[i] & b != 0);
         if !keyed {
             // A nested-loop join: every pair of rows.
-            return ra * rb + out;
+            return Cost {
+                keyless: 1,
+                work: ra * rb + out,
+            };
         }
         let (build, probe) = (ra.min(rb), ra.max(rb));
-        let mut cost = probe + 2.0 * build + out;
+        let mut work = probe + 2.0 * build + out;
         if build > PARTITIONED_BUILD_ROWS {
-            cost += ra + rb;
+            work += ra + rb;
         }
-        cost
+        Cost { keyless: 0, work }
     }
 
-    /// The work of `tree` and the inputs it joins.
-    fn tree_cost(&self, tree: &Tree) -> (f64, Set) {
+    /// The cost of `tree` and the inputs it joins.
+    fn tree_cost(&self, tree: &Tree) -> (Cost, Set) {
         match tree {
-            Tree::Input(i) => (0.0, 1 << i),
+            Tree::Input(i) => (Cost::ZERO, 1 << i),
             Tree::Join(left, right) => {
                 let (cl, l) = self.tree_cost(left);
                 let (cr, r) = self.tree_cost(right);
-                (cl + cr + self.join_cost(l, r), l | r)
+                (cl.plus(cr).plus(self.join_cost(l, r)), l | r)
             }
         }
     }
 
-    /// The cheapest left-deep order (each input joined to all before it) and its work.
-    /// Inputs without a key to what is joined so far come last among equals: a cross join
-    /// costs every pair of rows.
-    fn best_left_deep(&self) -> (f64, Vec<usize>) {
+    /// The cheapest left-deep order (each input joined to all before it) and its cost.
+    fn best_left_deep(&self) -> (Cost, Vec<usize>) {
         let full = (1usize << self.n) - 1;
-        let mut best = vec![f64::INFINITY; 1 << self.n];
+        let mut best = vec![Cost::NONE; 1 << self.n];
         let mut last = vec![usize::MAX; 1 << self.n];
         for i in 0..self.n {
-            best[1 << i] = 0.0;
+            best[1 << i] = Cost::ZERO;
             last[1 << i] = i;
         }
         for set in 1..=full {
@@ -446,12 +488,12 @@ impl Model {
                     continue;
                 }
                 let rest = set & !(1 << x);
-                if !best[rest].is_finite() {
+                if !best[rest].work.is_finite() {
                     continue;
                 }
-                let cost = best[rest] + self.join_cost(rest as Set, 1 << x);
+                let cost = best[rest].plus(self.join_cost(rest as Set, 1 << x));
                 // Ties go to the lower input: the query's own order where nothing differs.
-                if cost < best[set] {
+                if cost.less(best[set]) {
                     best[set] = cost;
                     last[set] = x;
                 }
@@ -463,7 +505,7 @@ impl Model {
             let x = last[set];
             if x == usize::MAX {
                 // No order was costed (cannot happen with finite estimates): keep the query's.
-                return (f64::INFINITY, Vec::new());
+                return (Cost::NONE, Vec::new());
             }
             order.push(x);
             set &= !(1 << x);
