@@ -9,8 +9,11 @@
 //! evaluated on the selected rows when they are at most a fifth of the batch and on the whole
 //! batch otherwise, and not at all once no row is left — with the selection kept as a bitmap
 //! that is combined with a bitwise `AND` or, for the selected rows' answers, with one pass over
-//! the selected positions. Used only as a filter's whole predicate, where a null condition
-//! drops the row like `false` does: it answers `false` for such rows.
+//! the selected positions. Only the columns a condition reads are gathered for it. A runtime
+//! filter (a join's keys, probed per row) is evaluated on the selected rows while they are at
+//! most four fifths of the batch: gathering its key column costs less than probing rows the
+//! scan's own conditions already dropped. Used only as a filter's whole predicate, where a null
+//! condition drops the row like `false` does: it answers `false` for such rows.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,19 +23,23 @@ use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, internal_err};
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 
-use crate::runtime_filters::map_children;
+use crate::runtime_filters::{is_runtime_filter, is_switched_off, map_children};
 
 /// Share of a batch at or under which a condition is evaluated on the selected rows only
 /// (DataFusion's own threshold for `AND`).
 const SELECTED_ONLY: f64 = 0.2;
+/// The same for a runtime filter.
+const SELECTED_ONLY_RUNTIME: f64 = 0.8;
 
 /// The physical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]
@@ -68,10 +75,7 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     if conditions.len() < 2 {
         return Ok(plan);
     }
-    let predicate = Arc::new(Conjunction {
-        original: filter.predicate().clone(),
-        conditions,
-    });
+    let predicate = Arc::new(Conjunction::new(filter.predicate().clone(), conditions));
     Ok(Arc::new(
         FilterExecBuilder::from(filter)
             .with_predicate(predicate)
@@ -84,7 +88,72 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
 pub struct Conjunction {
     /// The predicate as planned (shown, and given to anything that inspects the plan).
     original: Arc<dyn PhysicalExpr>,
-    conditions: Vec<Arc<dyn PhysicalExpr>>,
+    conditions: Vec<Condition>,
+}
+
+/// One condition of a [`Conjunction`].
+#[derive(Debug)]
+struct Condition {
+    /// The condition over the columns it reads (`columns`, in that order).
+    compact: Arc<dyn PhysicalExpr>,
+    columns: Vec<usize>,
+    /// Share of the batch at or under which it is evaluated on the selected rows only.
+    selected_only: f64,
+}
+
+impl Conjunction {
+    fn new(original: Arc<dyn PhysicalExpr>, conditions: Vec<Arc<dyn PhysicalExpr>>) -> Self {
+        let conditions = conditions
+            .into_iter()
+            .map(|condition| {
+                let selected_only = if is_runtime_filter(&condition) {
+                    SELECTED_ONLY_RUNTIME
+                } else {
+                    SELECTED_ONLY
+                };
+                let (compact, columns) = compacted(condition);
+                Condition {
+                    compact,
+                    columns,
+                    selected_only,
+                }
+            })
+            .collect();
+        Conjunction {
+            original,
+            conditions,
+        }
+    }
+
+    /// The `AND`ed conditions as planned.
+    pub(crate) fn original(&self) -> &Arc<dyn PhysicalExpr> {
+        &self.original
+    }
+}
+
+/// `expr` re-addressed to a batch of only the columns it reads, and those columns' positions
+/// in the batch `expr` was planned over.
+fn compacted(expr: Arc<dyn PhysicalExpr>) -> (Arc<dyn PhysicalExpr>, Vec<usize>) {
+    let mut columns: Vec<usize> = Vec::new();
+    let compact = expr
+        .transform_up(|e| {
+            let Some(column) = e.downcast_ref::<Column>() else {
+                return Ok(Transformed::no(e));
+            };
+            let at = match columns.iter().position(|c| *c == column.index()) {
+                Some(at) => at,
+                None => {
+                    columns.push(column.index());
+                    columns.len() - 1
+                }
+            };
+            Ok(Transformed::yes(
+                Arc::new(Column::new(column.name(), at)) as Arc<dyn PhysicalExpr>
+            ))
+        })
+        .expect("re-addressing columns cannot fail")
+        .data;
+    (compact, columns)
 }
 
 /// A filter condition's answer as the rows it keeps (null counts as not kept).
@@ -153,11 +222,15 @@ impl PhysicalExpr for Conjunction {
             if count == 0 {
                 break;
             }
+            if is_switched_off(&condition.compact) {
+                continue;
+            }
+            let read = batch.project(&condition.columns)?;
             match &selected {
-                Some(mask) if (count as f64) <= SELECTED_ONLY * rows as f64 => {
+                Some(mask) if (count as f64) <= condition.selected_only * rows as f64 => {
                     let subset =
-                        filter_record_batch(batch, &BooleanArray::new(mask.clone(), None))?;
-                    let answers = kept(condition.evaluate(&subset)?, count)?;
+                        filter_record_batch(&read, &BooleanArray::new(mask.clone(), None))?;
+                    let answers = kept(condition.compact.evaluate(&subset)?, count)?;
                     selected = Some(match answers {
                         Kept::All => mask.clone(),
                         Kept::None => BooleanBuffer::new_unset(rows),
@@ -165,7 +238,7 @@ impl PhysicalExpr for Conjunction {
                     });
                 }
                 _ => {
-                    let answers = kept(condition.evaluate(batch)?, rows)?;
+                    let answers = kept(condition.compact.evaluate(&read)?, rows)?;
                     selected = match (answers, selected.take()) {
                         (Kept::All, s) => s,
                         (Kept::None, _) => Some(BooleanBuffer::new_unset(rows)),
@@ -191,10 +264,7 @@ impl PhysicalExpr for Conjunction {
     ) -> Result<Arc<dyn PhysicalExpr>> {
         let original = children.remove(0);
         let conditions = split_conjunction(&original).into_iter().cloned().collect();
-        Ok(Arc::new(Conjunction {
-            original,
-            conditions,
-        }))
+        Ok(Arc::new(Conjunction::new(original, conditions)))
     }
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -253,10 +323,7 @@ mod tests {
             let and = binary(first, Operator::And, second, &schema).unwrap();
             let predicate = binary(and, Operator::And, third, &schema).unwrap();
             let conditions = split_conjunction(&predicate).into_iter().cloned().collect();
-            let conjunction = Conjunction {
-                original: predicate.clone(),
-                conditions,
-            };
+            let conjunction = Conjunction::new(predicate.clone(), conditions);
             let ColumnarValue::Array(got) = conjunction.evaluate(&batch).unwrap() else {
                 panic!("an array");
             };

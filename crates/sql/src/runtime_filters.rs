@@ -14,7 +14,11 @@
 //! Only when other runtime filters apply to that scan too does it go first (it is usually the
 //! most selective, and the others then see fewer rows). Filters are applied where they save
 //! work: under an aggregation (a decorrelated subquery), under another join, or on the build
-//! side of a join below. Each filter is its own operator, in that order.
+//! side of a join below. They join the scan's own filter as further conditions of its `AND`
+//! (or make one filter of their own), so the rows are copied once: as a filter of their own
+//! above the scan's, TPC-H Q7 copied the 1.8 million `lineitem` rows of two years to then keep
+//! the 146,000 of two nations' suppliers. The conditions are evaluated in order on the rows
+//! still selected ([`crate::conjunction`]).
 //!
 //! A dynamic filter reads `true` until its producer has finished, so the filter passes rows
 //! unchanged while it is not known yet; rows it removes could never have reached the result.
@@ -46,7 +50,7 @@ use datafusion::physical_expr::expressions::{
 use datafusion::physical_expr::utils::split_conjunction;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
 use crate::conjunction::{bitmap, kept};
@@ -108,11 +112,17 @@ fn rewrite(
     plan: Arc<dyn ExecutionPlan>,
     feeding: Option<Feeding>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    // Above a scan's own filter, so the cheap static predicate thins the rows first.
+    // After a scan's own conditions, so the cheap static predicate thins the rows first.
     if let Some(filter) = plan.downcast_ref::<FilterExec>() {
-        let runtime = runtime_filters(filter.input(), feeding, &plan.schema());
+        let runtime = runtime_filters(filter.input(), feeding, &filter.input().schema());
         if !runtime.is_empty() {
-            return filtered(plan, runtime);
+            let predicate = conjoin(Some(filter.predicate().clone()), runtime)
+                .expect("a filter's own predicate");
+            return Ok(Arc::new(
+                FilterExecBuilder::from(filter)
+                    .with_predicate(predicate)
+                    .build()?,
+            ));
         }
     }
     if plan.downcast_ref::<DataSourceExec>().is_some() {
@@ -181,16 +191,34 @@ pub(crate) fn dynamic_filters(
         .filter_map(|e| Some((e, e.downcast_ref::<DynamicFilterPhysicalExpr>()?)))
 }
 
-/// `plan` under one filter per runtime filter, the first of `filters` evaluated first.
+/// `plan` under one filter of the runtime filters `filters` (the first evaluated first), or
+/// `plan` itself when there are none.
 fn filtered(
-    mut plan: Arc<dyn ExecutionPlan>,
+    plan: Arc<dyn ExecutionPlan>,
     filters: Vec<(Arc<dyn PhysicalExpr>, bool)>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    for (filter, bitmap_only) in filters {
-        let runtime = Arc::new(RuntimeFilter::new(filter, bitmap_only));
-        plan = Arc::new(FilterExec::try_new(runtime, plan)?);
+    match conjoin(None, filters) {
+        Some(predicate) => Ok(Arc::new(FilterExec::try_new(predicate, plan)?)),
+        None => Ok(plan),
     }
-    Ok(plan)
+}
+
+/// `own AND f1 AND f2 …` over the runtime filters `filters`, in that order.
+fn conjoin(
+    own: Option<Arc<dyn PhysicalExpr>>,
+    filters: Vec<(Arc<dyn PhysicalExpr>, bool)>,
+) -> Option<Arc<dyn PhysicalExpr>> {
+    filters
+        .into_iter()
+        .map(|(filter, bitmap_only)| {
+            Arc::new(RuntimeFilter::new(filter, bitmap_only)) as Arc<dyn PhysicalExpr>
+        })
+        .fold(own, |acc, filter| {
+            Some(match acc {
+                Some(acc) => Arc::new(BinaryExpr::new(acc, Operator::And, filter)),
+                None => filter,
+            })
+        })
 }
 
 /// The dynamic filters pushed into a file scan `node` that are worth evaluating on its rows,
@@ -262,6 +290,12 @@ fn runtime_filters(
 /// Whether `expr` is a runtime filter this rule added.
 pub(crate) fn is_runtime_filter(expr: &Arc<dyn PhysicalExpr>) -> bool {
     expr.downcast_ref::<RuntimeFilter>().is_some()
+}
+
+/// Whether `expr` is a runtime filter switched off for now (it passes every row).
+pub(crate) fn is_switched_off(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    expr.downcast_ref::<RuntimeFilter>()
+        .is_some_and(|filter| matches!(filter.current(), Ok((_, None))))
 }
 
 /// Rows seen before a filter's pass rate is judged.

@@ -35,6 +35,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
+use crate::conjunction::Conjunction;
 use crate::runtime_filters::{dynamic_filters, file_scan, is_runtime_filter, map_children};
 
 /// Shares repeated complete aggregations between their consumers.
@@ -123,10 +124,25 @@ fn replace(
 /// What a subplan computes, leaving out runtime filters; `None` when it cannot be told (a
 /// scan with deletes, a source other than files).
 fn key(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
-    if let Some(filter) = plan.downcast_ref::<FilterExec>()
-        && is_runtime_filter(filter.predicate())
-    {
-        return key(filter.input());
+    if let Some(filter) = plan.downcast_ref::<FilterExec>() {
+        let predicate = match filter.predicate().downcast_ref::<Conjunction>() {
+            Some(conjunction) => conjunction.original().clone(),
+            None => filter.predicate().clone(),
+        };
+        let own: Vec<String> = split_conjunction(&predicate)
+            .into_iter()
+            .filter(|condition| !is_runtime_filter(condition))
+            .map(|condition| condition.to_string())
+            .collect();
+        let input = key(filter.input())?;
+        if own.is_empty() && filter.projection().is_none() {
+            return Some(input);
+        }
+        return Some(format!(
+            "filter[{} projection={:?}]({input})",
+            own.join(" and "),
+            filter.projection()
+        ));
     }
     if plan.downcast_ref::<DataSourceExec>().is_some() {
         let config = file_scan(plan)?;

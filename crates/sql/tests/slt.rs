@@ -355,6 +355,87 @@ async fn inner_joins_start_from_the_selective_dimensions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_two_dimensions_is_kept_out_of_a_nested_loop_join() {
+    let mut floe = fresh().await;
+    run_all(
+        &mut floe,
+        &[
+            "CREATE SCHEMA kl",
+            "CREATE TABLE kl.nation (nk BIGINT, name VARCHAR)",
+            "INSERT INTO kl.nation SELECT value, concat('N', value) \
+             FROM generate_series(0, 24) AS t(value)",
+            "CREATE TABLE kl.supp (sk BIGINT, nk BIGINT)",
+            "INSERT INTO kl.supp SELECT value, value % 25 FROM generate_series(1, 500) AS t(value)",
+            "CREATE TABLE kl.cust (ck BIGINT, nk BIGINT)",
+            "INSERT INTO kl.cust SELECT value, (value * 7) % 25 FROM generate_series(1, 2000) AS t(value)",
+            "CREATE TABLE kl.ord (ok BIGINT, ck BIGINT)",
+            "INSERT INTO kl.ord SELECT value, value % 2000 + 1 FROM generate_series(1, 10000) AS t(value)",
+            "CREATE TABLE kl.item (ok BIGINT, sk BIGINT, price BIGINT)",
+            "INSERT INTO kl.item SELECT value % 10000 + 1, (value * 37) % 499 + 1, value % 97 \
+             FROM generate_series(1, 40000) AS t(value)",
+        ],
+    )
+    .await;
+    // TPC-H Q7's shape: the two nations are tied only by the `OR` of their names. Joined to
+    // each other first, they make a nested-loop join whose output size DataFusion does not
+    // know, and every hash join above it is then planned blind.
+    let query = "SELECT n1.name, n2.name, sum(i.price), count(*) \
+                 FROM kl.supp s, kl.item i, kl.ord o, kl.cust c, kl.nation n1, kl.nation n2 \
+                 WHERE s.sk = i.sk AND o.ok = i.ok AND c.ck = o.ck \
+                 AND s.nk = n1.nk AND c.nk = n2.nk AND i.price < 90 \
+                 AND ((n1.name = 'N3' AND n2.name = 'N7') OR (n1.name = 'N7' AND n2.name = 'N3')) \
+                 GROUP BY n1.name, n2.name ORDER BY n1.name, n2.name";
+    let plan = plan_text(&floe, &format!("EXPLAIN {query}")).await;
+    assert!(!plan.contains("NestedLoopJoinExec"), "{plan}");
+    assert!(!plan.contains("Cross Join"), "{plan}");
+    // The keys of both joins `item` meets reach its scan as one filter, so its rows are
+    // copied once.
+    let item_filter = plan
+        .lines()
+        .position(|l| l.contains("DataSourceExec") && l.contains("projection=[ok, sk, price]"))
+        .and_then(|scan| plan.lines().nth(scan.checked_sub(1)?))
+        .unwrap_or_else(|| panic!("no item scan:\n{plan}"));
+    assert!(
+        item_filter
+            .trim_start()
+            .starts_with("FilterExec: RuntimeFilter(DynamicFilter [ empty ]) AND RuntimeFilter("),
+        "{plan}"
+    );
+
+    // The answer, worked out here from the rows' formulas.
+    let mut expected: std::collections::BTreeMap<(i64, i64), (i64, i64)> = Default::default();
+    for v in 1..=40_000i64 {
+        let (ok, sk, price) = (v % 10_000 + 1, (v * 37) % 499 + 1, v % 97);
+        let ck = ok % 2_000 + 1;
+        let (supplier_nation, customer_nation) = (sk % 25, (ck * 7) % 25);
+        if price < 90 && matches!((supplier_nation, customer_nation), (3, 7) | (7, 3)) {
+            let entry = expected
+                .entry((supplier_nation, customer_nation))
+                .or_default();
+            entry.0 += price;
+            entry.1 += 1;
+        }
+    }
+    let mut expected: Vec<Vec<String>> = expected
+        .into_iter()
+        .map(|((s, c), (sum, count))| {
+            vec![
+                format!("N{s}"),
+                format!("N{c}"),
+                sum.to_string(),
+                count.to_string(),
+            ]
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(expected.len(), 2);
+    let Ok(DBOutput::Rows { rows, .. }) = floe.run(query).await else {
+        panic!("the query gives rows");
+    };
+    assert_eq!(rows, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_in_over_columns_without_nulls_builds_on_the_subquery() {
     let mut floe = fresh().await;
     run_all(
