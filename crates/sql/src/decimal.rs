@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Decimal128Array, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, Decimal128Array, RecordBatch};
 use datafusion::arrow::buffer::{NullBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DECIMAL128_MAX_PRECISION, DataType, Decimal128Type, Schema};
 use datafusion::common::config::ConfigOptions;
@@ -185,9 +185,10 @@ enum Value {
     One(i64),
 }
 
-/// A leaf of the tree, evaluated: a decimal column, or one value (known to fit 64 bits).
+/// A leaf of the tree, evaluated: a decimal column's values (known to fit 64 bits), or one
+/// value.
 enum Leaf {
-    Rows(ArrayRef),
+    Rows(Vec<i64>),
     One(i64),
 }
 
@@ -268,15 +269,31 @@ impl Decimal64Arithmetic {
         let DataType::Decimal128(precision, scale) = *array.data_type() else {
             return Ok(None);
         };
-        let values = array.as_primitive::<Decimal128Type>().values();
-        // Every slot, nulls' too: their values are computed (and then masked) as well.
-        let bound = values.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+        // Every slot, nulls' too: their values are computed (and then masked) as well. One
+        // pass narrows the values, finds the largest magnitude and whether any needs more than
+        // 64 bits (its high half is not the sign of its low half).
+        let mut wide = 0i64;
+        let mut bound = 0u64;
+        let narrowed: Vec<i64> = array
+            .as_primitive::<Decimal128Type>()
+            .values()
+            .iter()
+            .map(|&v| {
+                let low = v as i64;
+                wide |= ((v >> 64) as i64) ^ (low >> 63);
+                bound = bound.max(low.unsigned_abs());
+                low
+            })
+            .collect();
+        if wide != 0 {
+            return Ok(None);
+        }
         *nulls = NullBuffer::union(nulls.as_ref(), array.logical_nulls().as_ref());
-        leaves.push((Leaf::Rows(array), scale));
+        leaves.push((Leaf::Rows(narrowed), scale));
         Ok(Some(Shape {
             precision,
             scale,
-            bound,
+            bound: u128::from(bound),
         }))
     }
 
@@ -288,14 +305,7 @@ impl Decimal64Arithmetic {
         let Some(binary) = arithmetic(expr) else {
             let (leaf, scale) = leaves.next().expect("a value per leaf");
             let value = match leaf {
-                Leaf::Rows(array) => Value::Rows(
-                    array
-                        .as_primitive::<Decimal128Type>()
-                        .values()
-                        .iter()
-                        .map(|v| *v as i64)
-                        .collect(),
-                ),
+                Leaf::Rows(values) => Value::Rows(values),
                 Leaf::One(one) => Value::One(one),
             };
             return (value, scale);
@@ -414,6 +424,7 @@ crate::same_as_inner_expr!(Decimal64Arithmetic, original);
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::ArrayRef;
     use datafusion::arrow::datatypes::Field;
     use datafusion::physical_expr::expressions::{Column, Literal, binary};
 
@@ -515,5 +526,39 @@ mod tests {
             panic!("arrays expected");
         };
         assert_eq!(expected.as_ref(), fused.as_ref());
+    }
+
+    #[test]
+    fn a_column_value_beyond_64_bits_takes_the_128_bit_path() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Decimal128(38, 0), true),
+            Field::new("b", DataType::Decimal128(38, 0), true),
+        ]));
+        for wide in [1i128 << 70, -(1i128 << 70), i128::from(i64::MIN) - 1] {
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    decimals(&[Some(3), Some(wide)], 38, 0),
+                    decimals(&[Some(2), Some(0)], 38, 0),
+                ],
+            )
+            .unwrap();
+            let a: Arc<dyn PhysicalExpr> = Arc::new(Column::new_with_schema("a", &schema).unwrap());
+            let b: Arc<dyn PhysicalExpr> = Arc::new(Column::new_with_schema("b", &schema).unwrap());
+            // `a * b`: 0 times the wide value fits, but the value itself does not narrow.
+            let expr = binary(a, Operator::Multiply, b, &schema).unwrap();
+            let shape =
+                Decimal64Arithmetic::leaves(&expr, &batch, &mut Vec::new(), &mut None).unwrap();
+            assert!(shape.is_none(), "{wide} must take the 128-bit path");
+            let fused = Decimal64Arithmetic::new(expr.clone())
+                .evaluate(&batch)
+                .unwrap();
+            let (ColumnarValue::Array(expected), ColumnarValue::Array(fused)) =
+                (expr.evaluate(&batch).unwrap(), fused)
+            else {
+                panic!("arrays expected");
+            };
+            assert_eq!(expected.as_ref(), fused.as_ref());
+        }
     }
 }
