@@ -144,6 +144,14 @@ async fn plan_text(floe: &Floe, explain: &str) -> String {
     text
 }
 
+/// The rows `sql` gives, each value as text.
+async fn rows_of(floe: &mut Floe, sql: &str) -> Vec<Vec<String>> {
+    let Ok(DBOutput::Rows { rows, .. }) = floe.run(sql).await else {
+        panic!("{sql} gives rows");
+    };
+    rows
+}
+
 /// Runs each of `statements`, which must succeed.
 async fn run_all(floe: &mut Floe, statements: &[&str]) {
     for sql in statements {
@@ -165,12 +173,9 @@ async fn join_keys_filter_the_rows_under_an_aggregation() {
         ],
     )
     .await;
-    let plan = analyzed(
-        &floe,
-        "SELECT sum(f.v) FROM rf.fact f JOIN rf.dim d ON f.k = d.k WHERE d.tag = 'keep' \
-         AND f.v > (SELECT avg(v) FROM rf.fact f2 WHERE f2.k = d.k)",
-    )
-    .await;
+    let query = "SELECT sum(f.v) FROM rf.fact f JOIN rf.dim d ON f.k = d.k \
+                 WHERE d.tag = 'keep' AND f.v > (SELECT avg(v) FROM rf.fact f2 WHERE f2.k = d.k)";
+    let plan = analyzed(&floe, query).await;
     // The subquery's scan of 5,000 rows is cut to the 200 of keys 1 and 3 before it is
     // aggregated.
     let filter = plan
@@ -182,16 +187,10 @@ async fn join_keys_filter_the_rows_under_an_aggregation() {
         .unwrap_or_else(|| panic!("no runtime filter above the fact scan:\n{plan}"));
     assert!(filter.contains("output_rows=200,"), "{filter}");
     // And the answer is the join's.
-    let Ok(DBOutput::Rows { rows, .. }) = floe
-        .run(
-            "SELECT sum(f.v) FROM rf.fact f JOIN rf.dim d ON f.k = d.k WHERE d.tag = 'keep' \
-             AND f.v > (SELECT avg(v) FROM rf.fact f2 WHERE f2.k = d.k)",
-        )
-        .await
-    else {
-        panic!("the query gives rows");
-    };
-    assert_eq!(rows, vec![vec!["372700".to_string()]]);
+    assert_eq!(
+        rows_of(&mut floe, query).await,
+        vec![vec!["372700".to_string()]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,10 +277,10 @@ async fn a_commit_pinned_to_its_base_conflicts_instead_of_being_rebased() {
     floe_sql::write::commit_transaction(&access, append(files.pop().unwrap()))
         .await
         .unwrap();
-    let Ok(DBOutput::Rows { rows, .. }) = floe.run("SELECT count(*) FROM p.t").await else {
-        panic!("the query gives rows");
-    };
-    assert_eq!(rows, vec![vec!["2".to_string()]]);
+    assert_eq!(
+        rows_of(&mut floe, "SELECT count(*) FROM p.t").await,
+        vec![vec!["2".to_string()]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -348,10 +347,7 @@ async fn inner_joins_start_from_the_selective_dimensions() {
         .map(|(name, (sum, count))| vec![name, sum.to_string(), count.to_string()])
         .collect();
     assert!(!expected.is_empty());
-    let Ok(DBOutput::Rows { rows, .. }) = floe.run(query).await else {
-        panic!("the query gives rows");
-    };
-    assert_eq!(rows, expected);
+    assert_eq!(rows_of(&mut floe, query).await, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,10 +425,7 @@ async fn a_condition_over_two_dimensions_is_kept_out_of_a_nested_loop_join() {
         .collect();
     expected.sort();
     assert_eq!(expected.len(), 2);
-    let Ok(DBOutput::Rows { rows, .. }) = floe.run(query).await else {
-        panic!("the query gives rows");
-    };
-    assert_eq!(rows, expected);
+    assert_eq!(rows_of(&mut floe, query).await, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -459,10 +452,10 @@ async fn not_in_over_columns_without_nulls_builds_on_the_subquery() {
         .unwrap_or_else(|| panic!("no hash join:\n{plan}"));
     assert!(join.contains("join_type=RightAnti"), "{join}");
     assert!(join.contains("build_input_rows=3,"), "{join}");
-    let Ok(DBOutput::Rows { rows, .. }) = floe.run(query).await else {
-        panic!("the query gives rows");
-    };
-    assert_eq!(rows, vec![vec!["4997".to_string()]]);
+    assert_eq!(
+        rows_of(&mut floe, query).await,
+        vec![vec!["4997".to_string()]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -516,8 +509,8 @@ async fn a_join_bounded_by_a_grouped_subquery_is_broadcast_and_prefilters_its_pr
         let avg = qs.iter().sum::<i64>() as f64 / qs.len() as f64;
         expected += qs.iter().filter(|&&q| (q as f64) < avg).sum::<i64>();
     }
-    let Ok(DBOutput::Rows { rows, .. }) = floe.run(sql).await else {
-        panic!("the query gives rows");
-    };
-    assert_eq!(rows, vec![vec![expected.to_string()]]);
+    assert_eq!(
+        rows_of(&mut floe, sql).await,
+        vec![vec![expected.to_string()]]
+    );
 }
