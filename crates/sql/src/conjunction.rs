@@ -28,7 +28,7 @@ use datafusion::common::{Result, ScalarValue, internal_err};
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::utils::split_conjunction;
+use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
@@ -111,9 +111,9 @@ impl Conjunction {
                 } else {
                     SELECTED_ONLY
                 };
-                let (compact, columns) = compacted(condition);
+                let (mut compact, columns) = compacted(&[&condition]);
                 Condition {
-                    compact,
+                    compact: compact.remove(0),
                     columns,
                     selected_only,
                 }
@@ -131,28 +131,38 @@ impl Conjunction {
     }
 }
 
-/// `expr` re-addressed to a batch of only the columns it reads, and those columns' positions
-/// in the batch `expr` was planned over.
-fn compacted(expr: Arc<dyn PhysicalExpr>) -> (Arc<dyn PhysicalExpr>, Vec<usize>) {
-    let mut columns: Vec<usize> = Vec::new();
-    let compact = expr
-        .transform_up(|e| {
-            let Some(column) = e.downcast_ref::<Column>() else {
-                return Ok(Transformed::no(e));
-            };
-            let at = match columns.iter().position(|c| *c == column.index()) {
-                Some(at) => at,
-                None => {
-                    columns.push(column.index());
-                    columns.len() - 1
-                }
-            };
-            Ok(Transformed::yes(
-                Arc::new(Column::new(column.name(), at)) as Arc<dyn PhysicalExpr>
-            ))
+/// `exprs` re-addressed to a batch of only the columns they read, and those columns'
+/// positions (ascending) in the batch the expressions were planned over.
+pub(crate) fn compacted(
+    exprs: &[&Arc<dyn PhysicalExpr>],
+) -> (Vec<Arc<dyn PhysicalExpr>>, Vec<usize>) {
+    let mut columns: Vec<usize> = exprs
+        .iter()
+        .flat_map(|expr| collect_columns(expr))
+        .map(|column| column.index())
+        .collect();
+    columns.sort_unstable();
+    columns.dedup();
+    let compact = exprs
+        .iter()
+        .map(|expr| {
+            (*expr)
+                .clone()
+                .transform_up(|e| {
+                    let Some(column) = e.downcast_ref::<Column>() else {
+                        return Ok(Transformed::no(e));
+                    };
+                    let at = columns
+                        .binary_search(&column.index())
+                        .expect("every column was collected");
+                    Ok(Transformed::yes(
+                        Arc::new(Column::new(column.name(), at)) as Arc<dyn PhysicalExpr>
+                    ))
+                })
+                .expect("re-addressing columns cannot fail")
+                .data
         })
-        .expect("re-addressing columns cannot fail")
-        .data;
+        .collect();
     (compact, columns)
 }
 

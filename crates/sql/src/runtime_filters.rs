@@ -53,7 +53,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
-use crate::conjunction::{bitmap, kept};
+use crate::conjunction::{bitmap, compacted, kept};
 use crate::key_set::IntegerSet;
 
 /// Filters rows of file scans by the dynamic filters pushed into them.
@@ -450,32 +450,6 @@ impl Routed {
             branches.push((value, then.clone()));
         }
         let otherwise = case.else_expr().filter(|e| !never_true(e)).cloned();
-        // The columns read, and every expression re-addressed to them.
-        let mut columns: Vec<usize> = Vec::new();
-        let mut all: Vec<&Arc<dyn PhysicalExpr>> = vec![selector];
-        all.extend(branches.iter().map(|(_, then)| then));
-        all.extend(otherwise.iter());
-        for expr in &all {
-            for column in datafusion::physical_expr::utils::collect_columns(expr) {
-                columns.push(column.index());
-            }
-        }
-        columns.sort_unstable();
-        columns.dedup();
-        let compact = |expr: &Arc<dyn PhysicalExpr>| -> Option<Arc<dyn PhysicalExpr>> {
-            expr.clone()
-                .transform_up(|e| {
-                    let Some(column) = e.downcast_ref::<Column>() else {
-                        return Ok(Transformed::no(e));
-                    };
-                    let at = columns
-                        .binary_search(&column.index())
-                        .expect("every column was collected");
-                    Ok(Transformed::yes(Arc::new(Column::new(column.name(), at))))
-                })
-                .ok()
-                .map(|t| t.data)
-        };
         let partitions = branches
             .iter()
             .map(|(v, _)| match v {
@@ -483,17 +457,24 @@ impl Routed {
                 _ => None,
             })
             .collect();
+        // The columns read, and every expression re-addressed to them.
+        let mut all: Vec<&Arc<dyn PhysicalExpr>> = vec![selector];
+        all.extend(branches.iter().map(|(_, then)| then));
+        all.extend(otherwise.iter());
+        let (compact, columns) = compacted(&all);
+        let mut compact = compact.into_iter();
+        let selector = compact.next().expect("the selector, re-addressed");
+        let branches = branches
+            .into_iter()
+            .zip(compact.by_ref())
+            .map(|((value, _), then)| (value, weaken(then)))
+            .collect();
         Some(Self {
             partitions,
-            selector: compact(selector)?,
-            branches: branches
-                .iter()
-                .map(|(v, then)| Some((v.clone(), weaken(compact(then)?))))
-                .collect::<Option<_>>()?,
-            otherwise: match &otherwise {
-                Some(e) => Some(compact(e)?),
-                None => None,
-            },
+            selector,
+            branches,
+            // What is left: the `ELSE`, when there is one.
+            otherwise: compact.next(),
             columns,
             original,
         })
