@@ -558,6 +558,11 @@ impl SqlEngine {
             rules.insert(at, Arc::new(crate::join_mode::BroadcastBoundedBuilds));
             state = state.with_physical_optimizer_rules(rules);
         }
+        if switched_on("FLOE_SQL_PLAIN_REPARTITIONS") {
+            state = state.with_physical_optimizer_rule(Arc::new(
+                crate::plain_repartitions::PlainRepartitions,
+            ));
+        }
         if switched_on("FLOE_SQL_RUNTIME_FILTERS") {
             state = state.with_physical_optimizer_rule(Arc::new(
                 crate::runtime_filters::ApplyRuntimeFilters,
@@ -731,7 +736,7 @@ fn plain_schema(schema: &SchemaRef) -> SchemaRef {
 
 /// Whether one of Floe's plan rewrites is on: each is, unless its `FLOE_SQL_*` switch is
 /// `off` (for comparing plans and times with and without it).
-fn switched_on(switch: &str) -> bool {
+pub(crate) fn switched_on(switch: &str) -> bool {
     std::env::var(switch).as_deref() != Ok("off")
 }
 

@@ -15,6 +15,7 @@ mod key_set;
 pub mod manifests;
 pub mod metadata_tables;
 pub mod not_in;
+pub mod plain_repartitions;
 pub mod predicate;
 pub mod provider;
 mod recent;

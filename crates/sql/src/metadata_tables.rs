@@ -256,6 +256,8 @@ struct LiveFile {
     partition: String,
     records: i64,
     size: i64,
+    /// The sort order the writer says the file's rows are in.
+    sort_order_id: Option<i32>,
     /// The snapshot that added the file.
     snapshot_id: Option<i64>,
 }
@@ -289,6 +291,7 @@ async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
                 },
                 records: file.record_count() as i64,
                 size: file.file_size_in_bytes() as i64,
+                sort_order_id: file.sort_order_id(),
                 snapshot_id: entry.snapshot_id(),
             });
         }
@@ -357,6 +360,7 @@ async fn files(table: &Table) -> Result<RecordBatch> {
         Field::new("partition", DataType::Utf8, false),
         Field::new("record_count", DataType::Int64, false),
         Field::new("file_size_in_bytes", DataType::Int64, false),
+        Field::new("sort_order_id", DataType::Int32, true),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_iter_values(
@@ -376,6 +380,7 @@ async fn files(table: &Table) -> Result<RecordBatch> {
             files.iter().map(|f| f.records),
         )),
         Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.size))),
+        Arc::new(Int32Array::from_iter(files.iter().map(|f| f.sort_order_id))),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::Session;
 use datafusion::catalog::TableProvider;
@@ -26,8 +27,8 @@ use datafusion::datasource::sink::DataSinkExec;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
-use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -37,7 +38,10 @@ use floe_catalog::service::{CatalogService, LoadedTable};
 use floe_storage::Location;
 use futures::TryStreamExt;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
-use iceberg::spec::{DataContentType, Literal, PartitionSpec, PrimitiveLiteral, Struct, Transform};
+use iceberg::spec::{
+    DataContentType, Literal, NullOrder, PartitionSpec, PrimitiveLiteral, SortDirection, Struct,
+    Transform,
+};
 use iceberg::table::Table;
 
 use crate::adapter::FieldIdAdapterFactory;
@@ -133,6 +137,53 @@ impl IcebergTableProvider {
 
     pub fn metadata(&self) -> &iceberg::spec::TableMetadata {
         &self.loaded.metadata
+    }
+
+    /// The sort order all of `tasks`' data files say they were written in (their manifest
+    /// entries' `sort_order_id`), as DataFusion orders rows: its leading identity fields over
+    /// columns that are not floating point (Iceberg and DataFusion place NaN differently).
+    fn written_order(
+        &self,
+        tasks: &[FileScanTask],
+        index: &manifests::ManifestIndex,
+    ) -> Option<LexOrdering> {
+        let mut order_id = None;
+        for task in tasks {
+            let written = index.data.get(&task.data_file_path)?.file.sort_order_id()?;
+            if *order_id.get_or_insert(written) != written {
+                return None;
+            }
+        }
+        let order = self.metadata().sort_order_by_id(i64::from(order_id?))?;
+        let mut exprs = Vec::new();
+        for field in &order.fields {
+            if field.transform != Transform::Identity {
+                break;
+            }
+            let Some(index) = self
+                .schema
+                .fields()
+                .iter()
+                .position(|f| crate::adapter::field_id(f) == Some(field.source_id))
+            else {
+                break;
+            };
+            let column = self.schema.field(index);
+            if matches!(
+                column.data_type(),
+                DataType::Float16 | DataType::Float32 | DataType::Float64
+            ) {
+                break;
+            }
+            exprs.push(PhysicalSortExpr::new(
+                Arc::new(Column::new(column.name(), index)),
+                SortOptions {
+                    descending: field.direction == SortDirection::Descending,
+                    nulls_first: field.null_order == NullOrder::First,
+                },
+            ));
+        }
+        LexOrdering::new(exprs)
     }
 
     /// The table as iceberg's reader and inspectors take it.
@@ -445,22 +496,19 @@ impl IcebergTableProvider {
         let mut deletes = deletes::plan_deletes(&index, store, &with_deletes).await?;
         let mut file_stats: Vec<Arc<Statistics>> = Vec::with_capacity(tasks.len());
         let target = state.config().target_partitions().max(1);
-        let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); target.min(tasks.len())];
-        let mut sizes = vec![0u64; groups.len()];
         let mut rows = 0usize;
         let mut rows_known = true;
-        let mut tasks = tasks;
-        // Largest first into the lightest group: balanced partitions. A rewrite keeps the
-        // order it asked for (rows stay in the order they were written).
-        if self.only_files.is_none() {
-            tasks.sort_by_key(|t| std::cmp::Reverse(t.length));
-        }
+        // The order every file declares it was written in, when they all declare the same.
+        let ordering =
+            if self.only_files.is_none() && crate::engine::switched_on("FLOE_SQL_WRITTEN_ORDER") {
+                self.written_order(&tasks, &index)
+            } else {
+                None
+            };
+        let mut pieces: Vec<Piece> = Vec::with_capacity(tasks.len());
         for task in tasks {
             let mut file =
                 PartitionedFile::new(object_path(&task.data_file_path)?, task.file_size_in_bytes);
-            if task.start > 0 || task.length < task.file_size_in_bytes {
-                file = file.with_range(task.start as i64, (task.start + task.length) as i64);
-            }
             let mut count = task.record_count;
             if let Some(found) = deletes.remove(&task.data_file_path) {
                 count = Some(found.live_rows);
@@ -484,11 +532,25 @@ impl IcebergTableProvider {
             }
             let stats = Arc::new(stats);
             file_stats.push(stats.clone());
-            file = file.with_statistics(stats);
-            let lightest = (0..sizes.len()).min_by_key(|&i| sizes[i]).unwrap_or(0);
-            sizes[lightest] += task.length;
-            groups[lightest].push(file);
+            pieces.push(Piece {
+                file: file.with_statistics(stats),
+                start: task.start,
+                end: task.start + task.length,
+                whole: task.start == 0 && task.length >= task.file_size_in_bytes,
+            });
         }
+        let ordering = ordering.and_then(|o| in_written_order(&mut pieces, o));
+        let groups = match ordering {
+            Some(_) => contiguous_groups(pieces, target),
+            None => {
+                // Largest first into the lightest group: balanced partitions. A rewrite keeps
+                // the order it asked for (rows stay in the order they were written).
+                if self.only_files.is_none() {
+                    pieces.sort_by_key(|p| std::cmp::Reverse(p.end - p.start));
+                }
+                balanced_groups(pieces, target)
+            }
+        };
         // The table's statistics: the files' merged (bounds of bounds, summed null counts).
         let mut statistics =
             Statistics::try_merge_iter(file_stats.iter().map(|s| s.as_ref()), &self.schema)
@@ -503,12 +565,170 @@ impl IcebergTableProvider {
         let source = format.file_source(self.schema.clone().into());
         let config = FileScanConfigBuilder::new(self.access.store_url.clone(), source)
             .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+            .with_output_ordering(ordering.into_iter().collect())
             .with_statistics(statistics)
             .with_projection_indices(projection.cloned())?
             .with_limit(limit)
             .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
             .build();
         format.create_physical_plan(state, config).await
+    }
+}
+
+/// A byte range of a data file, one partition's share of it.
+struct Piece {
+    file: PartitionedFile,
+    start: u64,
+    end: u64,
+    /// The range is the whole file.
+    whole: bool,
+}
+
+impl Piece {
+    fn into_file(self) -> PartitionedFile {
+        if self.whole {
+            self.file
+        } else {
+            self.file.with_range(self.start as i64, self.end as i64)
+        }
+    }
+}
+
+/// Pieces dealt to `target` groups, each to the group with the fewest bytes so far.
+fn balanced_groups(pieces: Vec<Piece>, target: usize) -> Vec<Vec<PartitionedFile>> {
+    let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new(); target.min(pieces.len())];
+    let mut sizes = vec![0u64; groups.len()];
+    for piece in pieces {
+        let lightest = (0..sizes.len()).min_by_key(|&i| sizes[i]).unwrap_or(0);
+        sizes[lightest] += piece.end - piece.start;
+        groups[lightest].push(piece.into_file());
+    }
+    groups
+}
+
+/// Pieces, already in the order their rows sort, cut into at most `target` runs of about equal
+/// bytes: each group reads one stretch of the sorted sequence, so each stays sorted. A file may
+/// be split between two neighbouring groups (DataFusion reads the row groups whose middle lies in
+/// a range). Less than `SPLIT_MIN_BYTES` in all stays one group.
+fn contiguous_groups(pieces: Vec<Piece>, target: usize) -> Vec<Vec<PartitionedFile>> {
+    const SPLIT_MIN_BYTES: u64 = 10 << 20;
+    let total: u64 = pieces.iter().map(|p| p.end - p.start).sum();
+    if total < SPLIT_MIN_BYTES || target <= 1 {
+        return vec![pieces.into_iter().map(Piece::into_file).collect()];
+    }
+    let quota = total.div_ceil(target as u64);
+    let mut groups: Vec<Vec<PartitionedFile>> = vec![Vec::new()];
+    let mut filled = 0u64;
+    for mut piece in pieces {
+        while piece.start < piece.end {
+            if filled >= quota && groups.len() < target {
+                groups.push(Vec::new());
+                filled = 0;
+            }
+            let room = if groups.len() < target {
+                quota - filled
+            } else {
+                u64::MAX
+            };
+            let take = room.min(piece.end - piece.start);
+            let whole = piece.whole && take == piece.end - piece.start;
+            let part = Piece {
+                file: piece.file.clone(),
+                start: piece.start,
+                end: piece.start + take,
+                whole,
+            };
+            groups.last_mut().expect("a group").push(part.into_file());
+            filled += take;
+            piece.start += take;
+            piece.whole = false;
+        }
+    }
+    groups
+}
+
+/// Puts `pieces` in the order of `ordering`'s first column (by the files' bounds) and says the
+/// ordering each group of consecutive pieces keeps: all of it when no two files' ranges of the
+/// first column meet, only the first column when neighbours share a boundary value (rows of
+/// both may then interleave on the later columns), none when ranges overlap, a bound is
+/// missing, or the column may hold nulls (the pieces are then left as they were). Pieces of
+/// one file must be consecutive ranges; they become one.
+fn in_written_order(pieces: &mut Vec<Piece>, ordering: LexOrdering) -> Option<LexOrdering> {
+    use std::cmp::Ordering;
+    let first = ordering.first();
+    let column = first.expr.downcast_ref::<Column>()?.index();
+    let descending = first.options.descending;
+    let bounds: Vec<(ScalarValue, ScalarValue)> = pieces
+        .iter()
+        .map(|p| {
+            let c = p.file.statistics.as_ref()?.column_statistics.get(column)?;
+            if c.null_count.get_value() != Some(&0) {
+                return None;
+            }
+            Some((
+                c.min_value.get_value()?.clone(),
+                c.max_value.get_value()?.clone(),
+            ))
+        })
+        .collect::<Option<_>>()?;
+    let location = |i: usize| &pieces[i].file.object_meta.location;
+    let mut order: Vec<usize> = (0..pieces.len()).collect();
+    let mut comparable = true;
+    order.sort_by(|&a, &b| {
+        let by_bound = if descending {
+            bounds[b].1.partial_cmp(&bounds[a].1)
+        } else {
+            bounds[a].0.partial_cmp(&bounds[b].0)
+        };
+        by_bound
+            .unwrap_or_else(|| {
+                comparable = false;
+                Ordering::Equal
+            })
+            .then_with(|| location(a).cmp(location(b)))
+            .then_with(|| pieces[a].start.cmp(&pieces[b].start))
+    });
+    if !comparable {
+        return None;
+    }
+    // Check the chain before touching `pieces`.
+    let mut touching = false;
+    for pair in order.windows(2) {
+        let (previous, next) = (pair[0], pair[1]);
+        if location(previous) == location(next) {
+            if pieces[previous].end != pieces[next].start {
+                return None;
+            }
+            continue;
+        }
+        // The previous file's last value against the next file's first.
+        let (previous_end, next_start) = if descending {
+            (&bounds[previous].0, &bounds[next].1)
+        } else {
+            (&bounds[previous].1, &bounds[next].0)
+        };
+        match (previous_end.partial_cmp(next_start)?, descending) {
+            (Ordering::Equal, _) => touching = true,
+            (Ordering::Less, false) | (Ordering::Greater, true) => {}
+            _ => return None,
+        }
+    }
+    let mut taken: Vec<Option<Piece>> = pieces.drain(..).map(Some).collect();
+    for i in order {
+        let piece = taken[i].take().expect("each piece once");
+        match pieces.last_mut() {
+            // A file's consecutive ranges become one.
+            Some(last) if last.file.object_meta.location == piece.file.object_meta.location => {
+                last.end = piece.end;
+                last.whole = last.start == 0 && last.end >= last.file.object_meta.size;
+            }
+            _ => pieces.push(piece),
+        }
+    }
+    if touching {
+        LexOrdering::new([first.clone()])
+    } else {
+        Some(ordering)
     }
 }
 
@@ -634,4 +854,103 @@ fn by_equality_deletes(
         group.1.push(task);
     }
     groups.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A piece of file `name` (`size` bytes) whose column 0 lies in `low..=high`.
+    fn piece(name: &str, size: u64, low: i64, high: i64) -> Piece {
+        let mut stats = Statistics::new_unknown(&Arc::new(Schema::new(vec![Field::new(
+            "k",
+            DataType::Int64,
+            false,
+        )])));
+        let column = &mut stats.column_statistics[0];
+        column.min_value = Precision::Inexact(ScalarValue::Int64(Some(low)));
+        column.max_value = Precision::Inexact(ScalarValue::Int64(Some(high)));
+        column.null_count = Precision::Exact(0);
+        Piece {
+            file: PartitionedFile::new(name, size).with_statistics(Arc::new(stats)),
+            start: 0,
+            end: size,
+            whole: true,
+        }
+    }
+
+    fn by_k_then_v() -> LexOrdering {
+        let column =
+            |name, index| PhysicalSortExpr::new_default(Arc::new(Column::new(name, index)));
+        LexOrdering::new([column("k", 0), column("v", 1)]).unwrap()
+    }
+
+    fn ranges(groups: &[Vec<PartitionedFile>]) -> Vec<Vec<(String, u64, u64)>> {
+        groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|f| {
+                        let (start, end) = f.range();
+                        (f.object_meta.location.to_string(), start, end)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn files_are_chained_by_their_bounds_and_cut_into_equal_runs() {
+        let mut pieces = vec![
+            piece("c", 30 << 20, 201, 300),
+            piece("a", 30 << 20, 1, 100),
+            piece("b", 30 << 20, 101, 200),
+        ];
+        // Apart, the files keep the whole order.
+        let ordering = in_written_order(&mut pieces, by_k_then_v()).unwrap();
+        assert_eq!(ordering.len(), 2);
+        let groups = contiguous_groups(pieces, 2);
+        let mib = 1 << 20;
+        assert_eq!(
+            ranges(&groups),
+            vec![
+                vec![("a".into(), 0, 30 * mib), ("b".into(), 0, 15 * mib)],
+                vec![("b".into(), 15 * mib, 30 * mib), ("c".into(), 0, 30 * mib)],
+            ]
+        );
+        // A whole file is handed over without a range.
+        assert!(groups[0][0].range.is_none() && groups[0][1].range.is_some());
+    }
+
+    #[test]
+    fn files_sharing_a_boundary_key_keep_only_the_first_column_order() {
+        let mut pieces = vec![piece("b", 1, 100, 200), piece("a", 1, 1, 100)];
+        let ordering = in_written_order(&mut pieces, by_k_then_v()).unwrap();
+        assert_eq!(ordering.len(), 1);
+        let names: Vec<String> = pieces
+            .iter()
+            .map(|p| p.file.object_meta.location.to_string())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn overlapping_or_unbounded_files_declare_no_order() {
+        let mut overlapping = vec![piece("b", 1, 100, 200), piece("a", 1, 1, 150)];
+        assert!(in_written_order(&mut overlapping, by_k_then_v()).is_none());
+        // Left as they were, to be read without an order.
+        assert_eq!(overlapping.len(), 2);
+        assert_eq!(overlapping[0].file.object_meta.location.to_string(), "b");
+        let mut with_nulls = vec![piece("a", 1, 1, 100)];
+        let mut stats = (*with_nulls[0].file.statistics.clone().unwrap()).clone();
+        stats.column_statistics[0].null_count = Precision::Exact(3);
+        with_nulls[0].file.statistics = Some(Arc::new(stats));
+        assert!(in_written_order(&mut with_nulls, by_k_then_v()).is_none());
+    }
+
+    #[test]
+    fn little_data_stays_one_group() {
+        let pieces = vec![piece("a", 1 << 20, 1, 10), piece("b", 1 << 20, 11, 20)];
+        assert_eq!(contiguous_groups(pieces, 4).len(), 1);
+    }
 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField as RowSortField};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::sink::DataSink;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -18,7 +20,10 @@ use floe_catalog::governance::authz::Privilege;
 use floe_catalog::service::TableCommitRequest;
 use futures::StreamExt;
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::spec::{DataFile, DataFileFormat, Transform, UnboundPartitionSpec};
+use iceberg::spec::{
+    DataFile, DataFileBuilder, DataFileFormat, NullOrder, SortDirection, Transform,
+    UnboundPartitionSpec,
+};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -126,12 +131,14 @@ pub async fn write_data_files(
 ) -> Result<(Vec<DataFile>, u64)> {
     let (file_schema, splitter) = write_layout(table)?;
     let writer_builder = data_file_writers(table, target_file_size)?;
+    let mut order = OrderCheck::new(table, &file_schema)?;
     let mut rows = 0u64;
     let data_files: Vec<DataFile> = if let Some(splitter) = splitter {
         let mut writer = FanoutWriter::new(writer_builder);
         while let Some(batch) = data.next().await {
             let batch = crate::cast_batch(&batch?, &file_schema)?;
             rows += batch.num_rows() as u64;
+            order.observe(&batch)?;
             for (key, part) in splitter.split(&batch).map_err(iceberg_error)? {
                 writer.write(key, part).await.map_err(iceberg_error)?;
             }
@@ -142,11 +149,147 @@ pub async fn write_data_files(
         while let Some(batch) = data.next().await {
             let batch = crate::cast_batch(&batch?, &file_schema)?;
             rows += batch.num_rows() as u64;
+            order.observe(&batch)?;
             writer.write(batch).await.map_err(iceberg_error)?;
         }
         writer.close().await.map_err(iceberg_error)?
     };
-    Ok((data_files, rows))
+    Ok((order.stamp(table, data_files)?, rows))
+}
+
+/// Watches the rows a write receives and tells whether they came in the table's default sort
+/// order (every field an identity transform of a column that is not floating point). Files of
+/// such a write are stamped with that order's id in their manifest entries, which lets readers
+/// rely on it ([`crate::provider`] declares it to DataFusion). Nothing is sorted here: rows that
+/// arrive out of order leave the files unstamped, as Iceberg allows.
+struct OrderCheck {
+    order_id: i32,
+    columns: Vec<usize>,
+    converter: Option<RowConverter>,
+    last: Option<OwnedRow>,
+    sorted: bool,
+}
+
+impl OrderCheck {
+    fn new(table: &Table, file_schema: &SchemaRef) -> Result<Self> {
+        let metadata = table.metadata();
+        let order = metadata.default_sort_order();
+        let mut columns = Vec::new();
+        let mut fields = Vec::new();
+        for field in &order.fields {
+            let index = file_schema
+                .fields()
+                .iter()
+                .position(|f| crate::adapter::field_id(f) == Some(field.source_id));
+            let Some(index) = index.filter(|_| field.transform == Transform::Identity) else {
+                return Ok(Self::unsorted());
+            };
+            let data_type = file_schema.field(index).data_type();
+            if matches!(
+                data_type,
+                DataType::Float16 | DataType::Float32 | DataType::Float64
+            ) {
+                return Ok(Self::unsorted());
+            }
+            columns.push(index);
+            fields.push(RowSortField::new_with_options(
+                data_type.clone(),
+                SortOptions {
+                    descending: field.direction == SortDirection::Descending,
+                    nulls_first: field.null_order == NullOrder::First,
+                },
+            ));
+        }
+        if columns.is_empty() {
+            return Ok(Self::unsorted());
+        }
+        Ok(Self {
+            order_id: order.order_id as i32,
+            columns,
+            converter: Some(RowConverter::new(fields)?),
+            last: None,
+            sorted: true,
+        })
+    }
+
+    fn unsorted() -> Self {
+        Self {
+            order_id: 0,
+            columns: Vec::new(),
+            converter: None,
+            last: None,
+            sorted: false,
+        }
+    }
+
+    fn observe(&mut self, batch: &RecordBatch) -> Result<()> {
+        let Some(converter) = self.converter.as_ref().filter(|_| self.sorted) else {
+            return Ok(());
+        };
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let columns: Vec<_> = self
+            .columns
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect();
+        let rows = converter.convert_columns(&columns)?;
+        let in_order = self
+            .last
+            .as_ref()
+            .is_none_or(|last| last.row() <= rows.row(0))
+            && (1..rows.num_rows()).all(|i| rows.row(i - 1) <= rows.row(i));
+        if in_order {
+            self.last = Some(rows.row(rows.num_rows() - 1).owned());
+        } else {
+            self.sorted = false;
+            self.last = None;
+        }
+        Ok(())
+    }
+
+    /// `files` with the order's id when every row came in order.
+    fn stamp(&self, table: &Table, files: Vec<DataFile>) -> Result<Vec<DataFile>> {
+        if !self.sorted {
+            return Ok(files);
+        }
+        let spec_id = table.metadata().default_partition_spec_id();
+        files
+            .into_iter()
+            .map(|file| with_sort_order(file, self.order_id, spec_id))
+            .collect()
+    }
+}
+
+/// A written data file, the same but for its sort order id. iceberg's writers leave the id
+/// unset, and a data file's fields are only reachable through its builder.
+/// Floe writes with the table's default partition spec, whose id an append requires.
+fn with_sort_order(file: DataFile, order_id: i32, spec_id: i32) -> Result<DataFile> {
+    DataFileBuilder::default()
+        .content(file.content_type())
+        .file_path(file.file_path().to_string())
+        .file_format(file.file_format())
+        .partition(file.partition().clone())
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .sort_order_id(order_id)
+        .first_row_id(file.first_row_id())
+        .partition_spec_id(spec_id)
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes())
+        .build()
+        .map_err(|e| DataFusionError::Internal(format!("rebuilding a written data file: {e}")))
 }
 
 /// The Arrow schema `table`'s data files are written in, and the splitter of rows by its
@@ -202,6 +345,8 @@ pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec
     let (file_schema, splitter) = write_layout(table)?;
     let writer_builder = data_file_writers(table, None)?;
     let batch = crate::cast_batch(batch, &file_schema)?;
+    let mut order = OrderCheck::new(table, &file_schema)?;
+    order.observe(&batch)?;
     let parts = match splitter {
         None => vec![(None, batch)],
         Some(splitter) => splitter
@@ -217,7 +362,7 @@ pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec
         writer.write(part).await.map_err(iceberg_error)?;
         files.extend(writer.close().await.map_err(iceberg_error)?);
     }
-    Ok(files)
+    order.stamp(table, files)
 }
 
 /// Parquet writer settings: the table's `write.parquet.compression-codec` (`zstd`, `snappy`,

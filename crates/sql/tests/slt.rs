@@ -514,3 +514,95 @@ async fn a_join_bounded_by_a_grouped_subquery_is_broadcast_and_prefilters_its_pr
         vec![vec![expected.to_string()]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_written_in_the_tables_sort_order_are_read_in_that_order() {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use floe_catalog::service::CreateTable;
+    use iceberg::NamespaceIdent;
+    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
+
+    let mut floe = fresh().await;
+    floe.run("CREATE SCHEMA so").await.unwrap();
+    let schema = floe_sql::write::iceberg_schema(&Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+    ]))
+    .unwrap();
+    let k = schema.field_by_name("k").unwrap().id;
+    let order = SortOrder::builder()
+        .with_order_id(1)
+        .with_sort_field(
+            SortField::builder()
+                .source_id(k)
+                .transform(Transform::Identity)
+                .direction(SortDirection::Ascending)
+                .null_order(NullOrder::First)
+                .build(),
+        )
+        .build(&schema)
+        .unwrap();
+    for name in ["sorted", "mixed"] {
+        let table = CreateTable {
+            name: name.into(),
+            location: None,
+            schema: schema.clone(),
+            partition_spec: None,
+            write_order: Some(order.clone()),
+            stage_create: false,
+            properties: Default::default(),
+        };
+        floe.engine
+            .catalog()
+            .create_table(
+                &Caller::system(),
+                "default",
+                &NamespaceIdent::new("so".into()),
+                table,
+            )
+            .await
+            .unwrap();
+    }
+    run_all(
+        &mut floe,
+        &[
+            // Two appends in key order, the second starting at the key the first ended with.
+            "INSERT INTO so.sorted SELECT value, value % 7 FROM generate_series(1, 50000) AS t(value) ORDER BY 1",
+            "INSERT INTO so.sorted SELECT value, value % 7 FROM generate_series(50000, 100000) AS t(value) ORDER BY 1",
+            // The same keys out of order.
+            "INSERT INTO so.mixed SELECT (value * 7919) % 100001, value % 7 FROM generate_series(1, 100000) AS t(value)",
+        ],
+    )
+    .await;
+    // The writer found the rows in order and said so on the files; out of order, it did not.
+    assert_eq!(
+        rows_of(&mut floe, r#"SELECT sort_order_id FROM so."sorted$files""#).await,
+        vec![vec!["1".to_string()], vec!["1".to_string()]]
+    );
+    assert_eq!(
+        rows_of(&mut floe, r#"SELECT sort_order_id FROM so."mixed$files""#).await,
+        vec![vec!["NULL".to_string()]]
+    );
+    // The scan declares the order, and the aggregation by the key streams over it.
+    let query = "SELECT k, sum(v) AS s FROM so.sorted GROUP BY k";
+    let plan = plan_text(&floe, &format!("EXPLAIN {query}")).await;
+    assert!(plan.contains("output_ordering=[k@0 ASC]"), "{plan}");
+    assert!(plan.contains("ordering_mode=Sorted"), "{plan}");
+    let plan = plan_text(&floe, "EXPLAIN SELECT k, sum(v) FROM so.mixed GROUP BY k").await;
+    assert!(!plan.contains("output_ordering"), "{plan}");
+    assert!(!plan.contains("ordering_mode"), "{plan}");
+    // Key 50,000 is in both files and still one group.
+    assert_eq!(
+        rows_of(
+            &mut floe,
+            &format!("SELECT count(*), sum(s), max(s) FROM ({query}) AS g")
+        )
+        .await,
+        vec![vec![
+            "100000".to_string(),
+            ((1..=100_000i64).map(|v| v % 7).sum::<i64>() + 50_000 % 7).to_string(),
+            // Its two rows' sum (12) tops every one-row group's (at most 6).
+            (2 * (50_000 % 7)).to_string(),
+        ]]
+    );
+}

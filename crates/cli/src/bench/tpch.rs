@@ -342,6 +342,8 @@ async fn generate(
         }
         writer.close()?;
         let access = engine.access(caller, "tpch").await?;
+        let iceberg_schema = floe_sql::write::iceberg_schema(&schema)?;
+        let write_order = sorted_by(table, &iceberg_schema)?;
         let loaded = catalog
             .create_table(
                 caller,
@@ -350,9 +352,9 @@ async fn generate(
                 CreateTable {
                     name: table.into(),
                     location: None,
-                    schema: floe_sql::write::iceberg_schema(&schema)?,
+                    schema: iceberg_schema,
                     partition_spec: None,
-                    write_order: None,
+                    write_order: Some(write_order),
                     stage_create: false,
                     properties: Default::default(),
                 },
@@ -373,6 +375,40 @@ async fn generate(
         );
     }
     Ok(())
+}
+
+/// The column each table's rows are generated in ascending order of: its sort order, which
+/// Floe's writer finds the rows in and records on the files.
+fn sorted_by(
+    table: &str,
+    schema: &iceberg::spec::Schema,
+) -> anyhow::Result<iceberg::spec::SortOrder> {
+    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
+    let column = match table {
+        "region" => "r_regionkey",
+        "nation" => "n_nationkey",
+        "supplier" => "s_suppkey",
+        "customer" => "c_custkey",
+        "part" => "p_partkey",
+        "partsupp" => "ps_partkey",
+        "orders" => "o_orderkey",
+        "lineitem" => "l_orderkey",
+        other => bail!("no sort column for table {other}"),
+    };
+    let field = schema
+        .field_by_name(column)
+        .with_context(|| format!("{table} has no column {column}"))?;
+    Ok(SortOrder::builder()
+        .with_order_id(1)
+        .with_sort_field(
+            SortField::builder()
+                .source_id(field.id)
+                .transform(Transform::Identity)
+                .direction(SortDirection::Ascending)
+                .null_order(NullOrder::First)
+                .build(),
+        )
+        .build(schema)?)
 }
 
 fn decimal() -> DataType {
