@@ -39,8 +39,8 @@ use floe_storage::Location;
 use futures::TryStreamExt;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{
-    DataContentType, Literal, NullOrder, PartitionSpec, PrimitiveLiteral, SortDirection, Struct,
-    Transform,
+    DataContentType, Literal, NullOrder, PartitionSpec, PrimitiveLiteral, SortDirection, SortOrder,
+    Struct, Transform,
 };
 use iceberg::table::Table;
 
@@ -140,8 +140,7 @@ impl IcebergTableProvider {
     }
 
     /// The sort order all of `tasks`' data files say they were written in (their manifest
-    /// entries' `sort_order_id`), as DataFusion orders rows: its leading identity fields over
-    /// columns that are not floating point (Iceberg and DataFusion place NaN differently).
+    /// entries' `sort_order_id`), as far as DataFusion can order rows by it ([`sort_columns`]).
     fn written_order(
         &self,
         tasks: &[FileScanTask],
@@ -155,35 +154,11 @@ impl IcebergTableProvider {
             }
         }
         let order = self.metadata().sort_order_by_id(i64::from(order_id?))?;
-        let mut exprs = Vec::new();
-        for field in &order.fields {
-            if field.transform != Transform::Identity {
-                break;
-            }
-            let Some(index) = self
-                .schema
-                .fields()
-                .iter()
-                .position(|f| crate::adapter::field_id(f) == Some(field.source_id))
-            else {
-                break;
-            };
-            let column = self.schema.field(index);
-            if matches!(
-                column.data_type(),
-                DataType::Float16 | DataType::Float32 | DataType::Float64
-            ) {
-                break;
-            }
-            exprs.push(PhysicalSortExpr::new(
-                Arc::new(Column::new(column.name(), index)),
-                SortOptions {
-                    descending: field.direction == SortDirection::Descending,
-                    nulls_first: field.null_order == NullOrder::First,
-                },
-            ));
-        }
-        LexOrdering::new(exprs)
+        let (columns, _) = sort_columns(order, &self.schema);
+        LexOrdering::new(columns.into_iter().map(|(index, options)| {
+            let name = self.schema.field(index).name();
+            PhysicalSortExpr::new(Arc::new(Column::new(name, index)), options)
+        }))
     }
 
     /// The table as iceberg's reader and inspectors take it.
@@ -573,6 +548,40 @@ impl IcebergTableProvider {
             .build();
         format.create_physical_plan(state, config).await
     }
+}
+
+/// The leading fields of a sort order that DataFusion can order rows by as Iceberg does:
+/// identity transforms of columns of `schema` (found by field id) that are not floating point
+/// (Iceberg and DataFusion place NaN differently). Each with its column's index and
+/// direction; `true` when that is every field of the order.
+pub(crate) fn sort_columns(
+    order: &SortOrder,
+    schema: &Schema,
+) -> (Vec<(usize, SortOptions)>, bool) {
+    let mut columns = Vec::new();
+    for field in &order.fields {
+        let index = schema
+            .fields()
+            .iter()
+            .position(|f| crate::adapter::field_id(f) == Some(field.source_id))
+            .filter(|_| field.transform == Transform::Identity);
+        let Some(index) = index.filter(|&i| {
+            !matches!(
+                schema.field(i).data_type(),
+                DataType::Float16 | DataType::Float32 | DataType::Float64
+            )
+        }) else {
+            return (columns, false);
+        };
+        columns.push((
+            index,
+            SortOptions {
+                descending: field.direction == SortDirection::Descending,
+                nulls_first: field.null_order == NullOrder::First,
+            },
+        ));
+    }
+    (columns, true)
 }
 
 /// A byte range of a data file, one partition's share of it.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField as RowSortField};
 use datafusion::common::{DataFusionError, Result};
@@ -20,10 +19,7 @@ use floe_catalog::governance::authz::Privilege;
 use floe_catalog::service::TableCommitRequest;
 use futures::StreamExt;
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::spec::{
-    DataFile, DataFileBuilder, DataFileFormat, NullOrder, SortDirection, Transform,
-    UnboundPartitionSpec,
-};
+use iceberg::spec::{DataFile, DataFileBuilder, DataFileFormat, Transform, UnboundPartitionSpec};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -172,34 +168,21 @@ struct OrderCheck {
 
 impl OrderCheck {
     fn new(table: &Table, file_schema: &SchemaRef) -> Result<Self> {
-        let metadata = table.metadata();
-        let order = metadata.default_sort_order();
-        let mut columns = Vec::new();
-        let mut fields = Vec::new();
-        for field in &order.fields {
-            let index = file_schema
-                .fields()
-                .iter()
-                .position(|f| crate::adapter::field_id(f) == Some(field.source_id));
-            let Some(index) = index.filter(|_| field.transform == Transform::Identity) else {
-                return Ok(Self::unsorted());
-            };
-            let data_type = file_schema.field(index).data_type();
-            if matches!(
-                data_type,
-                DataType::Float16 | DataType::Float32 | DataType::Float64
-            ) {
-                return Ok(Self::unsorted());
-            }
-            columns.push(index);
-            fields.push(RowSortField::new_with_options(
-                data_type.clone(),
-                SortOptions {
-                    descending: field.direction == SortDirection::Descending,
-                    nulls_first: field.null_order == NullOrder::First,
-                },
-            ));
+        let order = table.metadata().default_sort_order();
+        let (sorted_by, complete) = crate::provider::sort_columns(order, file_schema);
+        if !complete {
+            return Ok(Self::unsorted());
         }
+        let columns: Vec<usize> = sorted_by.iter().map(|&(index, _)| index).collect();
+        let fields: Vec<RowSortField> = sorted_by
+            .iter()
+            .map(|&(index, options)| {
+                RowSortField::new_with_options(
+                    file_schema.field(index).data_type().clone(),
+                    options,
+                )
+            })
+            .collect();
         if columns.is_empty() {
             return Ok(Self::unsorted());
         }

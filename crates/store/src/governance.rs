@@ -577,7 +577,7 @@ mod audit {
                 return Ok(());
             }
             let _guard = self.write_guard().await;
-            let mut tx = self.pool.begin().await.map_err(query_error)?;
+            let mut tx = self.begin_write().await.map_err(query_error)?;
             append_chained(self.backend, &mut tx, events)
                 .await
                 .map_err(query_error)?;

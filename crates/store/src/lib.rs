@@ -186,12 +186,25 @@ impl SqlStore {
     /// [`floe_catalog::governance::audit::AuditScope`]).
     pub(crate) async fn write(&self) -> Result<WriteTx<'_>, sqlx::Error> {
         let guard = self.write_guard().await;
-        let tx = self.pool.begin().await?;
+        let tx = self.begin_write().await?;
         Ok(WriteTx {
             store: self,
             tx,
             _guard: guard,
         })
+    }
+
+    /// Begins a transaction that will write. On SQLite it takes the write lock at once
+    /// (`BEGIN IMMEDIATE`), waiting out another connection's write under the busy timeout,
+    /// where a plain `BEGIN` would read first and could then fail to upgrade its lock with
+    /// "database is locked" when another connection wrote in between.
+    pub(crate) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
     }
 
     /// Checks that the database answers.
