@@ -25,9 +25,9 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, internal_err};
-use datafusion::logical_expr::ColumnarValue;
+use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
@@ -68,19 +68,66 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let Some(filter) = plan.downcast_ref::<FilterExec>() else {
         return Ok(plan);
     };
-    let conditions: Vec<Arc<dyn PhysicalExpr>> = split_conjunction(filter.predicate())
+    let mut conditions: Vec<Arc<dyn PhysicalExpr>> = split_conjunction(filter.predicate())
         .into_iter()
         .cloned()
         .collect();
     if conditions.len() < 2 {
         return Ok(plan);
     }
+    let schema = filter.input().schema();
+    conditions.sort_by_key(|condition| cost_class(condition, &schema));
     let predicate = Arc::new(Conjunction::new(filter.predicate().clone(), conditions));
     Ok(Arc::new(
         FilterExecBuilder::from(filter)
             .with_predicate(predicate)
             .build()?,
     ))
+}
+
+/// Where a condition goes in the order of evaluation: comparisons of a column with a literal
+/// over numbers and dates first (cheap, and the ones most often selective), then other
+/// conditions over such columns (a column against a column, arithmetic, `IN` lists), then
+/// conditions reading strings or binaries (each comparison walks bytes, an `OR` of them walks
+/// them again), runtime filters last (see [`crate::runtime_filters`]). The order within a
+/// class is the query's. TPC-H Q12 names `l_shipmode IN ('MAIL', 'SHIP')` (an `OR` of two
+/// string comparisons) first and one year of `l_receiptdate` last: its filter on 60 million
+/// `lineitem` rows took 1.6 s of CPU.
+fn cost_class(condition: &Arc<dyn PhysicalExpr>, schema: &Schema) -> u8 {
+    if is_runtime_filter(condition) {
+        return 3;
+    }
+    let reads_bytes = collect_columns(condition).iter().any(|column| {
+        matches!(
+            schema.field(column.index()).data_type(),
+            DataType::Utf8
+                | DataType::Utf8View
+                | DataType::LargeUtf8
+                | DataType::Binary
+                | DataType::BinaryView
+                | DataType::LargeBinary
+                | DataType::FixedSizeBinary(_)
+                | DataType::Dictionary(_, _)
+        )
+    });
+    if reads_bytes {
+        return 2;
+    }
+    let with_literal = condition.downcast_ref::<BinaryExpr>().is_some_and(|b| {
+        matches!(
+            b.op(),
+            Operator::Eq
+                | Operator::NotEq
+                | Operator::Lt
+                | Operator::LtEq
+                | Operator::Gt
+                | Operator::GtEq
+        ) && ((b.left().downcast_ref::<Column>().is_some()
+            && b.right().downcast_ref::<Literal>().is_some())
+            || (b.left().downcast_ref::<Literal>().is_some()
+                && b.right().downcast_ref::<Column>().is_some()))
+    });
+    if with_literal { 0 } else { 1 }
 }
 
 /// `AND` of `conditions`, for a filter; see the module documentation.
@@ -303,8 +350,7 @@ crate::same_as_inner_expr!(Conjunction, original);
 mod tests {
     use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::Field;
-    use datafusion::logical_expr::Operator;
-    use datafusion::physical_expr::expressions::{Column, Literal, binary};
+    use datafusion::physical_expr::expressions::binary;
 
     use super::*;
 
@@ -347,5 +393,41 @@ mod tests {
             let got: Vec<bool> = got.as_boolean().iter().map(|v| v == Some(true)).collect();
             assert_eq!(got, expected);
         }
+    }
+
+    #[test]
+    fn cheap_conditions_go_first() {
+        use datafusion::datasource::memory::MemorySourceConfig;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("mode", DataType::Utf8View, true),
+            Field::new("shipped", DataType::Date32, true),
+            Field::new("committed", DataType::Date32, true),
+        ]));
+        let col = |n: &str| -> Arc<dyn PhysicalExpr> {
+            Arc::new(Column::new_with_schema(n, &schema).unwrap())
+        };
+        let day = Arc::new(Literal::new(ScalarValue::Date32(Some(9000))));
+        let mail = Arc::new(Literal::new(ScalarValue::Utf8View(Some("MAIL".into()))));
+        // TPC-H Q12's shape: the string condition first, the date range last.
+        let by_mode = binary(col("mode"), Operator::Eq, mail, &schema).unwrap();
+        let late = binary(col("shipped"), Operator::Gt, col("committed"), &schema).unwrap();
+        let recent = binary(col("shipped"), Operator::GtEq, day, &schema).unwrap();
+        let and = binary(by_mode, Operator::And, late, &schema).unwrap();
+        let predicate = binary(and, Operator::And, recent, &schema).unwrap();
+        let input = MemorySourceConfig::try_new_exec(&[vec![]], schema.clone(), None).unwrap();
+        let filter: Arc<dyn ExecutionPlan> =
+            Arc::new(FilterExec::try_new(predicate, input).unwrap());
+        let plan = FastConjunctions
+            .optimize(filter, &ConfigOptions::default())
+            .unwrap();
+        let filter = plan.downcast_ref::<FilterExec>().unwrap();
+        let conjunction = filter.predicate().downcast_ref::<Conjunction>().unwrap();
+        let order: Vec<&[usize]> = conjunction
+            .conditions
+            .iter()
+            .map(|c| c.columns.as_slice())
+            .collect();
+        // The date against a literal, the two dates, the string.
+        assert_eq!(order, [&[1][..], &[1, 2][..], &[0][..]]);
     }
 }
