@@ -4,16 +4,16 @@
 //! DataFusion evaluates `a AND b` by evaluating `a` and, when it keeps at most a fifth of the
 //! rows, evaluating `b` on those rows only; it then spreads `b`'s answers back over the batch
 //! one short slice at a time, which on TPC-H Q6 (five range conditions over `lineitem`) takes
-//! more time than the comparisons. [`FastConjunctions`] gives filters of two or more
-//! conditions a [`Conjunction`] that does the same work in the same order — a condition is
-//! evaluated on the selected rows when they are at most a fifth of the batch and on the whole
-//! batch otherwise, and not at all once no row is left — with the selection kept as a bitmap
-//! that is combined with a bitwise `AND` or, for the selected rows' answers, with one pass over
-//! the selected positions. Only the columns a condition reads are gathered for it. A runtime
-//! filter (a join's keys, probed per row) is evaluated on the selected rows while they are at
-//! most four fifths of the batch: gathering its key column costs less than probing rows the
-//! scan's own conditions already dropped. Used only as a filter's whole predicate, where a null
-//! condition drops the row like `false` does: it answers `false` for such rows.
+//! more time than the comparisons. [`FastConjunctions`] gives filters of two or more conditions
+//! a [`Conjunction`] that does the same work, cheaper conditions first ([`cost_class`]) — a
+//! condition is evaluated on the selected rows when they are at most a fifth of the batch and
+//! on the whole batch otherwise, and not at all once no row is left — with the selection kept
+//! as a bitmap that is combined with a bitwise `AND` or, for the selected rows' answers, with
+//! one pass over the selected positions. Only the columns a condition reads are gathered for
+//! it. A runtime filter (a join's keys, probed per row) is evaluated on the selected rows while
+//! they are at most four fifths of the batch: gathering its key column costs less than probing
+//! rows the scan's own conditions already dropped. Used only as a filter's whole predicate,
+//! where a null condition drops the row like `false` does: it answers `false` for such rows.
 
 use std::fmt;
 use std::sync::Arc;
@@ -87,13 +87,13 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
 
 /// Where a condition goes in the order of evaluation: comparisons of a column with a literal
 /// over numbers and dates first (cheap, and the ones most often selective), then other
-/// comparisons over such columns (a column against a column, arithmetic), then everything
-/// else — conditions reading strings or binaries (each comparison walks bytes), `OR`s, `IN`
-/// lists, functions — and runtime filters last (see [`crate::runtime_filters`]). The order
-/// within a class is the query's: TPC-H Q19's `OR` of three `l_quantity` ranges, which keeps
-/// most rows, stays behind its string conditions. TPC-H Q12 names `l_shipmode IN ('MAIL', 'SHIP')` (an `OR` of two
-/// string comparisons) first and one year of `l_receiptdate` last: its filter on 60 million
-/// `lineitem` rows took 1.6 s of CPU.
+/// comparisons over such columns (a column against a column, arithmetic), then everything else
+/// — conditions reading strings or binaries (each comparison walks bytes), `OR`s, `IN` lists,
+/// functions — and runtime filters last (see [`crate::runtime_filters`]). The order within a
+/// class is the query's: TPC-H Q19's `OR` of three `l_quantity` ranges, which keeps most rows,
+/// stays behind its string conditions. TPC-H Q12 names `l_shipmode IN ('MAIL', 'SHIP')` (an
+/// `OR` of two string comparisons) first and one year of `l_receiptdate` last: its filter on 60
+/// million `lineitem` rows took 1.6 s of CPU.
 fn cost_class(condition: &Arc<dyn PhysicalExpr>, schema: &Schema) -> u8 {
     if is_runtime_filter(condition) {
         return 3;
