@@ -68,16 +68,14 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let Some(filter) = plan.downcast_ref::<FilterExec>() else {
         return Ok(plan);
     };
-    let mut conditions: Vec<Arc<dyn PhysicalExpr>> = split_conjunction(filter.predicate())
-        .into_iter()
-        .cloned()
-        .collect();
+    let conditions = split_conjunction(filter.predicate());
     if conditions.len() < 2 {
         return Ok(plan);
     }
     let schema = filter.input().schema();
-    conditions.sort_by_key(|condition| cost_class(condition, &schema));
-    let predicate = Arc::new(Conjunction::new(filter.predicate().clone(), conditions));
+    let mut order: Vec<usize> = (0..conditions.len()).collect();
+    order.sort_by_key(|&i| cost_class(conditions[i], &schema));
+    let predicate = Arc::new(Conjunction::new(filter.predicate().clone(), order));
     Ok(Arc::new(
         FilterExecBuilder::from(filter)
             .with_predicate(predicate)
@@ -140,6 +138,8 @@ fn cost_class(condition: &Arc<dyn PhysicalExpr>, schema: &Schema) -> u8 {
 pub struct Conjunction {
     /// The predicate as planned (shown, and given to anything that inspects the plan).
     original: Arc<dyn PhysicalExpr>,
+    /// The order of evaluation: positions in `original`'s conditions ([`cost_class`]).
+    order: Vec<usize>,
     conditions: Vec<Condition>,
 }
 
@@ -154,16 +154,27 @@ struct Condition {
 }
 
 impl Conjunction {
-    fn new(original: Arc<dyn PhysicalExpr>, conditions: Vec<Arc<dyn PhysicalExpr>>) -> Self {
-        let conditions = conditions
-            .into_iter()
-            .map(|condition| {
-                let selected_only = if is_runtime_filter(&condition) {
+    /// `original`'s conditions, evaluated in `order` (positions among them; the query's order
+    /// when it does not cover them all).
+    fn new(original: Arc<dyn PhysicalExpr>, order: Vec<usize>) -> Self {
+        let planned = split_conjunction(&original);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        let order = if sorted.iter().copied().eq(0..planned.len()) {
+            order
+        } else {
+            (0..planned.len()).collect()
+        };
+        let conditions = order
+            .iter()
+            .map(|&i| {
+                let condition = planned[i];
+                let selected_only = if is_runtime_filter(condition) {
                     SELECTED_ONLY_RUNTIME
                 } else {
                     SELECTED_ONLY
                 };
-                let (mut compact, columns) = compacted(&[&condition]);
+                let (mut compact, columns) = compacted(&[condition]);
                 Condition {
                     compact: compact.remove(0),
                     columns,
@@ -173,6 +184,7 @@ impl Conjunction {
             .collect();
         Conjunction {
             original,
+            order,
             conditions,
         }
     }
@@ -324,9 +336,11 @@ impl PhysicalExpr for Conjunction {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn PhysicalExpr>>,
     ) -> Result<Arc<dyn PhysicalExpr>> {
-        let original = children.remove(0);
-        let conditions = split_conjunction(&original).into_iter().cloned().collect();
-        Ok(Arc::new(Conjunction::new(original, conditions)))
+        // Rebuilt (columns re-addressed, say), it keeps its order of evaluation.
+        Ok(Arc::new(Conjunction::new(
+            children.remove(0),
+            self.order.clone(),
+        )))
     }
 
     fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -383,8 +397,7 @@ mod tests {
             let third = binary(col("a"), Operator::NotEq, lit(50), &schema).unwrap();
             let and = binary(first, Operator::And, second, &schema).unwrap();
             let predicate = binary(and, Operator::And, third, &schema).unwrap();
-            let conditions = split_conjunction(&predicate).into_iter().cloned().collect();
-            let conjunction = Conjunction::new(predicate.clone(), conditions);
+            let conjunction = Conjunction::new(predicate.clone(), vec![0, 1, 2]);
             let ColumnarValue::Array(got) = conjunction.evaluate(&batch).unwrap() else {
                 panic!("an array");
             };
@@ -433,6 +446,17 @@ mod tests {
             .map(|c| c.columns.as_slice())
             .collect();
         // The date against a literal, the two dates, the string.
+        assert_eq!(order, [&[1][..], &[1, 2][..], &[0][..]]);
+        // Rebuilt with new children, the order stays.
+        let rebuilt = Arc::clone(filter.predicate())
+            .with_new_children(vec![conjunction.original.clone()])
+            .unwrap();
+        let rebuilt = rebuilt.downcast_ref::<Conjunction>().unwrap();
+        let order: Vec<&[usize]> = rebuilt
+            .conditions
+            .iter()
+            .map(|c| c.columns.as_slice())
+            .collect();
         assert_eq!(order, [&[1][..], &[1, 2][..], &[0][..]]);
     }
 }
