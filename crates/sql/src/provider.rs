@@ -511,12 +511,15 @@ impl IcebergTableProvider {
                 file: file.with_statistics(stats),
                 start: task.start,
                 end: task.start + task.length,
-                whole: task.start == 0 && task.length >= task.file_size_in_bytes,
             });
         }
         let ordering = ordering.and_then(|o| in_written_order(&mut pieces, o));
         let groups = match ordering {
-            Some(_) => contiguous_groups(pieces, target),
+            Some(_) => contiguous_groups(
+                pieces,
+                target,
+                state.config().options().optimizer.repartition_file_min_size as u64,
+            ),
             None => {
                 // Largest first into the lightest group: balanced partitions. A rewrite keeps
                 // the order it asked for (rows stay in the order they were written).
@@ -589,13 +592,16 @@ struct Piece {
     file: PartitionedFile,
     start: u64,
     end: u64,
-    /// The range is the whole file.
-    whole: bool,
 }
 
 impl Piece {
+    /// The range is the whole file.
+    fn whole(&self) -> bool {
+        self.start == 0 && self.end >= self.file.object_meta.size
+    }
+
     fn into_file(self) -> PartitionedFile {
-        if self.whole {
+        if self.whole() {
             self.file
         } else {
             self.file.with_range(self.start as i64, self.end as i64)
@@ -618,11 +624,15 @@ fn balanced_groups(pieces: Vec<Piece>, target: usize) -> Vec<Vec<PartitionedFile
 /// Pieces, already in the order their rows sort, cut into at most `target` runs of about equal
 /// bytes: each group reads one stretch of the sorted sequence, so each stays sorted. A file may
 /// be split between two neighbouring groups (DataFusion reads the row groups whose middle lies in
-/// a range). Less than `SPLIT_MIN_BYTES` in all stays one group.
-fn contiguous_groups(pieces: Vec<Piece>, target: usize) -> Vec<Vec<PartitionedFile>> {
-    const SPLIT_MIN_BYTES: u64 = 10 << 20;
+/// a range). Less than `min_bytes` in all (DataFusion's `repartition_file_min_size`) stays one
+/// group.
+fn contiguous_groups(
+    pieces: Vec<Piece>,
+    target: usize,
+    min_bytes: u64,
+) -> Vec<Vec<PartitionedFile>> {
     let total: u64 = pieces.iter().map(|p| p.end - p.start).sum();
-    if total < SPLIT_MIN_BYTES || target <= 1 {
+    if total < min_bytes || target <= 1 {
         return vec![pieces.into_iter().map(Piece::into_file).collect()];
     }
     let quota = total.div_ceil(target as u64);
@@ -640,17 +650,14 @@ fn contiguous_groups(pieces: Vec<Piece>, target: usize) -> Vec<Vec<PartitionedFi
                 u64::MAX
             };
             let take = room.min(piece.end - piece.start);
-            let whole = piece.whole && take == piece.end - piece.start;
             let part = Piece {
                 file: piece.file.clone(),
                 start: piece.start,
                 end: piece.start + take,
-                whole,
             };
             groups.last_mut().expect("a group").push(part.into_file());
             filled += take;
             piece.start += take;
-            piece.whole = false;
         }
     }
     groups
@@ -729,7 +736,6 @@ fn in_written_order(pieces: &mut Vec<Piece>, ordering: LexOrdering) -> Option<Le
             // A file's consecutive ranges become one.
             Some(last) if last.file.object_meta.location == piece.file.object_meta.location => {
                 last.end = piece.end;
-                last.whole = last.start == 0 && last.end >= last.file.object_meta.size;
             }
             _ => pieces.push(piece),
         }
@@ -884,7 +890,6 @@ mod tests {
             file: PartitionedFile::new(name, size).with_statistics(Arc::new(stats)),
             start: 0,
             end: size,
-            whole: true,
         }
     }
 
@@ -918,7 +923,7 @@ mod tests {
         // Apart, the files keep the whole order.
         let ordering = in_written_order(&mut pieces, by_k_then_v()).unwrap();
         assert_eq!(ordering.len(), 2);
-        let groups = contiguous_groups(pieces, 2);
+        let groups = contiguous_groups(pieces, 2, 10 << 20);
         let mib = 1 << 20;
         assert_eq!(
             ranges(&groups),
@@ -960,6 +965,6 @@ mod tests {
     #[test]
     fn little_data_stays_one_group() {
         let pieces = vec![piece("a", 1 << 20, 1, 10), piece("b", 1 << 20, 11, 20)];
-        assert_eq!(contiguous_groups(pieces, 4).len(), 1);
+        assert_eq!(contiguous_groups(pieces, 4, 10 << 20).len(), 1);
     }
 }

@@ -170,7 +170,7 @@ impl OrderCheck {
     fn new(table: &Table, file_schema: &SchemaRef) -> Result<Self> {
         let order = table.metadata().default_sort_order();
         let (sorted_by, complete) = crate::provider::sort_columns(order, file_schema);
-        if !complete {
+        if !complete || sorted_by.is_empty() {
             return Ok(Self::unsorted());
         }
         let columns: Vec<usize> = sorted_by.iter().map(|&(index, _)| index).collect();
@@ -183,9 +183,6 @@ impl OrderCheck {
                 )
             })
             .collect();
-        if columns.is_empty() {
-            return Ok(Self::unsorted());
-        }
         Ok(Self {
             order_id: order.order_id as i32,
             columns,
