@@ -2,10 +2,11 @@
 //!
 //! A hash join whose build side holds few distinct keys publishes its runtime filter as
 //! `key IN (k1, k2, …)` (DataFusion's in-list pushdown). TPC-H's keys, like most join keys,
-//! are integers from a dense range; [`IntegerSet`] holds such a list as a bitmap over the span
-//! of its values, so a row costs a subtraction, a compare and a bit test (about 1 ns, against
-//! ~10 ns for a hash lookup). Lists spread too thinly over their range for a bitmap of
-//! reasonable size stay as DataFusion evaluates them.
+//! are integers from a dense range; [`IntegerSet`] holds such a list as a [`Bitmap`] over the
+//! span of its values, so a row costs a subtraction, a compare and a bit test (about 1 ns,
+//! against ~10 ns for a hash lookup). Lists spread too thinly over their range for a bitmap
+//! of reasonable size stay as DataFusion evaluates them. Larger build sides have their keys
+//! collected into a bitmap as the join reads them ([`crate::build_keys`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,21 +22,263 @@ use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, InListExpr, Literal};
 
-/// The largest bitmap kept, in bits (1 MiB).
+/// The largest bitmap made of an `IN` list, in bits (1 MiB).
 const MAX_BITS: u64 = 1 << 23;
 /// A bitmap up to this size (32 KiB, cache-resident) is kept however few its members.
 const SMALL_BITS: u64 = 1 << 18;
 /// A larger bitmap needs at least one member per this many bits.
 const BITS_PER_MEMBER: u64 = 64;
+/// The most members of a set too sparse for a bitmap that are hashed instead.
+const MOST_HASHED: usize = 1 << 18;
 
-/// `column IN (integer literals)` as a bitmap over `[min, min + bits)`.
+/// Integer keys to test values against: a bitmap over their span when they are dense
+/// enough, a hash set otherwise.
+#[derive(Debug)]
+pub(crate) enum Keys {
+    Dense(Bitmap),
+    Sparse(Hashed),
+}
+
+impl Keys {
+    fn min(&self) -> i64 {
+        match self {
+            Keys::Dense(bitmap) => bitmap.min,
+            Keys::Sparse(hashed) => hashed.min,
+        }
+    }
+
+    fn max(&self) -> i64 {
+        match self {
+            Keys::Dense(bitmap) => bitmap.max,
+            Keys::Sparse(hashed) => hashed.max,
+        }
+    }
+
+    fn contains(&self, value: i64) -> bool {
+        match self {
+            Keys::Dense(bitmap) => bitmap.contains(value),
+            Keys::Sparse(hashed) => hashed.contains(value),
+        }
+    }
+
+    /// Bytes held.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Keys::Dense(bitmap) => bitmap.size(),
+            Keys::Sparse(hashed) => hashed.slots.len() * 8,
+        }
+    }
+
+    /// How the keys are held, for plans.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Keys::Dense(_) => "bitmap",
+            Keys::Sparse(_) => "hash set",
+        }
+    }
+}
+
+/// A set of integers in an open-addressing table of twice their number (rounded up to a power
+/// of two), probed linearly from a multiplicative hash: one or two reads of a table that fits
+/// in cache for the few thousand keys of a selective join. A bitmap of 2^16 bits addressed by
+/// the hash's top bits answers most values that are not members with one bit test.
+#[derive(Debug)]
+pub(crate) struct Hashed {
+    /// `EMPTY` marks a free slot.
+    slots: Vec<i64>,
+    /// Bit `hash >> 48` is set for every member.
+    sieve: Vec<u64>,
+    shift: u32,
+    /// Whether `EMPTY` itself is a member.
+    holds_empty: bool,
+    min: i64,
+    max: i64,
+}
+
+const EMPTY: i64 = i64::MIN;
+
+/// Fibonacci hashing: the top bits of the product are well mixed.
+fn hash(value: i64) -> u64 {
+    (value as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl Hashed {
+    fn of(values: impl Iterator<Item = i64>, count: usize) -> Self {
+        let size = (count.max(8) * 2).next_power_of_two();
+        let mut set = Self {
+            slots: vec![EMPTY; size],
+            sieve: vec![0; 1 << 10],
+            shift: 64 - size.trailing_zeros(),
+            holds_empty: false,
+            min: i64::MAX,
+            max: i64::MIN,
+        };
+        let mask = size - 1;
+        for value in values {
+            set.min = set.min.min(value);
+            set.max = set.max.max(value);
+            let sieved = hash(value) >> 48;
+            set.sieve[(sieved / 64) as usize] |= 1 << (sieved % 64);
+            if value == EMPTY {
+                set.holds_empty = true;
+                continue;
+            }
+            let mut at = set.slot(value);
+            while set.slots[at] != EMPTY && set.slots[at] != value {
+                at = (at + 1) & mask;
+            }
+            set.slots[at] = value;
+        }
+        set
+    }
+
+    fn slot(&self, value: i64) -> usize {
+        (hash(value) >> self.shift) as usize
+    }
+
+    fn contains(&self, value: i64) -> bool {
+        if value < self.min || value > self.max {
+            return false;
+        }
+        let sieved = hash(value) >> 48;
+        if self.sieve[(sieved / 64) as usize] >> (sieved % 64) & 1 == 0 {
+            return false;
+        }
+        if value == EMPTY {
+            return self.holds_empty;
+        }
+        let mask = self.slots.len() - 1;
+        let mut at = self.slot(value);
+        loop {
+            match self.slots[at] {
+                v if v == value => return true,
+                EMPTY => return false,
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+}
+
+/// Integer values as bits: bit `i` stands for `base + i`; `min` and `max` are the least and
+/// greatest members.
+#[derive(Debug, Default)]
+pub(crate) struct Bitmap {
+    base: i64,
+    min: i64,
+    max: i64,
+    words: Vec<u64>,
+}
+
+impl Bitmap {
+    /// The bitmap of `values` when it is worth testing rows against ([`Bitmap::worth_testing`])
+    /// and at most `max_bits` wide.
+    fn of(values: &[i64], max_bits: u64) -> Option<Self> {
+        let mut bitmap = Self::default();
+        let (&min, &max) = (values.iter().min()?, values.iter().max()?);
+        if !bitmap.cover(min, max, max_bits) {
+            return None;
+        }
+        values.iter().for_each(|&v| bitmap.insert(v));
+        bitmap.worth_testing().then_some(bitmap)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// Whether the bitmap has members and is cache-sized or holds at least one member per
+    /// [`BITS_PER_MEMBER`] bits of its span: sparser sets are left to hash lookups.
+    pub(crate) fn worth_testing(&self) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let span = self.max.abs_diff(self.min) + 1;
+        let members: u64 = self.words.iter().map(|w| w.count_ones() as u64).sum();
+        members > 0 && (span <= SMALL_BITS || span <= BITS_PER_MEMBER * members)
+    }
+
+    /// Makes room for members in `[low, high]`, keeping the span from the least to the
+    /// greatest member within `max_bits`; false (and nothing changed) when it would not be.
+    pub(crate) fn cover(&mut self, low: i64, high: i64, max_bits: u64) -> bool {
+        let (low, high) = if self.is_empty() {
+            (low, high)
+        } else {
+            (low.min(self.min), high.max(self.max))
+        };
+        if high.abs_diff(low) >= max_bits {
+            return false;
+        }
+        // Word-aligned (i64::MIN is a multiple of 64, so this cannot overflow).
+        let first = low.div_euclid(64) * 64;
+        if self.is_empty() {
+            self.base = first;
+        } else if first < self.base {
+            // Grown downwards by at least its length (within the widest span allowed), so
+            // keys arriving in descending order do not move the words once per batch.
+            let needed = (first.abs_diff(self.base) / 64) as usize;
+            let len = self.words.len();
+            let most = (max_bits / 64 + 2) as usize;
+            let grow = needed
+                .max(len.min(most.saturating_sub(len)))
+                .min((self.base.abs_diff(i64::MIN) / 64) as usize);
+            self.words.splice(0..0, std::iter::repeat_n(0, grow));
+            self.base -= (grow as i64) * 64;
+        }
+        let words = (high.abs_diff(self.base) / 64 + 1) as usize;
+        if words > self.words.len() {
+            self.words.resize(words, 0);
+        }
+        self.min = low;
+        self.max = high;
+        true
+    }
+
+    /// Adds `value`, which must lie within what [`Bitmap::cover`] made room for.
+    pub(crate) fn insert(&mut self, value: i64) {
+        let at = value.abs_diff(self.base);
+        self.words[(at / 64) as usize] |= 1 << (at % 64);
+    }
+
+    /// Bytes held.
+    pub(crate) fn size(&self) -> usize {
+        self.words.capacity() * 8
+    }
+
+    /// The keys to test values against: the bitmap when it is worth testing, its members
+    /// hashed when they are too sparse for it but few enough, otherwise none.
+    pub(crate) fn into_keys(self) -> Option<Keys> {
+        if self.worth_testing() {
+            return Some(Keys::Dense(self));
+        }
+        let count: usize = self.words.iter().map(|w| w.count_ones() as usize).sum();
+        if count == 0 || count > MOST_HASHED {
+            return None;
+        }
+        let base = self.base;
+        let members = self.words.iter().enumerate().flat_map(move |(i, &word)| {
+            (0..64)
+                .filter(move |bit| word >> bit & 1 == 1)
+                .map(move |bit| base + (i as i64) * 64 + bit)
+        });
+        Some(Keys::Sparse(Hashed::of(members, count)))
+    }
+
+    fn contains(&self, value: i64) -> bool {
+        if value < self.min || value > self.max {
+            return false;
+        }
+        let at = value.abs_diff(self.base);
+        self.words[(at / 64) as usize] >> (at % 64) & 1 == 1
+    }
+}
+
+/// Membership of an integer column's values in a [`Bitmap`]: an `IN` list of integer
+/// literals, or a join's build-side keys ([`crate::build_keys`]).
 #[derive(Debug)]
 pub(crate) struct IntegerSet {
     column: usize,
-    min: i64,
-    max: i64,
-    bits: Vec<u64>,
-    /// The list as planned, for display and equality.
+    keys: Arc<Keys>,
+    /// The expression as planned, for display and equality.
     original: Arc<dyn PhysicalExpr>,
 }
 
@@ -57,25 +300,20 @@ impl IntegerSet {
             }
             values.push(integer(value)?);
         }
-        let (&min, &max) = (values.iter().min()?, values.iter().max()?);
-        // Saturating: keys at both ends of the 64-bit range make too large a span, not zero.
-        let span = max.abs_diff(min).saturating_add(1);
-        let dense = span <= SMALL_BITS || span <= BITS_PER_MEMBER * values.len() as u64;
-        if span > MAX_BITS || !dense {
-            return None;
-        }
-        let mut bits = vec![0u64; span.div_ceil(64) as usize];
-        for value in values {
-            let at = value.abs_diff(min);
-            bits[(at / 64) as usize] |= 1 << (at % 64);
-        }
-        Some(Self {
+        Some(Self::of(
             column,
-            min,
-            max,
-            bits,
-            original: expr.clone(),
-        })
+            Arc::new(Keys::Dense(Bitmap::of(&values, MAX_BITS)?)),
+            expr.clone(),
+        ))
+    }
+
+    /// The set of `keys` tested on the column at `column`; `original` is what it stands for.
+    pub(crate) fn of(column: usize, keys: Arc<Keys>, original: Arc<dyn PhysicalExpr>) -> Self {
+        Self {
+            column,
+            keys,
+            original,
+        }
     }
 
     /// Whether `expr` holds for every value of the set: a conjunction of comparisons of the
@@ -98,27 +336,19 @@ impl IntegerSet {
         };
         column.index() == self.column
             && match binary.op() {
-                Operator::GtEq => self.min >= bound,
-                Operator::Gt => self.min > bound,
-                Operator::LtEq => self.max <= bound,
-                Operator::Lt => self.max < bound,
+                Operator::GtEq => self.keys.min() >= bound,
+                Operator::Gt => self.keys.min() > bound,
+                Operator::LtEq => self.keys.max() <= bound,
+                Operator::Lt => self.keys.max() < bound,
                 _ => false,
             }
-    }
-
-    fn contains(&self, value: i64) -> bool {
-        if value < self.min || value > self.max {
-            return false;
-        }
-        let at = value.abs_diff(self.min);
-        self.bits[(at / 64) as usize] >> (at % 64) & 1 == 1
     }
 
     fn test(&self, array: &ArrayRef) -> Result<BooleanBuffer> {
         macro_rules! test_as {
             ($type:ty) => {{
                 let values = array.as_primitive::<$type>().values();
-                BooleanBuffer::collect_bool(values.len(), |i| self.contains(values[i] as i64))
+                BooleanBuffer::collect_bool(values.len(), |i| self.keys.contains(values[i] as i64))
             }};
         }
         Ok(match array.data_type() {

@@ -3,6 +3,7 @@
 //! scan after Iceberg's own planning has pruned partitions and files.
 
 pub mod adapter;
+mod build_keys;
 pub mod catalog;
 pub mod conjunction;
 pub mod decimal;

@@ -28,8 +28,11 @@
 //! its branch over only the columns the filter reads (~19 ns a row on TPC-H Q3's `lineitem`;
 //! an `OR` of all partitions' sets, tried before, hashed every row once per partition, ~50
 //! ns). A filter that lets nearly every row through stops being evaluated until its producer
-//! publishes a new version.
+//! publishes a new version. A join over one integer key has its build-side keys collected as
+//! it reads them ([`crate::build_keys`]); once all are in, its filter is tested as a bitmap
+//! or a small hash set of them, whatever form DataFusion gave it.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +42,7 @@ use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{JoinType, Result, ScalarValue};
+use datafusion::common::{JoinType, NullEquality, Result, ScalarValue};
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{ColumnarValue, Operator};
@@ -53,6 +56,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
+use crate::build_keys::{BuildKeys, CollectKeysExec, collectable};
 use crate::conjunction::{bitmap, compacted, kept};
 use crate::key_set::IntegerSet;
 
@@ -66,7 +70,7 @@ impl PhysicalOptimizerRule for ApplyRuntimeFilters {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        rewrite(plan, None)
+        rewrite(plan, None, &HashMap::new())
     }
 
     fn name(&self) -> &str {
@@ -96,25 +100,37 @@ fn passes_rows_on(plan: &dyn ExecutionPlan) -> bool {
 #[derive(Debug, Clone, Copy)]
 struct Feeding {
     filter: u64,
-    /// The join collects its build side before it reads its probe side at all.
-    collected: bool,
+    /// The join's filter is applied to the scan's rows while it is a key set: a probe row
+    /// without a match never matters to the join, and its filter can become one.
+    keyed: bool,
 }
 
 /// Adds runtime filters under `plan`. `feeding` is the hash join whose probe side `plan` feeds
 /// directly: evaluating its filter on a scan's rows with a hash lookup would only repeat the
 /// join's own probe, so it is left to the join (even behind a partitioned join's repartition:
 /// applied there, TPC-H Q3, Q8 and Q21 took 15–30 % longer, as the scan runs ahead of the
-/// build side while the filter still passes everything). A collect-left join's filter is
-/// applied when it is a key bitmap ([`IntegerSet`]): a bit test per row, against a hash
-/// probe per row in the join. Filters published by joins further up, by aggregations or
-/// top-k sorts are applied.
+/// build side while the filter still passes everything, and hashes every row once more). It
+/// is applied while it is a key set ([`IntegerSet`]: an `IN` list of a collect-left join, or
+/// the join's collected keys): a bit test or a probe of a small table per row, which spares
+/// the join's hash probe and a partitioned join's repartition every row it drops. Filters
+/// published by joins further up, by aggregations or top-k sorts are applied.
+///
+/// `collecting` holds the joins above whose build-side keys are collected
+/// ([`crate::build_keys`]), by their filters; a join whose keys a filter below it uses gets
+/// a [`CollectKeysExec`] on its build side.
 fn rewrite(
     plan: Arc<dyn ExecutionPlan>,
     feeding: Option<Feeding>,
+    collecting: &Collecting,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     // After a scan's own conditions, so the cheap static predicate thins the rows first.
     if let Some(filter) = plan.downcast_ref::<FilterExec>() {
-        let runtime = runtime_filters(filter.input(), feeding, &filter.input().schema());
+        let runtime = runtime_filters(
+            filter.input(),
+            feeding,
+            collecting,
+            &filter.input().schema(),
+        );
         if !runtime.is_empty() {
             let predicate = conjoin(Some(filter.predicate().clone()), runtime)
                 .expect("a filter's own predicate");
@@ -126,11 +142,11 @@ fn rewrite(
         }
     }
     if plan.downcast_ref::<DataSourceExec>().is_some() {
-        let runtime = runtime_filters(&plan, feeding, &plan.schema());
+        let runtime = runtime_filters(&plan, feeding, collecting, &plan.schema());
         return filtered(plan, runtime);
     }
-    let count = plan.children().len();
-    let feeds: Vec<Option<Feeding>> = if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let collectable = collectable_keys(join);
         let own = join
             .dynamic_filter_expr()
             .and_then(|f| f.expression_id())
@@ -138,20 +154,64 @@ fn rewrite(
                 filter,
                 // Only where a probe row without a match can never matter (a null-aware
                 // anti join must see the probe side's nulls, say).
-                collected: *join.partition_mode() == PartitionMode::CollectLeft
+                keyed: (*join.partition_mode() == PartitionMode::CollectLeft
+                    || collectable.is_some())
                     && !join.null_aware
                     && matches!(
                         join.join_type(),
                         JoinType::Inner | JoinType::LeftSemi | JoinType::RightSemi
                     ),
             });
-        vec![None, own]
-    } else if passes_rows_on(plan.as_ref()) {
+        let keys = own.and_then(|own| Some((own.filter, collectable?)));
+        let mut below = collecting.clone();
+        if let Some((filter, keys)) = &keys {
+            below.insert(*filter, keys.clone());
+        }
+        let build = rewrite(join.left().clone(), None, collecting)?;
+        let probe = rewrite(join.right().clone(), own, &below)?;
+        drop(below);
+        // Collected only where a runtime filter below holds the keys.
+        let build = match keys {
+            Some((_, keys)) if Arc::strong_count(&keys) > 1 => {
+                Arc::new(CollectKeysExec::new(build, keys)) as Arc<dyn ExecutionPlan>
+            }
+            _ => build,
+        };
+        if Arc::ptr_eq(&build, join.left()) && Arc::ptr_eq(&probe, join.right()) {
+            return Ok(plan);
+        }
+        return plan.with_new_children(vec![build, probe]);
+    }
+    let count = plan.children().len();
+    let feeds: Vec<Option<Feeding>> = if passes_rows_on(plan.as_ref()) {
         vec![feeding; count]
     } else {
         vec![None; count]
     };
-    map_children(plan, |i, child| rewrite(child, feeds[i]))
+    map_children(plan, |i, child| rewrite(child, feeds[i], collecting))
+}
+
+/// The joins above a plan whose build-side keys can be collected, by their filters.
+type Collecting = HashMap<u64, Arc<BuildKeys>>;
+
+/// The collector for `join`'s build-side keys, when they can be collected as integers: one
+/// key (a null one joining nothing) of an integer type. `FLOE_SQL_COLLECTED_KEYS=off`
+/// collects none.
+fn collectable_keys(join: &HashJoinExec) -> Option<Arc<BuildKeys>> {
+    let [(key, _)] = join.on() else {
+        return None;
+    };
+    if !crate::engine::switched_on("FLOE_SQL_COLLECTED_KEYS") {
+        return None;
+    }
+    if join.null_equality() != NullEquality::NullEqualsNothing
+        || join.null_aware
+        || !collectable(&key.data_type(&join.left().schema()).ok()?)
+    {
+        return None;
+    }
+    let partitions = join.left().properties().partitioning.partition_count();
+    Some(Arc::new(BuildKeys::new(key.clone(), partitions)))
 }
 
 /// `plan` with `f` applied to each of its children (by position); `plan` itself when no child
@@ -191,12 +251,18 @@ pub(crate) fn dynamic_filters(
         .filter_map(|e| Some((e, e.downcast_ref::<DynamicFilterPhysicalExpr>()?)))
 }
 
+/// A dynamic filter to evaluate on a scan's rows.
+struct Found {
+    filter: Arc<dyn PhysicalExpr>,
+    /// Evaluated only while it is a key bitmap.
+    bitmap_only: bool,
+    /// Its join's build-side keys, when they are being collected.
+    keys: Option<Arc<BuildKeys>>,
+}
+
 /// `plan` under one filter of the runtime filters `filters` (the first evaluated first), or
 /// `plan` itself when there are none.
-fn filtered(
-    plan: Arc<dyn ExecutionPlan>,
-    filters: Vec<(Arc<dyn PhysicalExpr>, bool)>,
-) -> Result<Arc<dyn ExecutionPlan>> {
+fn filtered(plan: Arc<dyn ExecutionPlan>, filters: Vec<Found>) -> Result<Arc<dyn ExecutionPlan>> {
     match conjoin(None, filters) {
         Some(predicate) => Ok(Arc::new(FilterExec::try_new(predicate, plan)?)),
         None => Ok(plan),
@@ -206,12 +272,16 @@ fn filtered(
 /// `own AND f1 AND f2 …` over the runtime filters `filters`, in that order.
 fn conjoin(
     own: Option<Arc<dyn PhysicalExpr>>,
-    filters: Vec<(Arc<dyn PhysicalExpr>, bool)>,
+    filters: Vec<Found>,
 ) -> Option<Arc<dyn PhysicalExpr>> {
     filters
         .into_iter()
-        .map(|(filter, bitmap_only)| {
-            Arc::new(RuntimeFilter::new(filter, bitmap_only)) as Arc<dyn PhysicalExpr>
+        .map(|found| {
+            Arc::new(RuntimeFilter::new(
+                found.filter,
+                found.bitmap_only,
+                found.keys,
+            )) as Arc<dyn PhysicalExpr>
         })
         .fold(own, |acc, filter| {
             Some(match acc {
@@ -224,14 +294,15 @@ fn conjoin(
 /// The dynamic filters pushed into a file scan `node` that are worth evaluating on its rows,
 /// over the columns of `output` (the scan's or the filter's above it). The filter of the join
 /// the scan `feeding` goes first when there are others (it is usually the most selective,
-/// and the others then see fewer rows); alone, it is left out, or for a collect-left join
-/// kept for when it is a key bitmap. Each filter comes with whether it is only evaluated as a
-/// bitmap.
+/// and the others then see fewer rows); alone, it is left out, or for a keyed join (see
+/// [`Feeding`]) kept for when it is a key set. Filters of joins in `collecting` come with their keys
+/// when these can be tested on the scan's column.
 fn runtime_filters(
     node: &Arc<dyn ExecutionPlan>,
     feeding: Option<Feeding>,
+    collecting: &Collecting,
     output: &SchemaRef,
-) -> Vec<(Arc<dyn PhysicalExpr>, bool)> {
+) -> Vec<Found> {
     let Some(config) = file_scan(node) else {
         return Vec::new();
     };
@@ -243,7 +314,7 @@ fn runtime_filters(
         return Vec::new();
     };
     let table = config.file_source().table_schema().table_schema();
-    let mut dynamic: Vec<(bool, Arc<dyn PhysicalExpr>)> = dynamic_filters(&predicate)
+    let mut dynamic: Vec<(bool, Found)> = dynamic_filters(&predicate)
         .filter_map(|(e, filter)| {
             let id = filter.expression_id();
             let is_feeding = feeding.is_some_and(|f| id == Some(f.filter));
@@ -272,19 +343,43 @@ fn runtime_filters(
                 })
                 .ok()?
                 .data;
-            complete.then_some((is_feeding, remapped))
+            let keys = id
+                .and_then(|id| collecting.get(&id))
+                .filter(|_| {
+                    probe_column(&remapped)
+                        .is_some_and(|at| collectable(output.field(at).data_type()))
+                })
+                .cloned();
+            let found = Found {
+                filter: remapped,
+                bitmap_only: false,
+                keys,
+            };
+            complete.then_some((is_feeding, found))
         })
         .collect();
     if dynamic.iter().all(|(is_feeding, _)| *is_feeding) {
         return match feeding {
-            Some(Feeding {
-                collected: true, ..
-            }) => dynamic.into_iter().map(|(_, f)| (f, true)).collect(),
+            Some(Feeding { keyed: true, .. }) => dynamic
+                .into_iter()
+                .map(|(_, found)| Found {
+                    bitmap_only: true,
+                    ..found
+                })
+                .collect(),
             _ => Vec::new(),
         };
     }
     dynamic.sort_by_key(|(is_feeding, _)| !is_feeding);
-    dynamic.into_iter().map(|(_, f)| (f, false)).collect()
+    dynamic.into_iter().map(|(_, found)| found).collect()
+}
+
+/// The column a join's dynamic filter tests, when it tests one column.
+fn probe_column(dynamic: &Arc<dyn PhysicalExpr>) -> Option<usize> {
+    match dynamic.children()[..] {
+        [key] => Some(key.downcast_ref::<Column>()?.index()),
+        _ => None,
+    }
 }
 
 /// Whether `expr` is a runtime filter this rule added.
@@ -303,12 +398,16 @@ const JUDGED_AFTER_ROWS: usize = 65_536;
 /// A filter passing more than this share of rows is not worth evaluating.
 const USELESS_PASS_RATE: f64 = 0.8;
 
-/// A dynamic filter evaluated in its weakened form, and switched off while it filters little.
+/// A dynamic filter evaluated in its weakened form (or as its join's collected keys), and
+/// switched off while it filters little.
 #[derive(Debug)]
 struct RuntimeFilter {
     dynamic: Arc<dyn PhysicalExpr>,
     /// Evaluated only while its weakened form is a key bitmap ([`IntegerSet`]).
     bitmap_only: bool,
+    /// The build-side keys of the join that publishes the filter, tested in its place once
+    /// all were collected.
+    keys: Option<Arc<BuildKeys>>,
     state: Mutex<FilterState>,
 }
 
@@ -316,6 +415,8 @@ struct RuntimeFilter {
 struct FilterState {
     /// The version of the dynamic filter `expr` was made from.
     generation: u64,
+    /// The join's collected keys `expr` was made with (by address), if any.
+    collected: Option<usize>,
     expr: Option<Arc<dyn PhysicalExpr>>,
     seen: usize,
     passed: usize,
@@ -323,10 +424,15 @@ struct FilterState {
 }
 
 impl RuntimeFilter {
-    fn new(dynamic: Arc<dyn PhysicalExpr>, bitmap_only: bool) -> Self {
+    fn new(
+        dynamic: Arc<dyn PhysicalExpr>,
+        bitmap_only: bool,
+        keys: Option<Arc<BuildKeys>>,
+    ) -> Self {
         Self {
             dynamic,
             bitmap_only,
+            keys,
             state: Mutex::default(),
         }
     }
@@ -334,15 +440,26 @@ impl RuntimeFilter {
     /// The expression to evaluate now, or `None` while the filter is switched off.
     fn current(&self) -> Result<(u64, Option<Arc<dyn PhysicalExpr>>)> {
         let generation = self.dynamic.snapshot_generation();
+        let collected = self.keys.as_ref().and_then(|keys| keys.keys());
+        let address = collected.as_ref().map(|keys| Arc::as_ptr(keys) as usize);
         let mut state = self.state.lock().expect("runtime filter lock");
-        if state.expr.is_none() || state.generation != generation {
+        if state.expr.is_none() || state.generation != generation || state.collected != address {
             let current = self
                 .dynamic
                 .snapshot()?
                 .unwrap_or_else(|| self.dynamic.clone());
-            let expr = weaken(current);
+            let mut expr = weaken(current);
+            // The complete set of the join's keys tests exactly what its filter does (before
+            // the join has published it, too), with a bit test per row.
+            if expr.downcast_ref::<IntegerSet>().is_none()
+                && let Some(keys) = collected
+                && let Some(column) = probe_column(&self.dynamic)
+            {
+                expr = Arc::new(IntegerSet::of(column, keys.clone(), self.dynamic.clone()));
+            }
             *state = FilterState {
                 generation,
+                collected: address,
                 off: self.bitmap_only && expr.downcast_ref::<IntegerSet>().is_none(),
                 expr: Some(expr),
                 ..FilterState::default()
@@ -594,6 +711,7 @@ impl PhysicalExpr for RuntimeFilter {
         Ok(Arc::new(RuntimeFilter::new(
             children.remove(0),
             self.bitmap_only,
+            self.keys.clone(),
         )))
     }
 

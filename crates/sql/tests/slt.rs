@@ -194,6 +194,53 @@ async fn join_keys_filter_the_rows_under_an_aggregation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_keys_past_the_in_list_limit_filter_the_probe_rows_as_a_bitmap() {
+    let mut floe = fresh().await;
+    run_all(
+        &mut floe,
+        &[
+            "CREATE SCHEMA bk",
+            "CREATE TABLE bk.dim (k BIGINT, tag VARCHAR)",
+            // Every fourth of 20,000 keys is kept: 5,000 build keys, past the 4,096 that a
+            // join publishes as an IN list.
+            "INSERT INTO bk.dim SELECT value, CASE WHEN value % 4 = 0 THEN 'keep' ELSE 'drop' END \
+             FROM generate_series(1, 20000) AS t(value)",
+            "INSERT INTO bk.dim VALUES (NULL, 'keep')",
+            "CREATE TABLE bk.fact (k BIGINT, v BIGINT)",
+            "INSERT INTO bk.fact SELECT value % 40000, value FROM generate_series(1, 200000) AS t(value)",
+            "INSERT INTO bk.fact VALUES (NULL, 7)",
+        ],
+    )
+    .await;
+    let query = "SELECT count(*), sum(f.v) FROM bk.fact f JOIN bk.dim d ON f.k = d.k \
+                 WHERE d.tag = 'keep'";
+    let plan = analyzed(&floe, query).await;
+    assert!(plan.contains("CollectKeysExec: key=k@"), "{plan}");
+    // The fact scan hands the join only the 25,000 rows of kept keys (5 each).
+    let filter = plan
+        .lines()
+        .find(|l| l.trim_start().starts_with("FilterExec: RuntimeFilter("))
+        .unwrap_or_else(|| panic!("no runtime filter above the fact scan:\n{plan}"));
+    assert!(filter.contains("output_rows=25.00 K,"), "{filter}");
+    assert_eq!(
+        rows_of(&mut floe, query).await,
+        vec![vec!["25000".to_string(), "2250050000".to_string()]]
+    );
+    // A semi join of the same keys, and an anti join that must keep the unmatched rows.
+    let semi = "SELECT count(*) FROM bk.fact WHERE k IN (SELECT k FROM bk.dim WHERE tag = 'keep')";
+    assert_eq!(
+        rows_of(&mut floe, semi).await,
+        vec![vec!["25000".to_string()]]
+    );
+    let anti = "SELECT count(*) FROM bk.fact f WHERE NOT EXISTS \
+                (SELECT 1 FROM bk.dim d WHERE d.k = f.k AND d.tag = 'keep')";
+    assert_eq!(
+        rows_of(&mut floe, anti).await,
+        vec![vec!["175001".to_string()]]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_common_table_expression_used_twice_is_aggregated_once() {
     let mut floe = fresh().await;
     run_all(
