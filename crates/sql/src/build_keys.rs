@@ -101,7 +101,11 @@ impl BuildKeys {
             return Ok(());
         }
         let keys = self.key.evaluate(batch)?.into_array(batch.num_rows())?;
-        let keys = cast(&keys, &DataType::Int64)?;
+        let Ok(keys) = cast(&keys, &DataType::Int64) else {
+            // Keys that are not integers after all: the join's own filter stays.
+            self.collecting.lock().expect("build keys lock").abandon();
+            return Ok(());
+        };
         let keys = keys.as_primitive::<Int64Type>();
         let (Some(low), Some(high)) = (min(keys), max(keys)) else {
             // No rows, or only null keys (which join nothing).
