@@ -170,8 +170,8 @@ pub(crate) struct Bitmap {
 }
 
 impl Bitmap {
-    /// The bitmap of `values` when it is worth testing rows against ([`Bitmap::worth_testing`])
-    /// and at most `max_bits` wide.
+    /// The bitmap of `values` when it is dense ([`Bitmap::dense`]) and at most `max_bits`
+    /// wide.
     fn of(values: &[i64], max_bits: u64) -> Option<Self> {
         let mut bitmap = Self::default();
         let (&min, &max) = (values.iter().min()?, values.iter().max()?);
@@ -179,21 +179,22 @@ impl Bitmap {
             return None;
         }
         values.iter().for_each(|&v| bitmap.insert(v));
-        bitmap.worth_testing().then_some(bitmap)
+        bitmap.dense(bitmap.members()).then_some(bitmap)
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.words.is_empty()
     }
 
-    /// Whether the bitmap has members and is cache-sized or holds at least one member per
-    /// [`BITS_PER_MEMBER`] bits of its span: sparser sets are left to hash lookups.
-    pub(crate) fn worth_testing(&self) -> bool {
-        if self.is_empty() {
-            return false;
-        }
+    fn members(&self) -> u64 {
+        self.words.iter().map(|w| w.count_ones() as u64).sum()
+    }
+
+    /// Whether the bitmap, of `members` members, has some and is cache-sized or holds at least
+    /// one member per [`BITS_PER_MEMBER`] bits of its span: sparser sets are left to hash
+    /// lookups.
+    fn dense(&self, members: u64) -> bool {
         let span = self.max.abs_diff(self.min) + 1;
-        let members: u64 = self.words.iter().map(|w| w.count_ones() as u64).sum();
         members > 0 && (span <= SMALL_BITS || span <= BITS_PER_MEMBER * members)
     }
 
@@ -244,13 +245,14 @@ impl Bitmap {
         self.words.capacity() * 8
     }
 
-    /// The keys to test values against: the bitmap when it is worth testing, its members
-    /// hashed when they are too sparse for it but few enough, otherwise none.
+    /// The keys to test values against: the bitmap when it is dense, its members hashed when
+    /// they are too sparse for it but few enough, otherwise none.
     pub(crate) fn into_keys(self) -> Option<Keys> {
-        if self.worth_testing() {
+        let count = self.members();
+        if self.dense(count) {
             return Some(Keys::Dense(self));
         }
-        let count: usize = self.words.iter().map(|w| w.count_ones() as usize).sum();
+        let count = count as usize;
         if count == 0 || count > MOST_HASHED {
             return None;
         }

@@ -254,7 +254,7 @@ pub(crate) fn dynamic_filters(
 /// A dynamic filter to evaluate on a scan's rows.
 struct Found {
     filter: Arc<dyn PhysicalExpr>,
-    /// Evaluated only while it is a key bitmap.
+    /// Evaluated only while it is a key set ([`IntegerSet`]).
     bitmap_only: bool,
     /// Its join's build-side keys, when they are being collected.
     keys: Option<Arc<BuildKeys>>,
@@ -295,8 +295,8 @@ fn conjoin(
 /// over the columns of `output` (the scan's or the filter's above it). The filter of the join
 /// the scan `feeding` goes first when there are others (it is usually the most selective,
 /// and the others then see fewer rows); alone, it is left out, or for a keyed join (see
-/// [`Feeding`]) kept for when it is a key set. Filters of joins in `collecting` come with their keys
-/// when these can be tested on the scan's column.
+/// [`Feeding`]) kept for when it is a key set. Filters of joins in `collecting` come with
+/// their keys when these can be tested on the scan's column.
 fn runtime_filters(
     node: &Arc<dyn ExecutionPlan>,
     feeding: Option<Feeding>,
@@ -403,7 +403,8 @@ const USELESS_PASS_RATE: f64 = 0.8;
 #[derive(Debug)]
 struct RuntimeFilter {
     dynamic: Arc<dyn PhysicalExpr>,
-    /// Evaluated only while its weakened form is a key bitmap ([`IntegerSet`]).
+    /// Evaluated only while its weakened form, or its join's collected keys, make a key set
+    /// ([`IntegerSet`]).
     bitmap_only: bool,
     /// The build-side keys of the join that publishes the filter, tested in its place once
     /// all were collected.
@@ -450,7 +451,8 @@ impl RuntimeFilter {
                 .unwrap_or_else(|| self.dynamic.clone());
             let mut expr = weaken(current);
             // The complete set of the join's keys tests exactly what its filter does (before
-            // the join has published it, too), with a bit test per row.
+            // the join has published it, too), with a bit test or a small table's probe per
+            // row.
             if expr.downcast_ref::<IntegerSet>().is_none()
                 && let Some(keys) = collected
                 && let Some(column) = probe_column(&self.dynamic)
