@@ -154,8 +154,14 @@ impl BuildKeys {
             .then(|| bitmap.into_keys())
             .flatten()
             .map(Arc::new);
-        if offered.is_none() {
-            collecting.reservation = None;
+        match &offered {
+            // A hash set is chosen only where it is smaller than the bitmap was.
+            Some(keys) => {
+                if let Some(reservation) = &mut collecting.reservation {
+                    reservation.resize(keys.size());
+                }
+            }
+            None => collecting.reservation = None,
         }
         *self.complete.lock().expect("build keys lock") = offered;
     }

@@ -568,6 +568,9 @@ impl SqlEngine {
                 crate::runtime_filters::ApplyRuntimeFilters,
             ));
         }
+        if switched_on("FLOE_SQL_FAST_LIKE") {
+            state = state.with_physical_optimizer_rule(Arc::new(crate::like::FastLike));
+        }
         if switched_on("FLOE_SQL_FAST_CONJUNCTIONS") {
             state =
                 state.with_physical_optimizer_rule(Arc::new(crate::conjunction::FastConjunctions));
@@ -578,6 +581,9 @@ impl SqlEngine {
         if switched_on("FLOE_SQL_SHARED_AGGREGATIONS") {
             state = state
                 .with_physical_optimizer_rule(Arc::new(crate::shared::ShareRepeatedAggregations));
+        }
+        if switched_on("FLOE_SQL_FEW_GROUPS") {
+            state = state.with_physical_optimizer_rule(Arc::new(crate::few_groups::FewGroups));
         }
         let state = state.build();
         let plan = state.statement_to_plan(statement).await?;

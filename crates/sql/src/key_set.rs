@@ -26,8 +26,6 @@ use datafusion::physical_expr::expressions::{BinaryExpr, Column, InListExpr, Lit
 const MAX_BITS: u64 = 1 << 23;
 /// A bitmap up to this size (32 KiB, cache-resident) is kept however few its members.
 const SMALL_BITS: u64 = 1 << 18;
-/// A larger bitmap needs at least one member per this many bits.
-const BITS_PER_MEMBER: u64 = 64;
 /// The most members of a set too sparse for a bitmap that are hashed instead.
 const MOST_HASHED: usize = 1 << 18;
 
@@ -65,7 +63,7 @@ impl Keys {
     pub(crate) fn size(&self) -> usize {
         match self {
             Keys::Dense(bitmap) => bitmap.size(),
-            Keys::Sparse(hashed) => hashed.slots.len() * 8,
+            Keys::Sparse(hashed) => (hashed.slots.len() + hashed.sieve.len()) * 8,
         }
     }
 
@@ -79,15 +77,18 @@ impl Keys {
 }
 
 /// A set of integers in an open-addressing table of twice their number (rounded up to a power
-/// of two), probed linearly from a multiplicative hash: one or two reads of a table that fits
-/// in cache for the few thousand keys of a selective join. A bitmap of 2^16 bits addressed by
-/// the hash's top bits answers most values that are not members with one bit test.
+/// of two), probed linearly from a multiplicative hash. In front of it, a sieve of about 32
+/// bits per member (at least 2^16) addressed by the hash's top bits answers most values that
+/// are not members with one bit test: a join's probe side is mostly such values, and a sieve
+/// that passes few of them keeps the branch after it predictable (with one bit per member, 40 %
+/// passed and a lookup cost three times as much).
 #[derive(Debug)]
 pub(crate) struct Hashed {
     /// `EMPTY` marks a free slot.
     slots: Vec<i64>,
-    /// Bit `hash >> 48` is set for every member.
+    /// Bit `hash >> sieve_shift` is set for every member.
     sieve: Vec<u64>,
+    sieve_shift: u32,
     shift: u32,
     /// Whether `EMPTY` itself is a member.
     holds_empty: bool,
@@ -103,11 +104,28 @@ fn hash(value: i64) -> u64 {
 }
 
 impl Hashed {
+    /// Slots of the table for `count` members.
+    fn slots_for(count: usize) -> usize {
+        (count.max(8) * 2).next_power_of_two()
+    }
+
+    /// Bits of the sieve for `count` members.
+    fn sieve_bits_for(count: usize) -> usize {
+        (count * 32).next_power_of_two().max(1 << 16)
+    }
+
+    /// Bits held by the set of `count` members, slots and sieve.
+    fn bits_for(count: usize) -> u64 {
+        (Self::slots_for(count) * 64 + Self::sieve_bits_for(count)) as u64
+    }
+
     fn of(values: impl Iterator<Item = i64>, count: usize) -> Self {
-        let size = (count.max(8) * 2).next_power_of_two();
+        let size = Self::slots_for(count);
+        let sieve_bits = Self::sieve_bits_for(count);
         let mut set = Self {
             slots: vec![EMPTY; size],
-            sieve: vec![0; 1 << 10],
+            sieve: vec![0; sieve_bits / 64],
+            sieve_shift: 64 - sieve_bits.trailing_zeros(),
             shift: 64 - size.trailing_zeros(),
             holds_empty: false,
             min: i64::MAX,
@@ -117,7 +135,7 @@ impl Hashed {
         for value in values {
             set.min = set.min.min(value);
             set.max = set.max.max(value);
-            let sieved = hash(value) >> 48;
+            let sieved = hash(value) >> set.sieve_shift;
             set.sieve[(sieved / 64) as usize] |= 1 << (sieved % 64);
             if value == EMPTY {
                 set.holds_empty = true;
@@ -140,7 +158,7 @@ impl Hashed {
         if value < self.min || value > self.max {
             return false;
         }
-        let sieved = hash(value) >> 48;
+        let sieved = hash(value) >> self.sieve_shift;
         if self.sieve[(sieved / 64) as usize] >> (sieved % 64) & 1 == 0 {
             return false;
         }
@@ -190,12 +208,14 @@ impl Bitmap {
         self.words.iter().map(|w| w.count_ones() as u64).sum()
     }
 
-    /// Whether the bitmap, of `members` members, has some and is cache-sized or holds at least
-    /// one member per [`BITS_PER_MEMBER`] bits of its span: sparser sets are left to hash
-    /// lookups.
+    /// Whether the bitmap, of `members` members, has some and is cache-sized or at most twice
+    /// the size of the [`Hashed`] set of its members: a bit test is one read and no branch to
+    /// mispredict, and a probe side in key order reads the bitmap in order (measured on a
+    /// probe of TPC-H order keys passing 2 %: 2.5 ns a row against 6 for the hash set, and no
+    /// worse than it in random order). Sparser sets are left to hash lookups.
     fn dense(&self, members: u64) -> bool {
         let span = self.max.abs_diff(self.min) + 1;
-        members > 0 && (span <= SMALL_BITS || span <= BITS_PER_MEMBER * members)
+        members > 0 && (span <= SMALL_BITS || span <= 2 * Hashed::bits_for(members as usize))
     }
 
     /// Makes room for members in `[low, high]`, keeping the span from the least to the
@@ -509,5 +529,14 @@ mod tests {
         assert!(set_of(extremes, DataType::Int64).is_none());
         let strings = vec![ScalarValue::Utf8(Some("a".into()))];
         assert!(set_of(strings, DataType::Utf8).is_none());
+    }
+
+    #[test]
+    fn a_set_is_a_bitmap_while_at_most_twice_the_size_of_its_hash_set() {
+        // 10,000 keys hash into 32,768 slots of 64 bits behind a sieve of 524,288 bits:
+        // 2,621,440 bits, so a bitmap may span 5,242,880.
+        let spaced = |step: i64| (0..10_000).map(|i| i * step).collect::<Vec<i64>>();
+        assert!(Bitmap::of(&spaced(500), MAX_BITS).is_some());
+        assert!(Bitmap::of(&spaced(550), MAX_BITS).is_none());
     }
 }

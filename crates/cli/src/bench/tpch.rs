@@ -2,8 +2,8 @@
 //! with DataFusion on the same data as plain Parquet files and with DuckDB on those files.
 //!
 //! Data comes from `tpchgen` (the TPC-H generator), is written once as Parquet (one file per
-//! table) and as Iceberg tables in a `tpch` warehouse of an embedded Floe catalog under
-//! `--dir`; later runs reuse it. Every query runs `--iterations` times per engine after one
+//! table) and as Iceberg tables in namespace `tpch_sf<N>` of a `tpch` warehouse of an embedded
+//! Floe catalog under `--dir`; later runs reuse it. Every query runs `--iterations` times per engine after one
 //! warm-up; the best time counts. Every Floe result is checked value by value against DuckDB's
 //! (and row counts against plain DataFusion's); peak resident memory is reported per engine.
 
@@ -72,9 +72,13 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let dir = std::fs::canonicalize(&dir)?;
     let parquet = dir.join("parquet");
     let (engine, caller) = iceberg_side(&dir, args.query_memory_limit_mb << 20).await?;
-    if !dir.join("ready").exists() {
-        generate(&parquet, args.sf, &engine, &caller).await?;
-        std::fs::write(dir.join("ready"), "")?;
+    let namespace = namespace_of(args.sf);
+    // The marker names the namespace, so data generated under another name is not taken
+    // for this one.
+    let ready = dir.join(format!("{namespace}.ready"));
+    if !ready.exists() {
+        generate(&parquet, args.sf, &namespace, &engine, &caller).await?;
+        std::fs::write(&ready, "")?;
     }
     let queries: Vec<(usize, String)> = (1..=22)
         .filter(|q| args.queries.is_empty() || args.queries.contains(q))
@@ -87,7 +91,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     );
     let options = QueryOptions {
         warehouse: Some("tpch".into()),
-        namespace: Some("tpch".into()),
+        namespace: Some(namespace.clone()),
         ..Default::default()
     };
     let mut floe_times = BTreeMap::new();
@@ -272,6 +276,12 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The namespace holding scale factor `sf`'s tables: `tpch_sf1`, `tpch_sf10`, and for a
+/// fractional scale factor `tpch_sf0_1` (a dot would split the name in SQL).
+fn namespace_of(sf: f64) -> String {
+    format!("tpch_sf{sf}").replace('.', "_")
+}
+
 /// Best wall time in ms over `iterations` runs after a warm-up, and the row count.
 async fn best_of<F, Fut>(iterations: usize, mut run: F) -> anyhow::Result<(f64, usize)>
 where
@@ -320,12 +330,13 @@ async fn iceberg_side(dir: &Path, memory_limit: usize) -> anyhow::Result<(SqlEng
 async fn generate(
     parquet: &Path,
     sf: f64,
+    namespace: &str,
     engine: &SqlEngine,
     caller: &Caller,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(parquet)?;
     let catalog = engine.catalog();
-    let ns = NamespaceIdent::new("tpch".into());
+    let ns = NamespaceIdent::new(namespace.into());
     if catalog.load_namespace(caller, "tpch", &ns).await.is_err() {
         catalog
             .create_namespace(caller, "tpch", &ns, Default::default())
@@ -1196,4 +1207,16 @@ print(json.dumps({"times": out, "peak_mib": peak}))
             .collect(),
         peak_mib: parsed.peak_mib,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespace_of;
+
+    #[test]
+    fn each_scale_factor_has_its_own_namespace() {
+        assert_eq!(namespace_of(1.0), "tpch_sf1");
+        assert_eq!(namespace_of(10.0), "tpch_sf10");
+        assert_eq!(namespace_of(0.1), "tpch_sf0_1");
+    }
 }
