@@ -157,19 +157,7 @@ impl fmt::Display for PartsLike {
     }
 }
 
-impl PartialEq for PartsLike {
-    fn eq(&self, other: &Self) -> bool {
-        self.original.as_ref() == other.original.as_ref()
-    }
-}
-
-impl Eq for PartsLike {}
-
-impl std::hash::Hash for PartsLike {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.original.hash(state);
-    }
-}
+crate::same_as_inner_expr!(PartsLike, original);
 
 impl PhysicalExpr for PartsLike {
     fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
