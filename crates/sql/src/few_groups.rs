@@ -147,12 +147,12 @@ impl FewGroupsExec {
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
+}
 
-    fn aggregate(&self) -> &AggregateExec {
-        self.aggregate
-            .downcast_ref::<AggregateExec>()
-            .expect("made over an AggregateExec")
-    }
+/// The `AggregateExec` a [`FewGroupsExec`] was made over.
+fn aggregate_of(plan: &Arc<dyn ExecutionPlan>) -> &AggregateExec {
+    plan.downcast_ref::<AggregateExec>()
+        .expect("made over an AggregateExec")
 }
 
 impl DisplayAs for FewGroupsExec {
@@ -193,7 +193,7 @@ impl ExecutionPlan for FewGroupsExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let aggregate = self.aggregate();
+        let aggregate = aggregate_of(&self.aggregate);
         let input = aggregate.input().execute(partition, context.clone())?;
         let key_types = aggregate.schema().fields()[..aggregate.group_expr().expr().len()]
             .iter()
@@ -255,16 +255,14 @@ impl Run {
         let timer = elapsed.timer();
         let emitted = self.emit()?;
         timer.done();
-        self.baseline.record_output(emitted.num_rows());
         let schema = self.plan.schema();
-        let batches = futures::stream::iter((emitted.num_rows() > 0).then_some(Ok(emitted)));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, emitted)))
     }
 
     /// Adds a batch's rows to their groups; false (and nothing added) when a key is too long
     /// or there would be too many groups.
     fn aggregate(&mut self, batch: &RecordBatch) -> Result<bool> {
-        let keys = evaluate_group_by(self.plan_aggregate().group_expr(), batch)?
+        let keys = evaluate_group_by(aggregate_of(&self.plan).group_expr(), batch)?
             .pop()
             .ok_or_else(|| DataFusionError::Internal("one grouping set".into()))?;
         if !self.groups.intern(&keys, &mut self.indices)? {
@@ -289,23 +287,21 @@ impl Run {
         Ok(true)
     }
 
-    fn plan_aggregate(&self) -> &AggregateExec {
-        self.plan
-            .downcast_ref::<AggregateExec>()
-            .expect("made over an AggregateExec")
-    }
-
-    /// Every group's keys and accumulated state, as the partial aggregation outputs them.
-    fn emit(&mut self) -> Result<RecordBatch> {
-        let schema = self.plan.schema();
+    /// Every group's keys and accumulated state, as the partial aggregation outputs them: a
+    /// stream of one batch, or of none when there are no groups.
+    fn emit(
+        &mut self,
+    ) -> Result<futures::stream::Iter<std::option::IntoIter<Result<RecordBatch>>>> {
         if self.groups.len() == 0 {
-            return Ok(RecordBatch::new_empty(schema));
+            return Ok(futures::stream::iter(None));
         }
         let mut columns = self.groups.emit()?;
         for accumulator in &mut self.accumulators {
             columns.extend(accumulator.state(EmitTo::All)?);
         }
-        Ok(RecordBatch::try_new(schema, columns)?)
+        let batch = RecordBatch::try_new(self.plan.schema(), columns)?;
+        self.baseline.record_output(batch.num_rows());
+        Ok(futures::stream::iter(Some(Ok(batch))))
     }
 
     /// Emits what this partition has aggregated and lets the `AggregateExec` replaced
@@ -317,20 +313,18 @@ impl Run {
     ) -> Result<SendableRecordBatchStream> {
         self.handed_over.add(1);
         let emitted = self.emit()?;
-        self.baseline.record_output(emitted.num_rows());
         let schema = input.schema();
         let rest = futures::stream::once(async { Ok(batch) }).chain(input);
         let source = Arc::new(StreamSource {
             stream: Mutex::new(Some(Box::pin(RecordBatchStreamAdapter::new(schema, rest)))),
-            properties: self.plan_aggregate().input().properties().clone(),
+            properties: aggregate_of(&self.plan).input().properties().clone(),
         });
         let aggregate = self.plan.clone().with_new_children(vec![source])?;
         let rest = aggregate.execute(self.partition, self.context.clone())?;
         let schema = self.plan.schema();
-        let first = futures::stream::iter((emitted.num_rows() > 0).then_some(Ok(emitted)));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             schema,
-            first.chain(rest),
+            emitted.chain(rest),
         )))
     }
 }
