@@ -238,8 +238,11 @@ def test_the_registry_is_governed(tmp_path):
         with pytest.raises(SchemaRegistryError) as wrong:
             registry(floe, ROOT_ID, "not-the-secret").get_subjects()
         assert wrong.value.http_status_code == 401
-        nobody = make_principal(floe, "schema-reader", [])
-        reader = registry(floe, *nobody)
+        nobody = registry(floe, *make_principal(floe, "schema-nobody", []))
+        with pytest.raises(SchemaRegistryError) as unprivileged:
+            nobody.get_subjects()
+        assert unprivileged.value.http_status_code == 403
+        reader = registry(floe, *make_principal(floe, "schema-reader", [("read-schemas", {"type": "server"})]))
         assert reader.get_subjects() == []
         with pytest.raises(SchemaRegistryError) as denied:
             reader.register_schema("x-value", Schema(json.dumps(ORDER_V1), "AVRO"))

@@ -68,7 +68,21 @@ fn registry(state: &AppState) -> Result<&Registry, crate::error::ApiError> {
     })
 }
 
-/// Registering, deleting and configuring need `manage-pipelines` on the server.
+/// Every registry request needs `read-schemas` on the server (which `manage-pipelines`
+/// implies); registering, deleting and configuring also need `manage-pipelines`.
+async fn require_reader(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let allowed = match request.extensions().get::<Caller>() {
+        Some(caller) => crate::auth::require_server(caller, Privilege::ReadSchemas),
+        None => Err(crate::error::ApiError(
+            floe_catalog::CatalogError::Unauthenticated("no credentials".into()),
+        )),
+    };
+    match allowed {
+        Ok(()) => next.run(request).await,
+        Err(denied) => denied.into_response(),
+    }
+}
+
 fn require_write(caller: &Caller) -> Result<(), crate::error::ApiError> {
     crate::auth::require_server(caller, Privilege::ManagePipelines)
 }
@@ -108,6 +122,8 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/compatibility/subjects/{subject}/versions",
             post(compatible_with_all),
         )
+        // The last layer runs first: the principal is known before its privilege is checked.
+        .route_layer(axum::middleware::from_fn(require_reader))
         .route_layer(axum::middleware::from_fn_with_state(
             state,
             crate::auth::require_principal,

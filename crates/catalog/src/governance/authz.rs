@@ -44,11 +44,12 @@ pub enum Privilege {
     ReadData,
     WriteData,
     ManagePipelines,
+    ReadSchemas,
     ManageMaintenance,
 }
 
 impl Privilege {
-    pub const ALL: [Privilege; 18] = [
+    pub const ALL: [Privilege; 19] = [
         Privilege::ManageWarehouses,
         Privilege::ManageGrants,
         Privilege::ReadAudit,
@@ -66,6 +67,7 @@ impl Privilege {
         Privilege::ReadData,
         Privilege::WriteData,
         Privilege::ManagePipelines,
+        Privilege::ReadSchemas,
         Privilege::ManageMaintenance,
     ];
 
@@ -88,6 +90,7 @@ impl Privilege {
             Privilege::ReadData => "read-data",
             Privilege::WriteData => "write-data",
             Privilege::ManagePipelines => "manage-pipelines",
+            Privilege::ReadSchemas => "read-schemas",
             Privilege::ManageMaintenance => "manage-maintenance",
         }
     }
@@ -96,10 +99,12 @@ impl Privilege {
         Privilege::ALL.into_iter().find(|p| p.as_str() == s)
     }
 
-    /// Privileges a grant of `self` also gives: writing data implies reading it, and reading
-    /// data implies reading metadata.
+    /// Privileges a grant of `self` also gives: writing data implies reading it, reading
+    /// data implies reading metadata, and managing pipelines implies reading the schema
+    /// registry they decode with.
     pub fn implied(self) -> &'static [Privilege] {
         match self {
+            Privilege::ManagePipelines => &[Privilege::ReadSchemas],
             Privilege::WriteData => &[Privilege::ReadData, Privilege::ReadMetadata],
             Privilege::ReadData => &[Privilege::ReadMetadata],
             _ => &[],
