@@ -115,6 +115,10 @@ def test_credentials_and_read_data_are_enforced(pg_floe):
         time.sleep(0.1)
     looker = [r for r in records if r["principal"] == "pg-looker"]
     assert looker and looker[0]["decision"] == "deny" and "shop.items" in looker[0]["details"]
+    # Sign-ins are audited too, the refused one as a denial under the user name presented.
+    logins = pg_floe.api("GET", "/api/v1/audit?action=LOGIN%20(PostgreSQL%20wire)&limit=1000").json()["records"]
+    assert any(r["principal"] == f"client:{ROOT_ID}" and r["status"] == 401 and r["decision"] == "deny" for r in logins)
+    assert any(r["principal"] == "pg-reader" and r["status"] == 200 and r["client"] == "127.0.0.1" for r in logins)
 
 
 def test_writes_over_the_extended_protocol_run_once(pg_floe):

@@ -3,6 +3,8 @@ table load returns reach exactly that table's files, read-only unless the caller
 
 from __future__ import annotations
 
+import time
+
 import boto3
 import pyarrow as pa
 import pytest
@@ -11,11 +13,14 @@ from botocore.exceptions import ClientError
 from test_governance import make_principal
 
 
+VENDED_TTL = 900
+
+
 @pytest.fixture
 def floe_s3(tmp_path):
     from conftest import start_floe, stop_floe
 
-    server = start_floe(tmp_path, "sqlite", "s3")
+    server = start_floe(tmp_path, "sqlite", "s3", extra_args=("--vended-credentials-ttl-secs", str(VENDED_TTL)))
     yield server
     stop_floe(server)
 
@@ -64,6 +69,9 @@ def test_vended_credentials_are_scoped_to_the_table(floe_s3):
     body = vended(floe_s3, reader_token, "orders")
     config = body["config"]
     assert config["s3.session-token"] and config["s3.access-key-id"] != floe_s3.client_properties()["s3.access-key-id"]
+    # They last --vended-credentials-ttl-secs (STS rounds nothing; allow for clock and request time).
+    lifetime = int(config["s3.session-token-expires-at-ms"]) / 1000 - time.time()
+    assert VENDED_TTL - 60 < lifetime <= VENDED_TTL + 5, lifetime
     bucket, prefix = split(body["metadata"]["location"])
     s3 = s3_client(config)
     metadata_key = split(body["metadata-location"])[1]

@@ -2,9 +2,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::{Context, anyhow, bail};
 use clap::{Args, Subcommand};
-use floe_catalog::governance::audit::{AuditStore, verify};
+use floe_catalog::governance::audit::{
+    AuditStore, CHECKPOINT_FILE, Checkpoint, verify, verify_checkpoints,
+};
 use floe_store::{SqlStore, StoreOptions};
 
 use crate::client::{ServerArgs, print};
@@ -42,7 +44,7 @@ pub enum AuditCommand {
     },
 }
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 pub struct StoreArgs {
     /// Data directory whose embedded catalog database to read.
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
@@ -50,6 +52,24 @@ pub struct StoreArgs {
     /// Catalog database (`sqlite:PATH` or `postgres://…`), instead of the data directory's.
     #[arg(long, env = "FLOE_CATALOG_DB", hide_env_values = true)]
     pub catalog_db: Option<String>,
+    /// Checkpoints to hold the trail to (the server notes them in
+    /// `<data-dir>/audit-checkpoints`, which is read when present and this is not given).
+    #[arg(long)]
+    pub checkpoints: Option<PathBuf>,
+}
+
+/// Never shows the database URL's password.
+impl std::fmt::Debug for StoreArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreArgs")
+            .field("data_dir", &self.data_dir)
+            .field(
+                "catalog_db",
+                &self.catalog_db.as_deref().map(floe_store::redact_url),
+            )
+            .field("checkpoints", &self.checkpoints)
+            .finish()
+    }
 }
 
 pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
@@ -65,16 +85,30 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
                     format!("sqlite:{}", path.display())
                 }
             };
+            let checkpoints = match args.checkpoints {
+                Some(path) => Some(read_checkpoints(&path)?),
+                None => {
+                    let path = args.data_dir.join(CHECKPOINT_FILE);
+                    match path.is_file() {
+                        true => Some(read_checkpoints(&path)?),
+                        false => None,
+                    }
+                }
+            };
             let store = SqlStore::connect(&url, StoreOptions::default()).await?;
             let trail = store.audit_trail().await?;
-            match verify(&trail) {
-                Ok(n) => {
-                    let last = trail.last().map(|r| r.hash.as_str()).unwrap_or("-");
-                    println!("audit trail intact: {n} records, last hash {last}");
-                    Ok(())
+            let n = verify(&trail).map_err(|broken| anyhow!("audit trail broken: {broken}"))?;
+            let last = trail.last().map(|r| r.hash.as_str()).unwrap_or("-");
+            let held = match &checkpoints {
+                Some(checkpoints) => {
+                    verify_checkpoints(&trail, checkpoints)
+                        .map_err(|broken| anyhow!("audit trail broken: {broken}"))?;
+                    format!("; it holds all {} checkpoints", checkpoints.len())
                 }
-                Err(broken) => bail!("audit trail broken: {broken}"),
-            }
+                None => "; no checkpoints to hold it to".to_string(),
+            };
+            println!("audit trail intact: {n} records, last hash {last}{held}");
+            Ok(())
         }
         AuditCommand::List {
             principal,
@@ -120,4 +154,10 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
             )
         }
     }
+}
+
+fn read_checkpoints(path: &std::path::Path) -> anyhow::Result<Vec<Checkpoint>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read audit checkpoints {}", path.display()))?;
+    Checkpoint::parse_file(&text).map_err(|e| anyhow!("audit checkpoints {}: {e}", path.display()))
 }

@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Clone)]
 pub struct ServerArgs {
     /// Base URL of the Floe server.
     #[arg(long, env = "FLOE_SERVER", default_value = "http://127.0.0.1:8181")]
@@ -24,6 +24,21 @@ pub struct ServerArgs {
         default_value = "./floe-data/root-credentials.json"
     )]
     pub credentials_file: PathBuf,
+}
+
+/// Never shows the secret.
+impl std::fmt::Debug for ServerArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerArgs")
+            .field("server", &self.server)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("credentials_file", &self.credentials_file)
+            .finish()
+    }
 }
 
 /// A client holding a bearer token.

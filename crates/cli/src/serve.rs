@@ -13,7 +13,8 @@ use floe_storage::StorageProfile;
 use floe_store::{SqlStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
 
-#[derive(Args, Debug)]
+/// Not `Debug`: it holds the catalog database URL, whose password must never be logged.
+#[derive(Args)]
 pub struct ServeArgs {
     /// Address of the HTTP server (Iceberg REST catalog, management API, metrics).
     #[arg(long, env = "FLOE_LISTEN", default_value = "127.0.0.1:8181")]
@@ -97,6 +98,13 @@ pub struct ServeArgs {
     /// Lifetime of issued access tokens, in seconds.
     #[arg(long, env = "FLOE_TOKEN_TTL_SECS", default_value_t = 3600)]
     pub token_ttl_secs: u64,
+    /// How often the audit trail's head is noted in `<data-dir>/audit-checkpoints`, in seconds.
+    #[arg(long, env = "FLOE_AUDIT_CHECKPOINT_SECS", default_value_t = 10)]
+    pub audit_checkpoint_secs: u64,
+    /// Lifetime of vended storage credentials, in seconds (STS accepts 900 to 43,200).
+    #[arg(long, env = "FLOE_VENDED_CREDENTIALS_TTL_SECS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(900..=43_200))]
+    pub vended_credentials_ttl_secs: u64,
     /// How long token exchange may extend a session begun with client credentials, in seconds.
     #[arg(long, env = "FLOE_MAX_SESSION_SECS", default_value_t = 43_200)]
     pub max_session_secs: u64,
@@ -136,7 +144,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(backend = ?store.backend(), url = %floe_store::redact_url(&db_url), "opened catalog database");
     let catalog = Arc::new(CatalogService::new(
         Arc::new(store.clone()),
-        CatalogConfig::default(),
+        CatalogConfig {
+            vended_credentials_ttl: Duration::from_secs(args.vended_credentials_ttl_secs),
+            ..CatalogConfig::default()
+        },
     ));
     ensure_default_warehouse(&catalog, &data_dir).await?;
     let mut auth = AuthService::new(
@@ -171,6 +182,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let audit_shutdown = CancellationToken::new();
     let (audit, audit_writer) =
         floe_server::audit::AuditSink::start(Arc::new(store.clone()), audit_shutdown.clone());
+    let checkpoints_path = data_dir.join(floe_catalog::governance::audit::CHECKPOINT_FILE);
+    let checkpoints = floe_server::audit::start_checkpoints(
+        Arc::new(store.clone()),
+        checkpoints_path.clone(),
+        Duration::from_secs(args.audit_checkpoint_secs.max(1)),
+        audit_shutdown.clone(),
+    );
     let authz = Arc::new(Authorizer::new(
         Arc::new(store.clone()),
         Duration::from_secs(2),
@@ -296,6 +314,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Every answered request's audit record is written before the process exits.
     audit_shutdown.cancel();
     let _ = audit_writer.await;
+    // The head after the last records, so a restart's first minutes are covered too.
+    let _ = checkpoints.await;
+    floe_server::audit::checkpoint(&store, &checkpoints_path, &mut None).await;
     store.close().await;
     tracing::info!("floe stopped");
     Ok(())

@@ -19,7 +19,7 @@ use futures::TryStreamExt;
 
 use crate::client::ServerArgs;
 
-#[derive(Args, Debug)]
+#[derive(Args)]
 pub struct SqlArgs {
     /// Run this statement and exit.
     #[arg(short = 'e', long = "execute", conflicts_with = "file")]

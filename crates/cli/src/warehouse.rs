@@ -28,6 +28,9 @@ pub enum WarehouseCommand {
         /// Access key id; the secret is read from FLOE_S3_SECRET_ACCESS_KEY.
         #[arg(long, env = "FLOE_S3_ACCESS_KEY_ID")]
         s3_access_key_id: Option<String>,
+        /// The IAM role credential vending assumes (needed on AWS).
+        #[arg(long)]
+        s3_sts_role_arn: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -62,6 +65,7 @@ pub async fn run(command: WarehouseCommand) -> anyhow::Result<()> {
             s3_endpoint,
             s3_path_style,
             s3_access_key_id,
+            s3_sts_role_arn,
             server,
         } => {
             let storage = match (local, s3_bucket) {
@@ -72,6 +76,7 @@ pub async fn run(command: WarehouseCommand) -> anyhow::Result<()> {
                         "type": "s3", "bucket": bucket, "key-prefix": s3_prefix, "region": s3_region,
                         "endpoint": s3_endpoint, "path-style-access": s3_path_style,
                         "access-key-id": s3_access_key_id, "secret-access-key": secret,
+                        "sts-role-arn": s3_sts_role_arn,
                     }))
                 }
                 _ => bail!("give exactly one of --local or --s3-bucket"),

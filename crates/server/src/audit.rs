@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::Response;
-use floe_catalog::governance::audit::{AuditEvent, AuditScope, AuditStore};
+use floe_catalog::governance::audit::{AuditEvent, AuditScope, AuditStore, Checkpoint};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -86,6 +86,78 @@ async fn write_batches(
     }
 }
 
+/// Adds facts the path does not show (the securable a grant is on, a rename's target) to the
+/// record of the request being served. Call it before the change, whose transaction writes the
+/// record. Never pass secrets.
+pub fn note_details(details: serde_json::Value) {
+    if let Some(scope) = AuditScope::current() {
+        scope.set_details(details.to_string());
+    }
+}
+
+/// Notes the trail's head in `path` (see [`Checkpoint`]) every `interval` while it grows,
+/// and once more when `shutdown` fires (after the writer has drained, if the caller awaits it
+/// first). A failure to read or write is logged and retried at the next tick.
+pub fn start_checkpoints(
+    store: Arc<dyn AuditStore>,
+    path: std::path::PathBuf,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut noted = None;
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            checkpoint(store.as_ref(), &path, &mut noted).await;
+        }
+    })
+}
+
+/// Appends the head to the checkpoint file unless it is the one noted last.
+pub async fn checkpoint(
+    store: &dyn AuditStore,
+    path: &std::path::Path,
+    noted: &mut Option<(i64, String)>,
+) {
+    let head = match store.audit_head().await {
+        Ok(Some(head)) => head,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "read the audit trail's head for a checkpoint");
+            return;
+        }
+    };
+    if noted.as_ref() == Some(&head) {
+        return;
+    }
+    let line = Checkpoint {
+        seq: head.0,
+        hash: head.1.clone(),
+        at_ms: chrono::Utc::now().timestamp_millis(),
+    }
+    .line();
+    let written = async {
+        use tokio::io::AsyncWriteExt;
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .await?;
+        file.write_all(line.as_bytes()).await?;
+        file.sync_data().await
+    }
+    .await;
+    match written {
+        Ok(()) => *noted = Some(head),
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "write an audit checkpoint"),
+    }
+}
+
 /// The record of one SQL statement from a front door that is not HTTP (PostgreSQL wire,
 /// Flight SQL): its outcome as an HTTP-like status, a missing privilege as a denial.
 pub fn statement_event(
@@ -96,21 +168,40 @@ pub fn statement_event(
     sql: &str,
     error: Option<&floe_sql::SqlError>,
 ) -> AuditEvent {
-    let (decision, status) = match error.map(|e| &e.kind) {
-        None => ("allow", 200),
-        Some(floe_sql::SqlErrorKind::PermissionDenied) => ("deny", 403),
-        Some(_) => ("allow", 400),
+    let status = match error.map(|e| &e.kind) {
+        None => 200,
+        Some(floe_sql::SqlErrorKind::PermissionDenied) => 403,
+        Some(_) => 400,
     };
+    let mut event = login_event(principal, action, resource, client, status);
+    event.details = serde_json::json!({ "statement": sql }).to_string();
+    event
+}
+
+/// The record of a sign-in (or a refused one) at a front door that is not HTTP: `status` as
+/// HTTP would answer it (200, or 401 for credentials that were refused), 401 and 403 denials.
+pub fn login_event(
+    principal: &str,
+    action: &str,
+    resource: String,
+    client: String,
+    status: u16,
+) -> AuditEvent {
     AuditEvent {
         at_ms: chrono::Utc::now().timestamp_millis(),
         request_id: uuid::Uuid::now_v7().to_string(),
         principal: principal.to_string(),
         action: action.to_string(),
         resource,
-        decision: decision.into(),
+        decision: if matches!(status, 401 | 403) {
+            "deny"
+        } else {
+            "allow"
+        }
+        .into(),
         status,
         client,
-        details: serde_json::json!({ "statement": sql }).to_string(),
+        details: "{}".into(),
     }
 }
 

@@ -198,7 +198,38 @@ fn status(e: SqlError) -> Status {
 
 impl FloeFlightSql {
     /// The caller a request's bearer token stands for.
+    /// The caller a request's bearer token names; a refusal is audited as a denial.
     async fn caller(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+        let caller = self.bearer_caller(metadata).await;
+        if let Err(refused) = &caller
+            && refused.code() == tonic::Code::Unauthenticated
+        {
+            self.audit_login(metadata, "anonymous", "AUTHENTICATE (Flight SQL)", 401)
+                .await;
+        }
+        caller
+    }
+
+    async fn audit_login(
+        &self,
+        metadata: &MetadataMap,
+        principal: &str,
+        action: &str,
+        status: u16,
+    ) {
+        self.state
+            .audit
+            .send(crate::audit::login_event(
+                principal,
+                action,
+                "flightsql".into(),
+                client_address(metadata),
+                status,
+            ))
+            .await;
+    }
+
+    async fn bearer_caller(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
         let header = metadata
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -355,23 +386,54 @@ impl FloeFlightSql {
         sql: &str,
         error: Option<&SqlError>,
     ) {
-        let client = metadata
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
         self.state
             .audit
             .send(crate::audit::statement_event(
                 &caller.principal.name,
                 "SQL (Flight SQL)",
                 "flightsql".into(),
-                client,
+                client_address(metadata),
                 sql,
                 error,
             ))
             .await;
     }
+}
+
+const HANDSHAKE: &str = "HANDSHAKE (Flight SQL)";
+
+/// The client id and secret of a handshake's HTTP Basic credentials.
+fn basic_credentials(metadata: &MetadataMap) -> Result<(String, String), Status> {
+    let header = metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            Status::unauthenticated("send client id and secret as HTTP Basic credentials")
+        })?;
+    let encoded = header
+        .strip_prefix("Basic ")
+        .ok_or_else(|| Status::unauthenticated("the handshake takes HTTP Basic credentials"))?;
+    // Some clients (Go's Flight client among them) leave the padding off.
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
+    let (client_id, secret) = decoded
+        .split_once(':')
+        .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
+    Ok((client_id.to_string(), secret.to_string()))
+}
+
+/// The client's address as a proxy in front reports it (gRPC requests reach the handlers
+/// without the peer address).
+fn client_address(metadata: &MetadataMap) -> String {
+    metadata
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// A flight of one endpoint, fetched with `ticket` (a statement handle, or a metadata command
@@ -415,32 +477,20 @@ impl FlightSqlService for FloeFlightSql {
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        let header = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                Status::unauthenticated("send client id and secret as HTTP Basic credentials")
-            })?;
-        let encoded = header
-            .strip_prefix("Basic ")
-            .ok_or_else(|| Status::unauthenticated("the handshake takes HTTP Basic credentials"))?;
-        // Some clients (Go's Flight client among them) leave the padding off.
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
-        let (client_id, secret) = decoded
-            .split_once(':')
-            .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
-        let issued = self
-            .state
-            .auth
-            .token_for_client(client_id, secret)
-            .await
-            .map_err(|_| Status::unauthenticated("invalid client credentials"))?;
+        let (client_id, secret) = match basic_credentials(request.metadata()) {
+            Ok(credentials) => credentials,
+            Err(refused) => {
+                self.audit_login(request.metadata(), "anonymous", HANDSHAKE, 401)
+                    .await;
+                return Err(refused);
+            }
+        };
+        let issued = self.state.auth.token_for_client(&client_id, &secret).await;
+        let status = if issued.is_ok() { 200 } else { 401 };
+        let principal = format!("client:{client_id}");
+        self.audit_login(request.metadata(), &principal, HANDSHAKE, status)
+            .await;
+        let issued = issued.map_err(|_| Status::unauthenticated("invalid client credentials"))?;
         let reply = HandshakeResponse {
             protocol_version: 0,
             payload: issued.access_token.clone().into(),

@@ -138,17 +138,36 @@ impl AuthSource<Principal> for Credentials {
         presented: &[u8],
     ) -> PgWireResult<Option<Principal>> {
         let user = login.user().unwrap_or_default().to_owned();
-        let refused = || PgWireError::InvalidPassword(user.clone());
-        let password = std::str::from_utf8(presented).map_err(|_| refused())?;
         let auth = &self.state.auth;
-        let token = match auth.token_for_client(&user, password).await {
-            Ok(issued) => issued.access_token,
-            // Not a client secret: perhaps an access token.
-            Err(_) => password.to_string(),
+        let principal = match std::str::from_utf8(presented) {
+            Ok(password) => {
+                let token = match auth.token_for_client(&user, password).await {
+                    Ok(issued) => issued.access_token,
+                    // Not a client secret: perhaps an access token.
+                    Err(_) => password.to_string(),
+                };
+                auth.authenticate(&token).await.ok()
+            }
+            Err(_) => None,
         };
-        match auth.authenticate(&token).await {
-            Ok(principal) => Ok(Some(principal)),
-            Err(_) => Err(refused()),
+        // Sign-ins are audited, refused ones as denials under the user name presented.
+        let (name, status) = match &principal {
+            Some(principal) => (principal.name.clone(), 200),
+            None => (format!("client:{user}"), 401),
+        };
+        self.state
+            .audit
+            .send(crate::audit::login_event(
+                &name,
+                "LOGIN (PostgreSQL wire)",
+                format!("pg://{}", login.database().unwrap_or_default()),
+                login.host().to_string(),
+                status,
+            ))
+            .await;
+        match principal {
+            Some(principal) => Ok(Some(principal)),
+            None => Err(PgWireError::InvalidPassword(user)),
         }
     }
 }

@@ -42,6 +42,10 @@ pub struct S3Profile {
     pub access_key_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_access_key: Option<String>,
+    /// The IAM role that credential vending assumes (`RoleArn` of STS `AssumeRole`, which AWS
+    /// requires); S3-compatible servers such as MinIO assume the keys' own identity without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sts_role_arn: Option<String>,
 }
 
 fn default_region() -> String {
@@ -61,6 +65,7 @@ impl std::fmt::Debug for S3Profile {
                 "secret_access_key",
                 &self.secret_access_key.as_ref().map(|_| "<redacted>"),
             )
+            .field("sts_role_arn", &self.sts_role_arn)
             .finish()
     }
 }

@@ -633,5 +633,13 @@ mod audit {
                 .map_err(query_error)?;
             Ok(rows.iter().map(record_from_row).collect())
         }
+
+        async fn audit_head(&self) -> Result<Option<(i64, String)>> {
+            let row = sqlx::query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(query_error)?;
+            Ok(row.map(|row| (row.get("seq"), row.get("hash"))))
+        }
     }
 }

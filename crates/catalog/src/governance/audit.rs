@@ -4,6 +4,12 @@
 //! Each record's hash is SHA-256 over the previous record's hash and the record's own fields
 //! in a fixed order; the first record chains from [`GENESIS`]. [`verify`] recomputes the chain
 //! and names the first record where it breaks.
+//!
+//! A chain alone cannot stop someone who can write the database from deleting its newest
+//! records or rewriting it from some record on with fresh hashes. So the server also notes the
+//! chain's head outside the database every few seconds ([`Checkpoint`], a line in
+//! `<data-dir>/audit-checkpoints`), and [`verify_checkpoints`] holds the trail to every noted
+//! point: each must still be there with the same hash.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,6 +18,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::Result;
+
+/// The file under the data directory where the server notes checkpoints.
+pub const CHECKPOINT_FILE: &str = "audit-checkpoints";
 
 /// The hash the first record chains from.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -99,6 +108,12 @@ pub enum ChainBreak {
     Missing { after: i64, seq: i64 },
     /// The record does not chain from its predecessor: records were reordered or replaced.
     Unchained { seq: i64 },
+    /// The trail ends at `last`, but record `seq` was noted in a checkpoint: records were
+    /// deleted from its end.
+    Truncated { last: i64, seq: i64 },
+    /// Record `seq` is not the record a checkpoint noted at `at_ms`: the trail was rewritten
+    /// from there on (with hashes recomputed, or the chain would show it).
+    Rewritten { seq: i64, at_ms: i64 },
 }
 
 impl std::fmt::Display for ChainBreak {
@@ -117,6 +132,19 @@ impl std::fmt::Display for ChainBreak {
                     "record {seq} does not chain from the record before it (reordered or replaced)"
                 )
             }
+            ChainBreak::Truncated { last, seq } => write!(
+                f,
+                "the trail ends at record {last}, but a checkpoint noted record {seq}: \
+                 records after {last} were deleted"
+            ),
+            ChainBreak::Rewritten { seq, at_ms } => write!(
+                f,
+                "record {seq} is not the record checkpointed at {} (ms since the epoch {at_ms}): \
+                 the trail was rewritten from there on",
+                chrono::DateTime::from_timestamp_millis(*at_ms)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default()
+            ),
         }
     }
 }
@@ -142,6 +170,75 @@ pub fn verify(records: &[AuditRecord]) -> std::result::Result<usize, ChainBreak>
         prev_seq = record.seq;
     }
     Ok(records.len())
+}
+
+/// A point of the chain noted outside the database: record `seq` had hash `hash` at `at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub seq: i64,
+    pub hash: String,
+    pub at_ms: i64,
+}
+
+impl Checkpoint {
+    /// The checkpoint as a line of the checkpoint file: `seq hash at_ms`.
+    pub fn line(&self) -> String {
+        format!("{} {} {}\n", self.seq, self.hash, self.at_ms)
+    }
+
+    /// Parses a checkpoint file; an unreadable line is an error naming it.
+    pub fn parse_file(text: &str) -> std::result::Result<Vec<Checkpoint>, String> {
+        text.lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(i, line)| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let parsed = match fields[..] {
+                    [seq, hash, at_ms] if hash.len() == 64 => seq
+                        .parse()
+                        .ok()
+                        .zip(at_ms.parse().ok())
+                        .map(|(seq, at_ms)| Checkpoint {
+                            seq,
+                            hash: hash.to_string(),
+                            at_ms,
+                        }),
+                    _ => None,
+                };
+                parsed.ok_or_else(|| {
+                    format!("line {} is not \"<seq> <hash> <at-ms>\": {line:?}", i + 1)
+                })
+            })
+            .collect()
+    }
+}
+
+/// Holds a trail that [`verify`] found intact to checkpoints noted while it was written:
+/// every checkpointed record must still be there, with the hash it had then.
+pub fn verify_checkpoints(
+    records: &[AuditRecord],
+    checkpoints: &[Checkpoint],
+) -> std::result::Result<(), ChainBreak> {
+    let last = records.last().map_or(0, |r| r.seq);
+    for checkpoint in checkpoints {
+        // An intact trail numbers its records 1, 2, 3, ...: record `seq` is at `seq - 1`.
+        let Some(record) = usize::try_from(checkpoint.seq - 1)
+            .ok()
+            .and_then(|i| records.get(i))
+        else {
+            return Err(ChainBreak::Truncated {
+                last,
+                seq: checkpoint.seq,
+            });
+        };
+        if record.hash != checkpoint.hash {
+            return Err(ChainBreak::Rewritten {
+                seq: checkpoint.seq,
+                at_ms: checkpoint.at_ms,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Filters of an audit query.
@@ -237,6 +334,8 @@ pub trait AuditStore: Send + Sync + std::fmt::Debug {
     async fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>>;
     /// Every record in sequence order, for verification.
     async fn audit_trail(&self) -> Result<Vec<AuditRecord>>;
+    /// The last record's sequence number and hash, if there is a record.
+    async fn audit_head(&self) -> Result<Option<(i64, String)>>;
 }
 
 #[cfg(test)]
@@ -288,5 +387,45 @@ mod tests {
         let mut truncated_head = records.clone();
         truncated_head.remove(0);
         assert!(verify(&truncated_head).is_err());
+    }
+
+    #[test]
+    fn checkpoints_catch_deleted_ends_and_rewritten_chains() {
+        let records = chain(0, GENESIS, (1..=6).map(event).collect());
+        let noted = |seq: i64| Checkpoint {
+            seq,
+            hash: records[seq as usize - 1].hash.clone(),
+            at_ms: 1_000 * seq,
+        };
+        let checkpoints = Checkpoint::parse_file(&(noted(2).line() + &noted(5).line())).unwrap();
+        assert_eq!(checkpoints, vec![noted(2), noted(5)]);
+        assert_eq!(verify_checkpoints(&records, &checkpoints), Ok(()));
+
+        // Deleting the newest records leaves an intact chain, but not the checkpointed one.
+        let truncated = &records[..4];
+        assert_eq!(verify(truncated), Ok(4));
+        assert_eq!(
+            verify_checkpoints(truncated, &checkpoints),
+            Err(ChainBreak::Truncated { last: 4, seq: 5 })
+        );
+
+        // Rewriting record 4 and chaining everything after it afresh fools the chain alone.
+        let mut edited: Vec<AuditEvent> = records.iter().map(|r| r.event.clone()).collect();
+        edited[3].principal = "mallory".into();
+        let rewritten = chain(0, GENESIS, edited);
+        assert_eq!(verify(&rewritten), Ok(6));
+        assert_eq!(
+            verify_checkpoints(&rewritten, &checkpoints),
+            Err(ChainBreak::Rewritten {
+                seq: 5,
+                at_ms: 5_000
+            })
+        );
+
+        assert!(
+            Checkpoint::parse_file("7 abc 1\n")
+                .unwrap_err()
+                .contains("line 1")
+        );
     }
 }

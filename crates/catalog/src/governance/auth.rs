@@ -22,17 +22,36 @@ const OIDC_CLIENT_PREFIX: &str = "oidc-";
 pub const ROOT_NAME: &str = "root";
 
 /// Client credentials, as written to `root-credentials.json` and returned once on creation.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClientCredentials {
     pub client_id: String,
     pub client_secret: String,
 }
 
+/// Shows the client id only: a secret must never reach a log through `{:?}`.
+impl std::fmt::Debug for ClientCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCredentials")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .finish()
+    }
+}
+
 /// A freshly issued access token.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct IssuedToken {
     pub access_token: String,
     pub expires_in: i64,
+}
+
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("access_token", &"<redacted>")
+            .field("expires_in", &self.expires_in)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]

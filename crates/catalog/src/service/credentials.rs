@@ -43,7 +43,7 @@ impl CatalogService {
         let policy = session_policy(&location, write);
         let vended = assume_role(
             s3,
-            None,
+            s3.sts_role_arn.as_deref(),
             &policy,
             self.config.vended_credentials_ttl.as_secs(),
         )

@@ -9,7 +9,7 @@ use crate::model::TabularKind;
 use crate::{CatalogError, Result};
 
 /// A securable as the management API names it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum SecurableRef {
     Server,

@@ -1125,10 +1125,15 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 }
 
 fn verify_audit(data_dir: &std::path::Path) -> std::process::Output {
+    verify_audit_with(data_dir, &[])
+}
+
+fn verify_audit_with(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
         .env("FLOE_PG_LISTEN", "127.0.0.1:0")
         .args(["audit", "verify", "--data-dir"])
         .arg(data_dir)
+        .args(args)
         .env_remove("FLOE_CATALOG_DB")
         .output()
         .unwrap()
@@ -1168,6 +1173,13 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
     )
     .await;
     let auditor = Api::with_token(&floe, &token_for(&floe.base, &id, &secret).await);
+    // A grant's record names what was granted to whom, on what (the path shows none of it).
+    let granted = audit_records(&root, "action=POST%20/api/v1/grants", |r| !r.is_empty()).await;
+    let details: Value = serde_json::from_str(granted[0]["details"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        details,
+        json!({"role": "role-auditor", "privilege": "read-audit", "on": {"type": "server"}})
+    );
     // A server-level grant makes everything visible, so a missing privilege is a 403.
     assert_eq!(
         auditor
@@ -1265,7 +1277,11 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
         "{}",
         String::from_utf8_lossy(&intact.stderr)
     );
-    assert!(String::from_utf8_lossy(&intact.stdout).contains("intact"));
+    let said = String::from_utf8_lossy(&intact.stdout);
+    assert!(
+        said.contains("intact") && said.contains("it holds all"),
+        "{said}"
+    );
     for (name, sql, expected) in [
         (
             "edit",
@@ -1295,6 +1311,69 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
         assert!(!out.status.success(), "{name} must be detected");
         assert!(stderr.contains(expected), "{name}: {stderr}");
     }
+
+    // The chain alone cannot see its newest records deleted, or the newest record rewritten
+    // with a hash recomputed to match; the checkpoint noted at shutdown does.
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(&data_dir, copy.path());
+    tamper(
+        copy.path(),
+        &["DELETE FROM audit_log WHERE seq = (SELECT MAX(seq) FROM audit_log)"],
+    )
+    .await;
+    let out = verify_audit(copy.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a deleted end must be detected");
+    assert!(stderr.contains("were deleted"), "{stderr}");
+
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(&data_dir, copy.path());
+    rewrite_last_record(copy.path()).await;
+    let out = verify_audit(copy.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a rewritten record must be detected");
+    assert!(stderr.contains("the trail was rewritten"), "{stderr}");
+    let unanchored = verify_audit_with(copy.path(), &["--checkpoints", "/dev/null"]);
+    assert!(
+        unanchored.status.success(),
+        "without checkpoints the rewrite passes the chain check: {}",
+        String::from_utf8_lossy(&unanchored.stderr)
+    );
+}
+
+/// Changes the newest audit record's principal and gives it the hash its new contents chain
+/// to, as someone with write access to the database could.
+async fn rewrite_last_record(data_dir: &std::path::Path) {
+    use floe_catalog::governance::audit::{AuditEvent, record_hash};
+    use sqlx::Row;
+    sqlx::any::install_default_drivers();
+    let url = format!("sqlite://{}/catalog.db", data_dir.display());
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    let row = sqlx::query("SELECT * FROM audit_log ORDER BY seq DESC LIMIT 1")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let seq: i64 = row.get("seq");
+    let prev: String = row.get("prev_hash");
+    let event = AuditEvent {
+        at_ms: row.get("at_ms"),
+        request_id: row.get("request_id"),
+        principal: "mallory".into(),
+        action: row.get("action"),
+        resource: row.get("resource"),
+        decision: row.get("decision"),
+        status: row.get::<i64, _>("status") as u16,
+        client: row.get("client"),
+        details: row.get("details"),
+    };
+    sqlx::query("UPDATE audit_log SET principal = $1, hash = $2 WHERE seq = $3")
+        .bind("mallory")
+        .bind(record_hash(&prev, seq, &event))
+        .bind(seq)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
 }
 
 #[tokio::test]

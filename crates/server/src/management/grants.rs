@@ -101,6 +101,7 @@ pub async fn add_member(
     JsonBody(request): JsonBody<MemberRequest>,
 ) -> ApiResult<StatusCode> {
     require_server(&caller, Privilege::ManageGrants)?;
+    crate::audit::note_details(json!({"role": role, "principal": request.principal}));
     let id = principal_id(&state, &request.principal).await?;
     state.authz.store().assign_role(&role, id).await?;
     state.authz.invalidate();
@@ -172,6 +173,9 @@ async fn change_grant(
     request: &GrantRequest,
     grant: bool,
 ) -> ApiResult<StatusCode> {
+    crate::audit::note_details(json!({
+        "role": request.role, "privilege": request.privilege, "on": request.on,
+    }));
     let privilege = parse_privilege(&request.privilege)?;
     let securable = authorized_securable(state, caller, &request.on).await?;
     let store = state.authz.store();

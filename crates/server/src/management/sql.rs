@@ -12,7 +12,6 @@ use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::json::WriterBuilder;
 use datafusion::arrow::json::writer::JsonArray;
 use floe_catalog::CatalogError;
-use floe_catalog::governance::audit::AuditScope;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
 use futures::{StreamExt, TryStreamExt};
@@ -43,9 +42,7 @@ pub async fn run(
     headers: HeaderMap,
     JsonBody(request): JsonBody<SqlRequest>,
 ) -> ApiResult<Response> {
-    if let Some(scope) = AuditScope::current() {
-        scope.set_details(json!({ "statement": request.sql }).to_string());
-    }
+    crate::audit::note_details(json!({ "statement": request.sql }));
     let options = QueryOptions {
         warehouse: request.warehouse,
         namespace: request.namespace,

@@ -388,6 +388,7 @@ pub async fn rename(
     PathParams(prefix): PathParams<String>,
     JsonBody(request): JsonBody<RenameRequest>,
 ) -> ApiResult<StatusCode> {
+    crate::audit::note_details(serde_json::json!(request));
     state
         .catalog
         .rename_table(

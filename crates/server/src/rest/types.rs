@@ -64,7 +64,7 @@ impl Identifier {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenameRequest {
     pub source: Identifier,
