@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Api, Floe, ROOT_ID, fetch_token, simple_schema, token_for};
+use crate::harness::{Answer, Api, Floe, ROOT_ID, fetch_token, simple_schema, token_for};
 
 const NS: &str = "/catalog/v1/default/namespaces";
 
@@ -1020,6 +1020,725 @@ async fn management_matrix(floe: &Floe, root: &Api, nobody: &Api, expired: &Api)
             answer.body
         );
     }
+}
+
+/// A request body in the matrix of the later endpoints.
+enum Payload {
+    Empty,
+    Json(Value),
+    /// Bytes with their content type (HTTP ingestion takes NDJSON).
+    Raw(&'static str, &'static str),
+}
+
+/// A check of an answer beyond its status.
+type Check = Box<dyn Fn(&Answer)>;
+
+/// Privileges and the securables they are granted on.
+type Grants = Vec<(&'static str, Value)>;
+
+/// One endpoint of the later matrix, and who gets which status from it.
+struct Later {
+    name: &'static str,
+    method: reqwest::Method,
+    path: String,
+    payload: Payload,
+    /// What a principal holding nothing gets.
+    nobody: u16,
+    /// Principals holding something near the privilege but not it: what they hold and the
+    /// status they get.
+    lacking: Vec<(&'static str, Grants, u16)>,
+    /// Checked on the answers to the principal holding nothing and to those lacking the
+    /// privilege (filtered listings).
+    denied_check: Option<Check>,
+    /// What the principal "with exactly the privilege" holds.
+    grants: Grants,
+    ok: u16,
+    ok_check: Option<Check>,
+    /// Read-only routes: the same principal also succeeds with HTTP basic authentication.
+    basic: bool,
+}
+
+impl Later {
+    fn new(name: &'static str, method: reqwest::Method, path: impl Into<String>) -> Self {
+        Later {
+            name,
+            method,
+            path: path.into(),
+            payload: Payload::Empty,
+            nobody: 404,
+            lacking: Vec::new(),
+            denied_check: None,
+            grants: Vec::new(),
+            ok: 200,
+            ok_check: None,
+            basic: false,
+        }
+    }
+
+    fn json(mut self, body: Value) -> Self {
+        self.payload = Payload::Json(body);
+        self
+    }
+
+    fn raw(mut self, content_type: &'static str, body: &'static str) -> Self {
+        self.payload = Payload::Raw(content_type, body);
+        self
+    }
+
+    fn nobody(mut self, status: u16) -> Self {
+        self.nobody = status;
+        self
+    }
+
+    fn lacking(mut self, label: &'static str, holds: Grants, status: u16) -> Self {
+        self.lacking.push((label, holds, status));
+        self
+    }
+
+    fn denied_check(mut self, check: impl Fn(&Answer) + 'static) -> Self {
+        self.denied_check = Some(Box::new(check));
+        self
+    }
+
+    fn grants(mut self, grants: Grants) -> Self {
+        self.grants = grants;
+        self
+    }
+
+    fn ok(mut self, status: u16) -> Self {
+        self.ok = status;
+        self
+    }
+
+    fn ok_check(mut self, check: impl Fn(&Answer) + 'static) -> Self {
+        self.ok_check = Some(Box::new(check));
+        self
+    }
+
+    fn basic(mut self) -> Self {
+        self.basic = true;
+        self
+    }
+
+    fn request(&self, api: &Api) -> reqwest::RequestBuilder {
+        let request = api
+            .http
+            .request(self.method.clone(), format!("{}{}", api.base, self.path));
+        match &self.payload {
+            Payload::Empty => request,
+            Payload::Json(body) => request.json(body),
+            Payload::Raw(content_type, body) => {
+                request.header("content-type", *content_type).body(*body)
+            }
+        }
+    }
+}
+
+/// A new principal holding `grants` (through a role of its own), its client and credentials.
+async fn holder(
+    floe: &Floe,
+    root: &Api,
+    name: &str,
+    grants: &[(&str, Value)],
+) -> (Api, String, String) {
+    let (id, secret) = principal(root, name).await;
+    if !grants.is_empty() {
+        grant(root, name, grants).await;
+    }
+    let api = Api::with_token(floe, &token_for(&floe.base, &id, &secret).await);
+    (api, id, secret)
+}
+
+/// The routes added after the first matrix was written: namespace existence, remote signing,
+/// SQL, HTTP ingestion, maintenance, pipelines and the schema registry. Each is called with
+/// no token, a malformed token, an expired token, basic credentials with a wrong secret and
+/// basic credentials that are not base64 (401 each); by a principal holding nothing; by
+/// principals holding something near the privilege but not it; and by one holding exactly
+/// the privilege.
+#[tokio::test]
+async fn authorization_matrix_covers_the_later_endpoints() {
+    use reqwest::Method;
+    const REGISTRY: &str = "/schema-registry";
+    const AVRO: &str = r#"{"type":"record","name":"r","fields":[{"name":"id","type":"long"}]}"#;
+    let floe = Floe::start("sqlite").await;
+    let root = Api::new(&floe);
+    let (nobody, _, _) = holder(&floe, &root, "nobody", &[]).await;
+    let expired = Api::with_token(&floe, &expired_token(&floe).await);
+    assert_eq!(
+        root.get(NS).await.status,
+        200,
+        "the minted token's key is the server's"
+    );
+    let server = || json!({"type": "server"});
+    let schema = || json!({"schema": AVRO});
+    let names = [
+        "namespace-exists",
+        "sign-read",
+        "sign-write",
+        "sql-select",
+        "sql-insert",
+        "ingest",
+        "ingest-status",
+        "expire-snapshots",
+        "remove-orphan-files",
+        "set-policy",
+        "get-policy",
+        "queue-job",
+        "list-jobs",
+        "list-table-jobs",
+        "get-job",
+        "create-pipeline",
+        "list-pipelines",
+        "get-pipeline",
+        "delete-pipeline",
+        "pipeline-status",
+        "registry-root",
+        "registry-mode",
+        "registry-types",
+        "registry-schema",
+        "registry-raw-schema",
+        "registry-schema-subjects",
+        "registry-schema-versions",
+        "registry-subjects",
+        "registry-lookup",
+        "registry-versions",
+        "registry-version",
+        "registry-raw-version",
+        "registry-config",
+        "registry-subject-config",
+        "registry-compatible-with-version",
+        "registry-compatible-with-all",
+        "registry-register",
+        "registry-delete-subject",
+        "registry-delete-version",
+        "registry-set-config",
+        "registry-set-subject-config",
+        "registry-delete-subject-config",
+    ];
+    let mut cases = Vec::new();
+    for (i, name) in names.into_iter().enumerate() {
+        // Objects of this case's own: namespace `ns` (table `t` and `u`, view `v`, namespace
+        // `ns.child`), a sibling namespace, a schema registry subject.
+        let ns = format!("l{i}");
+        fixtures(&root, &ns).await;
+        let sibling = format!("{ns}s");
+        assert_eq!(
+            root.post(NS, json!({"namespace": [&sibling]})).await.status,
+            200
+        );
+        let other_table = root
+            .post(
+                &format!("{NS}/{ns}/tables"),
+                json!({"name": "u", "schema": simple_schema()}),
+            )
+            .await;
+        assert_eq!(other_table.status, 200, "{:?}", other_table.body);
+        let subject = format!("rs{i}");
+        let registered = root
+            .post(&format!("{REGISTRY}/subjects/{subject}/versions"), schema())
+            .await;
+        assert_eq!(registered.status, 200, "{:?}", registered.body);
+        let schema_id = registered.body["id"].as_i64().unwrap();
+        let t = format!("{NS}/{ns}/tables/t");
+        let on_t = || on_table(&ns, "t");
+        // Sees the namespace and everything in it, holds no privilege but reading metadata.
+        let sees = || vec![("read-metadata", on_ns(&ns))];
+        let table_body = |extra: Value| {
+            let mut body = json!({"warehouse": "default", "namespace": [&ns], "table": "t"});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            body
+        };
+        let pipeline = |name: &str| {
+            json!({
+                "name": name, "warehouse": "default", "namespace": [&ns], "table": "p",
+                // Nothing listens there: defining a pipeline does not contact the broker.
+                "bootstrap-servers": "127.0.0.1:1", "topics": ["floe-matrix"]
+            })
+        };
+        let defined = |name: String| {
+            let body = pipeline(&name);
+            let root = &root;
+            async move {
+                let created = root.post("/api/v1/pipelines", body).await;
+                assert_eq!(created.status, 201, "{:?}", created.body);
+                name
+            }
+        };
+        let sign = |method: &str| {
+            json!({
+                "region": "us-east-1",
+                "uri": format!("https://s3.us-east-1.amazonaws.com/bucket/{ns}/t/data/x.parquet"),
+                "method": method,
+                "headers": {}
+            })
+        };
+        let says_not_s3 = |answer: &Answer| {
+            assert!(
+                answer.message().contains("not on S3"),
+                "a local warehouse has nothing to sign: {:?}",
+                answer.body
+            );
+        };
+        let sql = |statement: &str| json!({"sql": statement, "namespace": &ns});
+        let registry_read = |name: &'static str, method: Method, path: String| {
+            Later::new(name, method, format!("{REGISTRY}{path}"))
+                .nobody(403)
+                .lacking(
+                    "manages pipelines in a namespace",
+                    vec![("manage-pipelines", on_ns(&ns))],
+                    403,
+                )
+                .grants(vec![("read-schemas", server())])
+                .basic()
+        };
+        let registry_write = |name: &'static str, method: Method, path: String| {
+            Later::new(name, method, format!("{REGISTRY}{path}"))
+                .nobody(403)
+                .lacking("reads schemas", vec![("read-schemas", server())], 403)
+                .lacking(
+                    "manages pipelines in a namespace",
+                    vec![("manage-pipelines", on_ns(&ns))],
+                    403,
+                )
+                .grants(vec![("manage-pipelines", server())])
+        };
+        let case = match name {
+            "namespace-exists" => Later::new(name, Method::HEAD, format!("{NS}/{ns}"))
+                .lacking(
+                    "sees a sibling namespace",
+                    vec![("read-metadata", on_ns(&sibling))],
+                    404,
+                )
+                .grants(sees())
+                .ok(204),
+            "sign-read" => Later::new(name, Method::POST, format!("{t}/sign"))
+                .json(sign("GET"))
+                .lacking("sees the namespace", sees(), 403)
+                .grants(vec![("read-data", on_t())])
+                .ok(400)
+                .ok_check(says_not_s3),
+            "sign-write" => Later::new(name, Method::POST, format!("{t}/sign"))
+                .json(sign("PUT"))
+                .lacking("sees the namespace", sees(), 403)
+                .lacking("reads the table", vec![("read-data", on_t())], 403)
+                .grants(vec![("write-data", on_t())])
+                .ok(400)
+                .ok_check(says_not_s3),
+            // SQL answers a table it may not see as it answers one that does not exist: 400.
+            "sql-select" => Later::new(name, Method::POST, "/api/v1/sql")
+                .json(sql("SELECT count(*) AS n FROM t"))
+                .nobody(400)
+                .lacking("sees the namespace", sees(), 403)
+                .grants(vec![("read-data", on_t())])
+                .ok_check(|answer| assert_eq!(answer.body["rows"], json!([{"n": 0}]))),
+            "sql-insert" => Later::new(name, Method::POST, "/api/v1/sql")
+                .json(sql("INSERT INTO t VALUES (1, 'a')"))
+                .nobody(400)
+                .lacking("sees the namespace", sees(), 403)
+                .lacking("reads the table", vec![("read-data", on_t())], 403)
+                .grants(vec![("write-data", on_t())])
+                .ok_check(|answer| assert_eq!(answer.body["row-count"], 1)),
+            "ingest" => Later::new(name, Method::POST, format!("/ingest/v1/default/{ns}/t"))
+                .raw("application/x-ndjson", "{\"id\": 1, \"name\": \"a\"}\n")
+                .lacking("sees the namespace", sees(), 403)
+                .lacking("reads the table", vec![("read-data", on_t())], 403)
+                .grants(vec![("write-data", on_t())])
+                .ok(202),
+            "ingest-status" => Later::new(name, Method::GET, "/api/v1/ingest/status")
+                .nobody(403)
+                .lacking(
+                    "manages pipelines in a namespace",
+                    vec![("manage-pipelines", on_ns(&ns))],
+                    403,
+                )
+                .grants(vec![("manage-pipelines", server())]),
+            "expire-snapshots" => {
+                Later::new(name, Method::POST, "/api/v1/maintenance/expire-snapshots")
+                    .json(table_body(json!({"dry-run": true})))
+                    .lacking("sees the namespace", sees(), 403)
+                    .lacking("writes the table", vec![("write-data", on_t())], 403)
+                    .grants(vec![("manage-maintenance", on_t())])
+            }
+            "remove-orphan-files" => Later::new(
+                name,
+                Method::POST,
+                "/api/v1/maintenance/remove-orphan-files",
+            )
+            .json(table_body(json!({"dry-run": true})))
+            .lacking("sees the namespace", sees(), 403)
+            .lacking("writes the table", vec![("write-data", on_t())], 403)
+            .grants(vec![("manage-maintenance", on_t())]),
+            "set-policy" => Later::new(name, Method::PUT, "/api/v1/maintenance/policies")
+                .json(json!({"on": on_ns(&ns), "policy": {"min-snapshots-to-keep": 2}}))
+                .lacking("sees the namespace", sees(), 403)
+                .lacking(
+                    "maintains a table in it",
+                    vec![("manage-maintenance", on_t())],
+                    403,
+                )
+                .grants(vec![("manage-maintenance", on_ns(&ns))]),
+            "get-policy" => Later::new(
+                name,
+                Method::GET,
+                format!("/api/v1/maintenance/policies?warehouse=default&namespace={ns}&table=t"),
+            )
+            .lacking("sees the namespace", sees(), 403)
+            .grants(vec![("manage-maintenance", on_t())])
+            .ok_check(|answer| assert!(answer.body["effective"].is_object(), "{:?}", answer.body)),
+            "queue-job" => Later::new(name, Method::POST, "/api/v1/jobs")
+                .json(table_body(
+                    json!({"kind": "expire-snapshots", "options": {"dry-run": true}}),
+                ))
+                .lacking("sees the namespace", sees(), 403)
+                .lacking("writes the table", vec![("write-data", on_t())], 403)
+                .grants(vec![("manage-maintenance", on_t())])
+                .ok_check(|answer| assert!(answer.body["job"]["id"].is_string())),
+            "list-jobs" => Later::new(name, Method::GET, "/api/v1/jobs?warehouse=default")
+                .lacking("sees the namespace", sees(), 403)
+                .lacking(
+                    "maintains a table in the warehouse",
+                    vec![("manage-maintenance", on_t())],
+                    403,
+                )
+                .grants(vec![(
+                    "manage-maintenance",
+                    json!({"type": "warehouse", "warehouse": "default"}),
+                )])
+                .ok_check(|answer| assert!(answer.body["jobs"].is_array())),
+            "list-table-jobs" => Later::new(
+                name,
+                Method::GET,
+                format!("/api/v1/jobs?warehouse=default&namespace={ns}&table=t"),
+            )
+            .lacking("sees the namespace", sees(), 403)
+            .grants(vec![("manage-maintenance", on_t())])
+            .ok_check(|answer| assert!(answer.body["jobs"].is_array())),
+            // A job is shown only to those who may maintain its table: to anyone else it
+            // does not exist, even when they can see the table.
+            "get-job" => {
+                let queued = root
+                    .post(
+                        "/api/v1/jobs",
+                        table_body(
+                            json!({"kind": "remove-orphan-files", "options": {"dry-run": true}}),
+                        ),
+                    )
+                    .await;
+                assert_eq!(queued.status, 200, "{:?}", queued.body);
+                let id = queued.body["job"]["id"].as_str().unwrap().to_string();
+                Later::new(name, Method::GET, format!("/api/v1/jobs/{id}"))
+                    .lacking("sees the namespace", sees(), 404)
+                    .lacking(
+                        "maintains another table",
+                        vec![("manage-maintenance", on_table(&ns, "u"))],
+                        404,
+                    )
+                    .grants(vec![("manage-maintenance", on_t())])
+                    .ok_check(move |answer| assert_eq!(answer.body["id"], id.as_str()))
+            }
+            "create-pipeline" => Later::new(name, Method::POST, "/api/v1/pipelines")
+                .json(pipeline(&format!("pc{i}")))
+                .lacking("sees the namespace", sees(), 403)
+                .lacking(
+                    "manages pipelines in a sibling namespace",
+                    vec![("manage-pipelines", on_ns(&sibling))],
+                    404,
+                )
+                .grants(vec![("manage-pipelines", on_ns(&ns))])
+                .ok(201),
+            // Listings are filtered: those who may manage none see an empty list.
+            "list-pipelines" => {
+                let mine = defined(format!("pl{i}")).await;
+                Later::new(name, Method::GET, "/api/v1/pipelines")
+                    .nobody(200)
+                    .lacking("sees the namespace", sees(), 200)
+                    .denied_check(|answer| assert_eq!(answer.body["pipelines"], json!([])))
+                    .grants(vec![("manage-pipelines", on_ns(&ns))])
+                    .ok_check(move |answer| {
+                        let names: Vec<&str> = answer.body["pipelines"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|p| p["name"].as_str().unwrap())
+                            .collect();
+                        assert_eq!(names, [mine.as_str()]);
+                    })
+            }
+            // A pipeline is shown only to those who may manage it.
+            "get-pipeline" | "delete-pipeline" | "pipeline-status" => {
+                let mine = defined(format!("pl{i}")).await;
+                let (method, path, ok) = match name {
+                    "get-pipeline" => (Method::GET, format!("/api/v1/pipelines/{mine}"), 200),
+                    "delete-pipeline" => (Method::DELETE, format!("/api/v1/pipelines/{mine}"), 204),
+                    _ => (Method::GET, format!("/api/v1/pipelines/{mine}/status"), 200),
+                };
+                let case = Later::new(name, method, path)
+                    .lacking("sees the namespace", sees(), 404)
+                    .lacking(
+                        "manages pipelines in a sibling namespace",
+                        vec![("manage-pipelines", on_ns(&sibling))],
+                        404,
+                    )
+                    .grants(vec![("manage-pipelines", on_ns(&ns))])
+                    .ok(ok);
+                match name {
+                    "get-pipeline" => case.ok_check(move |answer| {
+                        assert_eq!(answer.body["name"], mine.as_str(), "{:?}", answer.body)
+                    }),
+                    // The broker does not answer; that is reported, not fatal.
+                    "pipeline-status" => case.ok_check(|answer| {
+                        assert!(answer.body["broker-error"].is_string(), "{:?}", answer.body)
+                    }),
+                    _ => case,
+                }
+            }
+            "registry-root" => registry_read(name, Method::GET, String::new()),
+            "registry-mode" => registry_read(name, Method::GET, "/mode".into()),
+            "registry-types" => registry_read(name, Method::GET, "/schemas/types".into()),
+            "registry-schema" => {
+                registry_read(name, Method::GET, format!("/schemas/ids/{schema_id}"))
+                    .ok_check(|answer| assert_eq!(answer.body["schema"], AVRO))
+            }
+            "registry-raw-schema" => registry_read(
+                name,
+                Method::GET,
+                format!("/schemas/ids/{schema_id}/schema"),
+            ),
+            "registry-schema-subjects" => registry_read(
+                name,
+                Method::GET,
+                format!("/schemas/ids/{schema_id}/subjects"),
+            ),
+            "registry-schema-versions" => registry_read(
+                name,
+                Method::GET,
+                format!("/schemas/ids/{schema_id}/versions"),
+            ),
+            "registry-subjects" => registry_read(name, Method::GET, "/subjects".into()),
+            "registry-lookup" => {
+                registry_read(name, Method::POST, format!("/subjects/{subject}")).json(schema())
+            }
+            "registry-versions" => {
+                registry_read(name, Method::GET, format!("/subjects/{subject}/versions"))
+                    .ok_check(|answer| assert_eq!(answer.body, json!([1])))
+            }
+            "registry-version" => {
+                registry_read(name, Method::GET, format!("/subjects/{subject}/versions/1"))
+            }
+            "registry-raw-version" => registry_read(
+                name,
+                Method::GET,
+                format!("/subjects/{subject}/versions/1/schema"),
+            ),
+            "registry-config" => registry_read(name, Method::GET, "/config".into()),
+            "registry-subject-config" => {
+                let set = root
+                    .send(
+                        root.http
+                            .put(format!("{}{REGISTRY}/config/{subject}", root.base))
+                            .json(&json!({"compatibility": "FULL"})),
+                    )
+                    .await;
+                assert_eq!(set.status, 200, "{:?}", set.body);
+                registry_read(name, Method::GET, format!("/config/{subject}"))
+                    .ok_check(|answer| assert_eq!(answer.body["compatibilityLevel"], "FULL"))
+            }
+            "registry-compatible-with-version" => registry_read(
+                name,
+                Method::POST,
+                format!("/compatibility/subjects/{subject}/versions/1"),
+            )
+            .json(schema())
+            .ok_check(|answer| assert_eq!(answer.body["is_compatible"], true)),
+            "registry-compatible-with-all" => registry_read(
+                name,
+                Method::POST,
+                format!("/compatibility/subjects/{subject}/versions"),
+            )
+            .json(schema())
+            .ok_check(|answer| assert_eq!(answer.body["is_compatible"], true)),
+            "registry-register" => registry_write(
+                name,
+                Method::POST,
+                format!("/subjects/{subject}-new/versions"),
+            )
+            .json(schema()),
+            "registry-delete-subject" => {
+                registry_write(name, Method::DELETE, format!("/subjects/{subject}"))
+                    .ok_check(|answer| assert_eq!(answer.body, json!([1])))
+            }
+            "registry-delete-version" => registry_write(
+                name,
+                Method::DELETE,
+                format!("/subjects/{subject}/versions/1"),
+            )
+            .ok_check(|answer| assert_eq!(answer.body, json!(1))),
+            // Sets the global level to what it already is, so the other cases see no change.
+            "registry-set-config" => registry_write(name, Method::PUT, "/config".into())
+                .json(json!({"compatibility": "BACKWARD"})),
+            "registry-set-subject-config" => {
+                registry_write(name, Method::PUT, format!("/config/{subject}"))
+                    .json(json!({"compatibility": "FULL"}))
+            }
+            "registry-delete-subject-config" => {
+                let set = root
+                    .send(
+                        root.http
+                            .put(format!("{}{REGISTRY}/config/{subject}", root.base))
+                            .json(&json!({"compatibility": "FULL"})),
+                    )
+                    .await;
+                assert_eq!(set.status, 200, "{:?}", set.body);
+                registry_write(name, Method::DELETE, format!("/config/{subject}"))
+            }
+            other => unreachable!("{other}"),
+        };
+        cases.push(case);
+    }
+
+    let anonymous = Api::anonymous(&floe);
+    let garbage = Api::with_token(&floe, "garbage");
+    for (i, case) in cases.iter().enumerate() {
+        let what = format!("{} ({} {})", case.name, case.method, case.path);
+        for (who, api) in [
+            ("no token", &anonymous),
+            ("malformed token", &garbage),
+            ("expired token", &expired),
+        ] {
+            let answer = api.send(case.request(api)).await;
+            assert_eq!(answer.status, 401, "{what}: {who}: {:?}", answer.body);
+        }
+        // Basic credentials (what schema registry clients send) are checked like tokens.
+        for (who, request) in [
+            (
+                "basic credentials with a wrong secret",
+                case.request(&anonymous).basic_auth(ROOT_ID, Some("wrong")),
+            ),
+            (
+                "basic credentials that are not base64",
+                case.request(&anonymous)
+                    .header("authorization", "Basic !!not-base64!!"),
+            ),
+        ] {
+            let answer = anonymous.send(request).await;
+            assert_eq!(answer.status, 401, "{what}: {who}: {:?}", answer.body);
+        }
+        let denied = nobody.send(case.request(&nobody)).await;
+        assert_eq!(
+            denied.status, case.nobody,
+            "{what}: principal holding nothing: {:?}",
+            denied.body
+        );
+        if let Some(check) = &case.denied_check {
+            check(&denied);
+        }
+        for (j, (label, holds, status)) in case.lacking.iter().enumerate() {
+            let (api, _, _) = holder(&floe, &root, &format!("lack{i}-{j}"), holds).await;
+            let answer = api.send(case.request(&api)).await;
+            assert_eq!(
+                answer.status, *status,
+                "{what}: principal that {label}: {:?}",
+                answer.body
+            );
+            if let Some(check) = &case.denied_check {
+                check(&answer);
+            }
+        }
+        let (granted, id, secret) = holder(&floe, &root, &format!("exact{i}"), &case.grants).await;
+        let answer = granted.send(case.request(&granted)).await;
+        assert_eq!(
+            answer.status, case.ok,
+            "{what}: with exactly {:?}: {:?}",
+            case.grants, answer.body
+        );
+        if let Some(check) = &case.ok_check {
+            check(&answer);
+        }
+        if case.basic {
+            let request = case.request(&anonymous).basic_auth(&id, Some(&secret));
+            let answer = anonymous.send(request).await;
+            assert_eq!(
+                answer.status, case.ok,
+                "{what}: basic credentials of the principal with exactly the privilege: {:?}",
+                answer.body
+            );
+        }
+    }
+
+    // SQL answers a table it may not see exactly as one that does not exist.
+    let sql_ns = format!(
+        "l{}",
+        names.iter().position(|n| *n == "sql-select").unwrap()
+    );
+    let hidden = nobody
+        .post(
+            "/api/v1/sql",
+            json!({"sql": "SELECT count(*) FROM t", "namespace": sql_ns}),
+        )
+        .await;
+    let missing = nobody
+        .post(
+            "/api/v1/sql",
+            json!({"sql": "SELECT count(*) FROM t", "namespace": "nosuch"}),
+        )
+        .await;
+    assert_eq!(hidden.status, 400, "{:?}", hidden.body);
+    assert_eq!(
+        (hidden.status, hidden.message().replace(&sql_ns, "nosuch")),
+        (missing.status, missing.message()),
+        "a hidden table answers like a missing one"
+    );
+}
+
+/// `/metrics` is open (Prometheus scrapes it without a token), so it must not name what only
+/// some principals may see: unauthenticated callers learn nothing of warehouses, namespaces
+/// or tables from it.
+///
+/// KNOWN SERVER BUG — this test is expected to fail until the server is fixed: HTTP
+/// ingestion's counters are labelled with the table
+/// (`floe_ingest_rows_total{table="default.ns.t"}`, and running pipelines' with the pipeline
+/// and topic), so anyone who can reach the port reads warehouse, namespace and table names
+/// off `/metrics`. Either fix (labels without names, or authenticated metrics) makes it pass.
+#[tokio::test]
+async fn authorization_matrix_open_metrics_name_no_tables() {
+    let floe = Floe::start("sqlite").await;
+    let root = Api::new(&floe);
+    assert_eq!(
+        root.post(NS, json!({"namespace": ["hushns"]})).await.status,
+        200
+    );
+    let table = root
+        .post(
+            &format!("{NS}/hushns/tables"),
+            json!({"name": "hushtable", "schema": simple_schema()}),
+        )
+        .await;
+    assert_eq!(table.status, 200, "{:?}", table.body);
+    let ingested = root
+        .send(
+            root.http
+                .post(format!("{}/ingest/v1/default/hushns/hushtable", root.base))
+                .header("content-type", "application/x-ndjson")
+                .body("{\"id\": 1}\n"),
+        )
+        .await;
+    assert_eq!(ingested.status, 202, "{:?}", ingested.body);
+    let metrics = reqwest::get(format!("{}/metrics", floe.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let named: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.contains("hushns") || line.contains("hushtable"))
+        .collect();
+    assert!(
+        named.is_empty(),
+        "KNOWN SERVER BUG: unauthenticated /metrics names a table: {named:?}"
+    );
 }
 
 #[tokio::test]
