@@ -81,11 +81,14 @@ def test_ndjson_json_and_arrow_reach_the_table(floe):
     summary = table.current_snapshot().summary.additional_properties
     assert any(k.startswith("floe.ingest.") and k.endswith(".sequence") for k in summary), summary
 
-    metrics = requests.get(f"{floe.base}/metrics", timeout=10).text
+    # Per-table series need a token with manage-pipelines on the server (root's here) ...
+    metrics = floe.api("GET", "/metrics").text
     label = f'{{table="{floe.warehouse}.ing.events"}}'
     assert f"floe_ingest_rows_total{label} 7" in metrics, metrics[-2000:]
     assert f"floe_ingest_committed_rows_total{label} 7" in metrics
     assert f"floe_ingest_pending_entries{label} 0" in metrics
+    # ... and an anonymous scraper learns no table names.
+    assert "ing.events" not in requests.get(f"{floe.base}/metrics", timeout=10).text
 
     status = floe.api("GET", "/api/v1/ingest/status")
     assert status.status_code == 200, status.text

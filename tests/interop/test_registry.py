@@ -242,6 +242,7 @@ def test_the_registry_is_governed(tmp_path):
         with pytest.raises(SchemaRegistryError) as unprivileged:
             nobody.get_subjects()
         assert unprivileged.value.http_status_code == 403
+        assert unprivileged.value.error_code == 40301, "refusals in Confluent's error form"
         reader = registry(floe, *make_principal(floe, "schema-reader", [("read-schemas", {"type": "server"})]))
         assert reader.get_subjects() == []
         with pytest.raises(SchemaRegistryError) as denied:

@@ -44,6 +44,9 @@ pub trait PipelineStore: Send + Sync + std::fmt::Debug {
     async fn get_pipeline(&self, name: &str) -> Result<Option<PipelineRecord>>;
     /// Every pipeline, by name.
     async fn list_pipelines(&self) -> Result<Vec<PipelineRecord>>;
+    /// The pipelines `principal` holds `manage-pipelines` for (on their target namespace or
+    /// above it), by name, chosen inside the store's query.
+    async fn list_managed_pipelines(&self, principal: Uuid) -> Result<Vec<PipelineRecord>>;
     /// Removes a pipeline; false when there was none.
     async fn delete_pipeline(&self, name: &str) -> Result<bool>;
     /// Records `node` as taking part in the pipeline until `until_ms`, forgets members whose

@@ -57,6 +57,15 @@ enum Credential {
     Basic(String, String),
 }
 
+/// The bearer token a request presents, if it presents one.
+pub fn presented_bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
 fn bearer_token(request: &Request) -> Result<Credential, CatalogError> {
     let Some(value) = request.headers().get(header::AUTHORIZATION) else {
         return Err(CatalogError::Unauthenticated(

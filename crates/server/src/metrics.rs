@@ -93,19 +93,44 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     response
 }
 
-pub async fn serve_metrics(State(state): State<AppState>) -> Response {
+/// `/metrics` answers anyone with the server-wide series; the series labelled with pipeline,
+/// topic and table names only a caller whose bearer token names a principal holding
+/// `manage-pipelines` on the server (who may see every pipeline and the ingest status anyway):
+/// a scraper without one learns nothing of what is in the warehouses.
+pub async fn serve_metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Response {
     let mut text = state.metrics.render();
     text.push_str(&sql_metrics(&state.sql));
-    if let Some(pipelines) = &state.pipelines {
-        text.push_str(&pipelines.render_metrics());
-    }
     if let Some(scheduler) = &state.scheduler {
         text.push_str(&scheduler.render_metrics());
     }
-    if let Some(ingest) = &state.ingest {
-        text.push_str(&ingest.render_metrics().await);
+    if sees_named_series(&state, &headers).await {
+        if let Some(pipelines) = &state.pipelines {
+            text.push_str(&pipelines.render_metrics());
+        }
+        if let Some(ingest) = &state.ingest {
+            text.push_str(&ingest.render_metrics().await);
+        }
     }
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn sees_named_series(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
+    let Some(token) = crate::auth::presented_bearer(headers) else {
+        return false;
+    };
+    let Ok(principal) = state.auth.authenticate(token).await else {
+        return false;
+    };
+    let Ok(grants) = state.authz.grants(&principal).await else {
+        return false;
+    };
+    grants.allows(
+        floe_catalog::governance::authz::Privilege::ManagePipelines,
+        &floe_catalog::governance::authz::Scope::server(),
+    )
 }
 
 /// The SQL engine's cache and queue, in Prometheus text.

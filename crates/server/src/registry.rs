@@ -3,9 +3,10 @@
 //! Floe, and pipelines read their records with them. Paths, bodies and error codes are the
 //! ones Confluent clients expect (`{"error_code": 40401, "message": …}`).
 //!
-//! Every principal may read schemas; registering, deleting and setting compatibility need
-//! `manage-pipelines` on the server. Clients authenticate with a bearer token or with HTTP
-//! basic authentication carrying a Floe client id and secret (`basic.auth.user.info`).
+//! Reading needs `read-schemas` on the server; registering, deleting and setting
+//! compatibility need `manage-pipelines` on the server (which implies `read-schemas`).
+//! Clients authenticate with a bearer token or with HTTP basic authentication carrying a Floe
+//! client id and secret (`basic.auth.user.info`).
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -79,8 +80,21 @@ async fn require_reader(request: axum::extract::Request, next: axum::middleware:
     };
     match allowed {
         Ok(()) => next.run(request).await,
-        Err(denied) => denied.into_response(),
+        Err(denied) => refused(denied),
     }
+}
+
+/// A refusal in Confluent's error form: `error_code` is the status followed by `01` (40101,
+/// 40301), as Confluent's own authorizer answers.
+fn refused(denied: crate::error::ApiError) -> Response {
+    let message = denied.0.to_string();
+    let status = denied.into_response().status();
+    let code = i64::from(status.as_u16()) * 100 + 1;
+    (
+        status,
+        Json(json!({"error_code": code, "message": message})),
+    )
+        .into_response()
 }
 
 fn require_write(caller: &Caller) -> Result<(), crate::error::ApiError> {
@@ -315,7 +329,7 @@ async fn register(
 ) -> Response {
     let registry = registry_or_return!(state);
     if let Err(denied) = require_write(&caller) {
-        return denied.into_response();
+        return refused(denied);
     }
     let answer = async {
         let (schema_type, text, references) = schema_of(&body)?;
@@ -352,7 +366,7 @@ async fn delete_subject(
 ) -> Response {
     let registry = registry_or_return!(state);
     if let Err(denied) = require_write(&caller) {
-        return denied.into_response();
+        return refused(denied);
     }
     let answer = async {
         let deleted = registry
@@ -376,7 +390,7 @@ async fn delete_version(
 ) -> Response {
     let registry = registry_or_return!(state);
     if let Err(denied) = require_write(&caller) {
-        return denied.into_response();
+        return refused(denied);
     }
     let answer = async {
         let number = if flags.permanent {
@@ -440,7 +454,7 @@ async fn set_config(
 ) -> Response {
     let registry = registry_or_return!(state);
     if let Err(denied) = require_write(caller) {
-        return denied.into_response();
+        return refused(denied);
     }
     let answer = async {
         let level = level_of(body)?;
@@ -489,7 +503,7 @@ async fn delete_subject_config(
 ) -> Response {
     let registry = registry_or_return!(state);
     if let Err(denied) = require_write(&caller) {
-        return denied.into_response();
+        return refused(denied);
     }
     let answer = async {
         let before = registry

@@ -1,6 +1,7 @@
 //! `PipelineStore` over SQL: pipeline definitions, their members and partition leases.
 
 use async_trait::async_trait;
+use floe_catalog::governance::authz::{Privilege, SEP, Scope};
 use floe_catalog::pipelines::{PartitionLease, PipelineRecord, PipelineStore};
 use floe_catalog::{CatalogError, Result};
 use sqlx::Row;
@@ -26,6 +27,43 @@ fn record(row: &AnyRow) -> Result<PipelineRecord> {
     })
 }
 
+/// The scope of the namespace a pipeline writes to (as [`Scope::namespace`] spells it), from
+/// its definition's `namespace` levels.
+fn scope_of(warehouse_id: Uuid, spec: &serde_json::Value) -> String {
+    let mut scope = Scope::warehouse(warehouse_id).0;
+    for level in spec["namespace"].as_array().into_iter().flatten() {
+        scope.push(SEP);
+        scope.push_str(level.as_str().unwrap_or_default());
+    }
+    scope
+}
+
+impl SqlStore {
+    /// Gives pipelines stored before the `scope` column existed their scope.
+    async fn fill_pipeline_scopes(&self) -> Result<()> {
+        let unscoped = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM pipelines WHERE scope IS NULL"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error)?;
+        if unscoped.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write().await.map_err(query_error)?;
+        for row in &unscoped {
+            let pipeline = record(row)?;
+            sqlx::query("UPDATE pipelines SET scope = $1 WHERE name = $2")
+                .bind(scope_of(pipeline.warehouse_id, &pipeline.spec))
+                .bind(&pipeline.name)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
+        tx.commit().await.map_err(query_error)
+    }
+}
+
 #[async_trait]
 impl PipelineStore for SqlStore {
     async fn create_pipeline(
@@ -36,13 +74,14 @@ impl PipelineStore for SqlStore {
     ) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
         let inserted = sqlx::query(
-            "INSERT INTO pipelines (name, warehouse_id, spec, created_at_ms) \
-             VALUES ($1, $2, $3, $4)",
+            "INSERT INTO pipelines (name, warehouse_id, spec, created_at_ms, scope) \
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(name)
         .bind(warehouse_id.to_string())
         .bind(spec.to_string())
         .bind(chrono::Utc::now().timestamp_millis())
+        .bind(scope_of(warehouse_id, spec))
         .execute(&mut *tx)
         .await;
         match inserted {
@@ -78,6 +117,27 @@ impl PipelineStore for SqlStore {
             .iter()
             .map(record)
             .collect()
+    }
+
+    async fn list_managed_pipelines(&self, principal: Uuid) -> Result<Vec<PipelineRecord>> {
+        self.fill_pipeline_scopes().await?;
+        // A grant covers its own scope and every scope below it ('' is the server's).
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM pipelines p WHERE EXISTS (SELECT 1 FROM grants g \
+             JOIN principal_roles pr ON pr.role_id = g.role_id \
+             WHERE pr.principal_id = $1 AND g.privilege = $2 AND (g.scope = '' \
+             OR p.scope = g.scope OR substr(p.scope, 1, length(g.scope) + 1) = g.scope || $3)) \
+             ORDER BY name"
+        ))
+        .bind(principal.to_string())
+        .bind(Privilege::ManagePipelines.as_str())
+        .bind(SEP.to_string())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error)?
+        .iter()
+        .map(record)
+        .collect()
     }
 
     async fn delete_pipeline(&self, name: &str) -> Result<bool> {

@@ -1693,14 +1693,9 @@ async fn authorization_matrix_covers_the_later_endpoints() {
 }
 
 /// `/metrics` is open (Prometheus scrapes it without a token), so it must not name what only
-/// some principals may see: unauthenticated callers learn nothing of warehouses, namespaces
-/// or tables from it.
-///
-/// KNOWN SERVER BUG — this test is expected to fail until the server is fixed: HTTP
-/// ingestion's counters are labelled with the table
-/// (`floe_ingest_rows_total{table="default.ns.t"}`, and running pipelines' with the pipeline
-/// and topic), so anyone who can reach the port reads warehouse, namespace and table names
-/// off `/metrics`. Either fix (labels without names, or authenticated metrics) makes it pass.
+/// some principals may see: unauthenticated callers, and principals without `manage-pipelines`
+/// on the server, learn nothing of warehouses, namespaces or tables from it. Holders of it see
+/// HTTP ingestion's per-table series.
 #[tokio::test]
 async fn authorization_matrix_open_metrics_name_no_tables() {
     let floe = Floe::start("sqlite").await;
@@ -1731,13 +1726,36 @@ async fn authorization_matrix_open_metrics_name_no_tables() {
         .text()
         .await
         .unwrap();
-    let named: Vec<&str> = metrics
-        .lines()
-        .filter(|line| line.contains("hushns") || line.contains("hushtable"))
-        .collect();
+    let named = |metrics: &str| -> usize {
+        metrics
+            .lines()
+            .filter(|line| line.contains("hushns") || line.contains("hushtable"))
+            .count()
+    };
+    assert_eq!(named(&metrics), 0, "unauthenticated /metrics names a table");
+    assert!(metrics.contains("floe_http_requests_total"), "{metrics}");
+    let scrape = |token: String| {
+        let request = reqwest::Client::new()
+            .get(format!("{}/metrics", floe.base))
+            .bearer_auth(token);
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    let (id, secret) = principal(&root, "scraper").await;
+    grant(&root, "scraper", &[("read-data", on_ns("hushns"))]).await;
+    let reader = token_for(&floe.base, &id, &secret).await;
+    assert_eq!(named(&scrape(reader).await), 0, "a reader sees no names");
+    let (id, secret) = principal(&root, "operator").await;
+    grant(
+        &root,
+        "operator",
+        &[("manage-pipelines", json!({"type": "server"}))],
+    )
+    .await;
+    let operator = token_for(&floe.base, &id, &secret).await;
+    let seen = scrape(operator).await;
     assert!(
-        named.is_empty(),
-        "KNOWN SERVER BUG: unauthenticated /metrics names a table: {named:?}"
+        seen.contains("floe_ingest_rows_total{table=\"default.hushns.hushtable\"} 1"),
+        "manage-pipelines on the server sees the per-table series: {seen}"
     );
 }
 
