@@ -413,17 +413,8 @@ fn basic_credentials(metadata: &MetadataMap) -> Result<(String, String), Status>
     let encoded = header
         .strip_prefix("Basic ")
         .ok_or_else(|| Status::unauthenticated("the handshake takes HTTP Basic credentials"))?;
-    // Some clients (Go's Flight client among them) leave the padding off.
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(encoded))
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
-    let (client_id, secret) = decoded
-        .split_once(':')
-        .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))?;
-    Ok((client_id.to_string(), secret.to_string()))
+    crate::auth::decode_basic(encoded)
+        .ok_or_else(|| Status::unauthenticated("malformed Basic credentials"))
 }
 
 /// The client's address as a proxy in front reports it (gRPC requests reach the handlers

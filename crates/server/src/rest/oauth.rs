@@ -8,7 +8,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use floe_catalog::CatalogError;
 use serde_json::json;
 
@@ -32,12 +31,7 @@ fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (id, secret) = text.split_once(':')?;
-    Some((id.to_string(), secret.to_string()))
+    crate::auth::decode_basic(encoded)
 }
 
 pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
