@@ -180,7 +180,7 @@ mod tests {
             let mut value = Vec::new();
             for _ in 0..random.next() % 8 {
                 let pick = random.next();
-                if pick % 4 == 0 {
+                if pick.is_multiple_of(4) {
                     value.push((pick >> 8) as u8);
                 } else {
                     value.extend_from_slice(pieces[(pick >> 8) as usize % pieces.len()]);
