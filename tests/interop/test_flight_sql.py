@@ -75,7 +75,7 @@ def test_adbc_credentials_and_read_data(flight_floe):
     # Handshakes are audited too, the refused one as a denial under the client id presented.
     handshakes = flight_floe.api("GET", "/api/v1/audit?action=HANDSHAKE%20(Flight%20SQL)&limit=1000").json()["records"]
     assert any(r["principal"] == f"client:{ROOT_ID}" and r["status"] == 401 and r["decision"] == "deny" for r in handshakes)
-    assert any(r["principal"] == "client:" + reader[0] and r["status"] == 200 for r in handshakes)
+    assert any(r["principal"] == "flight-reader" and r["status"] == 200 for r in handshakes)
 
 
 def test_adbc_writes_run_once(flight_floe):

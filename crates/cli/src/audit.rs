@@ -56,6 +56,9 @@ pub struct StoreArgs {
     /// `<data-dir>/audit-checkpoints`, which is read when present and this is not given).
     #[arg(long)]
     pub checkpoints: Option<PathBuf>,
+    /// Fail when there are no checkpoints to hold the trail to.
+    #[arg(long)]
+    pub require_checkpoints: bool,
 }
 
 /// Never shows the database URL's password.
@@ -68,6 +71,7 @@ impl std::fmt::Debug for StoreArgs {
                 &self.catalog_db.as_deref().map(floe_store::redact_url),
             )
             .field("checkpoints", &self.checkpoints)
+            .field("require_checkpoints", &self.require_checkpoints)
             .finish()
     }
 }
@@ -95,6 +99,12 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<()> {
                     }
                 }
             };
+            if checkpoints.is_none() && args.require_checkpoints {
+                bail!(
+                    "no audit checkpoints at {} (give --checkpoints FILE)",
+                    args.data_dir.join(CHECKPOINT_FILE).display()
+                );
+            }
             let store = SqlStore::connect(&url, StoreOptions::default()).await?;
             let trail = store.audit_trail().await?;
             let n = verify(&trail).map_err(|broken| anyhow!("audit trail broken: {broken}"))?;

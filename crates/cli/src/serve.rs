@@ -98,9 +98,13 @@ pub struct ServeArgs {
     /// Lifetime of issued access tokens, in seconds.
     #[arg(long, env = "FLOE_TOKEN_TTL_SECS", default_value_t = 3600)]
     pub token_ttl_secs: u64,
-    /// How often the audit trail's head is noted in `<data-dir>/audit-checkpoints`, in seconds.
+    /// How often the audit trail's head is noted in the checkpoint file, in seconds.
     #[arg(long, env = "FLOE_AUDIT_CHECKPOINT_SECS", default_value_t = 10)]
     pub audit_checkpoint_secs: u64,
+    /// Where the audit trail's head is noted (default `<data-dir>/audit-checkpoints`); best
+    /// somewhere the catalog database's writers cannot write.
+    #[arg(long, env = "FLOE_AUDIT_CHECKPOINT_FILE")]
+    pub audit_checkpoint_file: Option<PathBuf>,
     /// Lifetime of vended storage credentials, in seconds (STS accepts 900 to 43,200).
     #[arg(long, env = "FLOE_VENDED_CREDENTIALS_TTL_SECS", default_value_t = 3600,
           value_parser = clap::value_parser!(u64).range(900..=43_200))]
@@ -182,7 +186,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let audit_shutdown = CancellationToken::new();
     let (audit, audit_writer) =
         floe_server::audit::AuditSink::start(Arc::new(store.clone()), audit_shutdown.clone());
-    let checkpoints_path = data_dir.join(floe_catalog::governance::audit::CHECKPOINT_FILE);
+    let checkpoints_path = args
+        .audit_checkpoint_file
+        .clone()
+        .unwrap_or_else(|| data_dir.join(floe_catalog::governance::audit::CHECKPOINT_FILE));
     let checkpoints = floe_server::audit::start_checkpoints(
         Arc::new(store.clone()),
         checkpoints_path.clone(),

@@ -118,7 +118,9 @@ pub fn start_checkpoints(
     })
 }
 
-/// Appends the head to the checkpoint file unless it is the one noted last.
+/// Replaces the checkpoint file with the head (unless it is the one noted last): the newest
+/// checkpoint pins every record before it through the chain, so one is enough. Written to a
+/// temporary file, synced and renamed, so a crash never leaves half a line.
 pub async fn checkpoint(
     store: &dyn AuditStore,
     path: &std::path::Path,
@@ -143,13 +145,11 @@ pub async fn checkpoint(
     .line();
     let written = async {
         use tokio::io::AsyncWriteExt;
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .await?;
+        let temporary = path.with_extension("tmp");
+        let mut file = tokio::fs::File::create(&temporary).await?;
         file.write_all(line.as_bytes()).await?;
-        file.sync_data().await
+        file.sync_data().await?;
+        tokio::fs::rename(&temporary, path).await
     }
     .await;
     match written {

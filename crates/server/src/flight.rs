@@ -477,8 +477,15 @@ impl FlightSqlService for FloeFlightSql {
             }
         };
         let issued = self.state.auth.token_for_client(&client_id, &secret).await;
-        let status = if issued.is_ok() { 200 } else { 401 };
-        let principal = format!("client:{client_id}");
+        // Recorded under the principal's name, as the PostgreSQL wire's sign-ins are; a
+        // refused one under the client id presented.
+        let (principal, status) = match &issued {
+            Ok(token) => match self.state.auth.authenticate(&token.access_token).await {
+                Ok(principal) => (principal.name, 200),
+                Err(_) => (format!("client:{client_id}"), 401),
+            },
+            Err(_) => (format!("client:{client_id}"), 401),
+        };
         self.audit_login(request.metadata(), &principal, HANDSHAKE, status)
             .await;
         let issued = issued.map_err(|_| Status::unauthenticated("invalid client credentials"))?;

@@ -94,7 +94,8 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
 }
 
 /// `/metrics` answers anyone with the server-wide series; the series labelled with pipeline,
-/// topic and table names only a caller whose bearer token names a principal holding
+/// topic and table names only a caller whose bearer token (or Basic client id and secret)
+/// names a principal holding
 /// `manage-pipelines` on the server (who may see every pipeline and the ingest status anyway):
 /// a scraper without one learns nothing of what is in the warehouses.
 pub async fn serve_metrics(
@@ -118,10 +119,26 @@ pub async fn serve_metrics(
 }
 
 async fn sees_named_series(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
-    let Some(token) = crate::auth::presented_bearer(headers) else {
-        return false;
+    let token = match crate::auth::presented_bearer(headers) {
+        Some(token) => token.to_string(),
+        // Prometheus's `basic_auth` with a client id and secret works too.
+        None => {
+            let basic = headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+                .and_then(|(_, encoded)| crate::auth::decode_basic(encoded));
+            let Some((id, secret)) = basic else {
+                return false;
+            };
+            match state.auth.token_for_client(&id, &secret).await {
+                Ok(issued) => issued.access_token,
+                Err(_) => return false,
+            }
+        }
     };
-    let Ok(principal) = state.auth.authenticate(token).await else {
+    let Ok(principal) = state.auth.authenticate(&token).await else {
         return false;
     };
     let Ok(grants) = state.authz.grants(&principal).await else {

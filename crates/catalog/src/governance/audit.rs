@@ -7,9 +7,9 @@
 //!
 //! A chain alone cannot stop someone who can write the database from deleting its newest
 //! records or rewriting it from some record on with fresh hashes. So the server also notes the
-//! chain's head outside the database every few seconds ([`Checkpoint`], a line in
-//! `<data-dir>/audit-checkpoints`), and [`verify_checkpoints`] holds the trail to every noted
-//! point: each must still be there with the same hash.
+//! chain's head outside the database every few seconds ([`Checkpoint`], the line in
+//! `<data-dir>/audit-checkpoints` or another file), and [`verify_checkpoints`] holds the trail
+//! to every noted point: each must still be there with the same hash.
 
 use std::sync::{Arc, Mutex};
 
@@ -222,8 +222,10 @@ pub fn verify_checkpoints(
     let last = records.last().map_or(0, |r| r.seq);
     for checkpoint in checkpoints {
         // An intact trail numbers its records 1, 2, 3, ...: record `seq` is at `seq - 1`.
-        let Some(record) = usize::try_from(checkpoint.seq - 1)
-            .ok()
+        let Some(record) = checkpoint
+            .seq
+            .checked_sub(1)
+            .and_then(|i| usize::try_from(i).ok())
             .and_then(|i| records.get(i))
         else {
             return Err(ChainBreak::Truncated {

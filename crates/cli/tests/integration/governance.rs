@@ -1753,10 +1753,22 @@ async fn authorization_matrix_open_metrics_name_no_tables() {
     .await;
     let operator = token_for(&floe.base, &id, &secret).await;
     let seen = scrape(operator).await;
+    let series = "floe_ingest_rows_total{table=\"default.hushns.hushtable\"} 1";
     assert!(
-        seen.contains("floe_ingest_rows_total{table=\"default.hushns.hushtable\"} 1"),
+        seen.contains(series),
         "manage-pipelines on the server sees the per-table series: {seen}"
     );
+    // Prometheus's basic_auth with the operator's client id and secret works too.
+    let basic = reqwest::Client::new()
+        .get(format!("{}/metrics", floe.base))
+        .basic_auth(&id, Some(&secret))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(basic.contains(series), "basic credentials: {basic}");
 }
 
 #[tokio::test]
@@ -2070,6 +2082,13 @@ async fn every_request_is_audited_in_a_tamper_evident_chain() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a rewritten record must be detected");
     assert!(stderr.contains("the trail was rewritten"), "{stderr}");
+    std::fs::remove_file(copy.path().join("audit-checkpoints")).unwrap();
+    let required = verify_audit_with(copy.path(), &["--require-checkpoints"]);
+    assert!(
+        !required.status.success()
+            && String::from_utf8_lossy(&required.stderr).contains("no audit checkpoints"),
+        "a missing checkpoint file fails when checkpoints are required"
+    );
     let unanchored = verify_audit_with(copy.path(), &["--checkpoints", "/dev/null"]);
     assert!(
         unanchored.status.success(),
