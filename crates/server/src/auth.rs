@@ -16,16 +16,8 @@ pub async fn require_principal(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let token = match bearer_token(&request) {
-        Ok(Credential::Bearer(token)) => token,
-        // Basic authentication with a client id and secret (what Confluent's schema
-        // registry clients send): a token is issued for them as the token endpoint would.
-        Ok(Credential::Basic(id, secret)) => {
-            match state.auth.token_for_client(&id, &secret).await {
-                Ok(issued) => issued.access_token,
-                Err(e) => return challenge(ApiError(e)),
-            }
-        }
+    let token = match presented_token(&state, request.headers()).await {
+        Ok(token) => token,
         Err(e) => return challenge(ApiError(e)),
     };
     match state.auth.authenticate(&token).await {
@@ -52,9 +44,26 @@ pub async fn require_principal(
     }
 }
 
-enum Credential {
+pub(crate) enum Credential {
     Bearer(String),
     Basic(String, String),
+}
+
+/// The access token a request's credentials stand for: its bearer token, or for Basic
+/// authentication with a client id and secret (what Confluent's schema registry clients and
+/// Prometheus send) a token issued as the token endpoint would.
+pub async fn presented_token(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+) -> Result<String, CatalogError> {
+    match credential(headers)? {
+        Credential::Bearer(token) => Ok(token),
+        Credential::Basic(id, secret) => Ok(state
+            .auth
+            .token_for_client(&id, &secret)
+            .await?
+            .access_token),
+    }
 }
 
 /// The client id and secret of HTTP Basic credentials, `base64("<id>:<secret>")` (with or
@@ -71,17 +80,9 @@ pub fn decode_basic(encoded: &str) -> Option<(String, String)> {
     Some((id.to_string(), secret.to_string()))
 }
 
-/// The bearer token a request presents, if it presents one.
-pub fn presented_bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-}
-
-fn bearer_token(request: &Request) -> Result<Credential, CatalogError> {
-    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
+/// The credentials of a request's Authorization header.
+pub(crate) fn credential(headers: &axum::http::HeaderMap) -> Result<Credential, CatalogError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Err(CatalogError::Unauthenticated(
             "authentication required: send an OAuth2 bearer token (Authorization: Bearer …) obtained from /catalog/v1/oauth/tokens".into(),
         ));
@@ -192,8 +193,7 @@ mod tests {
                     .header(header::AUTHORIZATION, header)
                     .body(axum::body::Body::empty())
                     .expect("a request");
-                let _ = bearer_token(&request);
-                let _ = presented_bearer(request.headers());
+                let _ = credential(request.headers());
             }
         }
     }

@@ -119,24 +119,9 @@ pub async fn serve_metrics(
 }
 
 async fn sees_named_series(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
-    let token = match crate::auth::presented_bearer(headers) {
-        Some(token) => token.to_string(),
-        // Prometheus's `basic_auth` with a client id and secret works too.
-        None => {
-            let basic = headers
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split_once(' '))
-                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
-                .and_then(|(_, encoded)| crate::auth::decode_basic(encoded));
-            let Some((id, secret)) = basic else {
-                return false;
-            };
-            match state.auth.token_for_client(&id, &secret).await {
-                Ok(issued) => issued.access_token,
-                Err(_) => return false,
-            }
-        }
+    // Prometheus's `basic_auth` with a client id and secret works too.
+    let Ok(token) = crate::auth::presented_token(state, headers).await else {
+        return false;
     };
     let Ok(principal) = state.auth.authenticate(&token).await else {
         return false;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use floe_catalog::CatalogError;
 use serde_json::json;
@@ -26,12 +26,10 @@ fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
 
 /// Client id and secret from HTTP Basic authentication, when present.
 fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, encoded) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
+    match crate::auth::credential(headers) {
+        Ok(crate::auth::Credential::Basic(id, secret)) => Some((id, secret)),
+        _ => None,
     }
-    crate::auth::decode_basic(encoded)
 }
 
 pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
