@@ -568,6 +568,9 @@ impl SqlEngine {
                 crate::runtime_filters::ApplyRuntimeFilters,
             ));
         }
+        if switched_on("FLOE_SQL_FAST_LIKE") {
+            state = state.with_physical_optimizer_rule(Arc::new(crate::like::FastLike));
+        }
         if switched_on("FLOE_SQL_FAST_CONJUNCTIONS") {
             state =
                 state.with_physical_optimizer_rule(Arc::new(crate::conjunction::FastConjunctions));

@@ -14,6 +14,7 @@ pub mod few_groups;
 pub mod join_mode;
 pub mod join_order;
 mod key_set;
+pub mod like;
 pub mod manifests;
 pub mod metadata_tables;
 pub mod not_in;

@@ -653,3 +653,49 @@ async fn files_written_in_the_tables_sort_order_are_read_in_that_order() {
         ]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_build_grouped_by_its_key_is_joined_and_grouped_per_partition() {
+    let mut floe = fresh().await;
+    run_all(
+        &mut floe,
+        &[
+            "CREATE SCHEMA pg",
+            "CREATE TABLE pg.customer (k BIGINT)",
+            "INSERT INTO pg.customer SELECT value FROM generate_series(1, 140000) AS t(value)",
+            "CREATE TABLE pg.orders (id BIGINT, ck BIGINT)",
+            "INSERT INTO pg.orders SELECT value, (value * 7) % 150000 + 1 \
+             FROM generate_series(0, 299999) AS t(value)",
+        ],
+    )
+    .await;
+    // TPC-H Q13's shape: every customer with its number of orders, customers per number.
+    let sql = "SELECT n, count(*) FROM (SELECT c.k, count(o.id) AS n FROM pg.customer c \
+               LEFT JOIN pg.orders o ON c.k = o.ck GROUP BY c.k) AS per GROUP BY n ORDER BY n";
+    let plan = analyzed(&floe, sql).await;
+    // 140,000 customers are more than DataFusion collects: the join is partitioned by the key
+    // and the grouping by that key needs no partial step and no repartition of its own.
+    let join = plan
+        .lines()
+        .find(|l| l.trim_start().starts_with("HashJoinExec"))
+        .unwrap_or_else(|| panic!("no hash join:\n{plan}"));
+    assert!(join.contains("mode=Partitioned"), "{join}\n{plan}");
+    assert!(
+        plan.lines()
+            .any(|l| l.contains("AggregateExec: mode=SinglePartitioned, gby=[k@0 as k]")),
+        "{plan}"
+    );
+    let mut orders = vec![0i64; 150_001];
+    for v in 0..300_000i64 {
+        orders[((v * 7) % 150_000 + 1) as usize] += 1;
+    }
+    let mut per_count: std::collections::BTreeMap<i64, i64> = Default::default();
+    for n in &orders[1..=140_000] {
+        *per_count.entry(*n).or_default() += 1;
+    }
+    let expected: Vec<Vec<String>> = per_count
+        .into_iter()
+        .map(|(n, customers)| vec![n.to_string(), customers.to_string()])
+        .collect();
+    assert_eq!(rows_of(&mut floe, sql).await, expected);
+}

@@ -94,7 +94,8 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         namespace: Some(namespace.clone()),
         ..Default::default()
     };
-    let mut floe_times = BTreeMap::new();
+    // First Floe alone, one run per query: its answers, and its peak resident memory with no
+    // other engine's memory in the process.
     let mut floe_results: BTreeMap<usize, Vec<RecordBatch>> = BTreeMap::new();
     reset_peak_memory();
     let mut floe_failures: BTreeMap<usize, String> = BTreeMap::new();
@@ -107,31 +108,16 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        let batches = match outcome {
-            Ok(batches) => batches,
+        match outcome {
+            Ok(batches) => {
+                floe_results.insert(*q, batches);
+            }
             Err(e) => {
                 // Reported in the table; the other queries still run.
                 eprintln!("Q{q} failed in Floe: {e}");
                 floe_failures.insert(*q, e);
-                continue;
             }
-        };
-        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-        floe_results.insert(*q, batches);
-        // The run above was the warm-up.
-        let mut best = f64::MAX;
-        for _ in 0..args.iterations.max(1) {
-            let start = Instant::now();
-            let result = engine.query(&caller, sql, &options).await?;
-            let _: Vec<RecordBatch> = result
-                .stream
-                .try_collect()
-                .await
-                .with_context(|| format!("Floe, Q{q}"))?;
-            best = best.min(start.elapsed().as_secs_f64() * 1000.0);
         }
-        eprintln!("Q{q}: floe {best:.1} ms");
-        floe_times.insert(*q, (best, rows));
     }
     let floe_peak = memory_mib("VmHWM:");
     // The same memory budget as Floe's queries, so a runaway plan fails rather than taking
@@ -153,30 +139,92 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         )
         .await?;
     }
-    let mut raw_times = BTreeMap::new();
-    for (q, sql) in &queries {
-        let limit = std::time::Duration::from_secs(args.peer_timeout_secs);
-        let measured = best_of(args.iterations, || async {
-            let run = async { raw.sql(sql).await?.collect().await };
+    let answers = dir.join("duckdb-answers");
+    std::fs::create_dir_all(&answers)?;
+    let mut duckdb = DuckDb::start(&args, &parquet, &answers)?;
+
+    // Then the timed runs, engine after engine within each iteration of each query, so that
+    // the machine's drift (these shared cores speed up and slow down over minutes) falls on
+    // all three alike.
+    let limit = std::time::Duration::from_secs(args.peer_timeout_secs);
+    let raw_run = |sql: &str| {
+        let (raw, sql) = (raw.clone(), sql.to_string());
+        async move {
+            let run = async { raw.sql(&sql).await?.collect().await };
             let batches = tokio::time::timeout(limit, run)
                 .await
                 .map_err(|_| anyhow::anyhow!("no answer within {} s", limit.as_secs()))??;
-            Ok(batches.iter().map(|b| b.num_rows()).sum())
-        })
-        .await;
-        match measured {
-            Ok(measured) => {
-                eprintln!("Q{q}: datafusion on parquet {:.1} ms", measured.0);
-                raw_times.insert(*q, measured);
+            anyhow::Ok(batches.iter().map(|b| b.num_rows()).sum::<usize>())
+        }
+    };
+    let mut floe_times = BTreeMap::new();
+    let mut raw_times = BTreeMap::new();
+    let mut duck_times = BTreeMap::new();
+    for (q, sql) in &queries {
+        let Some(floe_rows) = floe_results
+            .get(q)
+            .map(|batches| batches.iter().map(|b| b.num_rows()).sum::<usize>())
+        else {
+            continue;
+        };
+        let timed_floe = || async {
+            let start = Instant::now();
+            let result = engine.query(&caller, sql, &options).await?;
+            let _: Vec<RecordBatch> = result
+                .stream
+                .try_collect()
+                .await
+                .with_context(|| format!("Floe, Q{q}"))?;
+            anyhow::Ok(start.elapsed().as_secs_f64() * 1000.0)
+        };
+        // Warm-ups: every engine's data in the page cache before its timed runs.
+        timed_floe().await?;
+        let mut raw_rows = match raw_run(sql).await {
+            Ok(rows) => Some(rows),
+            Err(e) => {
+                eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}");
+                None
             }
-            Err(e) => eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}"),
+        };
+        let duck_rows = match duckdb.as_mut() {
+            Some(duck) => Some(duck.warm_up(*q, sql)?),
+            None => None,
+        };
+        let (mut floe_best, mut raw_best, mut duck_best) = (f64::MAX, f64::MAX, f64::MAX);
+        for _ in 0..args.iterations.max(1) {
+            floe_best = floe_best.min(timed_floe().await?);
+            if raw_rows.is_some() {
+                let start = Instant::now();
+                match raw_run(sql).await {
+                    Ok(_) => raw_best = raw_best.min(start.elapsed().as_secs_f64() * 1000.0),
+                    Err(e) => {
+                        eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}");
+                        raw_rows = None;
+                    }
+                }
+            }
+            if let Some(duck) = duckdb.as_mut() {
+                duck_best = duck_best.min(duck.time(sql)?);
+            }
+        }
+        eprintln!(
+            "Q{q}: floe {floe_best:.1} ms, datafusion on parquet {}, duckdb {}",
+            raw_rows.map_or("fails".to_string(), |_| format!("{raw_best:.1} ms")),
+            duck_rows.map_or("-".to_string(), |_| format!("{duck_best:.1} ms")),
+        );
+        floe_times.insert(*q, (floe_best, floe_rows));
+        if let Some(rows) = raw_rows {
+            raw_times.insert(*q, (raw_best, rows));
+        }
+        if let Some(rows) = duck_rows {
+            duck_times.insert(*q, (duck_best, rows));
         }
     }
-    let answers = dir.join("duckdb-answers");
-    std::fs::create_dir_all(&answers)?;
-    let duck = duckdb_times(&args, &parquet, &answers, &queries)?;
-    let duck_peak = duck.as_ref().and_then(|d| d.peak_mib);
-    let duck = duck.map(|d| d.times);
+    let duck_peak = match duckdb {
+        Some(duck) => duck.finish()?,
+        None => None,
+    };
+    let duck = (!duck_times.is_empty() || queries.is_empty()).then_some(duck_times);
     if duck.is_some() {
         for (q, _) in &queries {
             let expected = raw
@@ -203,6 +251,8 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         "query", "floe", "df-parquet", "duckdb", "floe/duckdb", "floe/df-parq"
     );
     let (mut log_duck, mut log_raw, mut n_duck, mut n_raw) = (0.0, 0.0, 0, 0);
+    // Summed times of the queries every engine answered.
+    let (mut sum_floe, mut sum_raw, mut sum_duck) = (0.0, 0.0, 0.0);
     for (q, _) in &queries {
         let Some(&(floe_ms, floe_rows)) = floe_times.get(q) else {
             println!("{:>5} {:>10}", format!("Q{q}"), "fails");
@@ -218,6 +268,11 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
                 raw_entry.map(|d| d.1),
                 duck_entry.map(|d| d.1)
             );
+        }
+        if let (Some((raw_ms, _)), Some((duck_ms, _))) = (raw_entry, duck_entry) {
+            sum_floe += floe_ms;
+            sum_raw += raw_ms;
+            sum_duck += duck_ms;
         }
         let raw_text = match raw_entry {
             Some((ms, _)) => {
@@ -246,7 +301,8 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         );
     }
     let show = |mib: Option<f64>| mib.map_or("-".to_string(), |m| format!("{m:.0} MiB"));
-    // DataFusion on Parquet runs in this process after Floe, so its peak is not told apart.
+    // Floe's peak is taken over its first runs, before DataFusion on Parquet (which runs in
+    // this process) has run anything.
     println!(
         "\npeak resident memory: floe's queries {} (query memory limit {} MiB; includes data \
          generated in this run, if any), duckdb process {}",
@@ -259,6 +315,15 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             "every answer Floe gave matches DuckDB's, value by value; {} of {} queries failed in Floe",
             floe_failures.len(),
             queries.len()
+        );
+    }
+    if sum_duck > 0.0 {
+        println!(
+            "summed times of the queries all three answered: floe {sum_floe:.0} ms, \
+             datafusion on parquet {sum_raw:.0} ms, duckdb {sum_duck:.0} ms \
+             (floe/duckdb {:.2}, floe/df-parquet {:.2})",
+            sum_floe / sum_duck,
+            sum_floe / sum_raw
         );
     }
     println!(
@@ -280,22 +345,6 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
 /// fractional scale factor `tpch_sf0_1` (a dot would split the name in SQL).
 fn namespace_of(sf: f64) -> String {
     format!("tpch_sf{sf}").replace('.', "_")
-}
-
-/// Best wall time in ms over `iterations` runs after a warm-up, and the row count.
-async fn best_of<F, Fut>(iterations: usize, mut run: F) -> anyhow::Result<(f64, usize)>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<usize>>,
-{
-    let rows = run().await?;
-    let mut best = f64::MAX;
-    for _ in 0..iterations.max(1) {
-        let start = Instant::now();
-        run().await?;
-        best = best.min(start.elapsed().as_secs_f64() * 1000.0);
-    }
-    Ok((best, rows))
 }
 
 /// The embedded catalog with its `tpch` warehouse, and a root caller.
@@ -1130,83 +1179,106 @@ fn same_answer(got: &[RecordBatch], expected: &[RecordBatch]) -> anyhow::Result<
     Ok(())
 }
 
-/// What the DuckDB side measured.
-struct DuckRun {
-    times: BTreeMap<usize, (f64, usize)>,
-    peak_mib: Option<f64>,
+/// DuckDB over the same Parquet files, in a Python process with the `duckdb` module that runs
+/// one query at a time as asked (a line of JSON in, a line out), so its runs can alternate
+/// with the other engines'.
+struct DuckDb {
+    child: std::process::Child,
+    to: std::process::ChildStdin,
+    from: std::io::BufReader<std::process::ChildStdout>,
 }
 
-/// DuckDB's best times over the same Parquet files, run by a Python with the `duckdb` module;
-/// each answer is also written to `answers/q<N>.parquet`.
-fn duckdb_times(
-    args: &TpchBenchArgs,
-    parquet: &Path,
-    answers: &Path,
-    queries: &[(usize, String)],
-) -> anyhow::Result<Option<DuckRun>> {
-    let python = args.duckdb_python.clone().or_else(|| {
-        let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
-        venv.exists().then_some(venv)
-    });
-    let Some(python) = python else {
-        return Ok(None);
-    };
-    let script = r#"
+impl DuckDb {
+    /// Started when a Python with `duckdb` is found (`--duckdb-python`, or the test venv's).
+    fn start(args: &TpchBenchArgs, parquet: &Path, answers: &Path) -> anyhow::Result<Option<Self>> {
+        let python = args.duckdb_python.clone().or_else(|| {
+            let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
+            venv.exists().then_some(venv)
+        });
+        let Some(python) = python else {
+            return Ok(None);
+        };
+        let script = r#"
 import json, re, sys, time, duckdb
 # The high-water mark survives exec; restart it so it measures this process alone.
 open("/proc/self/clear_refs", "w").write("5")
-parquet, iterations, answers = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-queries = json.loads(sys.stdin.read())
+parquet, answers = sys.argv[1], sys.argv[2]
 con = duckdb.connect()
 con.execute("SET enable_progress_bar = false")
 for t in ["region","nation","supplier","customer","part","partsupp","orders","lineitem"]:
     con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{parquet}/{t}.parquet')")
-out = {}
-for q, sql in queries:
-    rows = len(con.execute(sql).fetchall())
-    body = sql.strip().rstrip(";")
-    con.execute(f"COPY ({body}) TO '{answers}/q{q}.parquet' (FORMAT parquet)")
-    best = float("inf")
-    for _ in range(max(iterations, 1)):
+for line in sys.stdin:
+    ask = json.loads(line)
+    sql = ask["sql"]
+    if "answer" in ask:
+        rows = len(con.execute(sql).fetchall())
+        body = sql.strip().rstrip(";")
+        con.execute(f"COPY ({body}) TO '{answers}/q{ask['answer']}.parquet' (FORMAT parquet)")
+        reply = {"rows": rows}
+    else:
         start = time.perf_counter()
         con.execute(sql).fetchall()
-        best = min(best, (time.perf_counter() - start) * 1000)
-    out[q] = [best, rows]
+        reply = {"ms": (time.perf_counter() - start) * 1000}
+    print(json.dumps(reply), flush=True)
 peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
-print(json.dumps({"times": out, "peak_mib": peak}))
+print(json.dumps({"peak_mib": peak}), flush=True)
 "#;
-    let mut child = std::process::Command::new(&python)
-        .args(["-c", script])
-        .arg(parquet)
-        .arg(args.iterations.to_string())
-        .arg(answers)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .with_context(|| format!("start {}", python.display()))?;
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        stdin.write_all(serde_json::to_string(queries)?.as_bytes())?;
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", script])
+            .arg(parquet)
+            .arg(answers)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("start {}", python.display()))?;
+        let to = child.stdin.take().expect("piped stdin");
+        let from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        Ok(Some(DuckDb { child, to, from }))
     }
-    let output = child.wait_with_output()?;
-    if !output.status.success() {
-        bail!("DuckDB side failed (see its error above)");
+
+    fn ask(&mut self, ask: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        use std::io::{BufRead, Write};
+        writeln!(self.to, "{ask}").context("DuckDB side stopped (see its error above)")?;
+        self.to.flush()?;
+        let mut line = String::new();
+        if self.from.read_line(&mut line)? == 0 {
+            bail!("DuckDB side stopped (see its error above)");
+        }
+        Ok(serde_json::from_str(&line)?)
     }
-    #[derive(serde::Deserialize)]
-    struct Reply {
-        times: BTreeMap<String, (f64, usize)>,
-        peak_mib: Option<f64>,
+
+    /// Runs query `q` once, writes its answer to `answers/q<q>.parquet`; its row count.
+    fn warm_up(&mut self, q: usize, sql: &str) -> anyhow::Result<usize> {
+        let reply = self.ask(serde_json::json!({ "sql": sql, "answer": q }))?;
+        reply["rows"]
+            .as_u64()
+            .map(|rows| rows as usize)
+            .context("DuckDB side gave no row count")
     }
-    let parsed: Reply = serde_json::from_slice(&output.stdout)?;
-    Ok(Some(DuckRun {
-        times: parsed
-            .times
-            .into_iter()
-            .map(|(q, v)| (q.parse().expect("query numbers"), v))
-            .collect(),
-        peak_mib: parsed.peak_mib,
-    }))
+
+    /// One timed run, in ms.
+    fn time(&mut self, sql: &str) -> anyhow::Result<f64> {
+        let reply = self.ask(serde_json::json!({ "sql": sql }))?;
+        reply["ms"].as_f64().context("DuckDB side gave no time")
+    }
+
+    /// Ends the process; its peak resident memory (MiB).
+    fn finish(self) -> anyhow::Result<Option<f64>> {
+        use std::io::BufRead;
+        let DuckDb {
+            mut child,
+            to,
+            mut from,
+        } = self;
+        drop(to);
+        let mut line = String::new();
+        from.read_line(&mut line)?;
+        if !child.wait()?.success() {
+            bail!("DuckDB side failed (see its error above)");
+        }
+        let reply: serde_json::Value = serde_json::from_str(&line)?;
+        Ok(reply["peak_mib"].as_f64())
+    }
 }
 
 #[cfg(test)]
