@@ -125,17 +125,10 @@ fn cost_class(condition: &Arc<dyn PhysicalExpr>, schema: &Schema) -> u8 {
     if reads_bytes {
         return 2;
     }
-    let Some(comparison) = condition.downcast_ref::<BinaryExpr>().filter(|b| {
-        matches!(
-            b.op(),
-            Operator::Eq
-                | Operator::NotEq
-                | Operator::Lt
-                | Operator::LtEq
-                | Operator::Gt
-                | Operator::GtEq
-        )
-    }) else {
+    let Some(comparison) = condition
+        .downcast_ref::<BinaryExpr>()
+        .filter(|b| is_comparison(b.op()))
+    else {
         // `OR`s, `IN` lists, functions: several operations a row, often not selective.
         return 2;
     };
@@ -499,27 +492,35 @@ impl PhysicalExpr for Conjunction {
     }
 }
 
+/// `=`, `<>`, `<`, `<=`, `>`, `>=`.
+fn is_comparison(op: &Operator) -> bool {
+    matches!(
+        op,
+        Operator::Eq
+            | Operator::NotEq
+            | Operator::Lt
+            | Operator::LtEq
+            | Operator::Gt
+            | Operator::GtEq
+    )
+}
+
 /// Whether evaluating `expr` cannot fail on any row: comparisons, `LIKE`, `IN` lists, null
 /// tests and their `AND`, `OR` and `NOT` over columns and literals, and runtime filters.
 fn cannot_fail(expr: &Arc<dyn PhysicalExpr>) -> bool {
     let own = if let Some(binary) = expr.downcast_ref::<BinaryExpr>() {
-        matches!(
-            binary.op(),
-            Operator::Eq
-                | Operator::NotEq
-                | Operator::Lt
-                | Operator::LtEq
-                | Operator::Gt
-                | Operator::GtEq
-                | Operator::IsDistinctFrom
-                | Operator::IsNotDistinctFrom
-                | Operator::And
-                | Operator::Or
-                | Operator::LikeMatch
-                | Operator::NotLikeMatch
-                | Operator::ILikeMatch
-                | Operator::NotILikeMatch
-        )
+        is_comparison(binary.op())
+            || matches!(
+                binary.op(),
+                Operator::IsDistinctFrom
+                    | Operator::IsNotDistinctFrom
+                    | Operator::And
+                    | Operator::Or
+                    | Operator::LikeMatch
+                    | Operator::NotLikeMatch
+                    | Operator::ILikeMatch
+                    | Operator::NotILikeMatch
+            )
     } else {
         is_runtime_filter(expr)
             || expr.downcast_ref::<Column>().is_some()
