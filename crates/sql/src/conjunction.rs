@@ -509,6 +509,13 @@ fn is_comparison(op: &Operator) -> bool {
 /// tests and their `AND`, `OR` and `NOT` over columns and literals, and runtime filters.
 fn cannot_fail(expr: &Arc<dyn PhysicalExpr>) -> bool {
     let own = if let Some(binary) = expr.downcast_ref::<BinaryExpr>() {
+        let like = matches!(
+            binary.op(),
+            Operator::LikeMatch
+                | Operator::NotLikeMatch
+                | Operator::ILikeMatch
+                | Operator::NotILikeMatch
+        );
         is_comparison(binary.op())
             || matches!(
                 binary.op(),
@@ -516,11 +523,9 @@ fn cannot_fail(expr: &Arc<dyn PhysicalExpr>) -> bool {
                     | Operator::IsNotDistinctFrom
                     | Operator::And
                     | Operator::Or
-                    | Operator::LikeMatch
-                    | Operator::NotLikeMatch
-                    | Operator::ILikeMatch
-                    | Operator::NotILikeMatch
             )
+            // A pattern given per row is compiled per row, which can fail.
+            || (like && binary.right().downcast_ref::<Literal>().is_some())
     } else {
         is_runtime_filter(expr)
             || expr.downcast_ref::<Column>().is_some()
@@ -529,7 +534,9 @@ fn cannot_fail(expr: &Arc<dyn PhysicalExpr>) -> bool {
             || expr.downcast_ref::<IsNullExpr>().is_some()
             || expr.downcast_ref::<IsNotNullExpr>().is_some()
             || expr.downcast_ref::<NotExpr>().is_some()
-            || expr.downcast_ref::<LikeExpr>().is_some()
+            || expr
+                .downcast_ref::<LikeExpr>()
+                .is_some_and(|like| like.pattern().downcast_ref::<Literal>().is_some())
             || expr.downcast_ref::<crate::like::PartsLike>().is_some()
     };
     own && (is_runtime_filter(expr) || expr.children().into_iter().all(cannot_fail))

@@ -173,6 +173,12 @@ fn partitioned_if_keyed(
     let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
         return Ok(None);
     };
+    // One key, so that the join's partitions are partitions by the grouping column; a left
+    // join's output is partitioned by its left key only (its right key is null where no row
+    // matched), an inner join's by either.
+    let [(left_key, right_key)] = join.on() else {
+        return Ok(None);
+    };
     if *join.partition_mode() != PartitionMode::CollectLeft
         || join.null_aware
         || !matches!(join.join_type(), JoinType::Inner | JoinType::Left)
@@ -182,12 +188,11 @@ fn partitioned_if_keyed(
     }
     // Positions of the join's keys among its columns before its own projection.
     let left_columns = join.left().schema().fields().len();
-    let keys: Vec<usize> = join
-        .on()
-        .iter()
-        .flat_map(|(l, r)| [column_index(l), column_index(r).map(|r| r + left_columns)])
-        .flatten()
-        .collect();
+    let mut keys = vec![column_index(left_key)];
+    if *join.join_type() == JoinType::Inner {
+        keys.push(column_index(right_key).map(|r| r + left_columns));
+    }
+    let keys: Vec<usize> = keys.into_iter().flatten().collect();
     let unprojected = match &join.projection {
         Some(projection) => projection.get(column).copied(),
         None => Some(column),

@@ -56,8 +56,9 @@ fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let Some(filter) = plan.downcast_ref::<FilterExec>() else {
         return Ok(plan);
     };
+    let schema = filter.input().schema();
     let predicate = filter.predicate().clone().transform_up(|expr| {
-        Ok(match PartsLike::try_new(&expr) {
+        Ok(match PartsLike::try_new(&expr, &schema) {
             Some(like) => Transformed::yes(Arc::new(like) as Arc<dyn PhysicalExpr>),
             None => Transformed::no(expr),
         })
@@ -87,7 +88,10 @@ pub struct PartsLike {
 }
 
 impl PartsLike {
-    fn try_new(expr: &Arc<dyn PhysicalExpr>) -> Option<Self> {
+    /// `expr` as a `PartsLike` over rows of `schema`, if it is a `LIKE` this matches: a
+    /// string value (not, say, a dictionary, which Arrow's kernel unpacks) and a pattern of
+    /// several literal parts.
+    fn try_new(expr: &Arc<dyn PhysicalExpr>, schema: &Schema) -> Option<Self> {
         // DataFusion plans `LIKE` as a binary operator; `LikeExpr` is its other form.
         let (value, pattern, negated) = if let Some(binary) = expr.downcast_ref::<BinaryExpr>() {
             let negated = match binary.op() {
@@ -103,6 +107,12 @@ impl PartsLike {
             }
             (like.expr(), like.pattern(), like.negated())
         };
+        if !matches!(
+            value.data_type(schema).ok()?,
+            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
+        ) {
+            return None;
+        }
         let pattern = match pattern.downcast_ref::<Literal>()?.value() {
             ScalarValue::Utf8(Some(p))
             | ScalarValue::Utf8View(Some(p))
@@ -213,13 +223,22 @@ impl PhysicalExpr for PartsLike {
         let Some(value) = children.pop() else {
             return internal_err!("LIKE takes one value");
         };
+        // The original re-addressed alike (its first child is the value, then the pattern),
+        // so that it compares, hashes and prints as this expression now reads.
+        let mut originals: Vec<Arc<dyn PhysicalExpr>> =
+            self.original.children().into_iter().cloned().collect();
+        let Some(first) = originals.first_mut() else {
+            return internal_err!("LIKE without a value");
+        };
+        *first = value.clone();
+        let original = Arc::clone(&self.original).with_new_children(originals)?;
         Ok(Arc::new(Self {
             value,
             negated: self.negated,
             first: self.first.clone(),
             last: self.last.clone(),
             middle: self.middle.clone(),
-            original: self.original.clone(),
+            original,
         }))
     }
 
@@ -249,9 +268,23 @@ mod tests {
             Arc::new(BinaryExpr::new(column.clone(), op, lit(pattern)));
         let like: Arc<dyn PhysicalExpr> =
             Arc::new(LikeExpr::new(negated, false, column, lit(pattern)));
-        let (planned, other) = (PartsLike::try_new(&binary), PartsLike::try_new(&like));
+        let schema = Schema::new(vec![Field::new("s", DataType::Utf8View, true)]);
+        let (planned, other) = (
+            PartsLike::try_new(&binary, &schema),
+            PartsLike::try_new(&like, &schema),
+        );
         assert_eq!(planned.is_some(), other.is_some(), "{pattern}");
         planned
+    }
+
+    #[test]
+    fn values_other_than_strings_are_left_to_arrow() {
+        let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new("s", 0));
+        let binary: Arc<dyn PhysicalExpr> =
+            Arc::new(BinaryExpr::new(column, Operator::LikeMatch, lit("%a%b%")));
+        let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let schema = Schema::new(vec![Field::new("s", dictionary, true)]);
+        assert!(PartsLike::try_new(&binary, &schema).is_none());
     }
 
     fn answers(like: &PartsLike, values: Vec<Option<&str>>) -> Vec<Option<bool>> {
