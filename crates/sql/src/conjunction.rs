@@ -42,9 +42,8 @@ use datafusion::physical_expr::expressions::{
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 
-use crate::runtime_filters::{is_runtime_filter, is_switched_off, map_children};
+use crate::runtime_filters::{is_runtime_filter, is_switched_off, map_filter_predicates};
 
 /// Share of a batch at or under which a condition is evaluated on the selected rows only
 /// (DataFusion's own threshold for `AND`).
@@ -64,7 +63,7 @@ impl PhysicalOptimizerRule for FastConjunctions {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        rewrite(plan)
+        map_filter_predicates(plan, &conjunction)
     }
 
     fn name(&self) -> &str {
@@ -76,24 +75,18 @@ impl PhysicalOptimizerRule for FastConjunctions {
     }
 }
 
-fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let plan = map_children(plan, |_, child| rewrite(child))?;
-    let Some(filter) = plan.downcast_ref::<FilterExec>() else {
-        return Ok(plan);
-    };
-    let conditions = split_conjunction(filter.predicate());
+/// A [`Conjunction`] in place of `predicate` when it has two or more conditions.
+fn conjunction(
+    predicate: &Arc<dyn PhysicalExpr>,
+    schema: &Schema,
+) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    let conditions = split_conjunction(predicate);
     if conditions.len() < 2 {
-        return Ok(plan);
+        return Ok(None);
     }
-    let schema = filter.input().schema();
     let mut order: Vec<usize> = (0..conditions.len()).collect();
-    order.sort_by_key(|&i| cost_class(conditions[i], &schema));
-    let predicate = Arc::new(Conjunction::new(filter.predicate().clone(), order));
-    Ok(Arc::new(
-        FilterExecBuilder::from(filter)
-            .with_predicate(predicate)
-            .build()?,
-    ))
+    order.sort_by_key(|&i| cost_class(conditions[i], schema));
+    Ok(Some(Arc::new(Conjunction::new(predicate.clone(), order))))
 }
 
 /// Where a condition goes in the order of evaluation: comparisons of a column with a literal
@@ -176,13 +169,29 @@ struct Measured {
 }
 
 impl Measured {
+    /// Its time per row evaluated and the share of the rows reaching it that it keeps, once
+    /// it has been reached.
+    fn observed(&self) -> Option<(f64, f64)> {
+        (self.selected_in > 0.0 && self.evaluated > 0.0).then(|| {
+            (
+                self.nanos / self.evaluated,
+                self.selected_out / self.selected_in,
+            )
+        })
+    }
+
     /// Time per row it removes: conditions are best evaluated in ascending order of this.
     fn rank(&self) -> f64 {
-        if self.selected_in == 0.0 || self.evaluated == 0.0 {
-            return f64::INFINITY;
-        }
-        let removed = 1.0 - self.selected_out / self.selected_in;
-        (self.nanos / self.evaluated) / removed.max(1e-3)
+        self.observed()
+            .map_or(f64::INFINITY, |(cost, kept)| cost / (1.0 - kept).max(1e-3))
+    }
+
+    /// `scale` × what is known plus `batch`.
+    fn scaled_plus(&mut self, scale: f64, batch: &Measured) {
+        self.selected_in = self.selected_in * scale + batch.selected_in;
+        self.selected_out = self.selected_out * scale + batch.selected_out;
+        self.evaluated = self.evaluated * scale + batch.evaluated;
+        self.nanos = self.nanos * scale + batch.nanos;
     }
 }
 
@@ -190,15 +199,12 @@ impl Measured {
 /// before it leave, as far as `measured` tells (a condition never reached counts nothing).
 fn expected_cost(order: &[usize], measured: &[Measured]) -> f64 {
     let mut share = 1.0;
-    let mut cost = 0.0;
-    for m in order.iter().map(|&at| &measured[at]) {
-        if m.selected_in == 0.0 || m.evaluated == 0.0 {
-            continue;
-        }
-        cost += share * m.nanos / m.evaluated;
-        share *= m.selected_out / m.selected_in;
+    let mut total = 0.0;
+    for (cost, kept) in order.iter().filter_map(|&at| measured[at].observed()) {
+        total += share * cost;
+        share *= kept;
     }
-    cost
+    total
 }
 
 impl Adaptive {
@@ -215,11 +221,7 @@ impl Adaptive {
     /// never reached go last, in their order) and halves what is known.
     fn record(&mut self, batch: &[(usize, Measured)]) {
         for (at, m) in batch {
-            let known = &mut self.measured[*at];
-            known.selected_in += m.selected_in;
-            known.selected_out += m.selected_out;
-            known.evaluated += m.evaluated;
-            known.nanos += m.nanos;
+            self.measured[*at].scaled_plus(1.0, m);
         }
         self.batches += 1;
         if !self.batches.is_multiple_of(REORDER_EVERY) {
@@ -235,10 +237,7 @@ impl Adaptive {
             self.order = better;
         }
         for known in &mut self.measured {
-            known.selected_in /= 2.0;
-            known.selected_out /= 2.0;
-            known.evaluated /= 2.0;
-            known.nanos /= 2.0;
+            known.scaled_plus(0.5, &Measured::default());
         }
     }
 }
@@ -564,6 +563,8 @@ mod tests {
     use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::Field;
     use datafusion::physical_expr::expressions::binary;
+
+    use datafusion::physical_plan::filter::FilterExec;
 
     use super::*;
 

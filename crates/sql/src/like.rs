@@ -24,10 +24,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, LikeExpr, Literal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use memchr::memmem::Finder;
 
-use crate::runtime_filters::map_children;
+use crate::runtime_filters::map_filter_predicates;
 
 /// The physical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]
@@ -39,7 +38,7 @@ impl PhysicalOptimizerRule for FastLike {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        rewrite(plan)
+        map_filter_predicates(plan, &parts_likes)
     }
 
     fn name(&self) -> &str {
@@ -51,26 +50,18 @@ impl PhysicalOptimizerRule for FastLike {
     }
 }
 
-fn rewrite(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let plan = map_children(plan, |_, child| rewrite(child))?;
-    let Some(filter) = plan.downcast_ref::<FilterExec>() else {
-        return Ok(plan);
-    };
-    let schema = filter.input().schema();
-    let predicate = filter.predicate().clone().transform_up(|expr| {
-        Ok(match PartsLike::try_new(&expr, &schema) {
+/// `predicate` with every `LIKE` it can match replaced by a [`PartsLike`], if any.
+fn parts_likes(
+    predicate: &Arc<dyn PhysicalExpr>,
+    schema: &Schema,
+) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+    let predicate = predicate.clone().transform_up(|expr| {
+        Ok(match PartsLike::try_new(&expr, schema) {
             Some(like) => Transformed::yes(Arc::new(like) as Arc<dyn PhysicalExpr>),
             None => Transformed::no(expr),
         })
     })?;
-    if !predicate.transformed {
-        return Ok(plan);
-    }
-    Ok(Arc::new(
-        FilterExecBuilder::from(filter)
-            .with_predicate(predicate.data)
-            .build()?,
-    ))
+    Ok(predicate.transformed.then_some(predicate.data))
 }
 
 /// A `LIKE` whose pattern is literal parts between `%`s; see the module documentation.

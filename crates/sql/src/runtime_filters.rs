@@ -235,6 +235,31 @@ pub(crate) fn map_children(
     }
 }
 
+/// A filter predicate's replacement, if any, given the predicate and the filter's input
+/// schema.
+pub(crate) type PredicateRewrite =
+    dyn Fn(&Arc<dyn PhysicalExpr>, &Schema) -> Result<Option<Arc<dyn PhysicalExpr>>>;
+
+/// `plan` with each filter's predicate replaced by what `replace` makes of it, where it makes
+/// something.
+pub(crate) fn map_filter_predicates(
+    plan: Arc<dyn ExecutionPlan>,
+    replace: &PredicateRewrite,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = map_children(plan, |_, child| map_filter_predicates(child, replace))?;
+    let Some(filter) = plan.downcast_ref::<FilterExec>() else {
+        return Ok(plan);
+    };
+    match replace(filter.predicate(), &filter.input().schema())? {
+        Some(predicate) => Ok(Arc::new(
+            FilterExecBuilder::from(filter)
+                .with_predicate(predicate)
+                .build()?,
+        )),
+        None => Ok(plan),
+    }
+}
+
 /// The file scan configuration of a `DataSourceExec` over files.
 pub(crate) fn file_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
     plan.downcast_ref::<DataSourceExec>()?

@@ -96,19 +96,18 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     };
     // First Floe alone, one run per query: its answers, and its peak resident memory with no
     // other engine's memory in the process.
+    let floe_run = |sql: &str| {
+        let (engine, caller, options, sql) = (&engine, &caller, &options, sql.to_string());
+        async move {
+            let result = engine.query(caller, &sql, options).await?;
+            anyhow::Ok(result.stream.try_collect::<Vec<RecordBatch>>().await?)
+        }
+    };
     let mut floe_results: BTreeMap<usize, Vec<RecordBatch>> = BTreeMap::new();
     reset_peak_memory();
     let mut floe_failures: BTreeMap<usize, String> = BTreeMap::new();
     for (q, sql) in &queries {
-        let outcome = match engine.query(&caller, sql, &options).await {
-            Ok(result) => result
-                .stream
-                .try_collect::<Vec<RecordBatch>>()
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match outcome {
+        match floe_run(sql).await.map_err(|e| e.to_string()) {
             Ok(batches) => {
                 floe_results.insert(*q, batches);
             }
@@ -169,12 +168,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         };
         let timed_floe = || async {
             let start = Instant::now();
-            let result = engine.query(&caller, sql, &options).await?;
-            let _: Vec<RecordBatch> = result
-                .stream
-                .try_collect()
-                .await
-                .with_context(|| format!("Floe, Q{q}"))?;
+            floe_run(sql).await.with_context(|| format!("Floe, Q{q}"))?;
             anyhow::Ok(start.elapsed().as_secs_f64() * 1000.0)
         };
         // Warm-ups: every engine's data in the page cache before its timed runs.
@@ -220,11 +214,11 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             duck_times.insert(*q, (duck_best, rows));
         }
     }
+    let duck = duckdb.is_some().then_some(duck_times);
     let duck_peak = match duckdb {
         Some(duck) => duck.finish()?,
         None => None,
     };
-    let duck = (!duck_times.is_empty() || queries.is_empty()).then_some(duck_times);
     if duck.is_some() {
         for (q, _) in &queries {
             // A query Floe could not answer has no answer of DuckDB's written either.
