@@ -369,7 +369,10 @@ def test_a_compaction_killed_midway_leaves_the_table_intact_and_orphans_to_clean
     finally:
         stop_floe(floe)
 
-    floe = start_floe(tmp_path, extra_args=args + ("--maintenance-workers", "0"))
+    # The half-written files are seconds old: cleaning them needs the age floor lowered.
+    floe = start_floe(
+        tmp_path, extra_args=args + ("--maintenance-workers", "0", "--orphan-min-age-floor-secs", "0")
+    )
     try:
         catalog = floe.pyiceberg()
         table = catalog.load_table("kill.t")

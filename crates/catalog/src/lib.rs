@@ -15,6 +15,7 @@ pub mod ident;
 pub mod jobs;
 pub mod metadata;
 pub mod model;
+pub mod paths;
 pub mod pipelines;
 pub mod registry;
 pub mod service;

@@ -87,8 +87,8 @@ pub enum MetadataSwap {
         id: Uuid,
         expected_location: String,
         new_location: String,
-        /// The table's (possibly changed) data location.
-        table_location: String,
+        /// The table's new location (canonical), when the commit moves it.
+        moved_to: Option<String>,
     },
     /// Only require that a table's metadata location is still `expected_location` (a table of
     /// a transaction whose updates changed nothing).
@@ -106,6 +106,12 @@ pub enum SwapFailure {
     AlreadyExists(usize),
     /// The namespace of a created table is gone (index into the swaps).
     NamespaceMissing(usize),
+    /// A created or moved table's location overlaps the location of `other` (index into the
+    /// swaps; `other` as `namespace.name`).
+    LocationTaken {
+        index: usize,
+        other: String,
+    },
     Store(crate::CatalogError),
 }
 

@@ -80,7 +80,8 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
     /// Moves a table or view to a new namespace and name; its grants follow.
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()>;
     /// A table or view (other than `except`) whose location equals, contains or lies inside
-    /// `location`, as `namespace.name`.
+    /// `location` (canonical, see `floe_storage::Location`), as `namespace.name`. Creating
+    /// and moving tabulars checks the same inside their transactions.
     async fn location_in_use(
         &self,
         warehouse: Uuid,
@@ -89,6 +90,12 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<String>>;
     /// Replaces a table record in place (register with overwrite).
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()>;
+    /// Rewrites every stored tabular location that `canonical` spells differently (records
+    /// written before locations were stored canonically); returns how many changed.
+    async fn canonicalize_locations(
+        &self,
+        canonical: for<'a> fn(&'a str) -> Option<String>,
+    ) -> Result<u64>;
 
     /// Applies every swap or none, in one transaction.
     async fn commit(&self, swaps: &[MetadataSwap]) -> std::result::Result<(), SwapFailure>;

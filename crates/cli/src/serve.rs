@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// Memory a compaction's scan and sort hold before spilling (MiB).
     #[arg(long, env = "FLOE_MAINTENANCE_MEMORY_MB", default_value_t = 1024)]
     pub maintenance_memory_mb: usize,
+    /// The youngest a file may be (seconds) for orphan cleanup to delete it, whatever a run
+    /// asks: younger files may belong to a commit still in flight.
+    #[arg(long, env = "FLOE_ORPHAN_MIN_AGE_FLOOR_SECS", default_value_t = 3600)]
+    pub orphan_min_age_floor_secs: u64,
     /// Lease of a running stream pipeline (seconds): a pipeline whose node stops renewing
     /// it is taken over by another node this long after.
     #[arg(long, env = "FLOE_PIPELINE_LEASE_SECS", default_value_t = 15)]
@@ -153,6 +157,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ..CatalogConfig::default()
         },
     ));
+    let respelled = catalog.canonicalize_locations().await?;
+    if respelled > 0 {
+        tracing::info!(
+            tabulars = respelled,
+            "stored table and view locations in canonical spelling"
+        );
+    }
     ensure_default_warehouse(&catalog, &data_dir).await?;
     let mut auth = AuthService::new(
         Arc::new(store.clone()),
@@ -239,8 +250,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("open the ingest log in {}", ingest_dir.display()))?,
     );
+    state.orphan_age_floor_ms = (args.orphan_min_age_floor_secs as i64).saturating_mul(1000);
     let scheduler = Arc::new(floe_maintenance::scheduler::Scheduler::new(
-        floe_maintenance::exec::Maintainer::new(state.catalog.clone(), state.sql.clone()),
+        floe_maintenance::exec::Maintainer::new(state.catalog.clone(), state.sql.clone())
+            .with_orphan_age_floor(state.orphan_age_floor_ms),
         Arc::new(store.clone()),
         floe_maintenance::scheduler::SchedulerConfig {
             workers: args.maintenance_workers,

@@ -58,6 +58,8 @@ pub struct AppState {
     pub scheduler: Option<Arc<floe_maintenance::scheduler::Scheduler>>,
     /// Stream pipelines and their supervisor, when enabled.
     pub pipelines: Option<Arc<pipelines::Pipelines>>,
+    /// The youngest file an on-demand orphan cleanup may delete (milliseconds).
+    pub orphan_age_floor_ms: i64,
     /// The Confluent-compatible schema registry, when enabled.
     pub registry: Option<floe_stream::registry::Registry>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
@@ -107,6 +109,7 @@ impl AppState {
             ingest: None,
             scheduler: None,
             pipelines: None,
+            orphan_age_floor_ms: floe_maintenance::exec::orphans::DEFAULT_MIN_AGE_FLOOR_MS,
             registry: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }

@@ -30,7 +30,9 @@ use crate::extract::JsonBody;
 fn maintenance_error(e: MaintenanceError) -> ApiError {
     match e {
         MaintenanceError::Catalog(e) => ApiError(e),
-        MaintenanceError::Unsupported(message) => ApiError(CatalogError::bad_request(message)),
+        MaintenanceError::Unsupported(message) | MaintenanceError::Invalid(message) => {
+            ApiError(CatalogError::bad_request(message))
+        }
         MaintenanceError::Io { what, message } => {
             ApiError(CatalogError::internal(what, std::io::Error::other(message)))
         }
@@ -61,6 +63,7 @@ async fn maintained_table(
 
 fn maintainer(state: &AppState) -> Maintainer {
     Maintainer::new(state.catalog.clone(), state.sql.clone())
+        .with_orphan_age_floor(state.orphan_age_floor_ms)
 }
 
 fn scheduler(state: &AppState) -> ApiResult<&std::sync::Arc<Scheduler>> {
@@ -211,6 +214,19 @@ pub async fn run_job(
             "unknown job option {key}; options are {}",
             OPTION_KEYS.join(", ")
         ))));
+    }
+    if request.kind == "remove-orphan-files"
+        && request.options.get("dry-run").and_then(Value::as_bool) != Some(true)
+        && let Some(age) = request.options.get("older-than-ms")
+    {
+        let age = age.as_i64().ok_or_else(|| {
+            ApiError(CatalogError::bad_request(
+                "older-than-ms must be a whole number of milliseconds",
+            ))
+        })?;
+        maintainer(&state)
+            .check_orphan_age(age)
+            .map_err(maintenance_error)?;
     }
     // An equal job already queued or running answers for this request; if it finishes
     // between the two steps, queue again.

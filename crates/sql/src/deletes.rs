@@ -19,14 +19,14 @@ use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroup
 use futures::{StreamExt, TryStreamExt};
 use iceberg::scan::FileScanTask;
 use iceberg::spec::DataContentType;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::ObjectStoreExt;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
 use roaring::RoaringTreemap;
 
 use crate::manifests::{ManifestIndex, VectorBlob};
-use crate::provider::object_path;
+use crate::provider::TableFiles;
 
 /// How many delete files or data file footers are read at once while planning.
 const CONCURRENCY: usize = 16;
@@ -115,9 +115,9 @@ fn plan_key(task: &FileScanTask) -> String {
 
 /// Works out the access plan of every task's data file from its position deletes; plans
 /// worked out before are reused.
-pub async fn plan_deletes(
+pub(crate) async fn plan_deletes(
     index: &ManifestIndex,
-    store: Arc<dyn ObjectStore>,
+    files: &TableFiles,
     tasks: &[FileScanTask],
 ) -> Result<HashMap<String, FileDeletes>> {
     let mut found = HashMap::new();
@@ -135,7 +135,7 @@ pub async fn plan_deletes(
             }
         }
     }
-    for (path, plan) in read_deletes(index, store, &missing).await? {
+    for (path, plan) in read_deletes(index, files, &missing).await? {
         if let Some(key) = keys.remove(&path) {
             kept::put(key, Arc::new(plan.clone()));
         }
@@ -147,7 +147,7 @@ pub async fn plan_deletes(
 /// Reads the delete files of `tasks` and works out their data files' access plans.
 async fn read_deletes(
     index: &ManifestIndex,
-    store: Arc<dyn ObjectStore>,
+    files: &TableFiles,
     tasks: &[FileScanTask],
 ) -> Result<HashMap<String, FileDeletes>> {
     if tasks.is_empty() {
@@ -163,14 +163,13 @@ async fn read_deletes(
 
     // Every delete file once, whatever number of data files it covers.
     let loads = delete_files.into_iter().map(|(path, size)| {
-        let store = store.clone();
         let wanted = wanted.clone();
         let blobs = index.vectors.get(&path).cloned();
         async move {
             count_delete_file_read();
             match blobs {
-                Some(blobs) => read_vectors(store, &path, &blobs).await,
-                None => read_position_file(store, &path, size, &wanted).await,
+                Some(blobs) => read_vectors(files, &path, &blobs).await,
+                None => read_position_file(files, &path, size, &wanted).await,
             }
         }
     });
@@ -185,11 +184,10 @@ async fn read_deletes(
     let plans: Vec<_> = tasks
         .iter()
         .map(|task| {
-            let store = store.clone();
             let positions = deleted.remove(&task.data_file_path).unwrap_or_default();
             let (path, size) = (task.data_file_path.clone(), task.file_size_in_bytes);
             async move {
-                let deletes = access_plan(store, &path, size, &positions).await?;
+                let deletes = access_plan(files, &path, size, &positions).await?;
                 Ok::<_, DataFusionError>((path, deletes))
             }
         })
@@ -203,14 +201,15 @@ async fn read_deletes(
 /// Reads deletion vectors: a 4-byte big-endian length, the magic bytes, a portable 64-bit
 /// Roaring bitmap, and a big-endian CRC-32 of magic and bitmap.
 async fn read_vectors(
-    store: Arc<dyn ObjectStore>,
+    files: &TableFiles,
     puffin: &str,
     blobs: &[VectorBlob],
 ) -> Result<Vec<(String, RoaringTreemap)>> {
-    let path = object_path(puffin)?.into();
+    let path = files.path(puffin)?.into();
     let mut found = Vec::with_capacity(blobs.len());
     for blob in blobs {
-        let bytes = store
+        let bytes = files
+            .store
             .get_range(&path, blob.offset..blob.offset + blob.length)
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
@@ -250,13 +249,13 @@ fn parse_vector(bytes: &[u8]) -> std::result::Result<RoaringTreemap, String> {
 /// Reads a Parquet position delete file (`file_path`, `pos`), keeping the positions of the
 /// data files this scan reads.
 async fn read_position_file(
-    store: Arc<dyn ObjectStore>,
+    files: &TableFiles,
     location: &str,
     size: u64,
     wanted: &HashSet<String>,
 ) -> Result<Vec<(String, RoaringTreemap)>> {
-    let reader =
-        ParquetObjectReader::new(store, object_path(location)?.into()).with_file_size(size);
+    let reader = ParquetObjectReader::new(files.store.clone(), files.path(location)?.into())
+        .with_file_size(size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let columns = ["file_path", "pos"].map(|name| {
         builder.schema().index_of(name).map_err(|_| {
@@ -305,13 +304,13 @@ async fn read_position_file(
 
 /// Row groups of the data file with the deleted positions taken out.
 async fn access_plan(
-    store: Arc<dyn ObjectStore>,
+    files: &TableFiles,
     data_file: &str,
     size: u64,
     deleted: &RoaringTreemap,
 ) -> Result<FileDeletes> {
-    let mut reader =
-        ParquetObjectReader::new(store, object_path(data_file)?.into()).with_file_size(size);
+    let mut reader = ParquetObjectReader::new(files.store.clone(), files.path(data_file)?.into())
+        .with_file_size(size);
     let metadata = reader.get_metadata(None).await?;
     let counts: Vec<u64> = metadata
         .row_groups()

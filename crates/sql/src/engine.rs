@@ -15,7 +15,7 @@ use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CatalogService;
@@ -26,6 +26,8 @@ use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
 use crate::provider::TableAccess;
 
 mod ddl;
+mod stores;
+mod surface;
 
 /// How the engine runs queries.
 #[derive(Debug, Clone)]
@@ -299,7 +301,9 @@ impl std::fmt::Debug for CpuRuntime {
 
 impl SqlEngine {
     pub fn new(service: Arc<CatalogService>, config: EngineConfig) -> Result<Self, SqlError> {
-        let runtime = RuntimeEnvBuilder::new().build_arc()?;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::new(stores::WarehouseStores::default()))
+            .build_arc()?;
         let cpu = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.cpu_threads.max(1))
             .thread_name("floe-sql")
@@ -587,20 +591,13 @@ impl SqlEngine {
         }
         let state = state.build();
         let plan = state.statement_to_plan(statement).await?;
-        if !matches!(plan, LogicalPlan::Ddl(_)) {
-            if partitioned_by.is_some() {
-                return Err(SqlError::new(
-                    SqlErrorKind::Invalid,
-                    "PARTITIONED BY belongs to CREATE TABLE",
-                ));
-            }
-            SQLOptions::new()
-                .with_allow_ddl(false)
-                .with_allow_dml(true)
-                .with_allow_statements(false)
-                .verify_plan(&plan)
-                .map_err(|_| unsupported(&plan))?;
+        if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
+            return Err(SqlError::new(
+                SqlErrorKind::Invalid,
+                "PARTITIONED BY belongs to CREATE TABLE",
+            ));
         }
+        surface::check(&plan)?;
         Ok(Prepared {
             context: SessionContext::new_with_state(state),
             plan,
@@ -679,7 +676,7 @@ impl SqlEngine {
     pub async fn access(&self, caller: &Caller, warehouse: &str) -> Result<TableAccess, SqlError> {
         let handle = self.service.warehouse(warehouse).await?;
         let id = handle.warehouse.id;
-        let store_url = ObjectStoreUrl::parse(format!("floe://wh-{id}"))?;
+        let store_url = ObjectStoreUrl::parse(format!("{}://wh-{id}", stores::SCHEME))?;
         let newly = self
             .registered
             .lock()
@@ -698,7 +695,7 @@ impl SqlEngine {
             service: self.service.clone(),
             caller: caller.clone(),
             warehouse: warehouse.to_string(),
-            file_io: handle.storage.file_io(),
+            storage: handle.storage.clone(),
             store_url,
         })
     }
@@ -751,19 +748,4 @@ fn catalogs_access(context: &SessionContext, warehouse: &str) -> Option<TableAcc
     let catalog = context.catalog(warehouse)?;
     let catalog = catalog.downcast_ref::<WarehouseCatalog>()?;
     Some(catalog.access.clone())
-}
-
-fn unsupported(plan: &LogicalPlan) -> SqlError {
-    let what = match plan {
-        LogicalPlan::Ddl(ddl) => ddl.name().to_string(),
-        LogicalPlan::Dml(dml) => dml.op.to_string(),
-        _ => plan.display().to_string(),
-    };
-    SqlError::new(
-        SqlErrorKind::Unsupported,
-        format!(
-            "{what} is not supported yet: Floe's SQL runs queries, INSERT INTO, CREATE SCHEMA, \
-             CREATE TABLE [AS SELECT] and DROP TABLE"
-        ),
-    )
 }

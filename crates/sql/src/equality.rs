@@ -23,12 +23,11 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 use iceberg::scan::FileScanTaskDeleteFile;
-use object_store::ObjectStore;
 use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
 use crate::adapter::field_id;
-use crate::provider::object_path;
+use crate::provider::TableFiles;
 
 /// The deleted keys of equality delete files that share one list of equality columns.
 pub struct KeySet {
@@ -101,8 +100,8 @@ pub struct ReadKeys(HashMap<String, Arc<Vec<Box<[u8]>>>>);
 /// Reads `files` (equality delete files) into key sets over the columns of `scanned`, the
 /// schema of the batches they will be checked against (it must hold every equality column);
 /// files in `read` are not read again.
-pub async fn load(
-    store: Arc<dyn ObjectStore>,
+pub(crate) async fn load(
+    table: &TableFiles,
     files: &[FileScanTaskDeleteFile],
     scanned: &SchemaRef,
     read: &mut ReadKeys,
@@ -130,8 +129,7 @@ pub async fn load(
             let rows = match read.0.get(&file.file_path) {
                 Some(rows) => rows.clone(),
                 None => {
-                    let rows =
-                        read_keys(store.clone(), file, &ids, scanned, &columns, &converter).await?;
+                    let rows = read_keys(table, file, &ids, scanned, &columns, &converter).await?;
                     let rows = Arc::new(rows);
                     read.0.insert(file.file_path.clone(), rows.clone());
                     rows
@@ -150,7 +148,7 @@ pub async fn load(
 
 /// The keys of one equality delete file.
 async fn read_keys(
-    store: Arc<dyn ObjectStore>,
+    table: &TableFiles,
     file: &FileScanTaskDeleteFile,
     ids: &[i32],
     scanned: &SchemaRef,
@@ -160,7 +158,7 @@ async fn read_keys(
     let mut keys = Vec::new();
     crate::deletes::count_delete_file_read();
     let location = &file.file_path;
-    let reader = ParquetObjectReader::new(store, object_path(location)?.into())
+    let reader = ParquetObjectReader::new(table.store.clone(), table.path(location)?.into())
         .with_file_size(file.file_size_in_bytes);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let file_schema = builder.schema().clone();

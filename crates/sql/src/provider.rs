@@ -35,7 +35,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::union::UnionExec;
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::service::{CatalogService, LoadedTable};
-use floe_storage::Location;
+use floe_storage::WarehouseStorage;
 use futures::TryStreamExt;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{
@@ -43,6 +43,7 @@ use iceberg::spec::{
     Struct, Transform,
 };
 use iceberg::table::Table;
+use object_store::ObjectStore;
 
 use crate::adapter::FieldIdAdapterFactory;
 use crate::{deletes, equality, manifests, predicate};
@@ -53,15 +54,47 @@ pub struct TableAccess {
     pub service: Arc<CatalogService>,
     pub caller: Caller,
     pub warehouse: String,
-    pub file_io: iceberg::io::FileIO,
+    /// The warehouse's storage; a table's files are reached only through a handle narrowed
+    /// to the table ([`TableAccess::files_of`]).
+    pub storage: WarehouseStorage,
     /// Where the warehouse's object store is registered in the session's runtime.
     pub store_url: ObjectStoreUrl,
+}
+
+impl TableAccess {
+    /// The storage handle of the table at `location`: every manifest, data, delete and
+    /// statistics file read or written for it must lie below that location.
+    pub fn files_of(&self, location: &str) -> Result<WarehouseStorage> {
+        self.storage
+            .for_table(location)
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+/// A table's files as a scan reads them: the session's object store of the warehouse, and
+/// the table's reach, which every path is checked against before it is read.
+#[derive(Debug, Clone)]
+pub(crate) struct TableFiles {
+    pub store: Arc<dyn ObjectStore>,
+    pub reach: floe_storage::Reach,
+}
+
+impl TableFiles {
+    /// The object-store path of one of the table's files; a file outside the table is an
+    /// error naming it.
+    pub fn path(&self, location: &str) -> Result<String> {
+        self.reach
+            .relative_path(location)
+            .map_err(|e| DataFusionError::Execution(format!("table file {location}: {e}")))
+    }
 }
 
 /// One Iceberg table (at its current snapshot, or a chosen one).
 #[derive(Debug)]
 pub struct IcebergTableProvider {
     access: TableAccess,
+    /// What this table's reads may reach: its location.
+    files: WarehouseStorage,
     loaded: LoadedTable,
     snapshot_id: Option<i64>,
     schema: SchemaRef,
@@ -75,8 +108,10 @@ pub struct IcebergTableProvider {
 impl IcebergTableProvider {
     pub fn try_new(access: TableAccess, loaded: LoadedTable) -> Result<Self> {
         let schema = arrow_schema(loaded.metadata.current_schema())?;
+        let files = access.files_of(loaded.metadata.location())?;
         Ok(Self {
             access,
+            files,
             loaded,
             snapshot_id: None,
             schema,
@@ -166,7 +201,7 @@ impl IcebergTableProvider {
         let mut builder = Table::builder()
             .metadata(self.loaded.metadata.clone())
             .identifier(self.loaded.ident.clone())
-            .file_io(self.access.file_io.clone())
+            .file_io(self.files.file_io())
             .readonly(true)
             .runtime(iceberg::Runtime::current());
         if let Some(location) = &self.loaded.metadata_location {
@@ -311,13 +346,6 @@ pub fn iceberg_error(e: iceberg::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// The object-store path of a data file's location.
-pub(crate) fn object_path(location: &str) -> Result<String> {
-    let parsed = Location::parse(location)
-        .map_err(|e| DataFusionError::Execution(format!("data file {location}: {e}")))?;
-    Ok(parsed.path().trim_start_matches('/').to_string())
-}
-
 #[async_trait]
 impl TableProvider for IcebergTableProvider {
     fn schema(&self) -> SchemaRef {
@@ -434,8 +462,11 @@ impl IcebergTableProvider {
             }
         }
         let scan = self.parquet_scan(state, tasks, Some(&read), None).await?;
-        let store = state.runtime_env().object_store(&self.access.store_url)?;
-        let sets = equality::load(store, equality, &scan.schema(), read_keys).await?;
+        let files = TableFiles {
+            store: state.runtime_env().object_store(&self.access.store_url)?,
+            reach: self.files.reach().clone(),
+        };
+        let sets = equality::load(&files, equality, &scan.schema(), read_keys).await?;
         let filtered: Arc<dyn ExecutionPlan> =
             Arc::new(equality::EqualityDeleteExec::new(scan, sets));
         if read.len() == wanted.len() {
@@ -461,14 +492,17 @@ impl IcebergTableProvider {
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let store = state.runtime_env().object_store(&self.access.store_url)?;
+        let files = TableFiles {
+            store: state.runtime_env().object_store(&self.access.store_url)?,
+            reach: self.files.reach().clone(),
+        };
         let with_deletes: Vec<FileScanTask> = tasks
             .iter()
             .filter(|t| !t.deletes.is_empty())
             .cloned()
             .collect();
         let index = manifests::index(&self.table()?, self.snapshot_id).await?;
-        let mut deletes = deletes::plan_deletes(&index, store, &with_deletes).await?;
+        let mut deletes = deletes::plan_deletes(&index, &files, &with_deletes).await?;
         let mut file_stats: Vec<Arc<Statistics>> = Vec::with_capacity(tasks.len());
         let target = state.config().target_partitions().max(1);
         let mut rows = 0usize;
@@ -483,7 +517,7 @@ impl IcebergTableProvider {
         let mut pieces: Vec<Piece> = Vec::with_capacity(tasks.len());
         for task in tasks {
             let mut file =
-                PartitionedFile::new(object_path(&task.data_file_path)?, task.file_size_in_bytes);
+                PartitionedFile::new(files.path(&task.data_file_path)?, task.file_size_in_bytes);
             let mut count = task.record_count;
             if let Some(found) = deletes.remove(&task.data_file_path) {
                 count = Some(found.live_rows);

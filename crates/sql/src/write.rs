@@ -776,10 +776,15 @@ pub fn table_of(
     access: &TableAccess,
     loaded: floe_catalog::service::LoadedTable,
 ) -> iceberg::Result<Table> {
+    // The table's reads and writes reach only its location.
+    let files = access
+        .storage
+        .for_table(loaded.metadata.location())
+        .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))?;
     let mut builder = Table::builder()
         .metadata(loaded.metadata.clone())
         .identifier(loaded.ident.clone())
-        .file_io(access.file_io.clone())
+        .file_io(files.file_io())
         .runtime(iceberg::Runtime::current());
     if let Some(location) = loaded.metadata_location {
         builder = builder.metadata_location(location);

@@ -18,23 +18,27 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::{Location, StorageProfile};
+use crate::{Reach, StorageProfile};
 
-/// Builds [`ObjectStoreStorage`] for iceberg's `FileIO`. Serializes as its profile; a
-/// deserialized factory rebuilds its object store on first use.
+/// Builds [`ObjectStoreStorage`] for iceberg's `FileIO`. Serializes as its profile and reach;
+/// a deserialized factory rebuilds its object store on first use.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectStoreStorageFactory {
     profile: StorageProfile,
+    reach: Reach,
     #[serde(skip)]
     store: OnceLock<Arc<dyn ObjectStore>>,
 }
 
 impl ObjectStoreStorageFactory {
-    pub fn new(profile: StorageProfile, store: Arc<dyn ObjectStore>) -> Self {
+    /// `store` is the profile's object store (rooted at the warehouse root); every path is
+    /// checked against `reach`.
+    pub fn new(profile: StorageProfile, reach: Reach, store: Arc<dyn ObjectStore>) -> Self {
         let cell = OnceLock::new();
         let _ = cell.set(store);
         Self {
             profile,
+            reach,
             store: cell,
         }
     }
@@ -52,15 +56,18 @@ impl StorageFactory for ObjectStoreStorageFactory {
         };
         Ok(Arc::new(ObjectStoreStorage {
             profile: self.profile.clone(),
+            reach: self.reach.clone(),
             store: OnceLock::from(store),
         }))
     }
 }
 
-/// iceberg `Storage` over one `object_store` instance.
+/// iceberg `Storage` over one `object_store` instance, refusing every path outside its reach
+/// (a table's location, for tables' `FileIO`s).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ObjectStoreStorage {
     profile: StorageProfile,
+    reach: Reach,
     #[serde(skip)]
     store: OnceLock<Arc<dyn ObjectStore>>,
 }
@@ -78,9 +85,9 @@ impl ObjectStoreStorage {
     }
 
     fn path(&self, location: &str) -> iceberg::Result<ObjectPath> {
-        let parsed = Location::parse(location)
-            .map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))?;
-        Ok(self.profile.object_path(&parsed))
+        self.reach
+            .object_path(location)
+            .map_err(|e| Error::new(ErrorKind::DataInvalid, e.to_string()))
     }
 }
 

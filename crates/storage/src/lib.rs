@@ -49,12 +49,74 @@ pub enum StorageError {
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
-/// One warehouse's storage: its profile, root location and object store.
+/// One warehouse's storage: its profile, root location and object store, and the part of it
+/// this handle may reach — the whole warehouse, or one table ([`WarehouseStorage::for_table`]).
+///
+/// The object store is rooted at the warehouse root (a local store at its directory, an S3
+/// store at its key prefix), so no path given to it can leave the warehouse; every location
+/// is also checked against the handle's [`Reach`] before it becomes a path.
 #[derive(Debug, Clone)]
 pub struct WarehouseStorage {
     profile: StorageProfile,
-    root: Location,
+    reach: Reach,
     store: Arc<dyn ObjectStore>,
+}
+
+/// Where a storage handle may read, write, list and delete: below `scope`, which lies inside
+/// the warehouse `root` its object store is rooted at.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reach {
+    root: Location,
+    scope: Location,
+    /// Whether `scope` is a table's location (for the wording of refusals).
+    table: bool,
+}
+
+impl Reach {
+    fn warehouse(root: Location) -> Self {
+        Self {
+            scope: root.clone(),
+            root,
+            table: false,
+        }
+    }
+
+    /// Parses `location` and checks that it lies inside the scope.
+    pub fn check(&self, location: &str) -> Result<Location> {
+        let parsed = Location::parse(location)?;
+        if parsed.is_within(&self.scope) {
+            return Ok(parsed);
+        }
+        let reason = if self.table {
+            format!("it is outside the table's location {}", self.scope)
+        } else {
+            format!("it is outside the warehouse root {}", self.scope)
+        };
+        Err(StorageError::InvalidLocation {
+            location: location.to_string(),
+            reason,
+        })
+    }
+
+    /// The object-store path of a location inside the scope.
+    pub fn object_path(&self, location: &str) -> Result<ObjectPath> {
+        self.relative_path(location).map(ObjectPath::from)
+    }
+
+    /// The path, relative to the warehouse root (where the object store is rooted), of a
+    /// location inside the scope, unencoded (`object_store::path::Path::from` takes it).
+    pub fn relative_path(&self, location: &str) -> Result<String> {
+        let parsed = self.check(location)?;
+        Ok(parsed
+            .relative_to(&self.root)
+            .expect("the scope lies inside the root")
+            .to_string())
+    }
+
+    /// The location of an object-store path.
+    fn location_of(&self, path: &ObjectPath) -> Location {
+        self.root.join(path.as_ref())
+    }
 }
 
 impl WarehouseStorage {
@@ -64,7 +126,7 @@ impl WarehouseStorage {
         let store = profile.build_object_store()?;
         Ok(Self {
             profile,
-            root,
+            reach: Reach::warehouse(root),
             store,
         })
     }
@@ -75,37 +137,56 @@ impl WarehouseStorage {
 
     /// The warehouse root, e.g. `file:///data/warehouse` or `s3://bucket/prefix`.
     pub fn root(&self) -> &Location {
-        &self.root
+        &self.reach.root
     }
 
+    /// What this handle may reach.
+    pub fn reach(&self) -> &Reach {
+        &self.reach
+    }
+
+    /// The warehouse's object store, rooted at the warehouse root: its paths are relative to
+    /// it ([`WarehouseStorage::object_path`]).
     pub fn object_store(&self) -> Arc<dyn ObjectStore> {
         self.store.clone()
     }
 
-    /// An iceberg `FileIO` over this warehouse's object store.
+    /// A handle that reaches only the files of the table at `location` (which must lie
+    /// inside this handle's reach): every path Floe reads, writes or deletes on a table's
+    /// behalf goes through one.
+    pub fn for_table(&self, location: &str) -> Result<WarehouseStorage> {
+        let scope = self.reach.check(location)?;
+        Ok(Self {
+            profile: self.profile.clone(),
+            reach: Reach {
+                root: self.reach.root.clone(),
+                scope,
+                table: true,
+            },
+            store: self.store.clone(),
+        })
+    }
+
+    /// An iceberg `FileIO` over this warehouse's object store, reaching what this handle
+    /// reaches.
     pub fn file_io(&self) -> iceberg::io::FileIO {
         iceberg::io::FileIOBuilder::new(Arc::new(ObjectStoreStorageFactory::new(
             self.profile.clone(),
+            self.reach.clone(),
             self.store.clone(),
         )))
         .build()
     }
 
-    /// Parses `location` and checks that it lies inside this warehouse.
+    /// Parses `location` and checks that it lies inside this handle's reach (the warehouse,
+    /// or its table).
     pub fn require_inside(&self, location: &str) -> Result<Location> {
-        let parsed = Location::parse(location)?;
-        if !parsed.is_within(&self.root) {
-            return Err(StorageError::InvalidLocation {
-                location: location.to_string(),
-                reason: format!("it is outside the warehouse root {}", self.root),
-            });
-        }
-        Ok(parsed)
+        self.reach.check(location)
     }
 
-    fn object_path(&self, location: &str) -> Result<ObjectPath> {
-        let parsed = self.require_inside(location)?;
-        Ok(self.profile.object_path(&parsed))
+    /// The object-store path of a location inside this handle's reach.
+    pub fn object_path(&self, location: &str) -> Result<ObjectPath> {
+        self.reach.object_path(location)
     }
 
     pub async fn read(&self, location: &str) -> Result<Bytes> {
@@ -160,8 +241,7 @@ impl WarehouseStorage {
 
     /// Lists every file under `prefix` with its last-modified time (epoch milliseconds).
     pub async fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, i64)>> {
-        let parsed = self.require_inside(prefix)?;
-        let path = self.profile.object_path(&parsed);
+        let path = self.object_path(prefix)?;
         let metas: Vec<_> = self
             .store
             .list(Some(&path))
@@ -172,7 +252,7 @@ impl WarehouseStorage {
             .into_iter()
             .map(|m| {
                 (
-                    self.profile.location_of(&m.location).to_string(),
+                    self.reach.location_of(&m.location).to_string(),
                     m.last_modified.timestamp_millis(),
                 )
             })
@@ -249,6 +329,72 @@ mod tests {
         );
         assert!(!storage.exists(&file).await.unwrap());
         storage.delete(&file).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_table_handle_reaches_only_its_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret.txt");
+        std::fs::write(&secret, b"outside").unwrap();
+        let storage = WarehouseStorage::new(StorageProfile::Local {
+            path: dir.path().join("wh").to_string_lossy().into_owned(),
+        })
+        .unwrap();
+        let table = storage
+            .for_table(&format!("{}/ns/t", storage.root()))
+            .unwrap();
+        let own = format!("{}/ns/t/data/a.parquet", storage.root());
+        table.write(&own, Bytes::from_static(b"a")).await.unwrap();
+        let io = table.file_io();
+        assert_eq!(
+            io.new_input(&own).unwrap().read().await.unwrap().as_ref(),
+            b"a"
+        );
+        // A sibling whose name extends the table's, another table, the warehouse's files
+        // and anything outside the warehouse are all refused, by both IO paths.
+        let sibling = format!("{}/ns/t2/data/a.parquet", storage.root());
+        storage
+            .write(&sibling, Bytes::from_static(b"b"))
+            .await
+            .unwrap();
+        for foreign in [
+            sibling.clone(),
+            format!("{}/ns/other/x", storage.root()),
+            format!("file://{}", secret.display()),
+            format!("{}//ns//t/../t2/data/a.parquet", storage.root()),
+            "s3://bucket/ns/t/data/a.parquet".to_string(),
+        ] {
+            let err = table.read(&foreign).await.unwrap_err();
+            assert!(
+                matches!(err, StorageError::InvalidLocation { .. }),
+                "{foreign}: {err}"
+            );
+            let err = table.delete(&foreign).await.unwrap_err();
+            assert!(
+                err.to_string().contains("outside the table") || err.to_string().contains(".."),
+                "{err}"
+            );
+            assert!(
+                io.new_input(&foreign).unwrap().read().await.is_err(),
+                "{foreign}"
+            );
+            assert!(io.delete(&foreign).await.is_err(), "{foreign}");
+        }
+        assert!(storage.exists(&sibling).await.unwrap());
+        assert_eq!(std::fs::read(&secret).unwrap(), b"outside");
+        // The warehouse handle reaches its own files only, never the directory around it.
+        let outside = format!("file://{}", secret.display());
+        assert!(storage.read(&outside).await.is_err());
+        assert!(
+            storage
+                .file_io()
+                .new_input(&outside)
+                .unwrap()
+                .read()
+                .await
+                .is_err()
+        );
+        assert!(storage.for_table(&outside).is_err());
     }
 
     #[tokio::test]

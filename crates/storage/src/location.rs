@@ -6,7 +6,8 @@ use crate::{Result, StorageError};
 
 /// A normalized absolute location: a scheme, an authority (bucket) and a path without a
 /// trailing slash. `s3a://` and `s3n://` are read as `s3://`; a bare absolute path as `file://`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct Location {
     scheme: String,
     authority: String,
@@ -96,6 +97,26 @@ impl Location {
         }
     }
 
+    /// The path of `self` below `root` (empty when they are equal), or `None` when `self`
+    /// does not lie inside `root`.
+    pub fn relative_to(&self, root: &Location) -> Option<&str> {
+        if !self.is_within(root) {
+            return None;
+        }
+        let rest = if root.path.is_empty() || root.path == "/" {
+            self.path.as_str()
+        } else {
+            &self.path[root.path.len()..]
+        };
+        Some(rest.trim_start_matches('/'))
+    }
+
+    /// The first character of the path that object-store policies read as a pattern
+    /// (`*`, `?`; `$` starts a policy variable), if any.
+    pub fn pattern_character(&self) -> Option<char> {
+        self.path.chars().find(|c| matches!(c, '*' | '?' | '$'))
+    }
+
     /// True when `self` equals `root` or lies below it.
     pub fn is_within(&self, root: &Location) -> bool {
         if self.scheme != root.scheme || self.authority != root.authority {
@@ -122,6 +143,20 @@ fn normalize_path(path: &str, absolute: bool) -> String {
         out.push('/');
     }
     out
+}
+
+impl TryFrom<String> for Location {
+    type Error = StorageError;
+
+    fn try_from(raw: String) -> Result<Self> {
+        Location::parse(&raw)
+    }
+}
+
+impl From<Location> for String {
+    fn from(location: Location) -> String {
+        location.to_string()
+    }
 }
 
 impl fmt::Display for Location {
@@ -168,6 +203,52 @@ mod tests {
     fn rejects_bad_locations() {
         for bad in ["", "relative/path", "gs://b/x", "s3:///x", "file:///a/../b"] {
             assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_spelling_of_a_location_is_one_location() {
+        let canonical = Location::parse("file:///wh/finance").unwrap();
+        for alias in [
+            "file:///wh//finance",
+            "file:///wh/./finance",
+            "file:/wh/finance",
+            "/wh/finance/",
+            "file:////wh/finance",
+            "FILE:///wh/finance",
+        ] {
+            let parsed = Location::parse(alias).unwrap();
+            assert_eq!(parsed, canonical, "{alias}");
+            assert_eq!(parsed.to_string(), canonical.to_string(), "{alias}");
+        }
+        assert_eq!(
+            Location::parse("s3a://b/wh//t/").unwrap(),
+            Location::parse("s3://b/wh/t").unwrap()
+        );
+    }
+
+    #[test]
+    fn relative_paths_and_pattern_characters() {
+        let root = Location::parse("s3://b/wh").unwrap();
+        let file = Location::parse("s3://b/wh/ns/t/data/1.parquet").unwrap();
+        assert_eq!(file.relative_to(&root), Some("ns/t/data/1.parquet"));
+        assert_eq!(root.relative_to(&root), Some(""));
+        assert_eq!(
+            Location::parse("s3://b/wh2/x").unwrap().relative_to(&root),
+            None
+        );
+        let local = Location::parse("file:///").unwrap();
+        assert_eq!(
+            Location::parse("/a/b").unwrap().relative_to(&local),
+            Some("a/b")
+        );
+        assert_eq!(file.pattern_character(), None);
+        for (raw, c) in [
+            ("s3://b/wh/t*", '*'),
+            ("s3://b/w?h", '?'),
+            ("s3://b/${aws:username}", '$'),
+        ] {
+            assert_eq!(Location::parse(raw).unwrap().pattern_character(), Some(c));
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
-use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
 use serde::{Deserialize, Serialize};
 
 use crate::{Location, Result, StorageError};
@@ -158,7 +158,11 @@ impl StorageProfile {
                 std::fs::create_dir_all(path).map_err(|e| {
                     StorageError::InvalidProfile(format!("cannot create directory '{path}': {e}"))
                 })?;
-                Ok(Arc::new(LocalFileSystem::new()))
+                // Rooted at the warehouse directory: nothing outside it can be named.
+                let store = LocalFileSystem::new_with_prefix(path).map_err(|e| {
+                    StorageError::InvalidProfile(format!("cannot open directory '{path}': {e}"))
+                })?;
+                Ok(Arc::new(store))
             }
             StorageProfile::S3(s3) => {
                 let mut builder = AmazonS3Builder::from_env()
@@ -178,23 +182,14 @@ impl StorageProfile {
                 let store = builder
                     .build()
                     .map_err(|e| StorageError::InvalidProfile(e.to_string()))?;
-                Ok(Arc::new(store))
+                // Rooted at the key prefix, as the local store is at its directory.
+                let root = self.root_location()?;
+                Ok(match root.path() {
+                    "" => Arc::new(store),
+                    prefix => Arc::new(PrefixStore::new(store, prefix)),
+                })
             }
         }
-    }
-
-    /// The object-store path of a location inside this profile's store.
-    pub(crate) fn object_path(&self, location: &Location) -> ObjectPath {
-        ObjectPath::from(location.path().trim_start_matches('/'))
-    }
-
-    /// The location of an object-store path.
-    pub(crate) fn location_of(&self, path: &ObjectPath) -> Location {
-        let raw = match self {
-            StorageProfile::Local { .. } => format!("file:///{}", path.as_ref()),
-            StorageProfile::S3(s3) => format!("s3://{}/{}", s3.bucket, path.as_ref()),
-        };
-        Location::parse(&raw).expect("object store paths form valid locations")
     }
 }
 

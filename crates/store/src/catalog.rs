@@ -441,7 +441,7 @@ impl CatalogStore for SqlStore {
 
     async fn create_tabular(&self, tabular: &NewTabular) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
-        insert_tabular(&mut tx, tabular)
+        insert_tabular(self.backend, &mut tx, tabular)
             .await
             .map_err(|f| match f {
                 InsertFailure::NamespaceMissing => {
@@ -457,6 +457,7 @@ impl CatalogStore for SqlStore {
                     tabular.namespace.join("."),
                     tabular.name
                 )),
+                InsertFailure::LocationTaken(other) => location_taken(&tabular.location, &other),
                 InsertFailure::Query(e) => query_error(e),
             })?;
         tx.commit().await.map_err(query_error)?;
@@ -585,31 +586,28 @@ impl CatalogStore for SqlStore {
         location: &str,
         except: Option<Uuid>,
     ) -> Result<Option<String>> {
-        let location = location.trim_end_matches('/');
-        let row = sqlx::query(
-            "SELECT n.name AS ns_name, t.name FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
-             WHERE t.warehouse_id = $1 AND t.id <> $2 AND (t.location = $3 \
-             OR substr(t.location, 1, length($3) + 1) = $3 || '/' \
-             OR substr($3, 1, length(t.location) + 1) = t.location || '/') LIMIT 1",
-        )
-        .bind(warehouse.to_string())
-        .bind(except.unwrap_or_default().to_string())
-        .bind(location)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(query_error)?;
-        Ok(row.map(|r| {
-            let ns: String = r.get("ns_name");
-            format!(
-                "{}.{}",
-                ns.replace('\u{1f}', "."),
-                r.get::<String, _>("name")
-            )
-        }))
+        let mut conn = self.pool.acquire().await.map_err(query_error)?;
+        overlapping(&mut conn, warehouse, location, except)
+            .await
+            .map_err(query_error)
     }
 
     async fn replace_tabular(&self, tabular: &NewTabular) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
+        claim_locations(self.backend, &mut tx, tabular.warehouse_id)
+            .await
+            .map_err(query_error)?;
+        if let Some(other) = overlapping(
+            &mut tx,
+            tabular.warehouse_id,
+            &tabular.location,
+            Some(tabular.id),
+        )
+        .await
+        .map_err(query_error)?
+        {
+            return Err(location_taken(&tabular.location, &other));
+        }
         sqlx::query(
             "UPDATE tabulars SET metadata_location = $1, location = $2, updated_at_ms = $3 WHERE id = $4",
         )
@@ -622,6 +620,38 @@ impl CatalogStore for SqlStore {
         .map_err(query_error)?;
         tx.commit().await.map_err(query_error)?;
         Ok(())
+    }
+
+    async fn canonicalize_locations(
+        &self,
+        canonical: for<'a> fn(&'a str) -> Option<String>,
+    ) -> Result<u64> {
+        let rows = sqlx::query("SELECT id, location FROM tabulars")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error)?;
+        let changes: Vec<(String, String)> = rows
+            .iter()
+            .filter_map(|row| {
+                let location: String = row.get("location");
+                let wanted = canonical(&location)?;
+                (wanted != location).then(|| (row.get::<String, _>("id"), wanted))
+            })
+            .collect();
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.write().await.map_err(query_error)?;
+        for (id, location) in &changes {
+            sqlx::query("UPDATE tabulars SET location = $1 WHERE id = $2")
+                .bind(location)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error)?;
+        }
+        tx.commit().await.map_err(query_error)?;
+        Ok(changes.len() as u64)
     }
 
     async fn commit(&self, swaps: &[MetadataSwap]) -> std::result::Result<(), SwapFailure> {
@@ -650,17 +680,16 @@ impl CatalogStore for SqlStore {
                     id,
                     expected_location,
                     new_location,
-                    table_location,
+                    moved_to,
                 } => {
                     let updated = sqlx::query(
-                        "UPDATE tabulars SET metadata_location = $1, updated_at_ms = $2, location = $5 \
+                        "UPDATE tabulars SET metadata_location = $1, updated_at_ms = $2 \
                          WHERE id = $3 AND metadata_location = $4",
                     )
                     .bind(new_location)
                     .bind(now)
                     .bind(id.to_string())
                     .bind(expected_location)
-                    .bind(table_location)
                     .execute(&mut *tx)
                     .await
                     .map_err(store_failure)?
@@ -668,13 +697,43 @@ impl CatalogStore for SqlStore {
                     if updated != 1 {
                         return Err(SwapFailure::Conflict(index));
                     }
+                    if let Some(location) = moved_to {
+                        let warehouse: String =
+                            sqlx::query("SELECT warehouse_id FROM tabulars WHERE id = $1")
+                                .bind(id.to_string())
+                                .fetch_one(&mut *tx)
+                                .await
+                                .map_err(store_failure)?
+                                .get("warehouse_id");
+                        let warehouse = Uuid::parse_str(&warehouse).map_err(|e| {
+                            SwapFailure::Store(CatalogError::internal("warehouse id", e))
+                        })?;
+                        claim_locations(self.backend, &mut tx, warehouse)
+                            .await
+                            .map_err(store_failure)?;
+                        if let Some(other) = overlapping(&mut tx, warehouse, location, Some(*id))
+                            .await
+                            .map_err(store_failure)?
+                        {
+                            return Err(SwapFailure::LocationTaken { index, other });
+                        }
+                        sqlx::query("UPDATE tabulars SET location = $1 WHERE id = $2")
+                            .bind(location)
+                            .bind(id.to_string())
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(store_failure)?;
+                    }
                 }
                 MetadataSwap::Create(tabular) => {
-                    insert_tabular(&mut tx, tabular)
+                    insert_tabular(self.backend, &mut tx, tabular)
                         .await
                         .map_err(|f| match f {
                             InsertFailure::Exists => SwapFailure::AlreadyExists(index),
                             InsertFailure::NamespaceMissing => SwapFailure::NamespaceMissing(index),
+                            InsertFailure::LocationTaken(other) => {
+                                SwapFailure::LocationTaken { index, other }
+                            }
                             InsertFailure::Query(e) => store_failure(e),
                         })?;
                 }
@@ -731,10 +790,13 @@ impl CatalogStore for SqlStore {
 enum InsertFailure {
     NamespaceMissing,
     Exists,
+    /// The location overlaps that of this tabular (`namespace.name`).
+    LocationTaken(String),
     Query(sqlx::Error),
 }
 
 async fn insert_tabular(
+    backend: Backend,
     tx: &mut sqlx::AnyConnection,
     tabular: &NewTabular,
 ) -> std::result::Result<(), InsertFailure> {
@@ -772,5 +834,120 @@ async fn insert_tabular(
             InsertFailure::Query(e)
         }
     })?;
+    // Checked after the insert, so a taken name answers as such; the transaction is dropped
+    // (rolled back) with the row when the location is taken.
+    claim_locations(backend, tx, tabular.warehouse_id)
+        .await
+        .map_err(InsertFailure::Query)?;
+    if let Some(other) = overlapping(
+        tx,
+        tabular.warehouse_id,
+        &tabular.location,
+        Some(tabular.id),
+    )
+    .await
+    .map_err(InsertFailure::Query)?
+    {
+        return Err(InsertFailure::LocationTaken(other));
+    }
     Ok(())
+}
+
+/// Key of the PostgreSQL advisory lock that serializes location claims of one warehouse
+/// across nodes (its warehouse id's low bits, in a range of its own).
+fn location_lock(warehouse: Uuid) -> i64 {
+    const BASE: i64 = 0x666c_6f65_0000_0000;
+    BASE | (warehouse.as_u128() as i64 & 0xffff_ffff)
+}
+
+/// Takes, until `tx` ends, the lock under which locations of `warehouse` are claimed: two
+/// transactions that each check and then claim overlapping locations cannot both succeed.
+/// SQLite write transactions are serialized already.
+async fn claim_locations(
+    backend: Backend,
+    tx: &mut sqlx::AnyConnection,
+    warehouse: Uuid,
+) -> std::result::Result<(), sqlx::Error> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(location_lock(warehouse))
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
+
+fn location_taken(location: &str, other: &str) -> CatalogError {
+    CatalogError::bad_request(format!(
+        "location {location} overlaps the location of {other}"
+    ))
+}
+
+/// The canonical locations that contain `location` (canonical: `scheme://authority/path`
+/// without `//`, `.` or a trailing slash; `file:///path` for local files), nearest last.
+fn ancestors(location: &str) -> Vec<String> {
+    let Some(after_scheme) = location.find("://").map(|i| i + 3) else {
+        return Vec::new();
+    };
+    let Some(path_start) = location[after_scheme..].find('/').map(|i| i + after_scheme) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if path_start == after_scheme {
+        // `file:///…`: the file system root is `file:///`.
+        found.push(location[..=path_start].to_string());
+    } else {
+        found.push(location[..path_start].to_string());
+    }
+    for (i, c) in location.char_indices().skip(path_start + 1) {
+        if c == '/' {
+            found.push(location[..i].to_string());
+        }
+    }
+    found.retain(|a| a != location);
+    found
+}
+
+/// A tabular of `warehouse` (other than `except`) whose location equals `location`, is one
+/// of its ancestors or lies below it, as `namespace.name`. Reads the location index: the
+/// ancestors by equality, everything below by the byte range `location/` .. `location0`
+/// (`0` follows `/`).
+async fn overlapping(
+    conn: &mut sqlx::AnyConnection,
+    warehouse: Uuid,
+    location: &str,
+    except: Option<Uuid>,
+) -> std::result::Result<Option<String>, sqlx::Error> {
+    let below = if location.ends_with('/') {
+        location.to_string()
+    } else {
+        format!("{location}/")
+    };
+    let after = format!("{}0", &below[..below.len() - 1]);
+    let mut equal = ancestors(location);
+    equal.push(location.to_string());
+    let placeholders: Vec<String> = (0..equal.len()).map(|i| format!("${}", i + 5)).collect();
+    let sql = format!(
+        "SELECT n.name AS ns_name, t.name FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
+         WHERE t.warehouse_id = $1 AND t.id <> $2 AND ((t.location >= $3 AND t.location < $4) \
+         OR t.location IN ({})) LIMIT 1",
+        placeholders.join(", ")
+    );
+    let mut query = sqlx::query(&sql)
+        .bind(warehouse.to_string())
+        .bind(except.unwrap_or_default().to_string())
+        .bind(below)
+        .bind(after);
+    for location in &equal {
+        query = query.bind(location);
+    }
+    let row = query.fetch_optional(&mut *conn).await?;
+    Ok(row.map(|r| {
+        let ns: String = r.get("ns_name");
+        format!(
+            "{}.{}",
+            ns.replace('\u{1f}', "."),
+            r.get::<String, _>("name")
+        )
+    }))
 }

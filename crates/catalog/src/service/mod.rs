@@ -92,6 +92,18 @@ impl CatalogService {
 
     /// Tables as successful commits leave them, from now on. A receiver that falls more
     /// than 1,024 commits behind misses some (and is told so).
+    /// Rewrites table and view locations stored before the store kept one canonical
+    /// spelling (the overlap check compares that spelling); run once at start-up.
+    pub async fn canonicalize_locations(&self) -> Result<u64> {
+        self.store
+            .canonicalize_locations(|raw| {
+                floe_storage::Location::parse(raw)
+                    .ok()
+                    .map(|l| l.to_string())
+            })
+            .await
+    }
+
     pub fn subscribe_commits(&self) -> tokio::sync::broadcast::Receiver<CommittedTable> {
         self.commits.subscribe()
     }

@@ -63,7 +63,8 @@ pub(crate) async fn rebase_append(
             None => return Ok(None),
         }
     }
-    let file_io = wh.storage.file_io();
+    // The client's manifest list and the head's are read only inside the table.
+    let file_io = wh.storage.for_table(base.location())?.file_io();
     let read_list = |snapshot: &Snapshot| {
         let file_io = file_io.clone();
         let path = snapshot.manifest_list().to_string();

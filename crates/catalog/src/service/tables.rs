@@ -46,6 +46,11 @@ pub struct TableCommitRequest {
     pub updates: Vec<TableUpdate>,
 }
 
+/// A location in the one spelling the store keeps and compares.
+pub(crate) fn canonical_location(location: &str) -> Result<String> {
+    Ok(floe_storage::Location::parse(location)?.to_string())
+}
+
 pub(crate) fn sanitize_segment(name: &str) -> String {
     name.chars()
         .map(|c| {
@@ -88,10 +93,11 @@ impl CatalogService {
             .ok_or_else(|| CatalogError::no_such_namespace(ns.join(".")))
     }
 
-    /// The location of a new table or view: the one the client asked for, verbatim, when it
-    /// lies inside the warehouse; otherwise below the namespace's `location` property if set,
-    /// else below the warehouse root, ending in `<name>-<id>` so a re-created name never
-    /// shares files with its predecessor.
+    /// The location of a new table or view: the one the client asked for, as it spelled it,
+    /// when it lies inside the warehouse; otherwise below the namespace's `location` property
+    /// if set, else below the warehouse root, ending in `<name>-<id>` so a re-created name
+    /// never shares files with its predecessor. Either way the location is claimed
+    /// ([`CatalogService::claim_location`]).
     pub(crate) async fn new_location(
         &self,
         wh: &WarehouseHandle,
@@ -102,10 +108,8 @@ impl CatalogService {
     ) -> Result<String> {
         let namespace = self.require_namespace(wh, ns).await?;
         if let Some(requested) = requested {
-            wh.storage.require_inside(requested)?;
-            let requested = requested.trim_end_matches('/').to_string();
-            self.require_free_location(wh, &requested, None).await?;
-            return Ok(requested);
+            self.claim_location(wh, requested, None).await?;
+            return Ok(requested.trim_end_matches('/').to_string());
         }
         let leaf = format!("{}-{}", sanitize_segment(name), id.simple());
         let base = match namespace.properties.get("location") {
@@ -115,7 +119,38 @@ impl CatalogService {
                 wh.storage.root().join(&path.join("/"))
             }
         };
-        Ok(base.join(&leaf).to_string())
+        let location = base.join(&leaf).to_string();
+        self.claim_location(wh, &location, None).await?;
+        Ok(location)
+    }
+
+    /// Checks a location a table or view is to take (created, registered or moved to), and
+    /// returns it in canonical spelling, which is how the store keeps and compares it: inside
+    /// the warehouse but not its root, free of characters storage policies read as patterns,
+    /// and overlapping no other table's or view's location (`except` is the tabular moving).
+    /// The store checks the overlap again inside the transaction that claims it.
+    pub(crate) async fn claim_location(
+        &self,
+        wh: &WarehouseHandle,
+        location: &str,
+        except: Option<Uuid>,
+    ) -> Result<String> {
+        let parsed = wh.storage.require_inside(location)?;
+        if parsed == *wh.storage.root() {
+            return Err(CatalogError::bad_request(format!(
+                "location {location} is the warehouse root; a table or view needs a location of \
+                 its own below it"
+            )));
+        }
+        if let Some(c) = parsed.pattern_character() {
+            return Err(CatalogError::bad_request(format!(
+                "location {location} contains '{c}', which storage access policies read as a \
+                 pattern; choose a location without '*', '?' and '$'"
+            )));
+        }
+        let canonical = parsed.to_string();
+        self.require_free_location(wh, &canonical, except).await?;
+        Ok(canonical)
     }
 
     pub(crate) async fn find_tabular(
@@ -194,6 +229,7 @@ impl CatalogService {
             .and_then(|b| b.build())
             .map_err(crate::commit::from_iceberg)?
             .metadata;
+        crate::paths::check_table_paths(&metadata, None)?;
         let metadata = Arc::new(metadata);
         if request.stage_create {
             return Ok(LoadedTable {
@@ -215,7 +251,7 @@ impl CatalogService {
                 name: request.name,
                 kind: TabularKind::Table,
                 metadata_location: metadata_location.clone(),
-                location,
+                location: canonical_location(&location)?,
             })
             .await;
         self.settle_create(&wh, inserted, &metadata_location)
@@ -420,8 +456,9 @@ impl CatalogService {
         }
     }
 
-    /// Refuses a location that equals, contains or lies inside another table's or view's.
-    pub(crate) async fn require_free_location(
+    /// Refuses a (canonical) location that equals, contains or lies inside another table's
+    /// or view's.
+    async fn require_free_location(
         &self,
         wh: &WarehouseHandle,
         location: &str,
@@ -534,27 +571,22 @@ impl CatalogService {
                 )),
                 other => other,
             })?;
-        wh.storage.require_inside(metadata.location())?;
-        // The metadata must be the table's own: below its location (or its metadata path).
-        let own = |root: &str| {
-            let root = root.trim_end_matches('/');
-            metadata_location.starts_with(&format!("{root}/"))
-        };
-        let metadata_path = metadata
-            .properties()
-            .get(crate::metadata::METADATA_PATH_PROPERTY);
-        if !own(metadata.location()) && !metadata_path.is_some_and(|p| own(p)) {
+        // The metadata must be the table's own: below its location, as everything it names.
+        let table_location = floe_storage::Location::parse(metadata.location())?;
+        if !floe_storage::Location::parse(metadata_location)?.is_within(&table_location) {
             return Err(CatalogError::bad_request(format!(
                 "metadata file {metadata_location} does not lie under its table's location {}",
                 metadata.location()
             )));
         }
+        crate::paths::check_table_paths(&metadata, None)?;
         let replaced = match self.find_tabular(&wh, ident).await? {
             Some(existing) if overwrite && existing.kind == TabularKind::Table => Some(existing.id),
             Some(existing) => return Err(Self::exists_error(existing.kind, ident)),
             None => None,
         };
-        self.require_free_location(&wh, metadata.location(), replaced)
+        let location = self
+            .claim_location(&wh, metadata.location(), replaced)
             .await?;
         let tabular = NewTabular {
             id: Uuid::now_v7(),
@@ -563,7 +595,7 @@ impl CatalogService {
             name: ident.name.clone(),
             kind: TabularKind::Table,
             metadata_location: metadata_location.to_string(),
-            location: metadata.location().to_string(),
+            location,
         };
         match self.find_tabular(&wh, ident).await? {
             Some(existing) if overwrite && existing.kind == TabularKind::Table => {

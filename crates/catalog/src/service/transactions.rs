@@ -18,7 +18,7 @@ use iceberg::TableRequirement;
 use iceberg::spec::TableMetadata;
 use uuid::Uuid;
 
-use super::tables::{LoadedTable, TableCommitRequest, validate_ident};
+use super::tables::{LoadedTable, TableCommitRequest, canonical_location, validate_ident};
 use super::{CatalogService, WarehouseHandle};
 use crate::commit::{
     Applied, apply_table_updates, check_table_requirements, create_table_from_updates,
@@ -96,9 +96,15 @@ impl CatalogService {
             }
             match self.store.commit(&swaps).await {
                 Ok(()) => {
-                    for file in prepared.iter().flat_map(|p| &p.expired) {
-                        if wh.storage.require_inside(file).is_ok() {
-                            self.discard_file(&wh, file).await;
+                    for p in &prepared {
+                        // Old metadata files are deleted only inside their table.
+                        let Ok(files) = wh.storage.for_table(p.loaded.metadata.location()) else {
+                            continue;
+                        };
+                        for file in &p.expired {
+                            if let Err(e) = files.delete(file).await {
+                                tracing::warn!(file, error = %e, "delete expired metadata file");
+                            }
                         }
                     }
                     for p in prepared.iter().filter(|p| p.swap.is_some()) {
@@ -119,6 +125,11 @@ impl CatalogService {
                         SwapFailure::Conflict(i) => (i, true),
                         SwapFailure::AlreadyExists(i) | SwapFailure::NamespaceMissing(i) => {
                             (i, false)
+                        }
+                        SwapFailure::LocationTaken { other, .. } => {
+                            return Err(CatalogError::bad_request(format!(
+                                "the table's location overlaps the location of {other}"
+                            )));
                         }
                         SwapFailure::Store(_) => unreachable!("handled above"),
                     };
@@ -222,17 +233,20 @@ impl CatalogService {
             };
         let expired = new.expired_metadata_files;
         let new = new.metadata;
-        wh.storage.require_inside(new.location())?;
-        if new.location() != base.location() {
-            self.require_free_location(wh, new.location(), Some(record.id))
-                .await?;
-        }
+        crate::paths::check_table_paths(&new, Some(&base))?;
+        let moved_to = if canonical_location(new.location())? != record.location {
+            Some(
+                self.claim_location(wh, new.location(), Some(record.id))
+                    .await?,
+            )
+        } else {
+            None
+        };
         let new_location = next_metadata_location(
             new.location(),
             Some(&record.metadata_location),
             new.properties(),
         );
-        let table_location = new.location().trim_end_matches('/').to_string();
         let new = Arc::new(new);
         self.metadata
             .write_table(&wh.storage, &new_location, new.clone())
@@ -248,7 +262,7 @@ impl CatalogService {
                     id: record.id,
                     expected_location: record.metadata_location,
                     new_location: new_location.clone(),
-                    table_location,
+                    moved_to,
                 },
                 new_location,
             )),
@@ -267,8 +281,8 @@ impl CatalogService {
         self.require_namespace(wh, &ident.namespace).await?;
         check_table_requirements(None, &request.requirements)?;
         let metadata: TableMetadata = create_table_from_updates(request.updates.clone())?;
-        let location = wh.storage.require_inside(metadata.location())?.to_string();
-        self.require_free_location(wh, &location, None).await?;
+        crate::paths::check_table_paths(&metadata, None)?;
+        let location = self.claim_location(wh, metadata.location(), None).await?;
         let new_location = next_metadata_location(&location, None, metadata.properties());
         let metadata = Arc::new(metadata);
         self.metadata

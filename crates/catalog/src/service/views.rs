@@ -8,7 +8,7 @@ use iceberg::{NamespaceIdent, TableIdent, ViewUpdate};
 use uuid::Uuid;
 
 use super::CatalogService;
-use super::tables::validate_ident;
+use super::tables::{canonical_location, validate_ident};
 use crate::commit::{ViewRequirement, apply_view_updates, check_view_requirements};
 use crate::governance::authz::{Caller, Privilege, Scope};
 use crate::metadata::next_metadata_location;
@@ -113,7 +113,7 @@ impl CatalogService {
                 name: request.name,
                 kind: TabularKind::View,
                 metadata_location: metadata_location.clone(),
-                location,
+                location: canonical_location(&location)?,
             })
             .await;
         self.settle_create(&wh, inserted, &metadata_location)
@@ -194,7 +194,14 @@ impl CatalogService {
                 .await?;
             check_view_requirements(&base, &requirements)?;
             let new = apply_view_updates(&base, updates.clone())?;
-            wh.storage.require_inside(new.location())?;
+            let moved_to = if canonical_location(new.location())? != record.location {
+                Some(
+                    self.claim_location(&wh, new.location(), Some(record.id))
+                        .await?,
+                )
+            } else {
+                None
+            };
             let new_location = next_metadata_location(
                 new.location(),
                 Some(&record.metadata_location),
@@ -208,7 +215,7 @@ impl CatalogService {
                 id: record.id,
                 expected_location: record.metadata_location.clone(),
                 new_location: new_location.clone(),
-                table_location: new.location().trim_end_matches('/').to_string(),
+                moved_to,
             };
             match self.store.commit(&[swap]).await {
                 Ok(()) => {
@@ -224,6 +231,12 @@ impl CatalogService {
                         "the metadata store failed while committing; the commit may or may not have been applied"
                             .to_string(),
                     ));
+                }
+                Err(SwapFailure::LocationTaken { other, .. }) => {
+                    self.discard_file(&wh, &new_location).await;
+                    return Err(CatalogError::bad_request(format!(
+                        "the view's location overlaps the location of {other}"
+                    )));
                 }
                 Err(_) => {
                     self.discard_file(&wh, &new_location).await;
@@ -291,6 +304,14 @@ impl CatalogService {
                 )),
                 other => other,
             })?;
+        let view_location = floe_storage::Location::parse(metadata.location())?;
+        if !floe_storage::Location::parse(metadata_location)?.is_within(&view_location) {
+            return Err(CatalogError::bad_request(format!(
+                "metadata file {metadata_location} does not lie under its view's location {}",
+                metadata.location()
+            )));
+        }
+        let location = self.claim_location(&wh, metadata.location(), None).await?;
         self.store
             .create_tabular(&NewTabular {
                 id: Uuid::now_v7(),
@@ -299,7 +320,7 @@ impl CatalogService {
                 name: ident.name.clone(),
                 kind: TabularKind::View,
                 metadata_location: metadata_location.to_string(),
-                location: metadata.location().to_string(),
+                location,
             })
             .await?;
         Ok(LoadedView {

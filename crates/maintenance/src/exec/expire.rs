@@ -91,6 +91,7 @@ pub async fn reachable_files(table: &iceberg::table::Table) -> Result<HashMap<i6
     let mut files_of: HashMap<i64, Vec<String>> = HashMap::new();
     for snapshot in metadata.snapshots() {
         let mut files = vec![snapshot.manifest_list().to_string()];
+        super::require_in_table(table, snapshot.manifest_list(), "manifest list")?;
         let bytes = file_io
             .new_input(snapshot.manifest_list())
             .map_err(|e| io("manifest list", e))?
@@ -102,6 +103,7 @@ pub async fn reachable_files(table: &iceberg::table::Table) -> Result<HashMap<i6
         for manifest_file in list.entries() {
             files.push(manifest_file.manifest_path.clone());
             if !manifest_files.contains_key(&manifest_file.manifest_path) {
+                super::require_in_table(table, &manifest_file.manifest_path, "manifest")?;
                 let manifest = manifest_file
                     .load_manifest(file_io)
                     .await
@@ -163,7 +165,7 @@ pub async fn expire_snapshots(
         .into_iter()
         .map(str::to_string)
         .collect();
-    let old_metadata = fallen_out_metadata(maintainer, warehouse, &target, options).await?;
+    let old_metadata = fallen_out_metadata(&target, options).await?;
 
     let mut deleted = 0usize;
     let mut failed = Vec::new();
@@ -198,12 +200,7 @@ pub async fn expire_snapshots(
             // Only once the snapshots are gone from the table are their files deleted.
             super::delete_each(&freed, |f| file_io.delete(f), &mut deleted, &mut failed).await;
         }
-        let storage = maintainer
-            .catalog
-            .warehouse(warehouse)
-            .await?
-            .storage
-            .clone();
+        let storage = target.files()?;
         super::delete_each(
             &old_metadata,
             |f| storage.delete(f),
@@ -228,8 +225,6 @@ pub async fn expire_snapshots(
 /// than the last `metadata_files_to_keep`, when given): they fell out of the log (`write.metadata.previous-versions-max`, default 100) and nothing
 /// reads them. A file being written by a commit in flight has a higher version and is safe.
 async fn fallen_out_metadata(
-    maintainer: &Maintainer,
-    warehouse: &str,
     target: &super::Target,
     options: &ExpireOptions,
 ) -> Result<Vec<String>> {
@@ -251,12 +246,7 @@ async fn fallen_out_metadata(
     {
         oldest_logged = oldest_logged.min(current.saturating_sub(keep));
     }
-    let storage = maintainer
-        .catalog
-        .warehouse(warehouse)
-        .await?
-        .storage
-        .clone();
+    let storage = target.files()?;
     let prefix = format!("{}/metadata/", metadata.location().trim_end_matches('/'));
     let listed = storage
         .list_with_times(&prefix)

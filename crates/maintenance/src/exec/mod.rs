@@ -23,6 +23,9 @@ use iceberg::TableIdent;
 pub struct Maintainer {
     pub catalog: Arc<CatalogService>,
     pub sql: Arc<SqlEngine>,
+    /// The youngest a file may be for orphan cleanup to delete it, however a run asks
+    /// ([`orphans::DEFAULT_MIN_AGE_FLOOR_MS`] unless the operator lowers it).
+    pub orphan_age_floor_ms: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +38,9 @@ pub enum MaintenanceError {
     /// The table cannot be maintained this way.
     #[error("{0}")]
     Unsupported(String),
+    /// The run's options break a rule (named in the message).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 pub type Result<T> = std::result::Result<T, MaintenanceError>;
@@ -43,6 +49,28 @@ pub(crate) fn io(what: impl Into<String>, e: impl std::fmt::Display) -> Maintena
     MaintenanceError::Io {
         what: what.into(),
         message: e.to_string(),
+    }
+}
+
+/// Refuses to read `path` for `table` unless it lies below the table's location (the
+/// table's `FileIO` would refuse too, but as an IO failure): a manifest list or manifest
+/// that points elsewhere is the table's metadata at fault, named in a 400.
+pub(crate) fn require_in_table(
+    table: &iceberg::table::Table,
+    path: &str,
+    what: &str,
+) -> Result<()> {
+    let location = table.metadata().location();
+    let inside = floe_storage::Location::parse(location)
+        .and_then(|root| floe_storage::Location::parse(path).map(|p| p.is_within(&root)))
+        .unwrap_or(false);
+    if inside {
+        Ok(())
+    } else {
+        Err(MaintenanceError::Invalid(format!(
+            "{what} {path} lies outside the table's location {location}; Floe reads and \
+             deletes only files inside it"
+        )))
     }
 }
 
@@ -74,9 +102,44 @@ pub struct Target {
     pub access: TableAccess,
 }
 
+impl Target {
+    /// The table's storage: everything maintenance lists, reads or deletes for the table lies
+    /// below its location, and anything else is refused by name.
+    pub fn files(&self) -> Result<floe_storage::WarehouseStorage> {
+        self.access
+            .storage
+            .for_table(self.table.metadata().location())
+            .map_err(|e| io("the table's location", e))
+    }
+}
+
 impl Maintainer {
     pub fn new(catalog: Arc<CatalogService>, sql: Arc<SqlEngine>) -> Self {
-        Self { catalog, sql }
+        Self {
+            catalog,
+            sql,
+            orphan_age_floor_ms: orphans::DEFAULT_MIN_AGE_FLOOR_MS,
+        }
+    }
+
+    /// The same maintainer with another floor for orphan cleanup's minimum age.
+    pub fn with_orphan_age_floor(mut self, floor_ms: i64) -> Self {
+        self.orphan_age_floor_ms = floor_ms.max(0);
+        self
+    }
+
+    /// Refuses an orphan cleanup that would delete files younger than the floor: a writer
+    /// may have written them for a commit it has not made yet.
+    pub fn check_orphan_age(&self, older_than_ms: i64) -> Result<()> {
+        if older_than_ms < self.orphan_age_floor_ms {
+            return Err(MaintenanceError::Invalid(format!(
+                "older-than-ms must be at least {} ({} s): younger files may belong to a \
+                 commit in flight",
+                self.orphan_age_floor_ms,
+                self.orphan_age_floor_ms / 1000
+            )));
+        }
+        Ok(())
     }
 
     /// Loads `ident` of `warehouse` as the system.

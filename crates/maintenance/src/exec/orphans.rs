@@ -13,6 +13,12 @@ use crate::orphans::{ListedFile, plan_orphans};
 /// them yet).
 pub const DEFAULT_MIN_AGE_MS: i64 = 3 * 24 * 3600 * 1000;
 
+/// The youngest a file may be for any cleanup to delete it, on demand or scheduled (a
+/// policy's `orphan-min-age-ms` has the same floor). Writers commit within minutes of writing
+/// their files; an hour leaves room for slow ones. Operators may lower it
+/// (`floe serve --orphan-min-age-floor-secs`), e.g. for tests.
+pub const DEFAULT_MIN_AGE_FLOOR_MS: i64 = 3_600_000;
+
 #[derive(Debug, Clone)]
 pub struct OrphanOptions {
     pub dry_run: bool,
@@ -56,6 +62,9 @@ pub async fn remove_orphan_files(
     ident: &TableIdent,
     options: &OrphanOptions,
 ) -> Result<OrphanReport> {
+    if !options.dry_run {
+        maintainer.check_orphan_age(options.older_than_ms)?;
+    }
     let target = maintainer.load(warehouse, ident).await?;
     let metadata = target.table.metadata();
     let mut referenced: HashSet<String> = super::expire::reachable_files(&target.table)
@@ -70,12 +79,7 @@ pub async fn remove_orphan_files(
     for entry in metadata.metadata_log() {
         referenced.insert(normalized(&entry.metadata_file));
     }
-    let storage = maintainer
-        .catalog
-        .warehouse(warehouse)
-        .await?
-        .storage
-        .clone();
+    let storage = target.files()?;
     let prefix = format!("{}/", metadata.location().trim_end_matches('/'));
     let listed: Vec<ListedFile> = storage
         .list_with_times(&prefix)

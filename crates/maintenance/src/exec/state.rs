@@ -57,6 +57,7 @@ pub fn partition_key(spec_id: i32, partition: &Struct) -> String {
 }
 
 pub async fn read_manifest_list(table: &Table, snapshot: &Snapshot) -> Result<ManifestList> {
+    super::require_in_table(table, snapshot.manifest_list(), "manifest list")?;
     let bytes = table
         .file_io()
         .new_input(snapshot.manifest_list())
@@ -75,6 +76,7 @@ pub async fn read_snapshot(table: &Table, snapshot: &Snapshot) -> Result<Snapsho
     let files: Vec<ManifestFile> = list.consume_entries().into_iter().collect();
     let manifests: Vec<ManifestState> = futures::stream::iter(files)
         .map(|file| async move {
+            super::require_in_table(table, &file.manifest_path, "manifest")?;
             let manifest = file
                 .load_manifest(file_io)
                 .await

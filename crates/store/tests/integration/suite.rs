@@ -49,14 +49,15 @@ async fn namespace(store: &Arc<dyn CatalogStore>, wh: Uuid, parts: &[&str]) {
 }
 
 fn tabular(wh: Uuid, parts: &[&str], name: &str, kind: TabularKind) -> NewTabular {
+    let id = Uuid::now_v7();
     NewTabular {
-        id: Uuid::now_v7(),
+        id,
         warehouse_id: wh,
         namespace: ns(parts),
         name: name.to_string(),
         kind,
         metadata_location: format!("file:///w/{name}/metadata/00000.metadata.json"),
-        location: format!("file:///w/{name}"),
+        location: format!("file:///w/{name}-{}", id.simple()),
     }
 }
 
@@ -65,7 +66,110 @@ pub async fn run_all(store: Arc<dyn CatalogStore>) {
     namespaces(&store).await;
     tabulars(&store).await;
     commits(&store).await;
+    locations(&store).await;
     idempotency(&store).await;
+}
+
+/// Locations are claimed exclusively: none equals, contains or lies inside another's,
+/// checked by the store inside the transaction that claims it (also for concurrent claims).
+async fn locations(store: &Arc<dyn CatalogStore>) {
+    let w = warehouse(store, "wh_loc").await;
+    namespace(store, w.id, &["n"]).await;
+    let at = |name: &str, location: &str| NewTabular {
+        location: location.to_string(),
+        ..tabular(w.id, &["n"], name, TabularKind::Table)
+    };
+    let finance = at("finance", "file:///wh/n/finance");
+    store.create_tabular(&finance).await.unwrap();
+    for (name, location) in [
+        ("same", "file:///wh/n/finance"),
+        ("inside", "file:///wh/n/finance/data"),
+        ("around", "file:///wh/n"),
+        ("root", "file:///"),
+    ] {
+        let err = store.create_tabular(&at(name, location)).await.unwrap_err();
+        assert!(err.to_string().contains("n.finance"), "{location}: {err}");
+        assert!(
+            store
+                .get_tabular(w.id, &ns(&["n"]), name)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    // Neighbours whose names merely extend the victim's are free.
+    for (name, location) in [
+        ("f2", "file:///wh/n/finance2"),
+        ("f3", "file:///wh/n/finance.x"),
+    ] {
+        store.create_tabular(&at(name, location)).await.unwrap();
+    }
+    assert_eq!(
+        store
+            .location_in_use(w.id, "file:///wh/n/finance/x", None)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("n.finance")
+    );
+    assert!(
+        store
+            .location_in_use(w.id, "file:///wh/n/finance", Some(finance.id))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A commit that moves a table into another's location loses, and changes nothing.
+    let mover = at("mover", "file:///wh/n/mover");
+    store.create_tabular(&mover).await.unwrap();
+    let moved = store
+        .commit(&[MetadataSwap::Update {
+            id: mover.id,
+            expected_location: mover.metadata_location.clone(),
+            new_location: "file:///wh/n/mover/metadata/1.json".into(),
+            moved_to: Some("file:///wh/n/finance/mover".into()),
+        }])
+        .await;
+    assert!(
+        matches!(&moved, Err(SwapFailure::LocationTaken { index: 0, other }) if other == "n.finance"),
+        "{moved:?}"
+    );
+    let unchanged = store
+        .get_tabular(w.id, &ns(&["n"]), "mover")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(unchanged.metadata_location, mover.metadata_location);
+    assert_eq!(unchanged.location, mover.location);
+    // Concurrent creates of nested locations: exactly one wins.
+    let mut handles = Vec::new();
+    for i in 0..6 {
+        let store = store.clone();
+        let t = at(
+            &format!("race{i}"),
+            &format!("file:///wh/n/race{}", "/x".repeat(i)),
+        );
+        handles.push(tokio::spawn(async move {
+            store.create_tabular(&t).await.is_ok()
+        }));
+    }
+    let mut winners = 0;
+    for h in handles {
+        winners += usize::from(h.await.unwrap());
+    }
+    assert_eq!(winners, 1);
+    // Locations stored in another spelling are rewritten in the canonical one.
+    let changed = store
+        .canonicalize_locations(|raw| Some(raw.replace("finance2", "finance-two")))
+        .await
+        .unwrap();
+    assert!(changed >= 1);
+    let renamed = store
+        .get_tabular(w.id, &ns(&["n"]), "f2")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(renamed.location, "file:///wh/n/finance-two");
 }
 
 async fn warehouses(store: &Arc<dyn CatalogStore>) {
@@ -351,7 +455,7 @@ async fn commits(store: &Arc<dyn CatalogStore>) {
         id: t.id,
         expected_location: from.to_string(),
         new_location: to.to_string(),
-        table_location: t.location.clone(),
+        moved_to: None,
     };
     store
         .commit(&[swap(&a, &a.metadata_location, "a1")])
@@ -420,7 +524,7 @@ async fn commits(store: &Arc<dyn CatalogStore>) {
                     id: a.id,
                     expected_location: "a1".into(),
                     new_location: format!("race{i}"),
-                    table_location: a.location.clone(),
+                    moved_to: None,
                 }])
                 .await
                 .is_ok()
@@ -539,7 +643,7 @@ pub async fn audit_commits_with_changes(store: Arc<dyn CatalogStore>, audit: Arc
             id: t.id,
             expected_location: "file:///elsewhere.json".into(),
             new_location: "file:///w/t/metadata/00001.metadata.json".into(),
-            table_location: t.location.clone(),
+            moved_to: None,
         }]))
         .await;
     assert!(matches!(lost, Err(SwapFailure::Conflict(0))));
