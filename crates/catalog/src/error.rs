@@ -14,6 +14,10 @@ pub enum ErrorCode {
     Conflict,
     Unsupported,
     PayloadTooLarge,
+    /// The caller asks for more at once than it may; retrying later helps.
+    TooManyRequests,
+    /// The work ran past its time limit and was stopped.
+    Timeout,
     Unavailable,
     CommitStateUnknown,
     Internal,
@@ -56,6 +60,12 @@ pub enum CatalogError {
     Unsupported(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// More work at once than the caller may have (a limit named in the message).
+    #[error("{0}")]
+    TooManyRequests(String),
+    /// Stopped at its time limit (named in the message).
+    #[error("{0}")]
+    Timeout(String),
     /// The commit may or may not have been applied.
     #[error("{0}")]
     CommitStateUnknown(String),
@@ -146,6 +156,8 @@ impl CatalogError {
             }
             CatalogError::Unsupported(_) => ErrorCode::Unsupported,
             CatalogError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            CatalogError::TooManyRequests(_) => ErrorCode::TooManyRequests,
+            CatalogError::Timeout(_) => ErrorCode::Timeout,
             CatalogError::CommitStateUnknown(_) => ErrorCode::CommitStateUnknown,
             CatalogError::Unavailable(_) => ErrorCode::Unavailable,
             CatalogError::Internal { .. } => ErrorCode::Internal,
@@ -166,6 +178,8 @@ impl CatalogError {
             CatalogError::CommitFailed(_) => "CommitFailedException",
             CatalogError::Unsupported(_) => "UnsupportedOperationException",
             CatalogError::PayloadTooLarge(_) => "PayloadTooLargeException",
+            CatalogError::TooManyRequests(_) => "TooManyRequestsException",
+            CatalogError::Timeout(_) => "TimeoutException",
             CatalogError::CommitStateUnknown(_) => "CommitStateUnknownException",
             CatalogError::Unavailable(_) => "ServiceUnavailableException",
             CatalogError::Internal { .. } => "InternalServerError",

@@ -38,6 +38,13 @@ pub struct ServeArgs {
     /// SQL queries running at once; more wait in line.
     #[arg(long, env = "FLOE_MAX_CONCURRENT_QUERIES", default_value_t = 8)]
     pub max_concurrent_queries: usize,
+    /// Longest a SQL statement may take, waiting in line included, in seconds (0: no limit).
+    #[arg(long, env = "FLOE_SQL_STATEMENT_TIMEOUT_SECS", default_value_t = 300)]
+    pub sql_statement_timeout_secs: u64,
+    /// SQL statements one principal may run or wait for at once; more are refused (429,
+    /// PostgreSQL 53400, gRPC RESOURCE_EXHAUSTED).
+    #[arg(long, env = "FLOE_SQL_MAX_QUERIES_PER_PRINCIPAL", default_value_t = 4)]
+    pub sql_max_queries_per_principal: usize,
     /// Memory (MiB) for cached data-file ranges read by SQL (0 disables the cache).
     #[arg(long, env = "FLOE_CACHE_MEMORY_MB", default_value_t = 256)]
     pub cache_memory_mb: u64,
@@ -214,6 +221,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let sql_config = floe_sql::EngineConfig {
         query_memory_limit: args.query_memory_limit_mb.max(1) << 20,
         max_concurrent_queries: args.max_concurrent_queries.max(1),
+        statement_timeout: (args.sql_statement_timeout_secs > 0)
+            .then(|| Duration::from_secs(args.sql_statement_timeout_secs)),
+        max_queries_per_principal: args.sql_max_queries_per_principal.max(1),
         cache: (args.cache_memory_mb > 0).then(|| floe_storage::cache::CacheConfig {
             memory_bytes: args.cache_memory_mb << 20,
             disk_bytes: args.cache_disk_mb << 20,

@@ -171,6 +171,8 @@ pub fn statement_event(
     let status = match error.map(|e| &e.kind) {
         None => 200,
         Some(floe_sql::SqlErrorKind::PermissionDenied) => 403,
+        Some(floe_sql::SqlErrorKind::TooManyStatements) => 429,
+        Some(floe_sql::SqlErrorKind::Timeout) => 504,
         Some(_) => 400,
     };
     let mut event = login_event(principal, action, resource, client, status);

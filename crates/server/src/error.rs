@@ -41,6 +41,9 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         ErrorCode::AlreadyExists | ErrorCode::Conflict => StatusCode::CONFLICT,
         ErrorCode::Unsupported => StatusCode::NOT_ACCEPTABLE,
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+        // Not 408, which clients may resend on their own: a stopped statement is an answer.
+        ErrorCode::Timeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::CommitStateUnknown => StatusCode::BAD_GATEWAY,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -55,18 +58,30 @@ pub fn error_response(status: StatusCode, error_type: &str, message: &str) -> Re
     (status, Json(body)).into_response()
 }
 
+/// What a client is told of `e`: its message, or for an internal failure only an error id
+/// (the cause is logged once, with that id).
+pub fn client_message(e: &CatalogError) -> String {
+    match e {
+        CatalogError::Internal { .. } => {
+            let error_id = uuid::Uuid::now_v7();
+            tracing::error!(%error_id, error = %error_chain(e), "request failed");
+            format!("internal server error; error id {error_id}")
+        }
+        other => other.to_string(),
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_for(self.0.code());
-        let message = match &self.0 {
-            CatalogError::Internal { .. } => {
-                let error_id = uuid::Uuid::now_v7();
-                tracing::error!(%error_id, error = %error_chain(&self.0), "request failed");
-                format!("internal server error; error id {error_id}")
-            }
-            other => other.to_string(),
-        };
+        let message = client_message(&self.0);
         let mut response = error_response(status, self.0.error_type(), &message);
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
         if matches!(self.0, CatalogError::Hidden(_)) {
             response.extensions_mut().insert(crate::audit::AuditDenied);
         }

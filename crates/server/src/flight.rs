@@ -12,6 +12,7 @@
 //! from `information_schema` queried as the caller, so they show what the caller may see.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -58,15 +59,23 @@ pub async fn serve(
         state,
         info: sql_info(),
     };
-    let mut builder = tonic::transport::Server::builder();
+    // Dead peers are found by keep-alive pings; a peer that never starts is dropped by
+    // `listen::incoming`.
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .max_concurrent_streams(Some(64));
     if let Some(files) = tls {
-        builder = builder
-            .tls_config(tonic::transport::ServerTlsConfig::new().identity(files.identity()))?;
+        builder = builder.tls_config(
+            tonic::transport::ServerTlsConfig::new()
+                .identity(files.identity())
+                .timeout(crate::listen::FIRST_BYTES_TIMEOUT),
+        )?;
     }
     builder
         .add_service(FlightServiceServer::new(service))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
+            crate::listen::incoming(listener, "Flight SQL", shutdown.clone()),
             shutdown.cancelled_owned(),
         )
         .await
@@ -193,6 +202,8 @@ fn status(e: SqlError) -> Status {
         }
         SqlErrorKind::Unsupported => Status::unimplemented(e.message),
         SqlErrorKind::Execution => Status::internal(e.message),
+        SqlErrorKind::Timeout => Status::deadline_exceeded(e.message),
+        SqlErrorKind::TooManyStatements => Status::resource_exhausted(e.message),
     }
 }
 

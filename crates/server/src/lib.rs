@@ -15,6 +15,7 @@ mod extract;
 pub mod flight;
 mod idempotency;
 pub mod ingest;
+mod listen;
 pub mod maintenance;
 pub mod management;
 pub mod metrics;
@@ -173,19 +174,45 @@ async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
     )
 }
 
-/// Serves until `shutdown` is cancelled, then drains in-flight requests.
+/// Serves HTTP/1.1 until `shutdown` is cancelled, then drains in-flight requests. A client
+/// gets [`listen::FIRST_BYTES_TIMEOUT`] to send its request headers (and as long between
+/// requests on a kept-alive connection); failed accepts are retried ([`listen`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+
     spawn_idempotency_sweeper(state.clone(), shutdown.clone());
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { shutdown.cancelled().await })
-    .await
+    let app = router(state);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(listen::FIRST_BYTES_TIMEOUT);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut pause = listen::AcceptPause::default();
+    while let Some((socket, peer)) = listen::accept(&listener, &mut pause, "HTTP", &shutdown).await
+    {
+        let _ = socket.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            app.clone().oneshot(request.map(axum::body::Body::new))
+        });
+        let connection = http.serve_connection(TokioIo::new(socket), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 fn spawn_idempotency_sweeper(state: AppState, shutdown: CancellationToken) {

@@ -11,6 +11,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
@@ -21,6 +22,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions as ArrowFormat};
 use datafusion::common::ScalarValue;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use floe_catalog::governance::Principal;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
@@ -50,31 +52,57 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 
-/// Accepts PostgreSQL connections until `shutdown` fires.
+/// A connection that has not signed in this long after it was accepted is closed.
+const SIGN_IN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Results of the statements before the last one of a simple query are held until that
+/// statement has finished (statements run one after the other); at most this much of them.
+const HELD_RESULTS_BYTES: usize = 64 << 20;
+
+/// Accepts PostgreSQL connections until `shutdown` fires. A failed `accept` (the process out
+/// of file descriptors, say) is logged and retried after a pause, never the end of the door.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
     tls: Option<crate::tls::TlsFiles>,
 ) -> std::io::Result<()> {
-    let handlers = Arc::new(Handlers::new(state));
+    let handlers = Handlers::new(state);
     // With TLS, clients that ask for it (`sslmode=require`) get it; others stay plain.
     let acceptor = tls.map(|files| files.acceptor());
-    loop {
-        let (socket, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
-            _ = shutdown.cancelled() => return Ok(()),
-        };
-        let handlers = handlers.clone();
+    let mut pause = crate::listen::AcceptPause::default();
+    while let Some((socket, _)) =
+        crate::listen::accept(&listener, &mut pause, "PostgreSQL", &shutdown).await
+    {
+        let signed_in = Arc::new(tokio::sync::Notify::new());
+        let handlers = Arc::new(handlers.for_connection(signed_in.clone()));
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            if let Err(e) = pgwire::tokio::process_socket(socket, acceptor, handlers).await {
+            let connection = pgwire::tokio::process_socket(socket, acceptor, handlers);
+            tokio::pin!(connection);
+            let ended = tokio::select! {
+                ended = &mut connection => Some(ended),
+                late = tokio::time::timeout(SIGN_IN_TIMEOUT, signed_in.notified()) => {
+                    if late.is_err() {
+                        tracing::debug!("closed a PostgreSQL connection that did not sign in in time");
+                        return;
+                    }
+                    None
+                }
+            };
+            let ended = match ended {
+                Some(ended) => ended,
+                None => connection.await,
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "PostgreSQL connection ended with an error");
             }
         });
     }
+    Ok(())
 }
 
+#[derive(Clone)]
 struct Handlers {
     startup: Arc<Startup>,
     queries: Arc<Queries>,
@@ -88,7 +116,8 @@ impl Handlers {
         Self {
             startup: Arc::new(Startup {
                 driver: AuthDriver::new(DefaultServerParameterProvider::default()),
-                passwords: CleartextPasswordAuth::new(source),
+                passwords: Arc::new(CleartextPasswordAuth::new(source)),
+                signed_in: Arc::new(tokio::sync::Notify::new()),
             }),
             queries: Arc::new(Queries {
                 state,
@@ -96,6 +125,27 @@ impl Handlers {
             }),
         }
     }
+
+    /// The handlers of one connection: `signed_in` is notified once it has signed in.
+    fn for_connection(&self, signed_in: Arc<tokio::sync::Notify>) -> Self {
+        Self {
+            startup: Arc::new(Startup {
+                driver: AuthDriver::new(DefaultServerParameterProvider::default()),
+                passwords: self.startup.passwords.clone(),
+                signed_in,
+            }),
+            queries: self.queries.clone(),
+        }
+    }
+}
+
+/// Who a connection signed in as, and how: statements re-check it one by one.
+#[derive(Debug, Clone)]
+struct Identity {
+    principal: Principal,
+    /// The access token presented as the password (its expiry and key apply), if any.
+    token: Option<String>,
+    signed_in: Instant,
 }
 
 impl PgWireServerHandlers for Handlers {
@@ -124,7 +174,7 @@ impl Debug for Credentials {
 }
 
 #[async_trait]
-impl AuthSource<Principal> for Credentials {
+impl AuthSource<Identity> for Credentials {
     async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
         // Secrets are stored only as salted hashes; `verify_password` checks them instead.
         Err(PgWireError::InvalidPassword(
@@ -136,20 +186,28 @@ impl AuthSource<Principal> for Credentials {
         &self,
         login: &LoginInfo,
         presented: &[u8],
-    ) -> PgWireResult<Option<Principal>> {
+    ) -> PgWireResult<Option<Identity>> {
         let user = login.user().unwrap_or_default().to_owned();
         let auth = &self.state.auth;
-        let principal = match std::str::from_utf8(presented) {
+        let identity = match std::str::from_utf8(presented) {
             Ok(password) => {
-                let token = match auth.token_for_client(&user, password).await {
-                    Ok(issued) => issued.access_token,
+                let (token, presented_token) = match auth.token_for_client(&user, password).await {
+                    Ok(issued) => (issued.access_token, None),
                     // Not a client secret: perhaps an access token.
-                    Err(_) => password.to_string(),
+                    Err(_) => (password.to_string(), Some(password.to_string())),
                 };
-                auth.authenticate(&token).await.ok()
+                auth.authenticate(&token)
+                    .await
+                    .ok()
+                    .map(|principal| Identity {
+                        principal,
+                        token: presented_token,
+                        signed_in: Instant::now(),
+                    })
             }
             Err(_) => None,
         };
+        let principal = identity.as_ref().map(|i| &i.principal);
         // Sign-ins are audited, refused ones as denials under the user name presented.
         let (name, status) = match &principal {
             Some(principal) => (principal.name.clone(), 200),
@@ -165,16 +223,17 @@ impl AuthSource<Principal> for Credentials {
                 status,
             ))
             .await;
-        match principal {
-            Some(principal) => Ok(Some(principal)),
+        match identity {
+            Some(identity) => Ok(Some(identity)),
             None => Err(PgWireError::InvalidPassword(user)),
         }
     }
 }
 
 struct Startup {
-    driver: AuthDriver<DefaultServerParameterProvider, Principal>,
-    passwords: CleartextPasswordAuth<Credentials>,
+    driver: AuthDriver<DefaultServerParameterProvider, Identity>,
+    passwords: Arc<CleartextPasswordAuth<Credentials>>,
+    signed_in: Arc<tokio::sync::Notify>,
 }
 
 #[async_trait]
@@ -210,12 +269,13 @@ impl StartupHandler for Startup {
             identity,
         } = outcome
         {
-            if let Some(principal) = identity {
-                client.session_extensions().insert(principal);
+            if let Some(identity) = identity {
+                client.session_extensions().insert(identity);
             }
             self.driver
                 .complete_authentication(client, final_message)
                 .await?;
+            self.signed_in.notify_one();
         }
         Ok(())
     }
@@ -234,11 +294,35 @@ struct Session {
 }
 
 impl Queries {
+    /// The connection's session for one statement: its principal checked again as HTTP
+    /// checks a bearer token (disabled or deleted principals, within 2 s; an access token
+    /// used as the password once it expires; a session past `--max-session-secs`). A
+    /// refusal is FATAL: the connection ends.
     async fn session<C: ClientInfo>(&self, client: &C) -> PgWireResult<Session> {
-        let principal = client
+        let identity = client
             .session_extensions()
-            .get::<Principal>()
+            .get::<Identity>()
             .ok_or_else(|| PgWireError::InvalidPassword(String::new()))?;
+        let auth = &self.state.auth;
+        let checked = match &identity.token {
+            Some(token) => auth.authenticate(token).await,
+            None if identity.signed_in.elapsed() > auth.max_session() => {
+                Err(floe_catalog::CatalogError::Unauthenticated(
+                    "the session has lasted longer than a session may; sign in again".into(),
+                ))
+            }
+            None => auth.recheck(identity.principal.id).await,
+        };
+        let principal = match checked {
+            Ok(principal) => Arc::new(principal),
+            Err(e) => {
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".to_owned(),
+                    "28000".to_owned(), // invalid_authorization_specification
+                    e.to_string(),
+                ))));
+            }
+        };
         let grants = self
             .state
             .authz
@@ -264,12 +348,15 @@ impl Queries {
         })
     }
 
-    /// Runs one statement; `formats` picks text or binary per column.
+    /// Runs one statement; `formats` picks text or binary per column. With `hold`, its rows
+    /// are read to the end before this returns (so the statement has finished and given
+    /// its place back), up to [`HELD_RESULTS_BYTES`].
     async fn run(
         &self,
         session: &Session,
         sql: &str,
         formats: impl Fn(usize) -> FieldFormat,
+        hold: bool,
     ) -> PgWireResult<Response> {
         let trimmed = sql.trim().trim_end_matches(';').trim();
         if trimmed.is_empty() {
@@ -284,7 +371,30 @@ impl Queries {
             .query(&session.caller, trimmed, &session.options)
             .await;
         self.audit(session, trimmed, outcome.as_ref().err()).await;
-        let result = outcome.map_err(sql_error)?;
+        let mut result = outcome.map_err(sql_error)?;
+        if hold {
+            let mut held = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(batch) = result.stream.next().await {
+                let batch = batch.map_err(|e| sql_error(SqlError::from(e)))?;
+                bytes += batch.get_array_memory_size();
+                if bytes > HELD_RESULTS_BYTES {
+                    return Err(user_error(
+                        "54000", // program_limit_exceeded
+                        &format!(
+                            "a statement followed by others in one query string may answer at \
+                             most {} MiB; send it on its own to stream its rows",
+                            HELD_RESULTS_BYTES >> 20
+                        ),
+                    ));
+                }
+                held.push(Ok(batch));
+            }
+            result.stream = Box::pin(RecordBatchStreamAdapter::new(
+                result.schema.clone(),
+                stream::iter(held),
+            ));
+        }
         let fields = Arc::new(field_infos(&result.schema, formats));
         let rows = encode_rows(fields.clone(), result.stream);
         Ok(Response::Query(QueryResponse::new(fields, rows)))
@@ -398,6 +508,8 @@ fn sql_error(e: SqlError) -> PgWireError {
         SqlErrorKind::InvalidParameter => "22P02", // invalid_text_representation
         SqlErrorKind::Unsupported => "0A000",      // feature_not_supported
         SqlErrorKind::Execution => "XX000",        // internal_error
+        SqlErrorKind::Timeout => "57014",          // query_canceled
+        SqlErrorKind::TooManyStatements => "53400", // configuration_limit_exceeded
     };
     user_error(code, &e.message)
 }
@@ -636,10 +748,17 @@ impl SimpleQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let session = self.session(client).await?;
+        // One statement after the other, each with its principal checked again, each
+        // finished before the next starts (only the last one streams its rows).
+        let statements = split(query);
+        let last = statements.len() - 1;
         let mut responses = Vec::new();
-        for statement in split(query) {
-            match self.run(&session, &statement, |_| FieldFormat::Text).await {
+        for (i, statement) in statements.iter().enumerate() {
+            let session = self.session(client).await?;
+            match self
+                .run(&session, statement, |_| FieldFormat::Text, i < last)
+                .await
+            {
                 Ok(response) => responses.push(response),
                 Err(PgWireError::UserError(info)) => {
                     responses.push(Response::Error(info));
@@ -741,9 +860,12 @@ impl ExtendedQueryHandler for Queries {
             session.options.params = Self::parameters(portal)?;
         }
         let format = portal.result_column_format.clone();
-        self.run(&session, &portal.statement.statement, move |i| {
-            format.format_for(i)
-        })
+        self.run(
+            &session,
+            &portal.statement.statement,
+            move |i| format.format_for(i),
+            false,
+        )
         .await
     }
 }

@@ -93,6 +93,10 @@ impl SchemaProvider for NamespaceSchema {
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let (table_name, suffix) = metadata_tables::parse(name)?;
         let ident = TableIdent::new(self.namespace.clone(), table_name.to_string());
+        // A statement that lists (`information_schema`, `SHOW TABLES`) is handed every listed
+        // table: those the caller may list but not read are shown without columns rather than
+        // failing the listing, and none has its statistics read from its manifests.
+        let listing = self.tables.is_some();
         let loaded = match self
             .access
             .service
@@ -101,10 +105,14 @@ impl SchemaProvider for NamespaceSchema {
         {
             Ok(loaded) => loaded,
             Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e @ CatalogError::PermissionDenied(_)) if listing => {
+                return Ok(Some(Arc::new(Unreadable(Arc::new(e)))));
+            }
             Err(e) => return Err(DataFusionError::External(Box::new(e))),
         };
         let provider = IcebergTableProvider::try_new(self.access.clone(), loaded)?;
         Ok(Some(match suffix {
+            Suffix::Current if listing => Arc::new(provider),
             Suffix::Current => Arc::new(provider.with_statistics().await),
             Suffix::Metadata(kind) => {
                 metadata_tables::metadata_table(&provider.table()?, &kind).await?
@@ -120,6 +128,33 @@ impl SchemaProvider for NamespaceSchema {
         self.tables
             .as_ref()
             .is_some_and(|t| t.iter().any(|n| n == name))
+    }
+}
+
+/// A listed table the caller may not read: no columns, and a scan fails with the refusal.
+#[derive(Debug)]
+struct Unreadable(Arc<CatalogError>);
+
+#[async_trait]
+impl TableProvider for Unreadable {
+    fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+        Arc::new(datafusion::arrow::datatypes::Schema::empty())
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[datafusion::prelude::Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        Err(DataFusionError::External(Box::new(
+            CatalogError::PermissionDenied(self.0.to_string()),
+        )))
     }
 }
 

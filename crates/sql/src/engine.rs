@@ -20,11 +20,11 @@ use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CatalogService;
 use futures::StreamExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
 use crate::provider::TableAccess;
 
+mod admission;
 mod ddl;
 mod stores;
 mod surface;
@@ -44,6 +44,11 @@ pub struct EngineConfig {
     pub cpu_threads: usize,
     /// The memory + disk cache of data-file ranges, if any.
     pub cache: Option<floe_storage::cache::CacheConfig>,
+    /// Longest a statement may take, from its arrival (waiting in line included) to its last
+    /// row; `None` sets no limit.
+    pub statement_timeout: Option<std::time::Duration>,
+    /// Statements one principal may run or wait for at once; more are refused.
+    pub max_queries_per_principal: usize,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +64,8 @@ impl Default for EngineConfig {
                 .map(|n| n.get())
                 .unwrap_or(2),
             cache: None,
+            statement_timeout: Some(std::time::Duration::from_secs(300)),
+            max_queries_per_principal: 4,
         }
     }
 }
@@ -164,6 +171,10 @@ pub enum SqlErrorKind {
     Unsupported,
     /// A failure while running the query.
     Execution,
+    /// The statement ran past the statement timeout and was stopped.
+    Timeout,
+    /// The principal already runs as many statements as it may at once.
+    TooManyStatements,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -185,10 +196,13 @@ impl SqlError {
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
         let root = e.find_root();
-        if let DataFusionError::External(inner) = root
-            && let Some(catalog) = inner.downcast_ref::<CatalogError>()
-        {
-            return SqlError::from(catalog);
+        if let DataFusionError::External(inner) = root {
+            if let Some(catalog) = inner.downcast_ref::<CatalogError>() {
+                return SqlError::from(catalog);
+            }
+            if let Some(sql) = inner.downcast_ref::<SqlError>() {
+                return sql.clone();
+            }
         }
         let kind = match root {
             DataFusionError::Plan(_)
@@ -212,6 +226,8 @@ impl From<&CatalogError> for SqlError {
             | CatalogError::BadRequest { .. }
             | CatalogError::InvalidArgument(_) => SqlErrorKind::Invalid,
             CatalogError::Unsupported(_) => SqlErrorKind::Unsupported,
+            CatalogError::Timeout(_) => SqlErrorKind::Timeout,
+            CatalogError::TooManyRequests(_) => SqlErrorKind::TooManyStatements,
             _ => SqlErrorKind::Execution,
         };
         SqlError::new(kind, e.to_string())
@@ -221,22 +237,6 @@ impl From<&CatalogError> for SqlError {
 impl From<CatalogError> for SqlError {
     fn from(e: CatalogError) -> Self {
         SqlError::from(&e)
-    }
-}
-
-/// One query in the admission line, counted until it leaves the line either way.
-struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Self {
-        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Waiting(count)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -264,10 +264,9 @@ pub struct SqlEngine {
     config: EngineConfig,
     /// Warehouses whose object store is registered in `runtime`.
     registered: Mutex<HashSet<uuid::Uuid>>,
-    /// Admission: a query holds a permit from planning until its stream ends or is dropped.
-    permits: Arc<Semaphore>,
-    /// Queries waiting for a permit.
-    waiting: std::sync::atomic::AtomicUsize,
+    /// Admission: a statement holds a ticket from planning until its stream ends or is
+    /// dropped.
+    admission: admission::Admission,
     /// Where query streams are driven, so heavy queries do not starve the server's requests.
     cpu: CpuRuntime,
     cache: Option<Arc<floe_storage::cache::RangeCache>>,
@@ -330,8 +329,7 @@ impl SqlEngine {
             service,
             runtime,
             cache,
-            permits: Arc::new(Semaphore::new(config.max_concurrent_queries.max(1))),
-            waiting: std::sync::atomic::AtomicUsize::new(0),
+            admission: admission::Admission::new(&config),
             config,
             registered: Mutex::new(HashSet::new()),
             cpu: CpuRuntime(Some(cpu)),
@@ -379,7 +377,7 @@ impl SqlEngine {
 
     /// Queries waiting for a slot right now.
     pub fn queued(&self) -> usize {
-        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
+        self.admission.queued()
     }
 
     /// Plans and starts one statement as `caller`.
@@ -389,17 +387,12 @@ impl SqlEngine {
         sql: &str,
         options: &QueryOptions,
     ) -> Result<QueryResult, SqlError> {
-        // Wait in line; the permit travels with the result stream.
-        let permit = {
-            // Counted while waiting, also when the caller gives up mid-wait.
-            let _waiting = Waiting::enter(&self.waiting);
-            self.permits.clone().acquire_owned().await.map_err(|_| {
-                SqlError::new(SqlErrorKind::Execution, "the engine is shutting down")
-            })?
-        };
-        let prepared = self
-            .prepare(caller, sql, options, self.query_runtime()?)
-            .await?;
+        // Wait in line; the ticket travels with the result stream.
+        let ticket = self.admission.admit(caller).await?;
+        let deadline = ticket.deadline;
+        let prepared = deadline
+            .run(self.prepare(caller, sql, options, self.query_runtime()?))
+            .await??;
         let Prepared {
             context,
             plan,
@@ -416,15 +409,16 @@ impl SqlEngine {
                     )
                 })
             };
-            return ddl::run(
-                &context,
-                ddl,
-                access,
-                &warehouse,
-                &namespace,
-                partitioned_by,
-            )
-            .await;
+            return deadline
+                .run(ddl::run(
+                    &context,
+                    ddl,
+                    access,
+                    &warehouse,
+                    &namespace,
+                    partitioned_by,
+                ))
+                .await?;
         }
         let plan = if options.params.is_empty() {
             plan
@@ -438,21 +432,23 @@ impl SqlEngine {
             LogicalPlan::Dml(_) => None,
             plan => Some((context.state(), plan.clone())),
         };
-        let frame = context.execute_logical_plan(plan).await?;
+        let frame = deadline.run(context.execute_logical_plan(plan)).await??;
         let schema = plain_schema(frame.schema().inner());
         // Physical planning and `execute` run on the query runtime too: operators spawn their
         // input tasks where they are executed, and those must not land on the server's.
-        let stream = self
-            .cpu
-            .handle()
-            .spawn(async move { frame.execute_stream().await })
-            .await
+        let stream = deadline
+            .run(
+                self.cpu
+                    .handle()
+                    .spawn(async move { frame.execute_stream().await }),
+            )
+            .await?
             .map_err(|e| {
                 SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
             })??;
         Ok(QueryResult {
             schema: schema.clone(),
-            stream: self.drive(schema, stream, permit, retry),
+            stream: self.drive(schema, stream, ticket, retry),
         })
     }
 
@@ -465,9 +461,11 @@ impl SqlEngine {
         sql: &str,
         options: &QueryOptions,
     ) -> Result<SchemaRef, SqlError> {
-        let prepared = self
-            .prepare(caller, sql, options, self.runtime.clone())
-            .await?;
+        let ticket = self.admission.plan_only(caller)?;
+        let prepared = ticket
+            .deadline
+            .run(self.prepare(caller, sql, options, self.runtime.clone()))
+            .await??;
         Ok(match &prepared.plan {
             LogicalPlan::Ddl(_) => ddl::count_schema(),
             plan => plain_schema(plan.schema().inner()),
@@ -482,9 +480,11 @@ impl SqlEngine {
         sql: &str,
         options: &QueryOptions,
     ) -> Result<Vec<Option<DataType>>, SqlError> {
-        let prepared = self
-            .prepare(caller, sql, options, self.runtime.clone())
-            .await?;
+        let ticket = self.admission.plan_only(caller)?;
+        let prepared = ticket
+            .deadline
+            .run(self.prepare(caller, sql, options, self.runtime.clone()))
+            .await??;
         let types = prepared.plan.get_parameter_types()?;
         let count = types
             .keys()
@@ -616,17 +616,25 @@ impl SqlEngine {
         &self,
         schema: datafusion::arrow::datatypes::SchemaRef,
         mut stream: SendableRecordBatchStream,
-        permit: OwnedSemaphorePermit,
+        ticket: admission::Ticket,
         mut retry: Option<(SessionState, LogicalPlan)>,
     ) -> SendableRecordBatchStream {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
         let plain = schema.clone();
         self.cpu.handle().spawn(async move {
-            let _permit = permit;
+            let deadline = ticket.deadline;
+            let _ticket = ticket;
             let mut answered = false;
             loop {
-                let Some(batch) = stream.next().await else {
-                    break;
+                let batch = match deadline.run(stream.next()).await {
+                    Ok(Some(batch)) => batch,
+                    Ok(None) => break,
+                    Err(expired) => {
+                        // The query stops here (its stream is dropped); the consumer hears why.
+                        let error = DataFusionError::External(Box::new(expired));
+                        let _ = deadline.run(sender.send(Err(error))).await;
+                        break;
+                    }
                 };
                 if let Err(e) = &batch
                     && !answered
@@ -645,20 +653,27 @@ impl SqlEngine {
                             futures::stream::empty(),
                         )),
                     ));
-                    match without_hash_joins(state, plan).await {
+                    let again = deadline
+                        .run(without_hash_joins(state, plan))
+                        .await
+                        .unwrap_or_else(|expired| {
+                            Err(DataFusionError::External(Box::new(expired)))
+                        });
+                    match again {
                         Ok(again) => {
                             stream = again;
                             continue;
                         }
                         Err(e) => {
-                            let _ = sender.send(Err(e)).await;
+                            let _ = deadline.run(sender.send(Err(e))).await;
                             break;
                         }
                     }
                 }
                 answered = true;
                 let batch = batch.and_then(|b| crate::cast_batch(&b, &plain));
-                if sender.send(batch).await.is_err() {
+                // A consumer that stops reading holds the query only until the deadline.
+                if !matches!(deadline.run(sender.send(batch)).await, Ok(Ok(()))) {
                     break;
                 }
             }

@@ -153,13 +153,17 @@ impl AuthService {
     }
 
     /// Starts signing with a new key. Tokens signed with older keys stay valid until they
-    /// expire; keys older than one token lifetime are retired.
+    /// expire: a key is retired only once it stopped signing (a newer key took over) more
+    /// than one token lifetime ago.
     pub async fn rotate_signing_key(&self) -> Result<String> {
         let key = self.insert_new_key().await?;
+        let keys = self.store.list_signing_keys().await?;
         let cutoff = key.created_at_ms - self.config.token_ttl.as_millis() as i64;
-        self.store
-            .retire_signing_keys_before(&key.kid, cutoff)
-            .await?;
+        if let Some(before) = retirement_cutoff(&keys, cutoff) {
+            self.store
+                .retire_signing_keys_before(&key.kid, before)
+                .await?;
+        }
         self.reload_keys().await?;
         Ok(key.kid)
     }
@@ -269,6 +273,13 @@ impl AuthService {
         })?;
         let id = Uuid::parse_str(&claims.sub)
             .map_err(|_| unauthenticated("invalid access token subject"))?;
+        self.recheck(id).await
+    }
+
+    /// The principal `id` as a session it signed in to sees it now: refused once it is
+    /// disabled or deleted (on other nodes within the principal cache's window, 2 s).
+    /// Front doors that keep a session open (the PostgreSQL wire) call it per statement.
+    pub async fn recheck(&self, id: Uuid) -> Result<Principal> {
         let principal = self
             .principal(id)
             .await?
@@ -277,6 +288,11 @@ impl AuthService {
             return Err(unauthenticated("the principal is disabled"));
         }
         Ok(principal)
+    }
+
+    /// How long a session begun with client credentials may last.
+    pub fn max_session(&self) -> Duration {
+        self.config.max_session
     }
 
     /// A token from the external issuer: its principal claim names a Floe principal, created
@@ -492,5 +508,47 @@ pub fn not_found_principal(id: impl std::fmt::Display) -> CatalogError {
     CatalogError::NotFound {
         error_type: "NoSuchPrincipalException",
         message: format!("Principal does not exist: {id}"),
+    }
+}
+/// Keys created before the returned time stopped signing more than a token lifetime ago
+/// (`stopped_by`): each one's successor was created by then. The newest key created before
+/// `stopped_by` signed until its successor came, later than that, so it stays; every older
+/// key goes.
+fn retirement_cutoff(keys: &[SigningKey], stopped_by: i64) -> Option<i64> {
+    keys.iter()
+        .filter(|k| k.retired_at_ms.is_none() && k.created_at_ms < stopped_by)
+        .map(|k| k.created_at_ms)
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(kid: &str, created_at_ms: i64) -> SigningKey {
+        SigningKey {
+            kid: kid.into(),
+            secret: Vec::new(),
+            created_at_ms,
+            retired_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_key_is_retired_only_a_token_lifetime_after_it_stopped_signing() {
+        let hour = 3_600_000;
+        let now = 100 * hour;
+        // The only key, two days old, signed until this rotation: it stays.
+        let keys = [key("a", now - 48 * hour), key("b", now)];
+        // (Keys created before the cutoff are retired: none.)
+        assert_eq!(retirement_cutoff(&keys, now - hour), Some(now - 48 * hour));
+        // Two hours later: "a" stopped when "b" came, two hours ago — it goes; "b" stays.
+        let later = now + 2 * hour;
+        let keys = [key("a", now - 48 * hour), key("b", now), key("c", later)];
+        assert_eq!(retirement_cutoff(&keys, later - hour), Some(now));
+        // Rotating again within the hour keeps every key that signed within it.
+        let soon = now + hour / 2;
+        let keys = [key("a", now - 48 * hour), key("b", now), key("c", soon)];
+        assert_eq!(retirement_cutoff(&keys, soon - hour), Some(now - 48 * hour));
     }
 }

@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use datafusion::arrow::json::WriterBuilder;
 use datafusion::arrow::json::writer::JsonArray;
@@ -86,52 +87,105 @@ pub async fn run(
         )
             .into_response());
     }
-    let schema = result.schema.clone();
-    let batches: Vec<RecordBatch> = result
-        .stream
-        .try_collect()
+    // JSON rows are encoded a batch at a time as the client reads them, never gathered:
+    // what the server holds is bounded by a batch, whatever the result's size. A failure
+    // before the first batch is the response's status; one after it ends the body with an
+    // `error` member (the rows sent so far precede it), keeping the document valid JSON.
+    let mut stream = result.stream;
+    let first = stream
+        .next()
         .await
+        .transpose()
         .map_err(|e| api_error(SqlError::from(e)))?;
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let mut writer = WriterBuilder::new()
-        .with_explicit_nulls(true)
-        .build::<_, JsonArray>(Vec::new());
-    for batch in &batches {
-        writer
-            .write(batch)
-            .map_err(|e| ApiError(CatalogError::internal("JSON rows", e)))?;
-    }
-    writer
-        .finish()
-        .map_err(|e| ApiError(CatalogError::internal("JSON rows", e)))?;
-    let mut encoded = writer.into_inner();
-    if encoded.is_empty() {
-        encoded = b"[]".to_vec();
-    }
-    let columns: Vec<_> = schema
+    let columns: Vec<_> = result
+        .schema
         .fields()
         .iter()
         .map(|f| json!({"name": f.name(), "type": f.data_type().to_string()}))
         .collect();
-    let mut body = format!(
-        "{{\"columns\":{},\"row-count\":{rows},\"rows\":",
+    let head = format!(
+        "{{\"columns\":{},\"rows\":[",
         serde_json::Value::from(columns)
-    )
-    .into_bytes();
-    body.extend_from_slice(&encoded);
-    body.push(b'}');
+    );
+    let batches = futures::stream::iter(first.map(Ok)).chain(stream);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        body,
+        Body::from_stream(json_body(head, batches)),
     )
         .into_response())
+}
+
+/// The JSON document of a result: `head`, each batch's rows as it comes, then the row count
+/// (and the error, when the stream failed: nothing follows it).
+fn json_body(
+    head: String,
+    batches: impl futures::Stream<Item = datafusion::common::Result<RecordBatch>> + Send + 'static,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let start = futures::stream::once(async move { Ok(Bytes::from(head)) });
+    let rest = futures::stream::unfold(
+        (Box::pin(batches), 0usize, false),
+        |(mut batches, rows, ended)| async move {
+            if ended {
+                return None;
+            }
+            let (chunk, rows, ended) = match batches.next().await {
+                Some(Ok(batch)) => match json_rows(&batch, rows > 0) {
+                    Ok(chunk) => (chunk, rows + batch.num_rows(), false),
+                    Err(e) => (
+                        failed_end(rows, &CatalogError::internal("encode rows as JSON", e)),
+                        rows,
+                        true,
+                    ),
+                },
+                Some(Err(e)) => (
+                    failed_end(rows, &api_error(SqlError::from(e)).0),
+                    rows,
+                    true,
+                ),
+                None => (Bytes::from(format!("],\"row-count\":{rows}}}")), rows, true),
+            };
+            Some((Ok(chunk), (batches, rows, ended)))
+        },
+    );
+    start.chain(rest)
+}
+
+/// One batch's rows as JSON objects, comma-separated (after a comma when rows came before).
+fn json_rows(batch: &RecordBatch, after_rows: bool) -> Result<Bytes, ArrowError> {
+    if batch.num_rows() == 0 {
+        return Ok(Bytes::new());
+    }
+    let mut writer = WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, JsonArray>(Vec::new());
+    writer.write(batch)?;
+    writer.finish()?;
+    let encoded = writer.into_inner();
+    // `[{…},{…}]` without its brackets.
+    let inner = &encoded[1..encoded.len().saturating_sub(1)];
+    let mut chunk = Vec::with_capacity(inner.len() + 1);
+    if after_rows {
+        chunk.push(b',');
+    }
+    chunk.extend_from_slice(inner);
+    Ok(Bytes::from(chunk))
+}
+
+/// The end of a document whose result failed after its first rows were sent.
+fn failed_end(rows: usize, error: &CatalogError) -> Bytes {
+    let status = crate::error::status_for(error.code()).as_u16();
+    let message = crate::error::client_message(error);
+    let error = json!({"message": message, "type": error.error_type(), "code": status});
+    Bytes::from(format!("],\"row-count\":{rows},\"error\":{error}}}"))
 }
 
 fn api_error(e: SqlError) -> ApiError {
     ApiError(match e.kind {
         SqlErrorKind::PermissionDenied => CatalogError::PermissionDenied(e.message),
         SqlErrorKind::Unsupported => CatalogError::Unsupported(e.message),
+        SqlErrorKind::Timeout => CatalogError::Timeout(e.message),
+        SqlErrorKind::TooManyStatements => CatalogError::TooManyRequests(e.message),
         SqlErrorKind::Invalid | SqlErrorKind::InvalidParameter | SqlErrorKind::Execution => {
             CatalogError::BadRequest { message: e.message }
         }
