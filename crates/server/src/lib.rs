@@ -10,6 +10,7 @@
 
 pub mod audit;
 mod auth;
+pub mod bounded_ipc;
 pub mod error;
 mod extract;
 pub mod flight;
