@@ -55,6 +55,8 @@ pub struct AppState {
     pub sql: Arc<floe_sql::SqlEngine>,
     /// HTTP ingestion's write-ahead log and committers, when enabled.
     pub ingest: Option<Arc<ingest::Ingest>>,
+    /// How much memory decoding one request's rows may take (HTTP ingestion, Flight SQL).
+    pub decode: bounded_ipc::DecodeLimits,
     /// The maintenance job scheduler, when this server runs one.
     pub scheduler: Option<Arc<floe_maintenance::scheduler::Scheduler>>,
     /// Stream pipelines and their supervisor, when enabled.
@@ -106,6 +108,7 @@ impl AppState {
             audit_store,
             metrics: metrics::Metrics::new(),
             ingest: None,
+            decode: bounded_ipc::DecodeLimits::default(),
             scheduler: None,
             pipelines: None,
             registry: None,
