@@ -119,7 +119,7 @@ pub struct Decoded {
 pub fn decode_stream(bytes: &Bytes, budget: usize) -> Result<Decoded, DecodeError> {
     let mut walk = Walk::new(budget);
     let end = walk.stream(bytes)?;
-    decode(bytes.slice(..end))
+    decode(bytes.slice(..end), walk.ended)
 }
 
 /// Checks an Arrow IPC stream as [`decode_stream`] does and decodes only its schema.
@@ -153,18 +153,25 @@ pub fn decode_messages<'a>(
     if walk.schema.is_none() {
         return Err(malformed("the stream holds no schema"));
     }
-    decode(Bytes::from(stream))
+    decode(Bytes::from(stream), false)
 }
 
-/// Decodes checked bytes. A panic in arrow (a case the walk did not foresee) is a refusal.
-fn decode(bytes: Bytes) -> Result<Decoded, DecodeError> {
+/// The end-of-stream marker: a continuation marker and a zero length.
+const END_OF_STREAM: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+/// Decodes checked bytes (`ended`: they end with the end-of-stream marker). A panic in
+/// arrow (a case the walk did not foresee) is a refusal.
+fn decode(bytes: Bytes, ended: bool) -> Result<Decoded, DecodeError> {
     let decoded = std::panic::catch_unwind(AssertUnwindSafe(move || {
         let mut decoder = StreamDecoder::new();
-        let mut buffer = Buffer::from(bytes);
         let mut batches = Vec::new();
-        while !buffer.is_empty() {
-            if let Some(batch) = decoder.decode(&mut buffer)? {
-                batches.push(batch);
+        // `StreamDecoder` reads a last message of no body only once more bytes follow it.
+        let end = (!ended).then(|| Buffer::from(END_OF_STREAM.to_vec()));
+        for mut buffer in std::iter::once(Buffer::from(bytes)).chain(end) {
+            while !buffer.is_empty() {
+                if let Some(batch) = decoder.decode(&mut buffer)? {
+                    batches.push(batch);
+                }
             }
         }
         decoder.finish()?;
@@ -198,6 +205,8 @@ struct Walk {
     uncompressed: usize,
     /// 8 bytes per row per column (or field node), so far.
     cells: usize,
+    /// Whether the stream ended with the end-of-stream marker.
+    ended: bool,
 }
 
 impl Walk {
@@ -209,6 +218,7 @@ impl Walk {
             dictionary_batches: 0,
             uncompressed: 0,
             cells: 0,
+            ended: false,
         }
     }
 
@@ -244,6 +254,7 @@ impl Walk {
                 }
             };
             if length == 0 {
+                self.ended = true;
                 return Ok(at + prefix);
             }
             let length = usize::try_from(length).map_err(|_| {
