@@ -65,7 +65,6 @@ pub async fn serve(
     tls: Option<crate::tls::TlsFiles>,
 ) -> Result<(), tonic::transport::Error> {
     let service = FloeFlightSql {
-        limits: state.decode,
         state,
         info: sql_info(),
     };
@@ -98,8 +97,6 @@ fn sql_info() -> SqlInfoData {
 struct FloeFlightSql {
     state: AppState,
     info: SqlInfoData,
-    /// What a request may decode to.
-    limits: DecodeLimits,
 }
 
 /// What a ticket or prepared-statement handle carries: the statement and where its
@@ -179,7 +176,9 @@ async fn parameter_batches(
     let mut bytes = 0usize;
     while let Some(data) = stream.next().await {
         let data = data?;
-        bytes = bytes.saturating_add(data.data_header.len() + data.data_body.len());
+        bytes = bytes.saturating_add(
+            data.data_header.len() + data.data_body.len() + data.app_metadata.len(),
+        );
         if bytes > limits.max_bytes {
             return Err(Status::resource_exhausted(format!(
                 "the DoPut stream carries more than the {} bytes a request may decode \
@@ -329,7 +328,7 @@ impl FloeFlightSql {
         let schema = self
             .state
             .sql
-            .describe(caller, &handle.sql, &handle.options(&self.limits)?)
+            .describe(caller, &handle.sql, &handle.options(&self.state.decode)?)
             .await
             .map_err(status)?;
         let ticket = TicketStatementQuery {
@@ -405,7 +404,7 @@ impl FloeFlightSql {
         for params in rows {
             let options = QueryOptions {
                 params,
-                ..handle.options(&self.limits)?
+                ..handle.options(&self.state.decode)?
             };
             let outcome = self.state.sql.query(caller, &handle.sql, &options).await;
             self.audit(caller, metadata, &handle.sql, outcome.as_ref().err())
@@ -594,7 +593,7 @@ impl FlightSqlService for FloeFlightSql {
         let outcome = self
             .state
             .sql
-            .query(&caller, &handle.sql, &handle.options(&self.limits)?)
+            .query(&caller, &handle.sql, &handle.options(&self.state.decode)?)
             .await;
         self.audit(
             &caller,
@@ -624,7 +623,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = self.caller(request.metadata()).await?;
         let handle = Handle::new(query.query, request.metadata());
-        let options = handle.options(&self.limits)?;
+        let options = handle.options(&self.state.decode)?;
         let schema = self
             .state
             .sql
@@ -700,7 +699,7 @@ impl FlightSqlService for FloeFlightSql {
         let caller = self.caller(request.metadata()).await?;
         let metadata = request.metadata().clone();
         let handle = Handle::decode(&command.prepared_statement_handle)?;
-        let batches = parameter_batches(request, &self.limits).await?;
+        let batches = parameter_batches(request, &self.state.decode).await?;
         let count: usize = batches.iter().map(|b| b.num_rows()).sum();
         if count > MAX_PARAMETER_ROWS {
             return Err(Status::resource_exhausted(format!(
@@ -722,7 +721,7 @@ impl FlightSqlService for FloeFlightSql {
             }
         }
         if rows.is_empty() {
-            rows.push(handle.options(&self.limits)?.params);
+            rows.push(handle.options(&self.state.decode)?.params);
         }
         self.update(&caller, &metadata, &handle, rows).await
     }
@@ -734,7 +733,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<arrow_flight::sql::DoPutPreparedStatementResult, Status> {
         self.caller(request.metadata()).await?;
         let mut handle = Handle::decode(&query.prepared_statement_handle)?;
-        let batches = parameter_batches(request, &self.limits).await?;
+        let batches = parameter_batches(request, &self.state.decode).await?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         match rows {
             0 => handle.params = None,
