@@ -88,6 +88,9 @@ fn main() -> anyhow::Result<()> {
     tune_allocator();
     let cli = Cli::parse();
     init_tracing();
+    // Process-wide, and only the first call counts: before anything reads Avro (manifests,
+    // Kafka records).
+    floe_stream::bound_avro_allocations();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

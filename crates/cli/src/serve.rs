@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// Largest body `/ingest/v1/…` takes (MiB); larger ones get 413.
     #[arg(long, env = "FLOE_INGEST_MAX_BODY_MB", default_value_t = 64)]
     pub ingest_max_body_mb: usize,
+    /// Memory (MiB) decoding one request's rows may take — an `/ingest/v1/…` body, a Flight
+    /// SQL `DoPut` stream or bound parameters — and no more than 64 times the request's
+    /// size; more gets 413 (Flight: RESOURCE_EXHAUSTED).
+    #[arg(long, env = "FLOE_DECODE_MEMORY_MB", default_value_t = 256)]
+    pub decode_memory_mb: usize,
     /// Directory for the embedded catalog database and the default warehouse.
     /// Maintenance jobs (compaction, expiry, orphan cleanup, retention) this node runs at
     /// once; 0 runs none here (other nodes sharing the store still do).
@@ -242,6 +247,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         sql_config,
     );
+    state.decode = floe_server::bounded_ipc::DecodeLimits {
+        max_bytes: args.decode_memory_mb.max(1) << 20,
+        ..Default::default()
+    };
     // The ingest log is replayed before the server takes requests.
     let ingest_dir = data_dir.join("ingest-wal");
     state.ingest = Some(

@@ -10,11 +10,15 @@
 //! authorization and audit as `POST /api/v1/sql`; results stream as Arrow record batches.
 //! Catalog listings (catalogs = warehouses, schemas = namespaces, tables, table types) come
 //! from `information_schema` queried as the caller, so they show what the caller may see.
+//!
+//! What a client sends is decoded within bounds: a `DoPut` stream within
+//! [`DecodeLimits::max_bytes`] and [`MAX_PUT_MESSAGES`] messages, its batches and a handle's
+//! bound parameters by [`crate::bounded_ipc`] (malformed: `InvalidArgument`, too large:
+//! `ResourceExhausted`); a statement runs for at most [`MAX_PARAMETER_ROWS`] parameter rows.
 
 use std::pin::Pin;
 use std::time::Duration;
 
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
@@ -33,12 +37,11 @@ use arrow_flight::{
 };
 use base64::Engine;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 use datafusion::common::ScalarValue;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{QueryOptions, SqlError, SqlErrorKind};
-use futures::{Stream, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -47,6 +50,13 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::AppState;
+use crate::bounded_ipc::{self, DecodeError, DecodeLimits};
+
+/// Messages one `DoPut` may carry.
+pub const MAX_PUT_MESSAGES: usize = 10_000;
+
+/// Parameter rows one `DoPut` may bind (the statement runs once per row).
+pub const MAX_PARAMETER_ROWS: usize = 1_000;
 
 /// Serves Flight SQL until `shutdown` fires.
 pub async fn serve(
@@ -135,12 +145,14 @@ impl Handle {
             .map_err(|_| Status::invalid_argument("not a statement handle issued by this server"))
     }
 
-    fn options(&self) -> Result<QueryOptions, Status> {
+    /// The statement's options, with the bound parameters decoded within `limits` (the
+    /// handle comes back from the client, which may have written it).
+    fn options(&self, limits: &DecodeLimits) -> Result<QueryOptions, Status> {
         Ok(QueryOptions {
             warehouse: self.warehouse.clone(),
             namespace: self.namespace.clone(),
             params: match &self.params {
-                Some(encoded) => decode_params(encoded)?,
+                Some(encoded) => decode_params(encoded, limits)?,
                 None => Vec::new(),
             },
         })
@@ -162,36 +174,82 @@ impl Handle {
     }
 }
 
-/// The parameter batches a `DoPut` carries.
+/// The parameter batches a `DoPut` carries: at most `limits.max_bytes` of messages, and
+/// [`MAX_PUT_MESSAGES`] of them, decoded within the budget of their size.
 async fn parameter_batches(
     request: Request<PeekableFlightDataStream>,
+    limits: &DecodeLimits,
 ) -> Result<Vec<RecordBatch>, Status> {
-    let data = request
-        .into_inner()
-        .map_err(|status| FlightError::Tonic(Box::new(status)));
-    FlightRecordBatchStream::new_from_flight_data(data)
-        .try_collect()
-        .await
-        .map_err(|e| Status::invalid_argument(format!("parameter batch: {e}")))
+    let mut stream = request.into_inner();
+    let mut messages = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(data) = stream.next().await {
+        let data = data?;
+        bytes = bytes.saturating_add(
+            data.data_header.len() + data.data_body.len() + data.app_metadata.len(),
+        );
+        if bytes > limits.max_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "the DoPut stream carries more than the {} bytes a request may decode \
+                 (--decode-memory-mb)",
+                limits.max_bytes
+            )));
+        }
+        // Messages of application metadata alone carry no IPC message.
+        if data.data_header.is_empty() {
+            continue;
+        }
+        messages.push(data);
+        if messages.len() > MAX_PUT_MESSAGES {
+            return Err(Status::resource_exhausted(format!(
+                "the DoPut stream carries more than {MAX_PUT_MESSAGES} messages"
+            )));
+        }
+    }
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let decoded = bounded_ipc::decode_messages(
+        messages
+            .iter()
+            .map(|m| (m.data_header.as_ref(), m.data_body.as_ref())),
+        limits.budget(bytes),
+    )
+    .map_err(|e| decode_status("parameter batch", e))?;
+    Ok(decoded.batches)
 }
 
-fn decode_params(encoded: &str) -> Result<Vec<ScalarValue>, Status> {
+/// A refused stream as gRPC answers it.
+fn decode_status(what: &str, e: DecodeError) -> Status {
+    match e {
+        DecodeError::Malformed(_) => Status::invalid_argument(format!("{what}: {e}")),
+        DecodeError::OverBudget { .. } => Status::resource_exhausted(format!("{what}: {e}")),
+    }
+}
+
+/// The one row of parameter values a handle carries.
+fn decode_params(encoded: &str, limits: &DecodeLimits) -> Result<Vec<ScalarValue>, Status> {
     let invalid = || Status::invalid_argument("not a statement handle issued by this server");
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(encoded)
         .map_err(|_| invalid())?;
-    let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None).map_err(|_| invalid())?;
-    let mut values = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|_| invalid())?;
-        for column in batch.columns() {
-            values.push(
-                ScalarValue::try_from_array(column, 0)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
-            );
-        }
+    let budget = limits.budget(bytes.len());
+    let decoded = bounded_ipc::decode_stream(&bytes::Bytes::from(bytes), budget)
+        .map_err(|e| decode_status("bound parameters", e))?;
+    let mut rows = decoded.batches.iter().filter(|b| b.num_rows() > 0);
+    let (Some(row), None) = (rows.next(), rows.next()) else {
+        return Err(invalid());
+    };
+    if row.num_rows() != 1 {
+        return Err(invalid());
     }
-    Ok(values)
+    row.columns()
+        .iter()
+        .map(|column| {
+            ScalarValue::try_from_array(column, 0)
+                .map_err(|e| Status::invalid_argument(e.to_string()))
+        })
+        .collect()
 }
 
 fn status(e: SqlError) -> Status {
@@ -281,7 +339,7 @@ impl FloeFlightSql {
         let schema = self
             .state
             .sql
-            .describe(caller, &handle.sql, &handle.options()?)
+            .describe(caller, &handle.sql, &handle.options(&self.state.decode)?)
             .await
             .map_err(status)?;
         let ticket = TicketStatementQuery {
@@ -357,7 +415,7 @@ impl FloeFlightSql {
         for params in rows {
             let options = QueryOptions {
                 params,
-                ..handle.options()?
+                ..handle.options(&self.state.decode)?
             };
             let outcome = self.state.sql.query(caller, &handle.sql, &options).await;
             self.audit(caller, metadata, &handle.sql, outcome.as_ref().err())
@@ -546,7 +604,7 @@ impl FlightSqlService for FloeFlightSql {
         let outcome = self
             .state
             .sql
-            .query(&caller, &handle.sql, &handle.options()?)
+            .query(&caller, &handle.sql, &handle.options(&self.state.decode)?)
             .await;
         self.audit(
             &caller,
@@ -576,7 +634,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = self.caller(request.metadata()).await?;
         let handle = Handle::new(query.query, request.metadata());
-        let options = handle.options()?;
+        let options = handle.options(&self.state.decode)?;
         let schema = self
             .state
             .sql
@@ -652,7 +710,14 @@ impl FlightSqlService for FloeFlightSql {
         let caller = self.caller(request.metadata()).await?;
         let metadata = request.metadata().clone();
         let handle = Handle::decode(&command.prepared_statement_handle)?;
-        let batches = parameter_batches(request).await?;
+        let batches = parameter_batches(request, &self.state.decode).await?;
+        let count: usize = batches.iter().map(|b| b.num_rows()).sum();
+        if count > MAX_PARAMETER_ROWS {
+            return Err(Status::resource_exhausted(format!(
+                "{count} rows of parameters were bound; a statement runs for at most \
+                 {MAX_PARAMETER_ROWS} in one DoPut"
+            )));
+        }
         let mut rows = Vec::new();
         for batch in &batches {
             for row in 0..batch.num_rows() {
@@ -667,7 +732,7 @@ impl FlightSqlService for FloeFlightSql {
             }
         }
         if rows.is_empty() {
-            rows.push(handle.options()?.params);
+            rows.push(handle.options(&self.state.decode)?.params);
         }
         self.update(&caller, &metadata, &handle, rows).await
     }
@@ -679,7 +744,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<arrow_flight::sql::DoPutPreparedStatementResult, Status> {
         self.caller(request.metadata()).await?;
         let mut handle = Handle::decode(&query.prepared_statement_handle)?;
-        let batches = parameter_batches(request).await?;
+        let batches = parameter_batches(request, &self.state.decode).await?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         match rows {
             0 => handle.params = None,

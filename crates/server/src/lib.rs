@@ -10,6 +10,7 @@
 
 pub mod audit;
 mod auth;
+pub mod bounded_ipc;
 pub mod error;
 mod extract;
 pub mod flight;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub sql: Arc<floe_sql::SqlEngine>,
     /// HTTP ingestion's write-ahead log and committers, when enabled.
     pub ingest: Option<Arc<ingest::Ingest>>,
+    /// How much memory decoding one request's rows may take (HTTP ingestion, Flight SQL).
+    pub decode: bounded_ipc::DecodeLimits,
     /// The maintenance job scheduler, when this server runs one.
     pub scheduler: Option<Arc<floe_maintenance::scheduler::Scheduler>>,
     /// Stream pipelines and their supervisor, when enabled.
@@ -108,6 +111,7 @@ impl AppState {
             audit_store,
             metrics: metrics::Metrics::new(),
             ingest: None,
+            decode: bounded_ipc::DecodeLimits::default(),
             scheduler: None,
             pipelines: None,
             orphan_age_floor_ms: floe_maintenance::exec::orphans::DEFAULT_MIN_AGE_FLOOR_MS,

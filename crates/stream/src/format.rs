@@ -91,7 +91,11 @@ impl Decoder {
                         fields,
                     } => {
                         let mut reader = body;
-                        let row = apache_avro::from_avro_datum(schema, &mut reader, None)
+                        let row = crate::avro_scan::check(schema, names, body)
+                            .and_then(|()| {
+                                apache_avro::from_avro_datum(schema, &mut reader, None)
+                                    .map_err(|e| e.to_string())
+                            })
                             .map_err(|e| format!("not Avro of schema {id}: {e}"))
                             .and_then(|value| avro_json(&value, schema, names))
                             .and_then(|json| match json {
@@ -120,10 +124,8 @@ impl Decoder {
                             .map_err(|e| {
                                 format!("not Protobuf {} of schema {id}: {e}", message.full_name())
                             })
-                            .and_then(|decoded| {
-                                serde_json::to_vec(&protobuf_json(&decoded))
-                                    .map_err(|e| e.to_string())
-                            });
+                            .and_then(|decoded| protobuf_json(&decoded))
+                            .and_then(|json| serde_json::to_vec(&json).map_err(|e| e.to_string()));
                         let Some(message_fields) = fields.get(message.full_name()) else {
                             return Ok(Err(format!(
                                 "schema {id} has no message {}",
@@ -402,9 +404,12 @@ fn avro_json(
         AvroValue::String(s) | AvroValue::Enum(_, s) => Json::String(s.clone()),
         AvroValue::Uuid(u) => Json::String(u.to_string()),
         AvroValue::Date(d) => Json::from(*d),
-        AvroValue::TimeMillis(t) => Json::from(*t as i64 * 1000),
+        AvroValue::TimeMillis(t) => Json::from(i64::from(*t) * 1000),
         AvroValue::TimeMicros(t) => Json::from(*t),
-        AvroValue::TimestampMillis(t) | AvroValue::LocalTimestampMillis(t) => Json::from(t * 1000),
+        AvroValue::TimestampMillis(t) | AvroValue::LocalTimestampMillis(t) => Json::from(
+            t.checked_mul(1000)
+                .ok_or_else(|| format!("timestamp {t} ms is out of range"))?,
+        ),
         AvroValue::TimestampMicros(t) | AvroValue::LocalTimestampMicros(t) => Json::from(*t),
         AvroValue::TimestampNanos(t) | AvroValue::LocalTimestampNanos(t) => Json::from(t / 1000),
         AvroValue::Duration(d) => {
@@ -465,10 +470,19 @@ fn avro_json(
     })
 }
 
+/// The largest decimal scale read (Arrow's widest decimal, 256 bits, has 76 digits).
+const MAX_DECIMAL_SCALE: usize = 76;
+
 /// A big-endian two's-complement unscaled value with `scale` as decimal text.
 fn decimal_text(bytes: &[u8], scale: usize) -> std::result::Result<String, String> {
     if bytes.len() > 16 {
         return Err("a decimal wider than 38 digits".into());
+    }
+    // The text is as wide as the scale: a schema's scale is not a width to trust.
+    if scale > MAX_DECIMAL_SCALE {
+        return Err(format!(
+            "a decimal of scale {scale}, more than the {MAX_DECIMAL_SCALE} Floe reads"
+        ));
     }
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
     let mut buffer = if negative { [0xff; 16] } else { [0; 16] };
@@ -631,6 +645,9 @@ pub(crate) fn protobuf_file(text: &str) -> std::result::Result<FileDescriptor, S
     Ok(file)
 }
 
+/// The most message indexes a value may carry (the depth of nested message types).
+const MAX_MESSAGE_INDEXES: usize = 64;
+
 /// The message a value's Confluent message indexes name (a zigzag varint count, then that
 /// many zigzag varints: the path through nested messages; a lone zero means the first
 /// message), and the rest of the value.
@@ -653,6 +670,13 @@ fn protobuf_message<'a>(
     }
     let mut rest = body;
     let count = varint(&mut rest)?;
+    // Each index is a byte at least, and messages nest only so deep.
+    if count < 0 || count > MAX_MESSAGE_INDEXES as i64 {
+        return Err(format!(
+            "{count} message indexes: a value names its message with 0 to \
+             {MAX_MESSAGE_INDEXES}"
+        ));
+    }
     let path: Vec<i64> = if count == 0 {
         vec![0]
     } else {
@@ -745,22 +769,25 @@ fn protobuf_type(field: &prost_reflect::FieldDescriptor, depth: usize) -> Option
 /// A Protobuf message as JSON the table's decoder reads: every field (unset ones at their
 /// default, unset message fields and proto3 `optional`s as null), enums by name, bytes as
 /// hex, timestamps in microseconds.
-fn protobuf_json(message: &DynamicMessage) -> Json {
+fn protobuf_json(message: &DynamicMessage) -> std::result::Result<Json, String> {
     let mut object = Map::new();
     for field in message.descriptor().fields() {
         let value = if field.supports_presence() && !message.has_field(&field) {
             Json::Null
         } else {
-            protobuf_value(&message.get_field(&field), &field.kind())
+            protobuf_value(&message.get_field(&field), &field.kind())?
         };
         object.insert(field.name().to_string(), value);
     }
-    Json::Object(object)
+    Ok(Json::Object(object))
 }
 
-fn protobuf_value(value: &prost_reflect::Value, kind: &prost_reflect::Kind) -> Json {
+fn protobuf_value(
+    value: &prost_reflect::Value,
+    kind: &prost_reflect::Kind,
+) -> std::result::Result<Json, String> {
     use prost_reflect::{Kind, MapKey, Value};
-    match value {
+    Ok(match value {
         Value::Bool(b) => Json::Bool(*b),
         Value::I32(i) => Json::from(*i),
         Value::I64(i) => Json::from(*i),
@@ -785,10 +812,20 @@ fn protobuf_value(value: &prost_reflect::Value, kind: &prost_reflect::Kind) -> J
                 Some(Value::I32(v)) => i64::from(*v),
                 _ => 0,
             };
-            Json::from(part("seconds") * 1_000_000 + part("nanos") / 1000)
+            let (seconds, nanos) = (part("seconds"), part("nanos"));
+            let micros = seconds
+                .checked_mul(1_000_000)
+                .and_then(|us| us.checked_add(nanos / 1000))
+                .ok_or_else(|| format!("timestamp {seconds} s {nanos} ns is out of range"))?;
+            Json::from(micros)
         }
-        Value::Message(m) => protobuf_json(m),
-        Value::List(items) => Json::Array(items.iter().map(|i| protobuf_value(i, kind)).collect()),
+        Value::Message(m) => protobuf_json(m)?,
+        Value::List(items) => Json::Array(
+            items
+                .iter()
+                .map(|i| protobuf_value(i, kind))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
         Value::Map(entries) => {
             let value_kind = match kind {
                 Kind::Message(entry) => entry.map_entry_value_field().kind(),
@@ -804,11 +841,11 @@ fn protobuf_value(value: &prost_reflect::Value, kind: &prost_reflect::Kind) -> J
                     MapKey::U64(u) => u.to_string(),
                     MapKey::String(s) => s.clone(),
                 };
-                object.insert(key, protobuf_value(item, &value_kind));
+                object.insert(key, protobuf_value(item, &value_kind)?);
             }
             Json::Object(object)
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -821,6 +858,74 @@ mod tests {
         assert_eq!(decimal_text(&[0xcf, 0xc7], 2).unwrap(), "-123.45");
         assert_eq!(decimal_text(&[0x05], 3).unwrap(), "0.005");
         assert_eq!(decimal_text(&[0x05], 0).unwrap(), "5");
+    }
+
+    #[test]
+    fn forged_decimal_scales_are_refused_not_formatted() {
+        assert!(
+            decimal_text(&[0x05], 1 << 40)
+                .unwrap_err()
+                .contains("scale 1099511627776")
+        );
+        assert!(decimal_text(&[0x05], usize::MAX).is_err());
+        assert_eq!(decimal_text(&[0x05], 76).unwrap().len(), 78);
+    }
+
+    #[test]
+    fn timestamps_out_of_range_are_refused_not_wrapped() {
+        let schema = AvroSchema::TimestampMillis;
+        let names = HashMap::new();
+        let refused = avro_json(&AvroValue::TimestampMillis(i64::MAX), &schema, &names);
+        assert!(refused.unwrap_err().contains("out of range"));
+        assert_eq!(
+            avro_json(&AvroValue::TimestampMillis(-5), &schema, &names).unwrap(),
+            Json::from(-5000)
+        );
+        let file = protobuf_file(
+            "syntax = \"proto3\"; import \"google/protobuf/timestamp.proto\";\n\
+             message M { google.protobuf.Timestamp at = 1; }",
+        )
+        .unwrap();
+        let descriptor = file.messages().next().unwrap();
+        let mut message = DynamicMessage::new(descriptor.clone());
+        let timestamp = descriptor.get_field_by_name("at").unwrap();
+        let prost_reflect::Kind::Message(kind) = timestamp.kind() else {
+            panic!("a message field");
+        };
+        let mut at = DynamicMessage::new(kind);
+        at.set_field_by_name("seconds", prost_reflect::Value::I64(i64::MAX));
+        message.set_field(&timestamp, prost_reflect::Value::Message(at.clone()));
+        assert!(
+            protobuf_json(&message)
+                .unwrap_err()
+                .contains("out of range")
+        );
+        at.set_field_by_name("seconds", prost_reflect::Value::I64(2));
+        message.set_field(&timestamp, prost_reflect::Value::Message(at));
+        assert_eq!(
+            protobuf_json(&message).unwrap()["at"],
+            Json::from(2_000_000)
+        );
+    }
+
+    #[test]
+    fn forged_message_indexes_are_refused_not_a_panic() {
+        let file = protobuf_file("syntax = \"proto3\"; message M { int64 a = 1; }").unwrap();
+        // Zigzag 1 is -1: a negative count of indexes left the path empty, and `path[0]`
+        // panicked on every retry of the record.
+        assert!(
+            protobuf_message(&file, &[1])
+                .unwrap_err()
+                .contains("-1 message indexes")
+        );
+        assert!(
+            protobuf_message(&file, &[0xfe, 0x01])
+                .unwrap_err()
+                .contains("127 message")
+        );
+        let (message, rest) = protobuf_message(&file, &[0, 8, 1]).unwrap();
+        assert_eq!((message.name(), rest), ("M", &[8u8, 1][..]));
+        assert!(protobuf_message(&file, &[2, 2]).is_err());
     }
 
     #[test]

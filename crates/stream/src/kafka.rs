@@ -1332,8 +1332,9 @@ fn assemble(
             }
             MetadataColumn::Timestamp => Arc::new(
                 TimestampMicrosecondArray::from(
+                    // A producer's timestamp beyond microseconds' range (year 294,247) is none.
                     kept.iter()
-                        .map(|s| s.timestamp_ms.map(|ms| ms * 1000))
+                        .map(|s| s.timestamp_ms.and_then(|ms| ms.checked_mul(1000)))
                         .collect::<Vec<_>>(),
                 )
                 .with_timezone("+00:00"),
@@ -1515,7 +1516,7 @@ fn dead_letter_batch(pipeline: &str, dead: &[DeadLetter]) -> Result<(SchemaRef, 
     ]));
     let timestamps: Vec<Option<i64>> = dead
         .iter()
-        .map(|d| d.timestamp_ms.map(|ms| ms * 1000))
+        .map(|d| d.timestamp_ms.and_then(|ms| ms.checked_mul(1000)))
         .collect();
     let keys: Vec<Option<&[u8]>> = dead.iter().map(|d| d.key.as_deref()).collect();
     let batch = RecordBatch::try_new(

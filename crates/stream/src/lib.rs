@@ -11,6 +11,7 @@
 //!
 //! This crate isolates the Kafka client (librdkafka, built from source by `rdkafka-sys`).
 
+mod avro_scan;
 mod format;
 pub mod kafka;
 pub mod registry;
@@ -32,6 +33,10 @@ pub enum StreamError {
 }
 
 pub type Result<T> = std::result::Result<T, StreamError>;
+
+pub use avro_scan::{
+    MAX_ALLOCATION_BYTES as AVRO_MAX_ALLOCATION_BYTES, bound_allocations as bound_avro_allocations,
+};
 
 pub(crate) fn table_error(what: impl Into<String>, e: impl std::fmt::Display) -> StreamError {
     StreamError::Table {

@@ -55,6 +55,23 @@ impl CatalogService {
         Ok(record)
     }
 
+    /// Checks that the namespace exists and the caller holds `privilege` on it (as
+    /// [`CatalogService::authorize_table`] does for a table).
+    pub async fn authorize_namespace(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ns: &NamespaceIdent,
+        privilege: Privilege,
+    ) -> Result<()> {
+        validate_namespace(ns)?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        caller.require(privilege, &Scope::namespace(wh.warehouse.id, ns), || {
+            CatalogError::no_such_namespace(ns.join("."))
+        })?;
+        self.require_namespace(&wh, ns).await.map(|_| ())
+    }
+
     pub async fn load_namespace(
         &self,
         caller: &Caller,

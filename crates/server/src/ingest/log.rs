@@ -1,0 +1,683 @@
+//! The write-ahead log of HTTP ingestion and its committers: one directory per table under
+//! `<data-dir>/ingest-wal`, entries `<sequence>.arrow` committed in sequence order.
+//!
+//! A commit reads the pending entries, conforms each to the table's current schema by field
+//! id ([`super::conform`]) and appends them in one snapshot whose summary names the last
+//! entry it covers. An entry the table can no longer take — a required column added after it
+//! was acknowledged, a value that no longer casts, a file that does not read — is moved,
+//! durably and before the commit, to the table's `dead-letter/` directory with the reason
+//! beside it ([`super::dead_letter`]); the other entries commit. A failed commit is either
+//! [`CommitError::Transient`] (retried with a doubling backoff) or
+//! [`CommitError::Permanent`] (the table was dropped, the log's principal lost access: retried
+//! at the longest backoff, and shown as such in the ingest status).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::ipc::writer::StreamWriter;
+use datafusion::datasource::sink::DataSink;
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::CatalogService;
+use floe_catalog::{CatalogError, ErrorCode};
+use iceberg::{NamespaceIdent, TableIdent};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, Notify, watch};
+
+use super::conform::{Match, conform};
+use super::{IngestConfig, dead_letter, table_arrow_schema};
+
+/// The longest wait between two commit attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The write-ahead log and its committers.
+pub struct Ingest {
+    pub(super) config: IngestConfig,
+    /// Identifies this log in snapshot summaries (several nodes may ingest into one table).
+    log_id: String,
+    catalog: Arc<CatalogService>,
+    sql: Arc<floe_sql::SqlEngine>,
+    tables: Mutex<HashMap<(String, TableIdent), Arc<TableLog>>>,
+}
+
+/// What a table's log directory says about itself.
+#[derive(Debug, Serialize, Deserialize)]
+struct TableMarker {
+    warehouse: String,
+    namespace: Vec<String>,
+    table: String,
+}
+
+/// One table's log: entries `<sequence>.arrow`, committed in sequence order.
+pub(super) struct TableLog {
+    warehouse: String,
+    ident: TableIdent,
+    dir: PathBuf,
+    state: Mutex<LogState>,
+    /// The last sequence a committed snapshot covers.
+    pub(super) committed: watch::Sender<u64>,
+    pub(super) wake: Notify,
+    stats: LogStats,
+}
+
+impl TableLog {
+    /// Whether the entry `sequence` was moved to the dead-letter directory.
+    pub(super) async fn dead_lettered(&self, sequence: u64) -> bool {
+        self.state.lock().await.dead.contains(&sequence)
+    }
+}
+
+/// A metric's name, kind, help text and how to read it from a table's counters.
+type MetricLine = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&LogStats) -> f64,
+);
+
+/// Counters of one table's ingestion, for `/metrics`.
+#[derive(Default)]
+struct LogStats {
+    accepted_rows: AtomicU64,
+    accepted_bytes: AtomicU64,
+    commits: AtomicU64,
+    committed_rows: AtomicU64,
+    commit_micros: AtomicU64,
+    pending: AtomicU64,
+    dead_letters: AtomicU64,
+}
+
+struct LogState {
+    next: u64,
+    /// Entries not yet known to be committed, by sequence, with their sizes.
+    pending: BTreeMap<u64, u64>,
+    /// Why the last commit attempt failed, if it did.
+    last_error: Option<CommitError>,
+    /// Entries this process moved to the dead-letter directory.
+    dead: std::collections::BTreeSet<u64>,
+}
+
+/// Why a commit of a table's log failed.
+#[derive(Debug, Clone)]
+pub(super) enum CommitError {
+    /// Worth trying again soon: the store, the object store, a concurrent commit.
+    Transient(String),
+    /// Fails the same way until someone changes the table or the grants: the table was
+    /// dropped, the warehouse is gone, the schema cannot be written.
+    Permanent(String),
+}
+
+impl CommitError {
+    fn of_catalog(e: &CatalogError) -> Self {
+        match e.code() {
+            ErrorCode::NotFound
+            | ErrorCode::PermissionDenied
+            | ErrorCode::Unauthenticated
+            | ErrorCode::InvalidArgument
+            | ErrorCode::Unsupported => CommitError::Permanent(e.to_string()),
+            ErrorCode::AlreadyExists
+            | ErrorCode::Conflict
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::TooManyRequests
+            | ErrorCode::Timeout
+            | ErrorCode::Unavailable
+            | ErrorCode::CommitStateUnknown
+            | ErrorCode::Internal => CommitError::Transient(e.to_string()),
+        }
+    }
+
+    fn of_sql(e: &floe_sql::SqlError) -> Self {
+        use floe_sql::SqlErrorKind;
+        match e.kind {
+            SqlErrorKind::PermissionDenied | SqlErrorKind::Invalid => {
+                CommitError::Permanent(e.message.clone())
+            }
+            _ => CommitError::Transient(e.message.clone()),
+        }
+    }
+
+    /// A writer's error: the catalog's own where it carries one, else transient (storage).
+    fn of_write(e: &DataFusionError) -> Self {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(error) = source {
+            if let Some(catalog) = error.downcast_ref::<CatalogError>() {
+                return Self::of_catalog(catalog);
+            }
+            source = error.source();
+        }
+        CommitError::Transient(e.to_string())
+    }
+
+    pub(super) fn retryable(&self) -> bool {
+        matches!(self, CommitError::Transient(_))
+    }
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::Transient(message) | CommitError::Permanent(message) => {
+                f.write_str(message)
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ingest({})", self.config.dir.display())
+    }
+}
+
+impl Ingest {
+    /// Opens (or creates) the log under `config.dir` and replays what it holds: every table
+    /// with entries gets its committer back.
+    pub async fn open(
+        config: IngestConfig,
+        catalog: Arc<CatalogService>,
+        sql: Arc<floe_sql::SqlEngine>,
+    ) -> std::io::Result<Arc<Self>> {
+        std::fs::create_dir_all(&config.dir)?;
+        let id_file = config.dir.join("log-id");
+        let log_id = match std::fs::read_to_string(&id_file) {
+            Ok(id) => id.trim().to_string(),
+            Err(_) => {
+                let id = uuid::Uuid::now_v7().simple().to_string();
+                write_durably(&id_file, id.as_bytes())?;
+                id
+            }
+        };
+        let ingest = Arc::new(Self {
+            config,
+            log_id,
+            catalog,
+            sql,
+            tables: Mutex::new(HashMap::new()),
+        });
+        for entry in std::fs::read_dir(&ingest.config.dir)? {
+            let dir = entry?.path();
+            let Ok(marker) = std::fs::read(dir.join("table.json")) else {
+                continue;
+            };
+            let Ok(marker) = serde_json::from_slice::<TableMarker>(&marker) else {
+                tracing::warn!(dir = %dir.display(), "ingest log directory with an unreadable table.json");
+                continue;
+            };
+            let Ok(namespace) = NamespaceIdent::from_vec(marker.namespace) else {
+                continue;
+            };
+            let ident = TableIdent::new(namespace, marker.table);
+            match ingest.table_log(&marker.warehouse, &ident).await {
+                Ok(log) if !log.state.lock().await.pending.is_empty() => {
+                    tracing::info!(table = %ident, "replaying ingest log");
+                    log.wake.notify_one();
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(table = %ident, error = %e, "ingest log not replayed yet"),
+            }
+        }
+        Ok(ingest)
+    }
+
+    /// Every table this node ingests into: its log and counters.
+    pub async fn status(&self) -> Vec<Value> {
+        let tables = self.tables.lock().await;
+        let mut logs: Vec<_> = tables.values().cloned().collect();
+        drop(tables);
+        logs.sort_by_key(|l| (l.warehouse.clone(), l.ident.to_string()));
+        let mut answer = Vec::new();
+        for log in logs {
+            let (next, last_error) = {
+                let state = log.state.lock().await;
+                (state.next, state.last_error.clone())
+            };
+            let stats = &log.stats;
+            answer.push(json!({
+                "warehouse": log.warehouse,
+                "namespace": log.ident.namespace().clone().inner(),
+                "table": log.ident.name(),
+                "log-id": self.log_id,
+                "committed-sequence": *log.committed.borrow(),
+                "next-sequence": next,
+                "pending-entries": stats.pending.load(Ordering::Relaxed),
+                "accepted-rows": stats.accepted_rows.load(Ordering::Relaxed),
+                "accepted-bytes": stats.accepted_bytes.load(Ordering::Relaxed),
+                "commits": stats.commits.load(Ordering::Relaxed),
+                "committed-rows": stats.committed_rows.load(Ordering::Relaxed),
+                "commit-seconds": stats.commit_micros.load(Ordering::Relaxed) as f64 / 1e6,
+                "dead-letter-entries": dead_letter::sequences(&log.dir).len(),
+                "dead-letter-dir": dead_letter::dir(&log.dir).display().to_string(),
+                "last-error": last_error.map(|e| json!({
+                    "message": e.to_string(),
+                    "retryable": e.retryable(),
+                })),
+            }));
+        }
+        answer
+    }
+
+    /// Per-table counters in Prometheus text.
+    pub async fn render_metrics(&self) -> String {
+        let tables = self.tables.lock().await;
+        let mut logs: Vec<_> = tables.values().cloned().collect();
+        drop(tables);
+        logs.sort_by_key(|l| (l.warehouse.clone(), l.ident.to_string()));
+        let metrics: [MetricLine; 7] = [
+            (
+                "floe_ingest_rows_total",
+                "counter",
+                "Rows acknowledged by /ingest/v1",
+                |s| s.accepted_rows.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_bytes_total",
+                "counter",
+                "Bytes written to the ingest log",
+                |s| s.accepted_bytes.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_commits_total",
+                "counter",
+                "Snapshots committed from the ingest log",
+                |s| s.commits.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_committed_rows_total",
+                "counter",
+                "Rows committed from the ingest log",
+                |s| s.committed_rows.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_commit_seconds_total",
+                "counter",
+                "Time spent writing and committing ingested rows",
+                |s| s.commit_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            ),
+            (
+                "floe_ingest_dead_letters_total",
+                "counter",
+                "Ingest log entries moved to the dead-letter directory",
+                |s| s.dead_letters.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "floe_ingest_pending_entries",
+                "gauge",
+                "Ingest log entries not yet committed",
+                |s| s.pending.load(Ordering::Relaxed) as f64,
+            ),
+        ];
+        let mut text = String::new();
+        for (name, kind, help, value) in metrics {
+            text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+            for log in &logs {
+                let table = format!("{}.{}", log.warehouse, log.ident)
+                    .replace('\\', "\\\\")
+                    .replace('"', "\\\"");
+                text.push_str(&format!(
+                    "{name}{{table=\"{table}\"}} {}\n",
+                    value(&log.stats)
+                ));
+            }
+        }
+        text
+    }
+
+    /// Largest request body taken.
+    pub fn max_body_bytes(&self) -> usize {
+        self.config.max_body_bytes
+    }
+
+    fn sequence_key(&self) -> String {
+        format!("floe.ingest.{}.sequence", self.log_id)
+    }
+
+    /// The log of a table, created (and its committer started) on first use.
+    pub(super) async fn table_log(
+        self: &Arc<Self>,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<Arc<TableLog>, CatalogError> {
+        let key = (warehouse.to_string(), ident.clone());
+        let mut tables = self.tables.lock().await;
+        if let Some(log) = tables.get(&key) {
+            return Ok(log.clone());
+        }
+        let dir = self.config.dir.join(dir_name(warehouse, ident));
+        std::fs::create_dir_all(&dir).map_err(|e| CatalogError::internal("ingest log", e))?;
+        let marker = TableMarker {
+            warehouse: warehouse.to_string(),
+            namespace: ident.namespace().clone().inner(),
+            table: ident.name().to_string(),
+        };
+        write_durably(
+            &dir.join("table.json"),
+            &serde_json::to_vec(&marker).expect("marker serializes"),
+        )
+        .map_err(|e| CatalogError::internal("ingest log", e))?;
+        let mut pending = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| CatalogError::internal("ingest log", e))? {
+            let path = entry
+                .map_err(|e| CatalogError::internal("ingest log", e))?
+                .path();
+            if let Some(sequence) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".arrow"))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                pending.insert(sequence, size);
+            }
+        }
+        // Sequences continue after what the log holds, what it dead-lettered and what was
+        // committed, so a new entry is never mistaken for one already in the table.
+        let committed = self.committed_sequence(warehouse, ident).await?;
+        let dead = dead_letter::sequences(&dir);
+        let next = pending
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0)
+            .max(dead.last().copied().unwrap_or(0))
+            .max(committed)
+            + 1;
+        let (committed_tx, _) = watch::channel(committed);
+        let log = Arc::new(TableLog {
+            warehouse: warehouse.to_string(),
+            ident: ident.clone(),
+            dir,
+            state: Mutex::new(LogState {
+                next,
+                pending,
+                last_error: None,
+                dead: Default::default(),
+            }),
+            committed: committed_tx,
+            wake: Notify::new(),
+            stats: LogStats::default(),
+        });
+        log.stats.pending.store(
+            log.state.lock().await.pending.len() as u64,
+            Ordering::Relaxed,
+        );
+        tables.insert(key, log.clone());
+        tokio::spawn(self.clone().commit_loop(log.clone()));
+        Ok(log)
+    }
+
+    /// The last log sequence a snapshot of the table says it covers (0 when none does).
+    async fn committed_sequence(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<u64, CatalogError> {
+        let loaded = self
+            .catalog
+            .load_table(&Caller::system(), warehouse, ident)
+            .await?;
+        Ok(self.sequence_in(&loaded.metadata))
+    }
+
+    /// The last log sequence the table's current snapshot or an ancestor says it covers.
+    fn sequence_in(&self, metadata: &iceberg::spec::TableMetadata) -> u64 {
+        let key = self.sequence_key();
+        let mut snapshot = metadata.current_snapshot();
+        // Newest first; the first snapshot carrying our key has the highest sequence.
+        while let Some(current) = snapshot {
+            if let Some(value) = current.summary().additional_properties.get(&key) {
+                return value.parse().unwrap_or(0);
+            }
+            snapshot = current
+                .parent_snapshot_id()
+                .and_then(|id| metadata.snapshot_by_id(id));
+        }
+        0
+    }
+
+    /// Appends one request's rows to the log, durably; returns its sequence.
+    pub(super) async fn append(
+        &self,
+        log: &TableLog,
+        batches: &[RecordBatch],
+    ) -> std::io::Result<u64> {
+        let schema = batches
+            .first()
+            .map(|b| b.schema())
+            .unwrap_or_else(|| Arc::new(Schema::empty()));
+        let mut bytes = Vec::new();
+        {
+            let mut writer =
+                StreamWriter::try_new(&mut bytes, &schema).map_err(std::io::Error::other)?;
+            for batch in batches {
+                writer.write(batch).map_err(std::io::Error::other)?;
+            }
+            writer.finish().map_err(std::io::Error::other)?;
+        }
+        let mut state = log.state.lock().await;
+        let sequence = state.next;
+        write_durably(&log.dir.join(format!("{sequence:020}.arrow")), &bytes)?;
+        state.next += 1;
+        state.pending.insert(sequence, bytes.len() as u64);
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        log.stats
+            .accepted_rows
+            .fetch_add(rows as u64, Ordering::Relaxed);
+        log.stats
+            .accepted_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        log.stats
+            .pending
+            .store(state.pending.len() as u64, Ordering::Relaxed);
+        Ok(sequence)
+    }
+
+    /// Commits what the log holds, every interval (or sooner when woken), until the process
+    /// ends. A failed commit keeps the entries and is tried again later: soon when it may
+    /// succeed, at the longest backoff when it cannot until the table or grants change.
+    async fn commit_loop(self: Arc<Self>, log: Arc<TableLog>) {
+        let mut backoff = self.config.commit_interval;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.commit_interval) => {}
+                _ = log.wake.notified() => {
+                    // Let a burst of requests land in the same snapshot.
+                    tokio::time::sleep(self.config.commit_interval / 4).await;
+                }
+            }
+            let outcome = self.commit_pending(&log).await;
+            let failed = outcome.as_ref().err().cloned();
+            log.state.lock().await.last_error = failed;
+            match outcome {
+                Ok(()) => backoff = self.config.commit_interval,
+                Err(e @ CommitError::Transient(_)) => {
+                    tracing::warn!(table = %log.ident, error = %e, "retry ingest commit");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e @ CommitError::Permanent(_)) => {
+                    tracing::error!(
+                        table = %log.ident,
+                        error = %e,
+                        "ingest commit cannot succeed until the table or its grants change"
+                    );
+                    backoff = MAX_BACKOFF;
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+    }
+
+    async fn commit_pending(&self, log: &TableLog) -> Result<(), CommitError> {
+        let pending: Vec<u64> = log.state.lock().await.pending.keys().copied().collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        // One read of the table serves both the check and the commit: entries a snapshot
+        // already covers (a crash or lost answer after the commit) are dropped, not written
+        // again.
+        let caller = Caller::system();
+        let loaded = self
+            .catalog
+            .load_table(&caller, &log.warehouse, &log.ident)
+            .await
+            .map_err(|e| CommitError::of_catalog(&e))?;
+        let committed = self.sequence_in(&loaded.metadata);
+        let fresh: Vec<u64> = pending.iter().copied().filter(|s| *s > committed).collect();
+        let mut done = committed;
+        if let Some(&last) = fresh.last() {
+            let access = self
+                .sql
+                .access(&caller, &log.warehouse)
+                .await
+                .map_err(|e| CommitError::of_sql(&e))?;
+            let table = floe_sql::write::table_of(&access, loaded)
+                .map_err(|e| CommitError::Transient(e.to_string()))?;
+            let schema = table_arrow_schema(table.metadata().current_schema())
+                .map_err(CommitError::Permanent)?;
+            let mut conformed = Vec::new();
+            let mut dead = Vec::new();
+            for &sequence in &fresh {
+                match read_entry(&log.dir, sequence, &schema) {
+                    Ok(batches) => conformed.extend(batches),
+                    Err(Unfit::Misfit(reason)) => dead.push((sequence, reason)),
+                    Err(Unfit::Io(e)) => {
+                        return Err(CommitError::Transient(format!(
+                            "read log entry {sequence}: {e}"
+                        )));
+                    }
+                }
+            }
+            // Moved aside before the commit: once a snapshot covers `last`, whatever is
+            // still in the log up to it is taken for committed.
+            for (sequence, reason) in &dead {
+                dead_letter::move_aside(&log.dir, *sequence, reason).map_err(|e| {
+                    CommitError::Transient(format!("dead-letter log entry {sequence}: {e}"))
+                })?;
+                tracing::error!(
+                    table = %log.ident,
+                    sequence,
+                    reason = %reason,
+                    dir = %dead_letter::dir(&log.dir).display(),
+                    "move ingest log entry to the dead-letter directory"
+                );
+                log.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                let mut state = log.state.lock().await;
+                state.pending.remove(sequence);
+                state.dead.insert(*sequence);
+                log.stats
+                    .pending
+                    .store(state.pending.len() as u64, Ordering::Relaxed);
+            }
+            // Every fresh entry dead-lettered: nothing to write, the table is as it was.
+            if !conformed.is_empty() {
+                let stream = RecordBatchStreamAdapter::new(
+                    schema.clone(),
+                    futures::stream::iter(conformed.into_iter().map(Ok)),
+                );
+                let properties = HashMap::from([(self.sequence_key(), last.to_string())]);
+                let started = std::time::Instant::now();
+                let rows = floe_sql::write::IcebergSink::new(access, table, schema)
+                    .with_snapshot_properties(properties)
+                    .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
+                    .await
+                    .map_err(|e| CommitError::of_write(&e))?;
+                log.stats.commits.fetch_add(1, Ordering::Relaxed);
+                log.stats.committed_rows.fetch_add(rows, Ordering::Relaxed);
+                log.stats
+                    .commit_micros
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                done = last;
+            }
+        }
+        log.committed.send_replace(done);
+        let mut state = log.state.lock().await;
+        for sequence in pending.into_iter().filter(|s| *s <= done) {
+            state.pending.remove(&sequence);
+            let _ = std::fs::remove_file(log.dir.join(format!("{sequence:020}.arrow")));
+        }
+        log.stats
+            .pending
+            .store(state.pending.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Why a log entry is not written: it cannot be, or it could not be read now.
+enum Unfit {
+    Misfit(String),
+    Io(std::io::Error),
+}
+
+/// A log entry's batches, conformed to the table's current schema (`schema`).
+fn read_entry(dir: &Path, sequence: u64, schema: &SchemaRef) -> Result<Vec<RecordBatch>, Unfit> {
+    let bytes = std::fs::read(dir.join(format!("{sequence:020}.arrow"))).map_err(Unfit::Io)?;
+    // Floe's own file, but decoded like any stream: a damaged one is a dead letter, not a
+    // panic that would stop the committer for good.
+    let decoded = crate::bounded_ipc::decode_stream(&bytes::Bytes::from(bytes), usize::MAX)
+        .map_err(|e| Unfit::Misfit(format!("the entry does not read: {e}")))?;
+    let by = Match::for_entry(&decoded.schema);
+    decoded
+        .batches
+        .iter()
+        .map(|batch| conform(batch, schema, by).map_err(Unfit::Misfit))
+        .collect()
+}
+
+/// A directory name for a table's log that any warehouse, namespace and table name map to.
+fn dir_name(warehouse: &str, ident: &TableIdent) -> String {
+    let key = format!(
+        "{warehouse}\u{1f}{}\u{1f}{}",
+        ident.namespace().clone().inner().join("\u{1e}"),
+        ident.name()
+    );
+    key.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes `path` through a temporary file, synced, renamed into place and the directory
+/// synced: after this returns, a crash leaves either nothing or the whole file.
+pub(super) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().expect("log files live in a directory");
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry")
+    ));
+    {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_errors_are_told_apart_by_their_code_not_their_words() {
+        let dropped = CatalogError::NotFound {
+            error_type: "NoSuchTableException",
+            message: "Table does not exist: conflict".into(),
+        };
+        assert!(!CommitError::of_catalog(&dropped).retryable());
+        let raced = CatalogError::CommitFailed("requirement failed: not found".into());
+        assert!(CommitError::of_catalog(&raced).retryable());
+        // Through the writer's error, as `IcebergSink` reports a failed commit.
+        let written = DataFusionError::External(Box::new(CatalogError::PermissionDenied(
+            "no write-data".into(),
+        )));
+        assert!(!CommitError::of_write(&written).retryable());
+        let storage = DataFusionError::Execution("connection reset".into());
+        assert!(CommitError::of_write(&storage).retryable());
+    }
+}

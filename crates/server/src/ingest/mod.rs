@@ -1,0 +1,277 @@
+//! HTTP ingestion: `POST /ingest/v1/{warehouse}/{namespace}/{table}` appends NDJSON, a JSON
+//! array or an Arrow IPC stream to an Iceberg table.
+//!
+//! A request is checked (authentication, media type, size, then `write-data` on the table —
+//! or `create-table` on its namespace for `?create=true` — before a byte of the body is
+//! decoded, then every row against the table's schema, within the request's decoding budget:
+//! [`body`]), written to a write-ahead log as one Arrow IPC file and synced to disk; only then
+//! does it get its 2xx. A committer per table gathers what the log holds every commit interval
+//! into one append snapshot ([`log`]). The snapshot's summary carries
+//! `floe.ingest.<log id>.sequence`, the last log entry it covers, in the same commit — so after
+//! a crash the log is replayed from the entry after the last committed one: nothing
+//! acknowledged is lost and nothing is written twice. `?wait=commit` answers once the batch is
+//! in a committed snapshot.
+//!
+//! Entries keep the table's field ids, and are matched to its columns by id when they are
+//! committed ([`conform`]), so a column renamed after the acknowledgement keeps its values. An
+//! entry the table can no longer take (a required column added since) is moved to the table's
+//! dead-letter directory and the log goes on.
+
+mod body;
+mod conform;
+mod dead_letter;
+mod log;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use datafusion::arrow::datatypes::SchemaRef;
+use floe_catalog::governance::authz::{Caller, Privilege};
+use floe_catalog::service::CreateTable;
+use floe_catalog::{CatalogError, ErrorCode};
+use iceberg::{NamespaceIdent, TableIdent};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use log::Ingest;
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+/// Media types the endpoint takes.
+const NDJSON: &str = "application/x-ndjson";
+const JSON: &str = "application/json";
+const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+
+/// How ingestion behaves.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    /// Where the write-ahead log lives.
+    pub dir: PathBuf,
+    /// How often pending batches are committed.
+    pub commit_interval: Duration,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// How long `?wait=commit` waits before answering 202 anyway.
+    pub wait_timeout: Duration,
+}
+
+/// The table's schema as the writer takes it (plain string and binary types).
+fn table_arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef, String> {
+    iceberg::arrow::schema_to_arrow_schema(schema)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IngestParams {
+    /// `commit`: answer once the rows are in a committed snapshot.
+    pub wait: Option<String>,
+    /// `true`: create the table, with a schema inferred from this request, if it is missing.
+    pub create: Option<bool>,
+    /// `false`: refuse fields the table lacks instead of adding them as columns.
+    pub evolve: Option<bool>,
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError(CatalogError::BadRequest {
+        message: message.into(),
+    })
+}
+
+/// `GET /api/v1/ingest/status`: the tables this node ingests into, with their logs' positions
+/// and counters. Needs `manage-pipelines` on the server.
+pub async fn status(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<axum::Json<Value>> {
+    crate::auth::require_server(&caller, Privilege::ManagePipelines)?;
+    let tables = match &state.ingest {
+        Some(ingest) => ingest.status().await,
+        None => Vec::new(),
+    };
+    Ok(axum::Json(json!({ "tables": tables })))
+}
+
+/// `POST /ingest/v1/{warehouse}/{namespace}/{table}`.
+pub async fn ingest(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    UrlPath((warehouse, namespace, table)): UrlPath<(String, String, String)>,
+    Query(params): Query<IngestParams>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Response> {
+    let Some(ingest) = state.ingest.clone() else {
+        return Err(ApiError(CatalogError::Unavailable(
+            "HTTP ingestion is not enabled on this server".into(),
+        )));
+    };
+    let media = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or(v).trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    if ![NDJSON, JSON, ARROW_STREAM].contains(&media.as_str()) {
+        return Ok(crate::error::error_response(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &format!(
+                "Content-Type {media:?} is not accepted: send {NDJSON} (one JSON object per line), \
+                 {JSON} (an array of objects) or {ARROW_STREAM}"
+            ),
+        ));
+    }
+    let limit = ingest.config.max_body_bytes;
+    let too_large = || {
+        ApiError(CatalogError::PayloadTooLarge(format!(
+            "the body is larger than the {limit} bytes taken per request (--ingest-max-body-mb)"
+        )))
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let body: Bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())?;
+    let namespace =
+        NamespaceIdent::from_vec(namespace.split('\u{1f}').map(str::to_string).collect())
+            .map_err(|e| bad_request(format!("namespace: {e}")))?;
+    let ident = TableIdent::new(namespace.clone(), table.clone());
+
+    let budget = state.decode.budget(body.len());
+
+    // Authorized before a byte of the body is decoded: `write-data` on the table, or, to
+    // create it, `create-table` on the namespace.
+    let authorized = state
+        .catalog
+        .authorize_table(&caller, &warehouse, &ident, Privilege::WriteData)
+        .await;
+    let mut schema = match authorized {
+        Ok(()) => {
+            let loaded = state
+                .catalog
+                .load_table(&caller, &warehouse, &ident)
+                .await?;
+            table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)?
+        }
+        Err(e) if e.code() == ErrorCode::NotFound && params.create == Some(true) => {
+            state
+                .catalog
+                .authorize_namespace(&caller, &warehouse, &namespace, Privilege::CreateTable)
+                .await?;
+            let inferred = body::infer_schema(&media, &body, budget)?;
+            let created = state
+                .catalog
+                .create_table(
+                    &caller,
+                    &warehouse,
+                    &namespace,
+                    CreateTable {
+                        name: table.clone(),
+                        location: None,
+                        schema: floe_sql::write::iceberg_schema(&inferred)
+                            .map_err(|e| bad_request(format!("inferred schema: {e}")))?,
+                        partition_spec: None,
+                        write_order: None,
+                        stage_create: false,
+                        properties: Default::default(),
+                    },
+                )
+                .await;
+            let loaded = match created {
+                Ok(loaded) => loaded,
+                // Another request created it first.
+                Err(CatalogError::AlreadyExists { .. }) => {
+                    state
+                        .catalog
+                        .load_table(&caller, &warehouse, &ident)
+                        .await?
+                }
+                Err(e) => return Err(ApiError(e)),
+            };
+            state
+                .catalog
+                .authorize_table(&caller, &warehouse, &ident, Privilege::WriteData)
+                .await?;
+            table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)?
+        }
+        Err(e) => return Err(ApiError(e)),
+    };
+
+    let batches = match body::parse(&media, &body, &schema, budget) {
+        Ok(batches) => batches,
+        // A body too large to decode stays refused.
+        Err(refused) if refused.0.code() == ErrorCode::PayloadTooLarge => return Err(refused),
+        // Fields the table lacks become new optional columns (unless `?evolve=false`).
+        Err(refused) if params.evolve != Some(false) => {
+            let (additions, known) = body::new_fields(&media, &body, &schema, budget)?;
+            if additions.is_empty() && known.is_empty() {
+                return Err(refused);
+            }
+            schema = evolve(&state, &caller, &warehouse, &ident, &additions, &known).await?;
+            body::parse(&media, &body, &schema, budget)?
+        }
+        Err(refused) => return Err(refused),
+    };
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    if rows == 0 {
+        return Ok((StatusCode::OK, axum::Json(json!({"rows": 0}))).into_response());
+    }
+    let log = ingest.table_log(&warehouse, &ident).await?;
+    let mut committed = log.committed.subscribe();
+    let sequence = ingest
+        .append(&log, &batches)
+        .await
+        .map_err(|e| ApiError(CatalogError::internal("write the ingest log", e)))?;
+    if params.wait.as_deref() == Some("commit") {
+        log.wake.notify_one();
+        let waited = tokio::time::timeout(
+            ingest.config.wait_timeout,
+            committed.wait_for(|c| *c >= sequence),
+        )
+        .await
+        .is_ok_and(|w| w.is_ok());
+        // An entry the table could no longer take is not committed, though later ones are.
+        if waited && !log.dead_lettered(sequence).await {
+            return Ok((
+                StatusCode::OK,
+                axum::Json(json!({"rows": rows, "sequence": sequence, "committed": true})),
+            )
+                .into_response());
+        }
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({"rows": rows, "sequence": sequence, "committed": false})),
+    )
+        .into_response())
+}
+
+/// Adds `additions` to the table's schema as optional columns and evolves the columns
+/// `known` names (nested fields added, types widened) — as the caller, so the caller's
+/// privileges apply; returns the schema rows are then read with.
+async fn evolve(
+    state: &AppState,
+    caller: &Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    additions: &[datafusion::arrow::datatypes::Field],
+    known: &[datafusion::arrow::datatypes::Field],
+) -> ApiResult<SchemaRef> {
+    let loaded =
+        floe_sql::write::evolve_columns(&state.catalog, caller, warehouse, ident, additions, known)
+            .await?;
+    table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)
+}
