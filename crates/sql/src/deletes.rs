@@ -254,8 +254,12 @@ async fn read_position_file(
     size: u64,
     wanted: &HashSet<String>,
 ) -> Result<Vec<(String, RoaringTreemap)>> {
-    let reader = ParquetObjectReader::new(files.store.clone(), files.path(location)?.into())
-        .with_file_size(size);
+    let reader = crate::footer::Bounded::new(
+        ParquetObjectReader::new(files.store.clone(), files.path(location)?.into())
+            .with_file_size(size),
+        location.to_string(),
+        size,
+    );
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let columns = ["file_path", "pos"].map(|name| {
         builder.schema().index_of(name).map_err(|_| {
@@ -309,8 +313,12 @@ async fn access_plan(
     size: u64,
     deleted: &RoaringTreemap,
 ) -> Result<FileDeletes> {
-    let mut reader = ParquetObjectReader::new(files.store.clone(), files.path(data_file)?.into())
-        .with_file_size(size);
+    let mut reader = crate::footer::Bounded::new(
+        ParquetObjectReader::new(files.store.clone(), files.path(data_file)?.into())
+            .with_file_size(size),
+        data_file.to_string(),
+        size,
+    );
     let metadata = reader.get_metadata(None).await?;
     let counts: Vec<u64> = metadata
         .row_groups()

@@ -158,8 +158,12 @@ async fn read_keys(
     let mut keys = Vec::new();
     crate::deletes::count_delete_file_read();
     let location = &file.file_path;
-    let reader = ParquetObjectReader::new(table.store.clone(), table.path(location)?.into())
-        .with_file_size(file.file_size_in_bytes);
+    let reader = crate::footer::Bounded::new(
+        ParquetObjectReader::new(table.store.clone(), table.path(location)?.into())
+            .with_file_size(file.file_size_in_bytes),
+        location.to_string(),
+        file.file_size_in_bytes,
+    );
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let file_schema = builder.schema().clone();
     let mut roots = Vec::with_capacity(ids.len());

@@ -11,6 +11,7 @@ pub mod deletes;
 pub mod engine;
 pub mod equality;
 pub mod few_groups;
+mod footer;
 pub mod join_mode;
 pub mod join_order;
 mod key_set;

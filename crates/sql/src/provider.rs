@@ -583,7 +583,7 @@ impl IcebergTableProvider {
             .with_limit(limit)
             .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
             .build();
-        format.create_physical_plan(state, config).await
+        crate::footer::bounded_scan(format.create_physical_plan(state, config).await?)
     }
 }
 
