@@ -29,6 +29,10 @@ PYARROW_VERSION="26.0.1"
 # Kafka producer (with librdkafka inside the wheel) for the stream pipeline tests.
 CONFLUENT_KAFKA_VERSION="2.16.1"
 CRYPTOGRAPHY_VERSION="50.0.2"
+# OpenAPI-driven fuzzing of the HTTP APIs (test_fuzz_api.py), and the validator that checks
+# the document it reads. 4.32.5 resolves beside the pins above (pytest 9.2.0 included).
+SCHEMATHESIS_VERSION="4.32.5"
+OPENAPI_SPEC_VALIDATOR_VERSION="0.9.0"
 
 PINS=(
   "pyiceberg[pyarrow,sql-sqlite,pyiceberg-core]==${PYICEBERG_VERSION}"
@@ -48,6 +52,8 @@ PINS=(
   "pyarrow==${PYARROW_VERSION}"
   "confluent-kafka[avro,json,protobuf,schemaregistry]==${CONFLUENT_KAFKA_VERSION}"
   "cryptography==${CRYPTOGRAPHY_VERSION}"
+  "schemathesis==${SCHEMATHESIS_VERSION}"
+  "openapi-spec-validator==${OPENAPI_SPEC_VALIDATOR_VERSION}"
 )
 
 VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"
@@ -97,6 +103,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 "$VENV/bin/python" - >>"$LOG" 2>&1 <<'EOF' || fail "installed packages failed the import check"
 import importlib.metadata as md
 import duckdb, pyiceberg, pyspark, pytest, requests, psycopg, boto3, pyarrow
+import schemathesis, openapi_spec_validator
 for ext in ("iceberg", "avro", "httpfs"):
     files = [f for f in (md.files(f"duckdb-ext-{ext}") or [])
              if f.name == f"{ext}.duckdb_extension"]

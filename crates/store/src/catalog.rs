@@ -927,10 +927,13 @@ async fn overlapping(
     let mut equal = ancestors(location);
     equal.push(location.to_string());
     let placeholders: Vec<String> = (0..equal.len()).map(|i| format!("${}", i + 5)).collect();
+    // Two index searches (a range, then equalities): one `OR` of both would scan the
+    // warehouse's rows on SQLite.
     let sql = format!(
         "SELECT n.name AS ns_name, t.name FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
-         WHERE t.warehouse_id = $1 AND t.id <> $2 AND ((t.location >= $3 AND t.location < $4) \
-         OR t.location IN ({})) LIMIT 1",
+         WHERE t.id IN (SELECT id FROM tabulars WHERE warehouse_id = $1 AND location >= $3 \
+         AND location < $4 UNION ALL SELECT id FROM tabulars WHERE warehouse_id = $1 \
+         AND location IN ({})) AND t.id <> $2 LIMIT 1",
         placeholders.join(", ")
     );
     let mut query = sqlx::query(&sql)
