@@ -180,6 +180,9 @@ pub struct RunRequest {
     pub wait_seconds: Option<u64>,
 }
 
+/// The longest a request waits for its job (`wait-seconds` beyond it waits this long).
+const MAX_WAIT_SECONDS: u64 = 3600;
+
 const OPTION_KEYS: [&str; 7] = [
     "dry-run",
     "target-file-size-bytes",
@@ -305,8 +308,8 @@ pub async fn run_job(
     };
     let mut job = scheduler.jobs().get_job(id).await?;
     if request.wait {
-        let deadline =
-            std::time::Instant::now() + Duration::from_secs(request.wait_seconds.unwrap_or(600));
+        let deadline = std::time::Instant::now()
+            + Duration::from_secs(request.wait_seconds.unwrap_or(600).min(MAX_WAIT_SECONDS));
         while job
             .as_ref()
             .is_some_and(|j| !matches!(j.status, JobStatus::Succeeded | JobStatus::Failed))

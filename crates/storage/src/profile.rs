@@ -122,6 +122,25 @@ impl StorageProfile {
                         "access-key-id and secret-access-key must be given together".to_string(),
                     );
                 }
+                // These travel in request headers and signatures: printable ASCII only (a
+                // control character would fail deep in the S3 client). Values are not echoed:
+                // one of them is a secret.
+                let fields = [
+                    ("access-key-id", s3.access_key_id.as_deref()),
+                    ("secret-access-key", s3.secret_access_key.as_deref()),
+                    ("region", Some(s3.region.as_str())),
+                    ("endpoint", s3.endpoint.as_deref()),
+                    ("sts-role-arn", s3.sts_role_arn.as_deref()),
+                ];
+                for (name, value) in fields {
+                    if value
+                        .is_some_and(|v| v.is_empty() || !v.chars().all(|c| c.is_ascii_graphic()))
+                    {
+                        return invalid(format!(
+                            "{name} must be non-empty printable ASCII without spaces"
+                        ));
+                    }
+                }
             }
         }
         self.root_location().map(|_| ())
@@ -222,6 +241,21 @@ mod tests {
                 .to_string()
                 .contains("Bad_Bucket")
         );
+        for (field, value) in [
+            ("access-key-id", "a\nb"),
+            ("secret-access-key", "x\u{7f}"),
+            ("region", "us east"),
+            ("access-key-id", ""),
+        ] {
+            let mut fields = serde_json::json!({
+                "type": "s3", "bucket": "abc", "access-key-id": "a", "secret-access-key": "s"
+            });
+            fields[field] = serde_json::json!(value);
+            let profile: StorageProfile = serde_json::from_value(fields).unwrap();
+            let err = profile.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
+            assert!(value.is_empty() || !err.contains(value), "{err}");
+        }
         let unknown = serde_json::from_value::<StorageProfile>(
             serde_json::json!({"type": "s3", "bucket": "abc", "colour": 1}),
         );

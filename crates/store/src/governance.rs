@@ -252,7 +252,7 @@ mod grants {
     use uuid::Uuid;
 
     use crate::SqlStore;
-    use crate::error::{is_unique_violation, query_error};
+    use crate::error::{is_foreign_key_violation, is_unique_violation, query_error};
 
     fn no_such_role(name: &str) -> CatalogError {
         CatalogError::NotFound {
@@ -263,14 +263,20 @@ mod grants {
 
     impl SqlStore {
         async fn role_id(&self, name: &str) -> Result<String> {
-            sqlx::query("SELECT id FROM roles WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(query_error)?
-                .map(|r| r.get::<String, _>("id"))
-                .ok_or_else(|| no_such_role(name))
+            let mut conn = self.pool.acquire().await.map_err(query_error)?;
+            role_id_in(&mut conn, name).await
         }
+    }
+
+    /// The id of role `name`, read on `conn` (a write transaction's, where it matters).
+    async fn role_id_in(conn: &mut sqlx::AnyConnection, name: &str) -> Result<String> {
+        sqlx::query("SELECT id FROM roles WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(query_error)?
+            .map(|r| r.get::<String, _>("id"))
+            .ok_or_else(|| no_such_role(name))
     }
 
     #[async_trait]
@@ -350,8 +356,10 @@ mod grants {
         }
 
         async fn assign_role(&self, role: &str, principal: Uuid) -> Result<()> {
-            let role_id = self.role_id(role).await?;
+            // Looked up in the transaction that inserts, so a concurrent delete of the role
+            // is a 404, not a foreign-key failure.
             let mut tx = self.write().await.map_err(query_error)?;
+            let role_id = role_id_in(&mut tx, role).await?;
             sqlx::query(
                 "INSERT INTO principal_roles (principal_id, role_id) VALUES ($1, $2) \
                  ON CONFLICT (principal_id, role_id) DO NOTHING",
@@ -360,7 +368,16 @@ mod grants {
             .bind(role_id)
             .execute(&mut *tx)
             .await
-            .map_err(query_error)?;
+            .map_err(|e| {
+                if is_foreign_key_violation(&e) {
+                    CatalogError::NotFound {
+                        error_type: "NoSuchRoleException",
+                        message: format!("role {role} or the principal no longer exists"),
+                    }
+                } else {
+                    query_error(e)
+                }
+            })?;
             tx.commit().await.map_err(query_error)?;
             Ok(())
         }
@@ -401,8 +418,8 @@ mod grants {
             privilege: Privilege,
             securable: &Securable,
         ) -> Result<()> {
-            let role_id = self.role_id(role).await?;
             let mut tx = self.write().await.map_err(query_error)?;
+            let role_id = role_id_in(&mut tx, role).await?;
             sqlx::query(
                 "INSERT INTO grants (role_id, privilege, scope, securable_kind, securable_id, created_at_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (role_id, scope, privilege) DO NOTHING",
@@ -415,7 +432,13 @@ mod grants {
             .bind(chrono::Utc::now().timestamp_millis())
             .execute(&mut *tx)
             .await
-            .map_err(query_error)?;
+            .map_err(|e| {
+                if is_foreign_key_violation(&e) {
+                    no_such_role(role)
+                } else {
+                    query_error(e)
+                }
+            })?;
             tx.commit().await.map_err(query_error)?;
             Ok(())
         }

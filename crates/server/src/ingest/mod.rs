@@ -172,6 +172,11 @@ pub async fn ingest(
                 .authorize_namespace(&caller, &warehouse, &namespace, Privilege::CreateTable)
                 .await?;
             let inferred = body::infer_schema(&media, &body, budget)?;
+            if inferred.fields().is_empty() {
+                return Err(bad_request(
+                    "the rows hold no fields: a new table needs at least one column",
+                ));
+            }
             let created = state
                 .catalog
                 .create_table(
@@ -209,6 +214,11 @@ pub async fn ingest(
         }
         Err(e) => return Err(ApiError(e)),
     };
+    if schema.fields().is_empty() {
+        return Err(bad_request(format!(
+            "table {ident} has no columns: there is nothing rows could be written to"
+        )));
+    }
 
     let batches = match body::parse(&media, &body, &schema, budget) {
         Ok(batches) => batches,
