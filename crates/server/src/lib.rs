@@ -204,7 +204,10 @@ pub async fn serve(
             request
                 .extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
-            app.clone().oneshot(request.map(axum::body::Body::new))
+            // A body that stalls is an error after as long as headers may take.
+            app.clone().oneshot(request.map(|body| {
+                axum::body::Body::new(listen::IdleBody::new(body, listen::FIRST_BYTES_TIMEOUT))
+            }))
         });
         let connection = http.serve_connection(TokioIo::new(socket), service);
         let connection = graceful.watch(connection);

@@ -1,8 +1,8 @@
 //! Accepting connections at every front door so that no client can stop it: a failed
 //! `accept` is logged and retried after a pause that grows while failures repeat (the
 //! process out of file descriptors ends nothing), and a connection that sends nothing is
-//! dropped after a while (HTTP bounds its request headers, the PostgreSQL wire its sign-in,
-//! Flight SQL its first bytes).
+//! dropped after a while (HTTP bounds its request headers and the quiet spells of its
+//! bodies, the PostgreSQL wire its sign-in, Flight SQL its HTTP/2 opening).
 
 use std::future::Future;
 use std::io;
@@ -15,9 +15,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-/// How long a client may take to send its request headers (HTTP) or its first bytes
+/// How long a client may take to send its request headers (HTTP) or its HTTP/2 opening
 /// (Flight SQL) before the connection is closed; an idle HTTP keep-alive connection is
-/// closed after as long.
+/// closed after as long, and a request body that stalls as long fails.
 pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The pause after a failed `accept`: 10 ms, doubling while failures repeat, at most 1 s.
@@ -69,7 +69,7 @@ pub(crate) async fn accept(
 }
 
 /// The accepted connections of `listener` as a stream (for tonic), until `shutdown`, each
-/// held to [`FIRST_BYTES_TIMEOUT`] for its first bytes.
+/// held to [`FIRST_BYTES_TIMEOUT`] for its HTTP/2 opening.
 pub(crate) fn incoming(
     listener: TcpListener,
     door: &'static str,
@@ -81,26 +81,38 @@ pub(crate) fn incoming(
             let (socket, _) = accept(&listener, &mut pause, door, &shutdown).await?;
             let _ = socket.set_nodelay(true);
             Some((
-                Ok(FirstBytes::new(socket, FIRST_BYTES_TIMEOUT)),
+                Ok(FirstBytes::new(
+                    socket,
+                    FIRST_BYTES_TIMEOUT,
+                    HTTP2_OPENING_BYTES,
+                )),
                 (listener, pause, shutdown),
             ))
         },
     )
 }
 
-/// A connection that fails its reads when no byte has arrived within its deadline: a
-/// client that connects and says nothing gives its socket back.
+/// The bytes an HTTP/2 client sends before anything else: the 24-byte connection preface and
+/// the header of its SETTINGS frame, which must follow at once.
+pub const HTTP2_OPENING_BYTES: usize = 24 + 9;
+
+/// A connection that fails its reads when its first `count` bytes have not arrived within its
+/// deadline: a client that connects and says nothing, or starts a handshake and stops, gives
+/// its socket back.
 pub(crate) struct FirstBytes<T> {
     inner: T,
-    /// Until the first byte arrives.
+    /// Until the first `count` bytes have arrived.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Bytes still to arrive before the deadline is lifted.
+    awaited: usize,
 }
 
 impl<T> FirstBytes<T> {
-    pub fn new(inner: T, within: Duration) -> Self {
+    pub fn new(inner: T, within: Duration, count: usize) -> Self {
         Self {
             inner,
             deadline: Some(Box::pin(tokio::time::sleep(within))),
+            awaited: count.max(1),
         }
     }
 }
@@ -114,7 +126,19 @@ impl<T: AsyncRead + Unpin> AsyncRead for FirstBytes<T> {
         let before = buf.filled().len();
         let read = Pin::new(&mut self.inner).poll_read(cx, buf);
         match &read {
-            Poll::Ready(Ok(())) if buf.filled().len() > before => self.deadline = None,
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                self.awaited = self.awaited.saturating_sub(buf.filled().len() - before);
+                if self.awaited == 0 {
+                    self.deadline = None;
+                } else if let Some(deadline) = self.deadline.as_mut()
+                    && deadline.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client did not finish its opening in time",
+                    )));
+                }
+            }
             Poll::Pending => {
                 if let Some(deadline) = self.deadline.as_mut()
                     && deadline.as_mut().poll(cx).is_ready()
@@ -161,6 +185,65 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FirstBytes<T> {
     }
 }
 
+/// A request body that fails when none of it arrives for `idle`: a client that sends its
+/// headers and then stops partway through the body gets an error (and its connection
+/// closed) instead of holding a handler forever.
+pub(crate) struct IdleBody<B> {
+    inner: B,
+    idle: Duration,
+    quiet_until: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleBody<B> {
+    pub fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            quiet_until: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+/// The error of a body that stalled.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body stalled: nothing of it arrived for {0} s")]
+pub(crate) struct BodyStalled(u64);
+
+impl<B> hyper::body::Body for IdleBody<B>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.idle;
+                this.quiet_until.as_mut().reset(next);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending if this.quiet_until.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Some(Err(Box::new(BodyStalled(this.idle.as_secs())))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 impl tonic::transport::server::Connected for FirstBytes<TcpStream> {
     type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
 
@@ -181,19 +264,33 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let _silent = TcpStream::connect(address).await.unwrap();
         let (socket, _) = listener.accept().await.unwrap();
-        let mut wrapped = FirstBytes::new(socket, Duration::from_millis(50));
+        let mut wrapped = FirstBytes::new(socket, Duration::from_millis(50), 3);
         let mut buf = [0u8; 8];
         let err = wrapped.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
 
         let mut talking = TcpStream::connect(address).await.unwrap();
         let (socket, _) = listener.accept().await.unwrap();
-        let mut wrapped = FirstBytes::new(socket, Duration::from_millis(50));
-        talking.write_all(b"hi").await.unwrap();
-        assert_eq!(wrapped.read(&mut buf).await.unwrap(), 2);
+        let mut wrapped = FirstBytes::new(socket, Duration::from_millis(50), 3);
+        talking.write_all(b"hi!").await.unwrap();
+        assert_eq!(wrapped.read(&mut buf).await.unwrap(), 3);
         // Past the first bytes, quiet spells are the protocol's business.
         tokio::time::sleep(Duration::from_millis(80)).await;
         talking.write_all(b"!").await.unwrap();
         assert_eq!(wrapped.read(&mut buf).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_partway_through_its_opening_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut halting = TcpStream::connect(address).await.unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut wrapped = FirstBytes::new(socket, Duration::from_millis(50), 8);
+        halting.write_all(b"PRI").await.unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(wrapped.read(&mut buf).await.unwrap(), 3);
+        let err = wrapped.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
     }
 }

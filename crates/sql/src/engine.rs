@@ -589,6 +589,8 @@ impl SqlEngine {
         if switched_on("FLOE_SQL_FEW_GROUPS") {
             state = state.with_physical_optimizer_rule(Arc::new(crate::few_groups::FewGroups));
         }
+        // Always last: whatever the rules above made, a join's output yields to the deadline.
+        state = state.with_physical_optimizer_rule(Arc::new(crate::yielding::YieldAfterJoins));
         let state = state.build();
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
@@ -620,6 +622,14 @@ impl SqlEngine {
         mut retry: Option<(SessionState, LogicalPlan)>,
     ) -> SendableRecordBatchStream {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
+        // How the query ended, when it failed: the consumer hears it after the batches already
+        // handed over, even when the channel was full at the deadline (a slow reader), so a
+        // result cut short never reads as complete.
+        let failure = Arc::new(Mutex::new(None::<DataFusionError>));
+        let failed = failure.clone();
+        let fail = move |error: DataFusionError| {
+            *failed.lock().expect("query failure") = Some(error);
+        };
         let plain = schema.clone();
         self.cpu.handle().spawn(async move {
             let deadline = ticket.deadline;
@@ -631,8 +641,7 @@ impl SqlEngine {
                     Ok(None) => break,
                     Err(expired) => {
                         // The query stops here (its stream is dropped); the consumer hears why.
-                        let error = DataFusionError::External(Box::new(expired));
-                        let _ = deadline.run(sender.send(Err(error))).await;
+                        fail(DataFusionError::External(Box::new(expired)));
                         break;
                     }
                 };
@@ -665,7 +674,7 @@ impl SqlEngine {
                             continue;
                         }
                         Err(e) => {
-                            let _ = deadline.run(sender.send(Err(e))).await;
+                            fail(e);
                             break;
                         }
                     }
@@ -673,12 +682,23 @@ impl SqlEngine {
                 answered = true;
                 let batch = batch.and_then(|b| crate::cast_batch(&b, &plain));
                 // A consumer that stops reading holds the query only until the deadline.
-                if !matches!(deadline.run(sender.send(batch)).await, Ok(Ok(()))) {
-                    break;
+                match deadline.run(sender.send(batch)).await {
+                    Ok(Ok(())) => {}
+                    // The consumer went away: no one to tell.
+                    Ok(Err(_)) => break,
+                    Err(expired) => {
+                        fail(DataFusionError::External(Box::new(expired)));
+                        break;
+                    }
                 }
             }
         });
-        let batches = futures::stream::poll_fn(move |cx| receiver.poll_recv(cx));
+        let batches = futures::stream::poll_fn(move |cx| match receiver.poll_recv(cx) {
+            std::task::Poll::Ready(None) => {
+                std::task::Poll::Ready(failure.lock().expect("query failure").take().map(Err))
+            }
+            other => other,
+        });
         Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 

@@ -26,6 +26,7 @@ mod recent;
 pub mod runtime_filters;
 pub mod shared;
 pub mod write;
+mod yielding;
 
 /// `PartialEq`, `Eq` and `Hash` for a physical expression that wraps another, `$field`, and
 /// is the same as any wrapper of an equal expression.

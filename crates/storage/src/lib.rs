@@ -13,6 +13,7 @@ mod file_io;
 mod location;
 mod profile;
 pub mod sigv4;
+mod staged;
 pub mod sts;
 
 use std::sync::Arc;
@@ -211,8 +212,23 @@ impl WarehouseStorage {
         Ok(())
     }
 
-    /// Deletes a file; a file that is already gone is not an error.
+    /// The warehouse directory of a local warehouse (where its staged uploads lie).
+    fn local_directory(&self) -> Option<std::path::PathBuf> {
+        match &self.profile {
+            StorageProfile::Local { path } => Some(std::path::PathBuf::from(path)),
+            StorageProfile::S3(_) => None,
+        }
+    }
+
+    /// Deletes a file; a file that is already gone is not an error. On a local warehouse
+    /// this includes an upload left staged by a writer that died ([`staged`]).
     pub async fn delete(&self, location: &str) -> Result<()> {
+        if let Some(directory) = self.local_directory() {
+            let relative = self.reach.relative_path(location)?;
+            if relative.rsplit('/').next().is_some_and(staged::is_staged) {
+                return staged::remove(directory, relative).await;
+            }
+        }
         let path = self.object_path(location)?;
         match self.store.delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -239,7 +255,9 @@ impl WarehouseStorage {
             .collect())
     }
 
-    /// Lists every file under `prefix` with its last-modified time (epoch milliseconds).
+    /// Lists every file under `prefix` with its last-modified time (epoch milliseconds). On
+    /// a local warehouse this includes uploads left staged by writers that died
+    /// ([`staged`]), which the object store hides.
     pub async fn list_with_times(&self, prefix: &str) -> Result<Vec<(String, i64)>> {
         let path = self.object_path(prefix)?;
         let metas: Vec<_> = self
@@ -248,7 +266,7 @@ impl WarehouseStorage {
             .map_err(|e| map_store_error(prefix, e))
             .try_collect()
             .await?;
-        Ok(metas
+        let mut files: Vec<(String, i64)> = metas
             .into_iter()
             .map(|m| {
                 (
@@ -256,13 +274,27 @@ impl WarehouseStorage {
                     m.last_modified.timestamp_millis(),
                 )
             })
-            .collect())
+            .collect();
+        if let Some(directory) = self.local_directory() {
+            let relative = self.reach.relative_path(prefix)?;
+            for (file, modified) in staged::list(directory, relative).await? {
+                files.push((self.reach.root.join(&file).to_string(), modified));
+            }
+        }
+        Ok(files)
     }
 
     /// Deletes every file under `prefix`; used when a table is purged.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize> {
-        let files = self.list(prefix).await?;
-        let count = files.len();
+        let (staged, files): (Vec<String>, Vec<String>) =
+            self.list(prefix).await?.into_iter().partition(|f| {
+                self.local_directory().is_some()
+                    && f.rsplit('/').next().is_some_and(staged::is_staged)
+            });
+        for file in &staged {
+            self.delete(file).await?;
+        }
+        let count = files.len() + staged.len();
         let paths = futures::stream::iter(
             files
                 .iter()
@@ -329,6 +361,45 @@ mod tests {
         );
         assert!(!storage.exists(&file).await.unwrap());
         storage.delete(&file).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_upload_left_staged_is_listed_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("wh");
+        let storage = WarehouseStorage::new(StorageProfile::Local {
+            path: root.to_string_lossy().into_owned(),
+        })
+        .unwrap();
+        // What object_store leaves when its writer dies before the rename.
+        std::fs::create_dir_all(root.join("ns/t/data")).unwrap();
+        std::fs::write(root.join("ns/t/data/f.parquet#1"), b"half").unwrap();
+        let complete = format!("{}/ns/t/data/g.parquet", storage.root());
+        storage.write(&complete, Bytes::new()).await.unwrap();
+        let table = storage
+            .for_table(&format!("{}/ns/t", storage.root()))
+            .unwrap();
+        let mut listed = table
+            .list(&format!("{}/ns/t", storage.root()))
+            .await
+            .unwrap();
+        listed.sort();
+        let staged = format!("{}/ns/t/data/f.parquet#1", storage.root());
+        assert_eq!(listed, vec![staged.clone(), complete.clone()]);
+        table.delete(&staged).await.unwrap();
+        assert!(!root.join("ns/t/data/f.parquet#1").exists());
+        table.delete(&staged).await.unwrap();
+
+        std::fs::write(root.join("ns/t/data/h.parquet#7"), b"half").unwrap();
+        let purged = table
+            .delete_prefix(&format!("{}/ns/t", storage.root()))
+            .await
+            .unwrap();
+        assert_eq!(purged, 2);
+        assert!(std::fs::read_dir(root.join("ns/t/data")).map_or(true, |mut d| d.next().is_none()));
+        // Still only inside the reach.
+        let outside = format!("{}/ns/other/x.parquet#1", storage.root());
+        assert!(table.delete(&outside).await.is_err());
     }
 
     #[tokio::test]

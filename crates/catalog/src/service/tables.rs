@@ -126,8 +126,8 @@ impl CatalogService {
 
     /// Checks a location a table or view is to take (created, registered or moved to), and
     /// returns it in canonical spelling, which is how the store keeps and compares it: inside
-    /// the warehouse but not its root, free of characters storage policies read as patterns,
-    /// and overlapping no other table's or view's location (`except` is the tabular moving).
+    /// the warehouse but not its root, free of characters storage policies read as patterns
+    /// and of `%` (an escape to some clients, not to others), and overlapping no other table's or view's location (`except` is the tabular moving).
     /// The store checks the overlap again inside the transaction that claims it.
     pub(crate) async fn claim_location(
         &self,
@@ -146,6 +146,14 @@ impl CatalogService {
             return Err(CatalogError::bad_request(format!(
                 "location {location} contains '{c}', which storage access policies read as a \
                  pattern; choose a location without '*', '?' and '$'"
+            )));
+        }
+        if parsed.path().contains('%') {
+            // PyArrow's file systems decode `%2D` to `-`; object_store and Hadoop keep it: two
+            // clients would read two sets of files (one of them, perhaps, another table's).
+            return Err(CatalogError::bad_request(format!(
+                "location {location} contains '%', which some clients decode as an escape and \
+                 others keep; choose a location without '%'"
             )));
         }
         let canonical = parsed.to_string();
