@@ -2,42 +2,20 @@
 //! the timeout's error after the rows already handed over — also when the consumer reads so
 //! slowly that the deadline passes while a batch waits to be handed over.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::{CatalogConfig, CatalogService};
 use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
-use floe_storage::StorageProfile;
 use futures::StreamExt;
 
+mod common;
+
 async fn engine(dir: &tempfile::TempDir, timeout: Duration) -> SqlEngine {
-    let store = floe_store::SqlStore::connect(
-        &format!("sqlite:{}/catalog.db", dir.path().display()),
-        Default::default(),
-    )
-    .await
-    .unwrap();
-    let service = Arc::new(CatalogService::new(
-        Arc::new(store),
-        CatalogConfig::default(),
-    ));
-    service
-        .create_warehouse(
-            &Caller::system(),
-            "default",
-            StorageProfile::Local {
-                path: dir.path().join("warehouse").to_string_lossy().into_owned(),
-            },
-            Default::default(),
-        )
-        .await
-        .unwrap();
     let config = EngineConfig {
         statement_timeout: Some(timeout),
         ..EngineConfig::default()
     };
-    SqlEngine::new(service, config).unwrap()
+    common::engine_in(dir, config).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::{CatalogConfig, CatalogService};
 use floe_sql::{EngineConfig, QueryOptions, SqlEngine, SqlError};
-use floe_storage::StorageProfile;
 use futures::TryStreamExt;
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
+
+mod common;
 
 struct Floe {
     engine: SqlEngine,
@@ -68,29 +68,8 @@ impl AsyncDB for Floe {
 
 async fn fresh() -> Floe {
     let dir = tempfile::tempdir().unwrap();
-    let store = floe_store::SqlStore::connect(
-        &format!("sqlite:{}/catalog.db", dir.path().display()),
-        Default::default(),
-    )
-    .await
-    .unwrap();
-    let service = Arc::new(CatalogService::new(
-        Arc::new(store),
-        CatalogConfig::default(),
-    ));
-    service
-        .create_warehouse(
-            &Caller::system(),
-            "default",
-            StorageProfile::Local {
-                path: dir.path().join("warehouse").to_string_lossy().into_owned(),
-            },
-            Default::default(),
-        )
-        .await
-        .unwrap();
     Floe {
-        engine: SqlEngine::new(service, EngineConfig::default()).unwrap(),
+        engine: common::engine_in(&dir, EngineConfig::default()).await,
         _dir: dir,
     }
 }
