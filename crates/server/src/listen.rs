@@ -191,7 +191,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FirstBytes<T> {
 pub(crate) struct IdleBody<B> {
     inner: B,
     idle: Duration,
+    /// When the current quiet spell ends the body; armed when a read finds nothing, so the
+    /// time a handler takes before it reads does not count.
     quiet_until: Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
 }
 
 impl<B> IdleBody<B> {
@@ -200,6 +203,7 @@ impl<B> IdleBody<B> {
             inner,
             idle,
             quiet_until: Box::pin(tokio::time::sleep(idle)),
+            armed: false,
         }
     }
 }
@@ -224,14 +228,20 @@ where
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                let next = tokio::time::Instant::now() + this.idle;
-                this.quiet_until.as_mut().reset(next);
+                this.armed = false;
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending if this.quiet_until.as_mut().poll(cx).is_ready() => {
-                Poll::Ready(Some(Err(Box::new(BodyStalled(this.idle.as_secs())))))
+            Poll::Pending => {
+                if !this.armed {
+                    let end = tokio::time::Instant::now() + this.idle;
+                    this.quiet_until.as_mut().reset(end);
+                    this.armed = true;
+                }
+                if this.quiet_until.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Some(Err(Box::new(BodyStalled(this.idle.as_secs())))));
+                }
+                Poll::Pending
             }
-            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -292,5 +302,45 @@ mod tests {
         assert_eq!(wrapped.read(&mut buf).await.unwrap(), 3);
         let err = wrapped.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
+
+    /// One frame, then silence.
+    struct OneThenNothing(Option<bytes::Bytes>);
+
+    impl hyper::body::Body for OneThenNothing {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+            match self.0.take() {
+                Some(data) => Poll::Ready(Some(Ok(hyper::body::Frame::data(data)))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stalls_fails_and_a_late_reader_is_not_counted_against_it() {
+        use hyper::body::Body;
+
+        let mut body = IdleBody::new(
+            OneThenNothing(Some(bytes::Bytes::from_static(b"{"))),
+            Duration::from_millis(50),
+        );
+        // The handler reads late: the body's first frame is still there.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        let first = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.into_data().unwrap().as_ref(), b"{");
+        let stalled = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(stalled.to_string().contains("stalled"), "{stalled}");
     }
 }
