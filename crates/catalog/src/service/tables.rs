@@ -120,7 +120,9 @@ impl CatalogService {
             }
         };
         let location = base.join(&leaf).to_string();
-        self.claim_location(wh, &location, None).await?;
+        // A location of its own making (its leaf ends in the new id): checked, and its overlap
+        // left to the store, which checks it inside the transaction that claims it.
+        self.check_location(wh, &location)?;
         Ok(location)
     }
 
@@ -135,6 +137,13 @@ impl CatalogService {
         location: &str,
         except: Option<Uuid>,
     ) -> Result<String> {
+        let canonical = self.check_location(wh, location)?;
+        self.require_free_location(wh, &canonical, except).await?;
+        Ok(canonical)
+    }
+
+    /// Everything [`CatalogService::claim_location`] checks but the overlap with others.
+    fn check_location(&self, wh: &WarehouseHandle, location: &str) -> Result<String> {
         let parsed = wh.storage.require_inside(location)?;
         if parsed == *wh.storage.root() {
             return Err(CatalogError::bad_request(format!(
@@ -156,9 +165,7 @@ impl CatalogService {
                  others keep; choose a location without '%'"
             )));
         }
-        let canonical = parsed.to_string();
-        self.require_free_location(wh, &canonical, except).await?;
-        Ok(canonical)
+        Ok(parsed.to_string())
     }
 
     pub(crate) async fn find_tabular(
@@ -282,7 +289,12 @@ impl CatalogService {
     ) -> Result<()> {
         match inserted {
             Ok(()) => Ok(()),
-            Err(e @ (CatalogError::AlreadyExists { .. } | CatalogError::NotFound { .. })) => {
+            // Refused (a taken name or location, a missing namespace): nothing was applied.
+            Err(
+                e @ (CatalogError::AlreadyExists { .. }
+                | CatalogError::NotFound { .. }
+                | CatalogError::BadRequest { .. }),
+            ) => {
                 self.discard_file(wh, metadata_location).await;
                 Err(e)
             }
