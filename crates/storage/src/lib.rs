@@ -225,7 +225,7 @@ impl WarehouseStorage {
     pub async fn delete(&self, location: &str) -> Result<()> {
         if let Some(directory) = self.local_directory() {
             let relative = self.reach.relative_path(location)?;
-            if relative.rsplit('/').next().is_some_and(staged::is_staged) {
+            if staged::is_staged(&relative) {
                 return staged::remove(directory, relative).await;
             }
         }
@@ -286,11 +286,12 @@ impl WarehouseStorage {
 
     /// Deletes every file under `prefix`; used when a table is purged.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize> {
-        let (staged, files): (Vec<String>, Vec<String>) =
-            self.list(prefix).await?.into_iter().partition(|f| {
-                self.local_directory().is_some()
-                    && f.rsplit('/').next().is_some_and(staged::is_staged)
-            });
+        let local = self.local_directory().is_some();
+        let (staged, files): (Vec<String>, Vec<String>) = self
+            .list(prefix)
+            .await?
+            .into_iter()
+            .partition(|f| local && staged::is_staged(f));
         for file in &staged {
             self.delete(file).await?;
         }

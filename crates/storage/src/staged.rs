@@ -10,9 +10,10 @@ use std::time::UNIX_EPOCH;
 
 use crate::{Result, StorageError};
 
-/// Whether a file name is a staged upload's: `#` followed by digits only, as
-/// `object_store` names them.
-pub(crate) fn is_staged(name: &str) -> bool {
+/// Whether a path (or a bare file name) names a staged upload: its file name ends in `#`
+/// followed by digits only, as `object_store` names them.
+pub(crate) fn is_staged(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
     match name.rsplit_once('#') {
         Some((_, suffix)) => !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()),
         None => false,
@@ -92,5 +93,7 @@ mod tests {
         assert!(!is_staged("a.parquet"));
         assert!(!is_staged("a.parquet#"));
         assert!(!is_staged("a#x1"));
+        assert!(is_staged("file:///w/t/data/a.parquet#3"));
+        assert!(!is_staged("file:///w/t#1/data/a.parquet"));
     }
 }

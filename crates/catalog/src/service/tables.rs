@@ -129,8 +129,9 @@ impl CatalogService {
     /// Checks a location a table or view is to take (created, registered or moved to), and
     /// returns it in canonical spelling, which is how the store keeps and compares it: inside
     /// the warehouse but not its root, free of characters storage policies read as patterns
-    /// and of `%` (an escape to some clients, not to others), and overlapping no other table's or view's location (`except` is the tabular moving).
-    /// The store checks the overlap again inside the transaction that claims it.
+    /// and of `%` (an escape to some clients, not to others), and overlapping no other
+    /// table's or view's location (`except` is the tabular moving). The store checks the
+    /// overlap again inside the transaction that claims it.
     pub(crate) async fn claim_location(
         &self,
         wh: &WarehouseHandle,
