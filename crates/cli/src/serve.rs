@@ -239,6 +239,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }),
         ..floe_sql::EngineConfig::default()
     };
+    // DataFusion's settings from the environment, read once: a value it refuses stops the
+    // start with its error rather than every query.
+    sql_config
+        .check()
+        .map_err(|e| anyhow::anyhow!("SQL engine settings: {e}"))?;
     let mut state = floe_server::AppState::with_sql_config(
         catalog,
         auth,

@@ -147,7 +147,7 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
         "# HELP floe_sql_delete_files_read_total Position delete files and deletion vector \
          files read by SQL scans (queries, compactions); plans from them are kept across scans\n\
          # TYPE floe_sql_delete_files_read_total counter\nfloe_sql_delete_files_read_total {}\n",
-        floe_sql::deletes::delete_files_read()
+        floe_sql::scan::delete_files_read()
     ));
     if let Some(stats) = engine.cache_stats() {
         text.push_str(&format!(

@@ -16,8 +16,8 @@ use floe_catalog::CatalogError;
 use floe_catalog::model::PageRequest;
 use iceberg::{NamespaceIdent, TableIdent};
 
-use crate::metadata_tables::{self, Suffix};
-use crate::provider::{IcebergTableProvider, TableAccess};
+use crate::scan::metadata_tables::{self, Suffix};
+use crate::scan::provider::{IcebergTableProvider, TableAccess};
 
 /// Namespaces and table names of one warehouse, fetched ahead when a statement lists them
 /// (`SHOW TABLES`, `information_schema`): DataFusion asks for them synchronously.

@@ -13,7 +13,6 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
@@ -22,7 +21,7 @@ use floe_catalog::service::CatalogService;
 use futures::StreamExt;
 
 use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
-use crate::provider::TableAccess;
+use crate::scan::provider::TableAccess;
 
 mod admission;
 mod ddl;
@@ -49,6 +48,17 @@ pub struct EngineConfig {
     pub statement_timeout: Option<std::time::Duration>,
     /// Statements one principal may run or wait for at once; more are refused.
     pub max_queries_per_principal: usize,
+    /// Which of Floe's plan rewrites run (by default, all but those switched off in the
+    /// environment when the configuration was made).
+    pub rewrites: crate::optimizer::Rewrites,
+}
+
+impl EngineConfig {
+    /// Whether these settings, with DataFusion's from the environment, make a session: the
+    /// error names a setting DataFusion refuses.
+    pub fn check(&self) -> Result<(), SqlError> {
+        session_config(self).map(|_| ())
+    }
 }
 
 impl Default for EngineConfig {
@@ -66,6 +76,7 @@ impl Default for EngineConfig {
             cache: None,
             statement_timeout: Some(std::time::Duration::from_secs(300)),
             max_queries_per_principal: 4,
+            rewrites: crate::optimizer::Rewrites::from_env(),
         }
     }
 }
@@ -78,7 +89,7 @@ type SetOption = fn(&mut ConfigOptions);
 ///
 /// - Joins whose build side holds up to 4,096 distinct keys publish them as an `IN` list
 ///   (DataFusion's default is 150), which runtime filters test as a bitmap over integer keys
-///   ([`crate::key_set`]); the list per partition stays capped by
+///   ([`crate::optimizer`]'s runtime filters); the list per partition stays capped by
 ///   `hash_join_inlist_pushdown_max_size` (128 KiB).
 /// - A hash join collects its build side once, probed by every partition, when that side is
 ///   estimated under 2 Mi rows and 64 MiB (DataFusion's defaults: 128 Ki rows, 1 MiB) instead
@@ -99,6 +110,31 @@ const FLOE_DEFAULTS: [(&str, SetOption); 3] = [
         |c| c.optimizer.hash_join_single_partition_threshold = 64 << 20,
     ),
 ];
+
+/// The settings every session of an engine starts from: DataFusion's, as set in the
+/// environment (read once, when the engine starts; a value DataFusion refuses stops it),
+/// with Floe's defaults where the environment sets none, and the engine's own.
+fn session_config(engine: &EngineConfig) -> Result<SessionConfig, SqlError> {
+    let mut config = SessionConfig::from_env()?;
+    // `TIMESTAMP WITH TIME ZONE` is Iceberg's `timestamptz`: instants, shown in UTC.
+    config.options_mut().execution.time_zone = Some("UTC".into());
+    // Each sorting partition holds back this much for merging its spilled runs: a share
+    // of the query's budget, so small budgets spill instead of failing.
+    config.options_mut().execution.sort_spill_reservation_bytes = (engine.query_memory_limit
+        / (4 * engine.target_partitions.max(1)))
+    .clamp(256 << 10, 10 << 20);
+    for (variable, set) in FLOE_DEFAULTS {
+        if std::env::var_os(variable).is_none() {
+            set(config.options_mut());
+        }
+    }
+    Ok(config
+        .with_target_partitions(engine.target_partitions)
+        .with_batch_size(engine.batch_size)
+        .with_information_schema(true)
+        .with_create_default_catalog_and_schema(false)
+        .with_extension(Arc::new(engine.rewrites)))
+}
 
 /// Plans `plan` again preferring sort-merge joins (they spill; hash joins' build sides do not)
 /// and starts it.
@@ -270,6 +306,10 @@ pub struct SqlEngine {
     /// Where query streams are driven, so heavy queries do not starve the server's requests.
     cpu: CpuRuntime,
     cache: Option<Arc<floe_storage::cache::RangeCache>>,
+    /// Every session's settings but its default catalog and schema, read once.
+    session: SessionConfig,
+    /// Every session's optimizer rules, in order.
+    rules: crate::optimizer::Rules,
 }
 
 /// A dedicated Tokio runtime, shut down without blocking when the engine goes away.
@@ -326,6 +366,8 @@ impl SqlEngine {
             None => None,
         };
         Ok(Self {
+            session: session_config(&config)?,
+            rules: crate::optimizer::Rules::new(&config.rewrites),
             service,
             runtime,
             cache,
@@ -507,24 +549,9 @@ impl SqlEngine {
     ) -> Result<Prepared, SqlError> {
         let warehouse = options.warehouse.as_deref().unwrap_or("default");
         let namespace = options.namespace.as_deref().unwrap_or("default");
-        let mut config = SessionConfig::from_env()?;
-        // `TIMESTAMP WITH TIME ZONE` is Iceberg's `timestamptz`: instants, shown in UTC.
-        config.options_mut().execution.time_zone = Some("UTC".into());
-        // Each sorting partition holds back this much for merging its spilled runs: a share
-        // of the query's budget, so small budgets spill instead of failing.
-        config.options_mut().execution.sort_spill_reservation_bytes =
-            (self.config.query_memory_limit / (4 * self.config.target_partitions.max(1)))
-                .clamp(256 << 10, 10 << 20);
-        for (variable, set) in FLOE_DEFAULTS {
-            if std::env::var_os(variable).is_none() {
-                set(config.options_mut());
-            }
-        }
-        let config = config
-            .with_target_partitions(self.config.target_partitions)
-            .with_batch_size(self.config.batch_size)
-            .with_information_schema(true)
-            .with_create_default_catalog_and_schema(false)
+        let config = self
+            .session
+            .clone()
             .with_default_catalog_and_schema(warehouse, namespace);
         let parser = SessionStateBuilder::new()
             .with_config(config.clone())
@@ -545,53 +572,12 @@ impl SqlEngine {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs));
-        if switched_on("FLOE_SQL_PLAIN_NOT_IN") {
-            state = state.with_optimizer_rule(Arc::new(crate::not_in::PlainNotIn));
+        for rule in &self.rules.logical {
+            state = state.with_optimizer_rule(rule.clone());
         }
-        if switched_on("FLOE_SQL_JOIN_ORDER") {
-            state = state.with_optimizer_rule(Arc::new(crate::join_order::ReorderJoins));
-        }
-        if switched_on("FLOE_SQL_BROADCAST_BOUNDED") {
-            // Right after DataFusion's own choice of join modes, before distribution is
-            // enforced.
-            let mut rules = PhysicalOptimizer::new().rules;
-            let at = rules
-                .iter()
-                .position(|r| r.name() == "join_selection")
-                .map_or(rules.len(), |i| i + 1);
-            rules.insert(at, Arc::new(crate::join_mode::BroadcastBoundedBuilds));
-            state = state.with_physical_optimizer_rules(rules);
-        }
-        if switched_on("FLOE_SQL_PLAIN_REPARTITIONS") {
-            state = state.with_physical_optimizer_rule(Arc::new(
-                crate::plain_repartitions::PlainRepartitions,
-            ));
-        }
-        if switched_on("FLOE_SQL_RUNTIME_FILTERS") {
-            state = state.with_physical_optimizer_rule(Arc::new(
-                crate::runtime_filters::ApplyRuntimeFilters,
-            ));
-        }
-        if switched_on("FLOE_SQL_FAST_LIKE") {
-            state = state.with_physical_optimizer_rule(Arc::new(crate::like::FastLike));
-        }
-        if switched_on("FLOE_SQL_FAST_CONJUNCTIONS") {
-            state =
-                state.with_physical_optimizer_rule(Arc::new(crate::conjunction::FastConjunctions));
-        }
-        if switched_on("FLOE_SQL_FAST_DECIMALS") {
-            state = state.with_physical_optimizer_rule(Arc::new(crate::decimal::FastDecimals));
-        }
-        if switched_on("FLOE_SQL_SHARED_AGGREGATIONS") {
-            state = state
-                .with_physical_optimizer_rule(Arc::new(crate::shared::ShareRepeatedAggregations));
-        }
-        if switched_on("FLOE_SQL_FEW_GROUPS") {
-            state = state.with_physical_optimizer_rule(Arc::new(crate::few_groups::FewGroups));
-        }
-        // Always last: whatever the rules above made, a join's output yields to the deadline.
-        state = state.with_physical_optimizer_rule(Arc::new(crate::yielding::YieldAfterJoins));
-        let state = state.build();
+        let state = state
+            .with_physical_optimizer_rules(self.rules.physical.clone())
+            .build();
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
             return Err(SqlError::new(
@@ -770,12 +756,6 @@ fn plain_schema(schema: &SchemaRef) -> SchemaRef {
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
-}
-
-/// Whether one of Floe's plan rewrites is on: each is, unless its `FLOE_SQL_*` switch is
-/// `off` (for comparing plans and times with and without it).
-pub(crate) fn switched_on(switch: &str) -> bool {
-    std::env::var(switch).as_deref() != Ok("off")
 }
 
 /// The table access of a warehouse of this session.

@@ -1,32 +1,30 @@
 //! Floe's SQL engine: a DataFusion session whose catalogs are Floe warehouses, whose schemas
 //! are namespaces and whose tables are Iceberg tables, read with DataFusion's native Parquet
 //! scan after Iceberg's own planning has pruned partitions and files.
-
-pub mod adapter;
-mod build_keys;
-pub mod catalog;
-pub mod conjunction;
-pub mod decimal;
-pub mod deletes;
-pub mod engine;
-pub mod equality;
-pub mod few_groups;
-mod footer;
-pub mod join_mode;
-pub mod join_order;
-mod key_set;
-pub mod like;
-pub mod manifests;
-pub mod metadata_tables;
-pub mod not_in;
-pub mod plain_repartitions;
-pub mod predicate;
-pub mod provider;
-mod recent;
-pub mod runtime_filters;
-pub mod shared;
+//!
+//! # Modules
+//!
+//! - `engine` — [`SqlEngine`]: admission, one session per statement over the warehouses the
+//!   caller may see, the statement surface allowed, DDL, deadlines and the query runtime.
+//! - `catalog` — warehouses, namespaces and tables as DataFusion's catalogs, schemas and
+//!   tables, resolved with the caller's grants.
+//! - [`scan`] — reading a table: the provider, Iceberg predicates, manifests and their
+//!   statistics, the field-id schema adapter, position deletes and deletion vectors as access
+//!   plans, equality deletes, bounded Parquet footers, metadata tables, caches.
+//! - `optimizer` — Floe's logical and physical rules, one file per rule, and the one ordered
+//!   list every session runs (its module documentation gives the order): the logical rules
+//!   after DataFusion's; the physical ones inside DataFusion's list, before its
+//!   `SanityCheckPlan`, so their output is checked too. Which run is configuration
+//!   ([`Rewrites`], read once).
+//! - [`write`] — `INSERT INTO` as a sink, commits through the catalog service, schema
+//!   evolution, `CREATE TABLE`'s partitioning.
+//!
+//! Every plan node Floe adds lives with the rule that adds it (or, for scans, in [`scan`]).
+mod catalog;
+mod engine;
+mod optimizer;
+pub mod scan;
 pub mod write;
-mod yielding;
 
 /// `PartialEq`, `Eq` and `Hash` for a physical expression that wraps another, `$field`, and
 /// is the same as any wrapper of an equal expression.
@@ -74,6 +72,7 @@ macro_rules! leaf_of_original {
 }
 
 pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};
+pub use optimizer::Rewrites;
 
 use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;

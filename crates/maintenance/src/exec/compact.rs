@@ -21,7 +21,7 @@ use datafusion::prelude::SessionContext;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::TableCommitRequest;
-use floe_sql::provider::IcebergTableProvider;
+use floe_sql::scan::IcebergTableProvider;
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestFile,
     ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, Snapshot,

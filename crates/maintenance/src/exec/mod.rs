@@ -14,7 +14,7 @@ use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogService, LoadedTable};
 use floe_sql::SqlEngine;
-use floe_sql::provider::TableAccess;
+use floe_sql::scan::TableAccess;
 use iceberg::TableIdent;
 
 /// What an executor needs: the catalog to read and commit through, the SQL engine to scan

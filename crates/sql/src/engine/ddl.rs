@@ -15,7 +15,7 @@ use floe_catalog::service::CreateTable;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{QueryResult, SqlError, SqlErrorKind};
-use crate::provider::TableAccess;
+use crate::scan::provider::TableAccess;
 use crate::write::{IcebergSink, PartitionFields, iceberg_schema, partition_spec, table_of};
 
 pub(super) async fn run(

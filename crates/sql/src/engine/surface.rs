@@ -16,7 +16,7 @@ use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan, WriteOp};
 
 use super::{SqlError, SqlErrorKind};
-use crate::provider::IcebergTableProvider;
+use crate::scan::provider::IcebergTableProvider;
 
 /// What the refusal says Floe runs.
 const ALLOWED: &str = "Floe's SQL runs queries, EXPLAIN, DESCRIBE, INSERT INTO Iceberg tables, \

@@ -1,13 +1,13 @@
 //! An Iceberg table as a DataFusion table.
 //!
 //! Planning uses iceberg's own scan planning over the table's manifests: the query's filters,
-//! converted to an Iceberg predicate ([`crate::predicate`]), prune whole manifests by their
+//! converted to an Iceberg predicate ([`crate::scan::predicate`]), prune whole manifests by their
 //! partition summaries and files by partition values and column metrics. The files left are
 //! handed to DataFusion's native Parquet scan, which splits them into byte ranges across
 //! partitions, prunes row groups and pages with the same filters, and reads columns by
-//! Iceberg field id ([`crate::adapter`]). Position deletes and deletion vectors become row
-//! selections in that scan ([`crate::deletes`]); equality deletes filter its rows
-//! ([`crate::equality`]).
+//! Iceberg field id ([`crate::scan::field_ids`]). Position deletes and deletion vectors become row
+//! selections in that scan ([`crate::scan::position_deletes`]); equality deletes filter its rows
+//! ([`crate::scan::equality_deletes`]).
 
 use std::sync::Arc;
 
@@ -45,8 +45,8 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use object_store::ObjectStore;
 
-use crate::adapter::FieldIdAdapterFactory;
-use crate::{deletes, equality, manifests, predicate};
+use crate::scan::field_ids::FieldIdAdapterFactory;
+use crate::scan::{equality_deletes, manifests, position_deletes, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ pub struct IcebergTableProvider {
     /// When set, only these data files are read, in this order (a compaction's input group).
     only_files: Option<Arc<std::collections::HashMap<String, usize>>>,
     /// Row count and column bounds of the snapshot read, for the join order
-    /// ([`crate::join_order`]); set by [`IcebergTableProvider::with_statistics`].
+    /// ([`crate::optimizer::reorder_joins`]); set by [`IcebergTableProvider::with_statistics`].
     statistics: Option<Arc<Statistics>>,
 }
 
@@ -254,7 +254,7 @@ mod plans {
 
     use iceberg::scan::FileScanTask;
 
-    use crate::recent::Recent;
+    use crate::scan::cache::Recent;
 
     /// Plans with more files than this are not kept.
     const MAX_FILES: usize = 20_000;
@@ -282,8 +282,8 @@ mod table_statistics {
     use datafusion::common::Statistics;
     use datafusion::common::stats::Precision;
 
-    use crate::manifests::ManifestIndex;
-    use crate::recent::Recent;
+    use crate::scan::cache::Recent;
+    use crate::scan::manifests::ManifestIndex;
 
     static KEPT: Recent<(String, SchemaRef), Statistics> = Recent::new(64);
 
@@ -415,13 +415,14 @@ impl TableProvider for IcebergTableProvider {
         // Position deletes and deletion vectors become row selections in the native scan;
         // files with equality deletes go through the same scan, grouped by the equality delete
         // files that apply to them, with a filter dropping the deleted keys.
-        let (native, with_equality): (Vec<_>, Vec<_>) =
-            tasks.into_iter().partition(deletes::positional_only);
+        let (native, with_equality): (Vec<_>, Vec<_>) = tasks
+            .into_iter()
+            .partition(position_deletes::positional_only);
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         if !native.is_empty() {
             plans.push(self.parquet_scan(state, native, projection, limit).await?);
         }
-        let mut read = equality::ReadKeys::default();
+        let mut read = equality_deletes::ReadKeys::default();
         for (equality, tasks) in by_equality_deletes(with_equality) {
             plans.push(
                 self.equality_scan(state, tasks, &equality, projection, &mut read)
@@ -446,7 +447,7 @@ impl IcebergTableProvider {
         tasks: Vec<FileScanTask>,
         equality: &[FileScanTaskDeleteFile],
         projection: Option<&Vec<usize>>,
-        read_keys: &mut equality::ReadKeys,
+        read_keys: &mut equality_deletes::ReadKeys,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let wanted: Vec<usize> = match projection {
             Some(p) => p.clone(),
@@ -454,8 +455,8 @@ impl IcebergTableProvider {
         };
         let mut read = wanted.clone();
         for file in equality {
-            for &id in equality::equality_ids(file)? {
-                let column = equality::column_of(&self.schema, file, id)?;
+            for &id in equality_deletes::equality_ids(file)? {
+                let column = equality_deletes::column_of(&self.schema, file, id)?;
                 if !read.contains(&column) {
                     read.push(column);
                 }
@@ -466,9 +467,9 @@ impl IcebergTableProvider {
             store: state.runtime_env().object_store(&self.access.store_url)?,
             reach: self.files.reach().clone(),
         };
-        let sets = equality::load(&files, equality, &scan.schema(), read_keys).await?;
+        let sets = equality_deletes::load(&files, equality, &scan.schema(), read_keys).await?;
         let filtered: Arc<dyn ExecutionPlan> =
-            Arc::new(equality::EqualityDeleteExec::new(scan, sets));
+            Arc::new(equality_deletes::EqualityDeleteExec::new(scan, sets));
         if read.len() == wanted.len() {
             return Ok(filtered);
         }
@@ -502,18 +503,21 @@ impl IcebergTableProvider {
             .cloned()
             .collect();
         let index = manifests::index(&self.table()?, self.snapshot_id).await?;
-        let mut deletes = deletes::plan_deletes(&index, &files, &with_deletes).await?;
+        let mut deletes = position_deletes::plan_deletes(&index, &files, &with_deletes).await?;
         let mut file_stats: Vec<Arc<Statistics>> = Vec::with_capacity(tasks.len());
         let target = state.config().target_partitions().max(1);
         let mut rows = 0usize;
         let mut rows_known = true;
         // The order every file declares it was written in, when they all declare the same.
-        let ordering =
-            if self.only_files.is_none() && crate::engine::switched_on("FLOE_SQL_WRITTEN_ORDER") {
-                self.written_order(&tasks, &index)
-            } else {
-                None
-            };
+        let written_order = state
+            .config()
+            .get_extension::<crate::optimizer::Rewrites>()
+            .is_none_or(|rewrites| rewrites.written_order);
+        let ordering = if self.only_files.is_none() && written_order {
+            self.written_order(&tasks, &index)
+        } else {
+            None
+        };
         let mut pieces: Vec<Piece> = Vec::with_capacity(tasks.len());
         for task in tasks {
             let mut file =
@@ -583,7 +587,7 @@ impl IcebergTableProvider {
             .with_limit(limit)
             .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
             .build();
-        crate::footer::bounded_scan(format.create_physical_plan(state, config).await?)
+        crate::scan::bounded_footer::bounded_scan(format.create_physical_plan(state, config).await?)
     }
 }
 
@@ -600,7 +604,7 @@ pub(crate) fn sort_columns(
         let index = schema
             .fields()
             .iter()
-            .position(|f| crate::adapter::field_id(f) == Some(field.source_id))
+            .position(|f| crate::scan::field_ids::field_id(f) == Some(field.source_id))
             .filter(|_| field.transform == Transform::Identity);
         let Some(index) = index.filter(|&i| {
             !matches!(
@@ -800,7 +804,7 @@ fn identity_constants(
         let Some(index) = schema
             .fields()
             .iter()
-            .position(|f| crate::adapter::field_id(f) == Some(spec_field.source_id))
+            .position(|f| crate::scan::field_ids::field_id(f) == Some(spec_field.source_id))
         else {
             continue;
         };
@@ -825,7 +829,7 @@ fn column_bounds(
 ) {
     let file = &entry.file;
     for (index, field) in schema.fields().iter().enumerate() {
-        let Some(id) = crate::adapter::field_id(field) else {
+        let Some(id) = crate::scan::field_ids::field_id(field) else {
             continue;
         };
         let column = &mut stats.column_statistics[index];

@@ -27,14 +27,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::DataType;
-use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, DFSchema, NullEquality, Result, ScalarValue, Statistics};
+use datafusion::common::{Column, DFSchema, NullEquality, Result, ScalarValue};
 use datafusion::logical_expr::utils::split_conjunction_owned;
 use datafusion::logical_expr::{
-    BinaryExpr, Expr, Join, JoinConstraint, JoinType, LogicalPlan, Operator, Projection, TableScan,
+    BinaryExpr, Expr, Join, JoinConstraint, JoinType, LogicalPlan, Operator, Projection,
 };
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+
+use crate::optimizer::utils::scan_statistics;
 
 /// Inputs beyond which a join tree is left in the query's order (the search is exponential).
 const MAX_INPUTS: usize = 12;
@@ -513,17 +514,6 @@ impl Model {
         order.reverse();
         (best[full], order)
     }
-}
-
-/// The statistics of the table `scan` reads, as its provider gives them, and the table column
-/// each of the scan's output columns is.
-pub(crate) fn scan_statistics(scan: &TableScan) -> Option<(Statistics, Vec<usize>)> {
-    let statistics = source_as_provider(&scan.source).ok()?.statistics()?;
-    let indices = match &scan.projection {
-        Some(projection) => projection.clone(),
-        None => (0..scan.source.schema().fields().len()).collect(),
-    };
-    Some((statistics, indices))
 }
 
 /// The estimated rows and columns of an input.

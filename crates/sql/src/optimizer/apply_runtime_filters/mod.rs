@@ -18,7 +18,7 @@
 //! (or make one filter of their own), so the rows are copied once: as a filter of their own
 //! above the scan's, TPC-H Q7 copied the 1.8 million `lineitem` rows of two years to then keep
 //! the 146,000 of two nations' suppliers. The conditions are evaluated in order on the rows
-//! still selected ([`crate::conjunction`]).
+//! still selected ([`crate::optimizer::fast_conjunctions`]).
 //!
 //! A dynamic filter reads `true` until its producer has finished, so the filter passes rows
 //! unchanged while it is not known yet; rows it removes could never have reached the result.
@@ -29,7 +29,7 @@
 //! an `OR` of all partitions' sets, tried before, hashed every row once per partition, ~50
 //! ns). A filter that lets nearly every row through stops being evaluated until its producer
 //! publishes a new version. A join over one integer key has its build-side keys collected as
-//! it reads them ([`crate::build_keys`]); once all are in, its filter is tested as a bitmap
+//! it reads them ([`collect_keys`]); once all are in, its filter is tested as a bitmap
 //! or a small hash set of them, whatever form DataFusion gave it.
 
 use std::collections::HashMap;
@@ -43,26 +43,30 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{JoinType, NullEquality, Result, ScalarValue};
-use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{
-    BinaryExpr, CaseExpr, Column, DynamicFilterPhysicalExpr, Literal,
-};
-use datafusion::physical_expr::utils::split_conjunction;
+use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, Column, Literal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
-use crate::build_keys::{BuildKeys, CollectKeysExec, collectable};
-use crate::conjunction::{bitmap, compacted, kept};
-use crate::key_set::IntegerSet;
+use crate::optimizer::utils::{bitmap, compacted, dynamic_filters, file_scan, kept, map_children};
+
+mod collect_keys;
+mod key_set;
+
+use collect_keys::{BuildKeys, CollectKeysExec, collectable};
+use key_set::IntegerSet;
 
 /// Filters rows of file scans by the dynamic filters pushed into them.
-#[derive(Debug, Default)]
-pub struct ApplyRuntimeFilters;
+#[derive(Debug)]
+pub struct ApplyRuntimeFilters {
+    /// Whether joins' integer build-side keys are collected for the filters to test
+    /// ([`collect_keys`]).
+    pub collect_keys: bool,
+}
 
 impl PhysicalOptimizerRule for ApplyRuntimeFilters {
     fn optimize(
@@ -70,7 +74,7 @@ impl PhysicalOptimizerRule for ApplyRuntimeFilters {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        rewrite(plan, None, &HashMap::new())
+        rewrite(plan, None, &HashMap::new(), self.collect_keys)
     }
 
     fn name(&self) -> &str {
@@ -116,12 +120,13 @@ struct Feeding {
 /// published by joins further up, by aggregations or top-k sorts are applied.
 ///
 /// `collecting` holds the joins above whose build-side keys are collected
-/// ([`crate::build_keys`]), by their filters; a join whose keys a filter below it uses gets
+/// ([`collect_keys`]), by their filters; a join whose keys a filter below it uses gets
 /// a [`CollectKeysExec`] on its build side.
 fn rewrite(
     plan: Arc<dyn ExecutionPlan>,
     feeding: Option<Feeding>,
     collecting: &Collecting,
+    collect_keys: bool,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     // After a scan's own conditions, so the cheap static predicate thins the rows first.
     if let Some(filter) = plan.downcast_ref::<FilterExec>() {
@@ -146,7 +151,7 @@ fn rewrite(
         return filtered(plan, runtime);
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
-        let collectable = collectable_keys(join);
+        let collectable = collectable_keys(join).filter(|_| collect_keys);
         let own = join
             .dynamic_filter_expr()
             .and_then(|f| f.expression_id())
@@ -167,8 +172,8 @@ fn rewrite(
         if let Some((filter, keys)) = &keys {
             below.insert(*filter, keys.clone());
         }
-        let build = rewrite(join.left().clone(), None, collecting)?;
-        let probe = rewrite(join.right().clone(), own, &below)?;
+        let build = rewrite(join.left().clone(), None, collecting, collect_keys)?;
+        let probe = rewrite(join.right().clone(), own, &below, collect_keys)?;
         drop(below);
         // Collected only where a runtime filter below holds the keys.
         let build = match keys {
@@ -188,22 +193,20 @@ fn rewrite(
     } else {
         vec![None; count]
     };
-    map_children(plan, |i, child| rewrite(child, feeds[i], collecting))
+    map_children(plan, |i, child| {
+        rewrite(child, feeds[i], collecting, collect_keys)
+    })
 }
 
 /// The joins above a plan whose build-side keys can be collected, by their filters.
 type Collecting = HashMap<u64, Arc<BuildKeys>>;
 
 /// The collector for `join`'s build-side keys, when they can be collected as integers: one
-/// key (a null one joining nothing) of an integer type. `FLOE_SQL_COLLECTED_KEYS=off`
-/// collects none.
+/// key (a null one joining nothing) of an integer type.
 fn collectable_keys(join: &HashJoinExec) -> Option<Arc<BuildKeys>> {
     let [(key, _)] = join.on() else {
         return None;
     };
-    if !crate::engine::switched_on("FLOE_SQL_COLLECTED_KEYS") {
-        return None;
-    }
     if join.null_equality() != NullEquality::NullEqualsNothing
         || join.null_aware
         || !collectable(&key.data_type(&join.left().schema()).ok()?)
@@ -212,68 +215,6 @@ fn collectable_keys(join: &HashJoinExec) -> Option<Arc<BuildKeys>> {
     }
     let partitions = join.left().properties().partitioning.partition_count();
     Some(Arc::new(BuildKeys::new(key.clone(), partitions)))
-}
-
-/// `plan` with `f` applied to each of its children (by position); `plan` itself when no child
-/// changed.
-pub(crate) fn map_children(
-    plan: Arc<dyn ExecutionPlan>,
-    mut f: impl FnMut(usize, Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
-    let mut changed = false;
-    let mut rewritten = Vec::with_capacity(children.len());
-    for (i, child) in children.into_iter().enumerate() {
-        let new = f(i, child.clone())?;
-        changed |= !Arc::ptr_eq(&new, &child);
-        rewritten.push(new);
-    }
-    if changed {
-        plan.with_new_children(rewritten)
-    } else {
-        Ok(plan)
-    }
-}
-
-/// A filter predicate's replacement, if any, given the predicate and the filter's input
-/// schema.
-pub(crate) type PredicateRewrite =
-    dyn Fn(&Arc<dyn PhysicalExpr>, &Schema) -> Result<Option<Arc<dyn PhysicalExpr>>>;
-
-/// `plan` with each filter's predicate replaced by what `replace` makes of it, where it makes
-/// something.
-pub(crate) fn map_filter_predicates(
-    plan: Arc<dyn ExecutionPlan>,
-    replace: &PredicateRewrite,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    let plan = map_children(plan, |_, child| map_filter_predicates(child, replace))?;
-    let Some(filter) = plan.downcast_ref::<FilterExec>() else {
-        return Ok(plan);
-    };
-    match replace(filter.predicate(), &filter.input().schema())? {
-        Some(predicate) => Ok(Arc::new(
-            FilterExecBuilder::from(filter)
-                .with_predicate(predicate)
-                .build()?,
-        )),
-        None => Ok(plan),
-    }
-}
-
-/// The file scan configuration of a `DataSourceExec` over files.
-pub(crate) fn file_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
-    plan.downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()
-}
-
-/// The dynamic filters among a scan predicate's conjuncts.
-pub(crate) fn dynamic_filters(
-    predicate: &Arc<dyn PhysicalExpr>,
-) -> impl Iterator<Item = (&Arc<dyn PhysicalExpr>, &DynamicFilterPhysicalExpr)> {
-    split_conjunction(predicate)
-        .into_iter()
-        .filter_map(|e| Some((e, e.downcast_ref::<DynamicFilterPhysicalExpr>()?)))
 }
 
 /// A dynamic filter to evaluate on a scan's rows.

@@ -29,7 +29,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 
-use crate::runtime_filters::map_children;
+use crate::optimizer::utils::map_children;
 
 /// The physical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]

@@ -8,10 +8,10 @@
 //! batches, and an aggregation over it loops on them inside one poll, so the deadline (and a
 //! client going away) would wait until the join had finished.
 //!
-//! [`YieldAfterJoins`] runs after DataFusion's rules and puts a `CooperativeExec` above every
-//! operator with more than one input (the joins; a union, where it is harmless) and above
-//! `UnnestExec`: their output then spends the budget too. It leaves the plan's properties and
-//! schema as they were.
+//! [`YieldAfterJoins`] runs last of Floe's rules (before DataFusion's `SanityCheckPlan`) and
+//! puts a `CooperativeExec` above every operator with more than one input (the joins; a
+//! union, where it is harmless) and above `UnnestExec`: their output then spends the budget
+//! too. It leaves the plan's properties and schema as they were.
 
 use std::sync::Arc;
 

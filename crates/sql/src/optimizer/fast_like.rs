@@ -26,7 +26,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 use memchr::memmem::Finder;
 
-use crate::runtime_filters::map_filter_predicates;
+use crate::optimizer::utils::map_filter_predicates;
 
 /// The physical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]

@@ -68,7 +68,7 @@ impl ParquetFileReaderFactory for BoundedFactory {
 /// `plan` (a Parquet scan as DataFusion's `ParquetFormat` builds it) with its reader factory
 /// wrapped in [`BoundedFactory`]; any other plan as it is.
 pub(crate) fn bounded_scan(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
-    let Some(config) = crate::runtime_filters::file_scan(&plan) else {
+    let Some(config) = crate::optimizer::utils::file_scan(&plan) else {
         return Ok(plan);
     };
     let Some(source) = config.file_source().downcast_ref::<ParquetSource>() else {

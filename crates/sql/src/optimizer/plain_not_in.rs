@@ -16,7 +16,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::logical_expr::{Expr, Join, JoinType, LogicalPlan};
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::join_order::scan_statistics;
+use crate::optimizer::utils::scan_statistics;
 
 /// The logical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]

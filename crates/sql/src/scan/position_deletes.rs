@@ -25,8 +25,8 @@ use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
 use roaring::RoaringTreemap;
 
-use crate::manifests::{ManifestIndex, VectorBlob};
-use crate::provider::TableFiles;
+use crate::scan::manifests::{ManifestIndex, VectorBlob};
+use crate::scan::provider::TableFiles;
 
 /// How many delete files or data file footers are read at once while planning.
 const CONCURRENCY: usize = 16;
@@ -53,7 +53,7 @@ pub fn positional_only(task: &FileScanTask) -> bool {
 /// Delete files (or Puffin blobs' files) read since the process started.
 static DELETE_FILES_READ: AtomicU64 = AtomicU64::new(0);
 
-/// Counts one delete file read (equality delete files are read by [`crate::equality`]).
+/// Counts one delete file read (equality delete files are read by [`super::equality_deletes`]).
 pub(crate) fn count_delete_file_read() {
     DELETE_FILES_READ.fetch_add(1, Ordering::Relaxed);
 }
@@ -254,7 +254,7 @@ async fn read_position_file(
     size: u64,
     wanted: &HashSet<String>,
 ) -> Result<Vec<(String, RoaringTreemap)>> {
-    let reader = crate::footer::Bounded::new(
+    let reader = crate::scan::bounded_footer::Bounded::new(
         ParquetObjectReader::new(files.store.clone(), files.path(location)?.into())
             .with_file_size(size),
         location.to_string(),
@@ -313,7 +313,7 @@ async fn access_plan(
     size: u64,
     deleted: &RoaringTreemap,
 ) -> Result<FileDeletes> {
-    let mut reader = crate::footer::Bounded::new(
+    let mut reader = crate::scan::bounded_footer::Bounded::new(
         ParquetObjectReader::new(files.store.clone(), files.path(data_file)?.into())
             .with_file_size(size),
         data_file.to_string(),

@@ -26,8 +26,8 @@ use iceberg::scan::FileScanTaskDeleteFile;
 use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
-use crate::adapter::field_id;
-use crate::provider::TableFiles;
+use crate::scan::field_ids::field_id;
+use crate::scan::provider::TableFiles;
 
 /// The deleted keys of equality delete files that share one list of equality columns.
 pub struct KeySet {
@@ -156,9 +156,9 @@ async fn read_keys(
     converter: &RowConverter,
 ) -> Result<Vec<Box<[u8]>>> {
     let mut keys = Vec::new();
-    crate::deletes::count_delete_file_read();
+    crate::scan::position_deletes::count_delete_file_read();
     let location = &file.file_path;
-    let reader = crate::footer::Bounded::new(
+    let reader = crate::scan::bounded_footer::Bounded::new(
         ParquetObjectReader::new(table.store.clone(), table.path(location)?.into())
             .with_file_size(file.file_size_in_bytes),
         location.to_string(),

@@ -6,7 +6,7 @@
 //! span of its values, so a row costs a subtraction, a compare and a bit test (about 1 ns,
 //! against ~10 ns for a hash lookup). Lists spread too thinly over their range for a bitmap
 //! of reasonable size stay as DataFusion evaluates them. Larger build sides have their keys
-//! collected into a bitmap as the join reads them ([`crate::build_keys`]).
+//! collected into a bitmap as the join reads them ([`super::collect_keys`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -295,7 +295,7 @@ impl Bitmap {
 }
 
 /// Membership of an integer column's values in a [`Bitmap`]: an `IN` list of integer
-/// literals, or a join's build-side keys ([`crate::build_keys`]).
+/// literals, or a join's build-side keys ([`super::collect_keys`]).
 #[derive(Debug)]
 pub(crate) struct IntegerSet {
     column: usize,

@@ -48,7 +48,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
-use crate::runtime_filters::map_children;
+use crate::optimizer::utils::map_children;
 
 /// The most groups a partition keeps in its own table before handing over to DataFusion.
 const MOST_GROUPS: usize = 1024;

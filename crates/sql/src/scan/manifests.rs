@@ -16,8 +16,8 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use crate::provider::iceberg_error;
-use crate::recent::Recent;
+use crate::scan::cache::Recent;
+use crate::scan::provider::iceberg_error;
 
 /// Manifests read at once.
 const CONCURRENCY: usize = 8;

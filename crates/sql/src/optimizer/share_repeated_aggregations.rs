@@ -35,8 +35,9 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
-use crate::conjunction::Conjunction;
-use crate::runtime_filters::{dynamic_filters, file_scan, is_runtime_filter, map_children};
+use crate::optimizer::apply_runtime_filters::is_runtime_filter;
+use crate::optimizer::fast_conjunctions::Conjunction;
+use crate::optimizer::utils::{dynamic_filters, file_scan, map_children};
 
 /// Shares repeated complete aggregations between their consumers.
 #[derive(Debug, Default)]

@@ -21,7 +21,7 @@ use futures::TryStreamExt;
 use iceberg::spec::{Literal, PartitionField, Struct, TableMetadata, Transform};
 use iceberg::table::Table;
 
-use crate::provider::iceberg_error;
+use crate::scan::provider::iceberg_error;
 
 /// What a table name asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,7 +268,7 @@ async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
     let Some(snapshot) = metadata.current_snapshot() else {
         return Ok(files);
     };
-    let list = crate::manifests::manifest_list(table, snapshot).await?;
+    let list = crate::scan::manifests::manifest_list(table, snapshot).await?;
     for manifest_file in list.entries() {
         let manifest = manifest_file
             .load_manifest(table.file_io())

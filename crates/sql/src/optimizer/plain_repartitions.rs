@@ -1,6 +1,6 @@
 //! Repartitions that merge their inputs to keep an order, made plain.
 //!
-//! When a scan declares the order its files were written in ([`crate::provider`]), DataFusion
+//! When a scan declares the order its files were written in ([`crate::scan::provider`]), DataFusion
 //! keeps that order through the repartitions it adds whenever an operator above might use it:
 //! each output partition then merges the sorted streams of every input partition instead of
 //! taking batches as they come. A final aggregation grouped by the sorted key can then emit

@@ -36,7 +36,7 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
 
-use crate::runtime_filters::map_children;
+use crate::optimizer::utils::map_children;
 
 /// The physical optimizer rule; see the module documentation.
 #[derive(Debug, Default)]

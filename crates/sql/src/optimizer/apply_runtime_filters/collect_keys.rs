@@ -31,7 +31,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::StreamExt;
 
-use crate::key_set::{Bitmap, Keys};
+use super::key_set::{Bitmap, Keys};
 
 /// The widest bitmap collected, in bits (8 MiB): TPC-H's order keys at SF10 span 60 million.
 const MAX_BITS: u64 = 1 << 26;
@@ -291,8 +291,11 @@ mod tests {
         keys.end();
         let collected = keys.keys().expect("a small bitmap");
         assert_eq!(collected.kind(), "bitmap");
-        let set =
-            crate::key_set::IntegerSet::of(0, collected.clone(), Arc::new(Column::new("k", 0)));
+        let set = crate::optimizer::apply_runtime_filters::key_set::IntegerSet::of(
+            0,
+            collected.clone(),
+            Arc::new(Column::new("k", 0)),
+        );
         let probe = batch_of(vec![
             Some(5_000),
             Some(4_991),
@@ -320,8 +323,11 @@ mod tests {
         keys.end();
         let collected = keys.keys().expect("a few sparse keys");
         assert_eq!(collected.kind(), "hash set");
-        let set =
-            crate::key_set::IntegerSet::of(0, collected.clone(), Arc::new(Column::new("k", 0)));
+        let set = crate::optimizer::apply_runtime_filters::key_set::IntegerSet::of(
+            0,
+            collected.clone(),
+            Arc::new(Column::new("k", 0)),
+        );
         let probe: Vec<i64> = vec![
             i64::MIN,
             i64::MIN + 1,

@@ -27,13 +27,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
-use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
+use datafusion::arrow::array::{BooleanArray, RecordBatch};
+use datafusion::arrow::buffer::BooleanBuffer;
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue, internal_err};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{
@@ -43,7 +42,8 @@ use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::runtime_filters::{is_runtime_filter, is_switched_off, map_filter_predicates};
+use crate::optimizer::apply_runtime_filters::{is_runtime_filter, is_switched_off};
+use crate::optimizer::utils::{Kept, bitmap, compacted, kept, map_filter_predicates};
 
 /// Share of a batch at or under which a condition is evaluated on the selected rows only
 /// (DataFusion's own threshold for `AND`).
@@ -93,7 +93,7 @@ fn conjunction(
 /// over numbers and dates first (cheap, and the ones most often selective), then other
 /// comparisons over such columns (a column against a column, arithmetic), then everything else
 /// — conditions reading strings or binaries (each comparison walks bytes), `OR`s, `IN` lists,
-/// functions — and runtime filters last (see [`crate::runtime_filters`]). The order within a
+/// functions — and runtime filters last ([`super::apply_runtime_filters`]). The order within a
 /// class is the query's: TPC-H Q19's `OR` of three `l_quantity` ranges, which keeps most rows,
 /// stays behind its string conditions. TPC-H Q12 names `l_shipmode IN ('MAIL', 'SHIP')` (an
 /// `OR` of two string comparisons) first and one year of `l_receiptdate` last: its filter on 60
@@ -297,89 +297,6 @@ impl Conjunction {
     }
 }
 
-/// `exprs` re-addressed to a batch of only the columns they read, and those columns'
-/// positions (ascending) in the batch the expressions were planned over.
-pub(crate) fn compacted(
-    exprs: &[&Arc<dyn PhysicalExpr>],
-) -> (Vec<Arc<dyn PhysicalExpr>>, Vec<usize>) {
-    let mut columns: Vec<usize> = exprs
-        .iter()
-        .flat_map(|expr| collect_columns(expr))
-        .map(|column| column.index())
-        .collect();
-    columns.sort_unstable();
-    columns.dedup();
-    let compact = exprs
-        .iter()
-        .map(|expr| {
-            (*expr)
-                .clone()
-                .transform_up(|e| {
-                    let Some(column) = e.downcast_ref::<Column>() else {
-                        return Ok(Transformed::no(e));
-                    };
-                    let at = columns
-                        .binary_search(&column.index())
-                        .expect("every column was collected");
-                    Ok(Transformed::yes(
-                        Arc::new(Column::new(column.name(), at)) as Arc<dyn PhysicalExpr>
-                    ))
-                })
-                .expect("re-addressing columns cannot fail")
-                .data
-        })
-        .collect();
-    (compact, columns)
-}
-
-/// A filter condition's answer as the rows it keeps (null counts as not kept).
-pub(crate) fn kept(value: ColumnarValue, rows: usize) -> Result<Kept> {
-    Ok(match value {
-        ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))) => Kept::All,
-        ColumnarValue::Scalar(ScalarValue::Boolean(_)) => Kept::None,
-        ColumnarValue::Scalar(other) => {
-            return internal_err!("a filter condition gave {other:?}, not a boolean");
-        }
-        ColumnarValue::Array(array) => {
-            if array.len() != rows {
-                return internal_err!("a filter condition gave {} rows for {rows}", array.len());
-            }
-            let booleans = array.as_boolean();
-            match booleans.nulls() {
-                Some(nulls) => Kept::Some(booleans.values() & nulls.inner()),
-                None => Kept::Some(booleans.values().clone()),
-            }
-        }
-    })
-}
-
-pub(crate) enum Kept {
-    All,
-    None,
-    Some(BooleanBuffer),
-}
-
-impl Kept {
-    /// Whether the `i`-th row is kept.
-    pub(crate) fn keeps(&self, i: usize) -> bool {
-        match self {
-            Kept::All => true,
-            Kept::None => false,
-            Kept::Some(bits) => bits.value(i),
-        }
-    }
-}
-
-/// A bitmap of `len` bits with exactly the bits at `positions` set.
-pub(crate) fn bitmap(positions: impl Iterator<Item = usize>, len: usize) -> BooleanBuffer {
-    let mut bits = MutableBuffer::from_len_zeroed(len.div_ceil(8));
-    let out = bits.as_slice_mut();
-    for position in positions {
-        out[position / 8] |= 1 << (position % 8);
-    }
-    BooleanBuffer::new(bits.into(), 0, len)
-}
-
 impl PhysicalExpr for Conjunction {
     fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
         Ok(DataType::Boolean)
@@ -536,7 +453,9 @@ fn cannot_fail(expr: &Arc<dyn PhysicalExpr>) -> bool {
             || expr
                 .downcast_ref::<LikeExpr>()
                 .is_some_and(|like| like.pattern().downcast_ref::<Literal>().is_some())
-            || expr.downcast_ref::<crate::like::PartsLike>().is_some()
+            || expr
+                .downcast_ref::<crate::optimizer::fast_like::PartsLike>()
+                .is_some()
     };
     own && (is_runtime_filter(expr) || expr.children().into_iter().all(cannot_fail))
 }
@@ -560,7 +479,7 @@ crate::same_as_inner_expr!(Conjunction, original);
 
 #[cfg(test)]
 mod tests {
-    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::array::{AsArray, Int64Array};
     use datafusion::arrow::datatypes::Field;
     use datafusion::physical_expr::expressions::binary;
 

@@ -1,0 +1,246 @@
+//! Floe's rewrites of DataFusion's plans: one file per rule, named after it, and the one
+//! ordered list of rules every session of an engine runs ([`Rules`]), built once from the
+//! engine's configuration ([`Rewrites`]).
+//!
+//! Logical rules run after all of DataFusion's, in this order:
+//!
+//! 1. [`plain_not_in::PlainNotIn`] — `NOT IN` over columns without nulls as a plain anti join;
+//! 2. [`reorder_joins::ReorderJoins`] — inner joins ordered from table statistics.
+//!
+//! Physical rules sit inside DataFusion's list.
+//! [`broadcast_bounded_builds::BroadcastBoundedBuilds`] runs right after DataFusion's
+//! `join_selection`, before distribution is enforced. The rest run after DataFusion's last
+//! rewrite (the post-optimization filter pushdown, which places the dynamic filters several
+//! of them read) and before its `SanityCheckPlan`, which then checks their output as it
+//! checks DataFusion's:
+//!
+//! 3. [`plain_repartitions::PlainRepartitions`];
+//! 4. [`apply_runtime_filters::ApplyRuntimeFilters`];
+//! 5. [`fast_like::FastLike`];
+//! 6. [`fast_conjunctions::FastConjunctions`] (after the rules that add filter conditions);
+//! 7. [`fast_decimals::FastDecimals`];
+//! 8. [`share_repeated_aggregations::ShareRepeatedAggregations`];
+//! 9. [`few_groups::FewGroups`];
+//! 10. [`yield_after_joins::YieldAfterJoins`], always, last: whatever the rules before it
+//!     made, a join's output yields to the statement's deadline.
+//!
+//! [`utils`] holds what several rules share.
+
+use std::sync::Arc;
+
+use datafusion::optimizer::OptimizerRule;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
+
+pub(crate) mod apply_runtime_filters;
+pub(crate) mod broadcast_bounded_builds;
+pub(crate) mod fast_conjunctions;
+pub(crate) mod fast_decimals;
+pub(crate) mod fast_like;
+pub(crate) mod few_groups;
+pub(crate) mod plain_not_in;
+pub(crate) mod plain_repartitions;
+pub(crate) mod reorder_joins;
+pub(crate) mod share_repeated_aggregations;
+pub(crate) mod utils;
+pub(crate) mod yield_after_joins;
+
+/// Which of Floe's plan rewrites are on (all are by default). Each has a `FLOE_SQL_*` switch
+/// in the environment, read once when the configuration is made, that turns it off with
+/// `off` — for comparing plans and times with and without it (docs/configuration.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rewrites {
+    /// `FLOE_SQL_PLAIN_NOT_IN`: [`plain_not_in`].
+    pub plain_not_in: bool,
+    /// `FLOE_SQL_JOIN_ORDER`: [`reorder_joins`].
+    pub join_order: bool,
+    /// `FLOE_SQL_BROADCAST_BOUNDED`: [`broadcast_bounded_builds`].
+    pub broadcast_bounded: bool,
+    /// `FLOE_SQL_PLAIN_REPARTITIONS`: [`plain_repartitions`].
+    pub plain_repartitions: bool,
+    /// `FLOE_SQL_RUNTIME_FILTERS`: [`apply_runtime_filters`].
+    pub runtime_filters: bool,
+    /// `FLOE_SQL_COLLECTED_KEYS`: joins' integer build-side keys collected for the runtime
+    /// filters to test.
+    pub collected_keys: bool,
+    /// `FLOE_SQL_FAST_LIKE`: [`fast_like`].
+    pub fast_like: bool,
+    /// `FLOE_SQL_FAST_CONJUNCTIONS`: [`fast_conjunctions`].
+    pub fast_conjunctions: bool,
+    /// `FLOE_SQL_FAST_DECIMALS`: [`fast_decimals`].
+    pub fast_decimals: bool,
+    /// `FLOE_SQL_SHARED_AGGREGATIONS`: [`share_repeated_aggregations`].
+    pub shared_aggregations: bool,
+    /// `FLOE_SQL_FEW_GROUPS`: [`few_groups`].
+    pub few_groups: bool,
+    /// `FLOE_SQL_WRITTEN_ORDER`: scans declare the order their files were written in
+    /// ([`crate::scan::provider`]).
+    pub written_order: bool,
+}
+
+impl Default for Rewrites {
+    fn default() -> Self {
+        Self {
+            plain_not_in: true,
+            join_order: true,
+            broadcast_bounded: true,
+            plain_repartitions: true,
+            runtime_filters: true,
+            collected_keys: true,
+            fast_like: true,
+            fast_conjunctions: true,
+            fast_decimals: true,
+            shared_aggregations: true,
+            few_groups: true,
+            written_order: true,
+        }
+    }
+}
+
+impl Rewrites {
+    /// All on but those whose switch reads `off` in the environment.
+    pub fn from_env() -> Self {
+        let on = |switch: &str| std::env::var(switch).as_deref() != Ok("off");
+        Self {
+            plain_not_in: on("FLOE_SQL_PLAIN_NOT_IN"),
+            join_order: on("FLOE_SQL_JOIN_ORDER"),
+            broadcast_bounded: on("FLOE_SQL_BROADCAST_BOUNDED"),
+            plain_repartitions: on("FLOE_SQL_PLAIN_REPARTITIONS"),
+            runtime_filters: on("FLOE_SQL_RUNTIME_FILTERS"),
+            collected_keys: on("FLOE_SQL_COLLECTED_KEYS"),
+            fast_like: on("FLOE_SQL_FAST_LIKE"),
+            fast_conjunctions: on("FLOE_SQL_FAST_CONJUNCTIONS"),
+            fast_decimals: on("FLOE_SQL_FAST_DECIMALS"),
+            shared_aggregations: on("FLOE_SQL_SHARED_AGGREGATIONS"),
+            few_groups: on("FLOE_SQL_FEW_GROUPS"),
+            written_order: on("FLOE_SQL_WRITTEN_ORDER"),
+        }
+    }
+}
+
+type LogicalRule = Arc<dyn OptimizerRule + Send + Sync>;
+type PhysicalRule = Arc<dyn PhysicalOptimizerRule + Send + Sync>;
+
+/// The rules of every session of an engine, in the order of the module documentation.
+#[derive(Debug, Clone)]
+pub(crate) struct Rules {
+    /// Run after DataFusion's logical rules.
+    pub(crate) logical: Vec<LogicalRule>,
+    /// The whole physical list, DataFusion's rules included.
+    pub(crate) physical: Vec<PhysicalRule>,
+}
+
+impl Rules {
+    pub(crate) fn new(rewrites: &Rewrites) -> Self {
+        let mut logical: Vec<LogicalRule> = Vec::new();
+        if rewrites.plain_not_in {
+            logical.push(Arc::new(plain_not_in::PlainNotIn));
+        }
+        if rewrites.join_order {
+            logical.push(Arc::new(reorder_joins::ReorderJoins));
+        }
+
+        let mut ours: Vec<PhysicalRule> = Vec::new();
+        if rewrites.plain_repartitions {
+            ours.push(Arc::new(plain_repartitions::PlainRepartitions));
+        }
+        if rewrites.runtime_filters {
+            ours.push(Arc::new(apply_runtime_filters::ApplyRuntimeFilters {
+                collect_keys: rewrites.collected_keys,
+            }));
+        }
+        if rewrites.fast_like {
+            ours.push(Arc::new(fast_like::FastLike));
+        }
+        if rewrites.fast_conjunctions {
+            ours.push(Arc::new(fast_conjunctions::FastConjunctions));
+        }
+        if rewrites.fast_decimals {
+            ours.push(Arc::new(fast_decimals::FastDecimals));
+        }
+        if rewrites.shared_aggregations {
+            ours.push(Arc::new(
+                share_repeated_aggregations::ShareRepeatedAggregations,
+            ));
+        }
+        if rewrites.few_groups {
+            ours.push(Arc::new(few_groups::FewGroups));
+        }
+        ours.push(Arc::new(yield_after_joins::YieldAfterJoins));
+
+        let mut physical = PhysicalOptimizer::new().rules;
+        if rewrites.broadcast_bounded {
+            let at = position_after(&physical, "join_selection");
+            physical.insert(
+                at,
+                Arc::new(broadcast_bounded_builds::BroadcastBoundedBuilds),
+            );
+        }
+        let at = physical
+            .iter()
+            .position(|rule| rule.name() == "SanityCheckPlan")
+            .unwrap_or(physical.len());
+        physical.splice(at..at, ours);
+        Self { logical, physical }
+    }
+}
+
+/// Where a rule goes to run right after DataFusion's rule `name` (at the end if there is none).
+fn position_after(rules: &[PhysicalRule], name: &str) -> usize {
+    rules
+        .iter()
+        .position(|rule| rule.name() == name)
+        .map_or(rules.len(), |i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(rules: &Rules) -> Vec<&str> {
+        rules.physical.iter().map(|rule| rule.name()).collect()
+    }
+
+    #[test]
+    fn floe_rules_run_before_the_sanity_check_and_yielding_is_last_of_them() {
+        let rules = Rules::new(&Rewrites::default());
+        let names = names(&rules);
+        assert_eq!(names.last(), Some(&"SanityCheckPlan"));
+        let yielding = names
+            .iter()
+            .position(|n| *n == "floe_yield_after_joins")
+            .unwrap();
+        assert_eq!(yielding, names.len() - 2);
+        let broadcast = names
+            .iter()
+            .position(|n| *n == "floe_broadcast_bounded_builds")
+            .unwrap();
+        assert_eq!(names[broadcast - 1], "join_selection");
+        let first_late = names
+            .iter()
+            .position(|n| *n == "floe_plain_repartitions")
+            .unwrap();
+        assert!(
+            names[first_late..names.len() - 1]
+                .iter()
+                .all(|n| n.starts_with("floe_"))
+        );
+        assert_eq!(rules.logical.len(), 2);
+    }
+
+    #[test]
+    fn a_rewrite_switched_off_is_left_out_and_yielding_stays() {
+        let rewrites = Rewrites {
+            runtime_filters: false,
+            broadcast_bounded: false,
+            join_order: false,
+            ..Rewrites::default()
+        };
+        let rules = Rules::new(&rewrites);
+        let names = names(&rules);
+        assert!(!names.contains(&"floe_apply_runtime_filters"));
+        assert!(!names.contains(&"floe_broadcast_bounded_builds"));
+        assert!(names.contains(&"floe_yield_after_joins"));
+        assert_eq!(rules.logical.len(), 1);
+    }
+}

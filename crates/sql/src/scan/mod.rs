@@ -1,0 +1,20 @@
+//! Reading Iceberg tables: a table as a DataFusion table ([`provider`]), planned with
+//! Iceberg's own manifest pruning ([`predicate`], [`manifests`]) and read with DataFusion's
+//! native Parquet scan, whose files are mapped to the table's schema by field id
+//! ([`field_ids`]), whose deleted rows are skipped ([`position_deletes`] as access plans,
+//! [`equality_deletes`] as a filter over the scan), and whose footers are checked before they
+//! are decoded ([`bounded_footer`]). [`metadata_tables`] adds time travel and the metadata
+//! tables; [`cache`] keeps what planning read for the next query.
+
+pub(crate) mod bounded_footer;
+pub(crate) mod cache;
+pub(crate) mod equality_deletes;
+pub(crate) mod field_ids;
+pub(crate) mod manifests;
+pub(crate) mod metadata_tables;
+pub(crate) mod position_deletes;
+pub(crate) mod predicate;
+pub(crate) mod provider;
+
+pub use position_deletes::delete_files_read;
+pub use provider::{IcebergTableProvider, TableAccess};

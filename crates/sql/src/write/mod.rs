@@ -1,0 +1,17 @@
+//! SQL writes through Floe's own commit path: `INSERT INTO` writes Parquet data files with
+//! iceberg's writers (split by the table's partition spec) and commits one append snapshot
+//! through [`CatalogService`] — the same requirements, authorization and audit as a REST
+//! commit. `CREATE SCHEMA`, `CREATE TABLE` (with `PARTITIONED BY` transforms), `CREATE TABLE
+//! AS SELECT` and `DROP TABLE` go to the catalog service directly.
+
+mod commit;
+mod create_table;
+mod evolution;
+mod sink;
+
+pub use commit::{commit_transaction, commit_transaction_on, table_of};
+pub use create_table::{
+    PartitionFields, iceberg_schema, partition_field, partition_spec, take_partitioned_by,
+};
+pub use evolution::{added_type, evolve_columns, merged_type, widened_type};
+pub use sink::{IcebergSink, write_batch_files, write_data_files, writer_properties};
