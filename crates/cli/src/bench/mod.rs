@@ -3,6 +3,7 @@
 
 mod catalog;
 mod compaction;
+mod history;
 mod ingest;
 mod kafka;
 mod process;
@@ -22,6 +23,9 @@ pub enum BenchCommand {
     /// Compaction of a table of many small files: throughput, memory, queries before and
     /// after against the same rows written optimally.
     Compaction(compaction::CompactionBenchArgs),
+    /// Statement latency as a table's history grows (10, 100, 1,000 commits), with and
+    /// without the per-manifest cache.
+    History(history::HistoryBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -30,5 +34,6 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Tpch(args) => tpch::run(args).await,
         BenchCommand::Ingest(args) => ingest::run(args).await,
         BenchCommand::Compaction(args) => compaction::run(args).await,
+        BenchCommand::History(args) => history::run(args).await,
     }
 }

@@ -41,4 +41,9 @@ impl<K: PartialEq, V> Recent<K, V> {
             entries.remove(0);
         }
     }
+
+    /// Forgets every value kept.
+    pub(crate) fn clear(&self) {
+        self.entries.lock().expect("cache lock").clear();
+    }
 }

@@ -3,16 +3,22 @@
 //! for DataFusion) and where each deletion vector sits inside its Puffin file.
 //!
 //! Indexes are kept per manifest list (one per snapshot, never rewritten), so repeated queries
-//! on an unchanged table read its manifests once.
+//! on an unchanged table read its manifests once. Manifests are kept too, per file: a manifest
+//! is never rewritten either, and a commit's new snapshot lists the manifests of the one
+//! before plus its own, so the first statement after a commit reads only the manifests the
+//! commit added (an `INSERT` after 1,000 one-row commits used to read 1,000 manifests).
+//! A manifest is kept under its table's location as well as its path, so a table whose
+//! manifest list names another table's manifest still reads it through its own storage
+//! handle, whose reach refuses it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use datafusion::common::{DataFusionError, Result};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{
-    DataFile, DataFileFormat, ManifestContentType, ManifestList, Snapshot, SnapshotRef,
-    TableMetadata,
+    DataFile, DataFileFormat, Manifest, ManifestContentType, ManifestFile, ManifestList, Snapshot,
+    SnapshotRef, TableMetadata,
 };
 use iceberg::table::Table;
 
@@ -50,6 +56,61 @@ pub struct ManifestIndex {
 
 static KEPT_INDEXES: Recent<String, ManifestIndex> = Recent::new(KEPT);
 
+/// Manifest entries kept in memory, over all tables (some 1–2 KiB each with their column
+/// statistics).
+const KEPT_MANIFEST_ENTRIES: u64 = 256 * 1024;
+
+/// A manifest as kept: the table's location, the manifest's path and its length.
+type ManifestKey = (String, String, i64);
+
+static KEPT_MANIFESTS: LazyLock<moka::future::Cache<ManifestKey, Arc<Manifest>>> =
+    LazyLock::new(|| {
+        moka::future::Cache::builder()
+            .max_capacity(KEPT_MANIFEST_ENTRIES)
+            .weigher(|_, manifest: &Arc<Manifest>| {
+                u32::try_from(manifest.entries().len() + 1).unwrap_or(u32::MAX)
+            })
+            .build()
+    });
+
+/// Forgets every manifest and index kept, so the next statements read them again (for
+/// benchmarks comparing with and without them).
+pub fn forget_manifests() {
+    KEPT_MANIFESTS.invalidate_all();
+    KEPT_INDEXES.clear();
+}
+
+/// `manifest_file` of `table`, read once and then kept.
+async fn load_manifest(table: &Table, manifest_file: &ManifestFile) -> Result<Arc<Manifest>> {
+    let key = (
+        table.metadata().location().to_string(),
+        manifest_file.manifest_path.clone(),
+        manifest_file.manifest_length,
+    );
+    KEPT_MANIFESTS
+        .try_get_with(key, async {
+            manifest_file
+                .load_manifest(table.file_io())
+                .await
+                .map(Arc::new)
+                .map_err(iceberg_error)
+        })
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(SharedError(e))))
+}
+
+/// A read error shared by every statement that waited for the same manifest.
+#[derive(Debug)]
+struct SharedError(Arc<DataFusionError>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {}
+
 /// A snapshot's manifest list, read and parsed.
 pub async fn manifest_list(table: &Table, snapshot: &Snapshot) -> Result<ManifestList> {
     let bytes = table
@@ -76,7 +137,13 @@ pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<Manife
     let Some(snapshot) = snapshot_of(table.metadata(), snapshot_id) else {
         return Ok(Arc::default());
     };
-    let key = snapshot.manifest_list().to_string();
+    // Under the table's location too: a table whose metadata names another's manifest list
+    // reads it through its own storage handle, which refuses it.
+    let key = format!(
+        "{}\u{1f}{}",
+        table.metadata().location(),
+        snapshot.manifest_list()
+    );
     if let Some(found) = KEPT_INDEXES.get(&key) {
         return Ok(found);
     }
@@ -85,10 +152,7 @@ pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<Manife
         .entries()
         .iter()
         .map(|manifest_file| async move {
-            let manifest = manifest_file
-                .load_manifest(table.file_io())
-                .await
-                .map_err(iceberg_error)?;
+            let manifest = load_manifest(table, manifest_file).await?;
             Ok::<_, DataFusionError>((manifest_file, manifest))
         })
         .collect();

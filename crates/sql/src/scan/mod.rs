@@ -16,5 +16,6 @@ pub(crate) mod position_deletes;
 pub(crate) mod predicate;
 pub(crate) mod provider;
 
+pub use manifests::forget_manifests;
 pub use position_deletes::delete_files_read;
 pub use provider::{IcebergTableProvider, TableAccess};

@@ -160,7 +160,8 @@ impl IcebergTableProvider {
         if let Ok(table) = self.table()
             && let Ok(index) = manifests::index(&table, self.snapshot_id).await
         {
-            self.statistics = Some(table_statistics::of(&list, &index, &self.schema));
+            let key = format!("{}\u{1f}{list}", self.loaded.metadata.location());
+            self.statistics = Some(table_statistics::of(&key, &index, &self.schema));
         }
         self
     }
@@ -220,7 +221,8 @@ impl IcebergTableProvider {
         };
         let predicate = predicate::to_iceberg(filters, &self.schema);
         let key = format!(
-            "{}\u{1f}{}\u{1f}{predicate:?}",
+            "{}\u{1f}{}\u{1f}{}\u{1f}{predicate:?}",
+            metadata.location(),
             snapshot.manifest_list(),
             metadata.current_schema_id()
         );
