@@ -8,7 +8,7 @@
 //! `--threads` threads; its throughput is input bytes per second of CPU the process used
 //! (MiB/s per core), and its peak resident memory is measured from a reset just before it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,13 +20,11 @@ use datafusion::arrow::array::{Float64Array, Int64Array, RecordBatch, StringArra
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::{CatalogConfig, CatalogService, CreateTable};
+use floe_catalog::service::CreateTable;
 use floe_maintenance::compaction::CompactionPolicy;
 use floe_maintenance::exec::Maintainer;
 use floe_maintenance::exec::compact::{CompactOptions, compact};
-use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
-use floe_storage::StorageProfile;
-use floe_store::{SqlStore, StoreOptions};
+use floe_sql::{QueryOptions, SqlEngine};
 use futures::TryStreamExt;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
@@ -109,7 +107,7 @@ pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("clear {}", args.dir.display()))?;
     }
     std::fs::create_dir_all(&args.dir)?;
-    let engine = Arc::new(embedded(&args.dir).await?);
+    let engine = Arc::new(super::embedded_engine(&args.dir).await?);
     let caller = Caller::system();
     let catalog = engine.catalog().clone();
     let ns = NamespaceIdent::new("bench".into());
@@ -265,23 +263,6 @@ pub async fn run(args: CompactionBenchArgs) -> anyhow::Result<()> {
         total(&after) / total(&reference)
     );
     Ok(())
-}
-
-async fn embedded(dir: &Path) -> anyhow::Result<SqlEngine> {
-    let url = format!("sqlite:{}", dir.join("catalog.db").display());
-    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
-    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
-    catalog
-        .create_warehouse(
-            &Caller::system(),
-            "bench",
-            StorageProfile::Local {
-                path: dir.join("warehouse").to_string_lossy().into_owned(),
-            },
-            Default::default(),
-        )
-        .await?;
-    Ok(SqlEngine::new(catalog, EngineConfig::default())?)
 }
 
 async fn create(

@@ -10,17 +10,13 @@
 //! side with their ratio.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
 use datafusion::arrow::array::RecordBatch;
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::{CatalogConfig, CatalogService};
-use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
-use floe_storage::StorageProfile;
-use floe_store::{SqlStore, StoreOptions};
+use floe_sql::{QueryOptions, SqlEngine};
 use futures::TryStreamExt;
 
 #[derive(Args, Debug)]
@@ -45,20 +41,7 @@ pub async fn run(args: HistoryBenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("clear {}", args.dir.display()))?;
     }
     std::fs::create_dir_all(&args.dir)?;
-    let url = format!("sqlite:{}", args.dir.join("catalog.db").display());
-    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
-    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
-    catalog
-        .create_warehouse(
-            &Caller::system(),
-            "bench",
-            StorageProfile::Local {
-                path: args.dir.join("warehouse").to_string_lossy().into_owned(),
-            },
-            Default::default(),
-        )
-        .await?;
-    let engine = SqlEngine::new(catalog, EngineConfig::default())?;
+    let engine = super::embedded_engine(&args.dir).await?;
     run_sql(&engine, "CREATE SCHEMA bench.history").await?;
 
     let points: Vec<usize> = std::iter::successors(Some(10usize), |p| p.checked_mul(10))
@@ -139,12 +122,9 @@ async fn curve(
                 "{table} counts {rows:?} rows after {commits} inserts"
             );
         }
-        println!(
-            "{name:>8}: {commits:>6} commits: INSERT {:.1} ms, count(*) {:.1} ms",
-            median(&mut inserts),
-            median(&mut counts)
-        );
-        out.push((commits, median(&mut inserts), median(&mut counts)));
+        let (insert, count) = (median(&mut inserts), median(&mut counts));
+        println!("{name:>8}: {commits:>6} commits: INSERT {insert:.1} ms, count(*) {count:.1} ms");
+        out.push((commits, insert, count));
     }
     Ok(out)
 }

@@ -15,10 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::{CatalogConfig, CatalogService};
-use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
-use floe_storage::StorageProfile;
-use floe_store::{SqlStore, StoreOptions};
+use floe_sql::{QueryOptions, SqlEngine};
 use floe_stream::kafka::{Pipeline, PipelineSpec, StartPosition};
 use futures::TryStreamExt;
 use iceberg::NamespaceIdent;
@@ -37,29 +34,17 @@ pub struct KafkaBench {
 }
 
 async fn embedded(dir: &Path) -> anyhow::Result<Arc<SqlEngine>> {
-    let url = format!("sqlite:{}", dir.join("catalog.db").display());
-    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
-    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
-    let system = Caller::system();
-    catalog
-        .create_warehouse(
-            &system,
-            "bench",
-            StorageProfile::Local {
-                path: dir.join("warehouse").to_string_lossy().into_owned(),
-            },
-            Default::default(),
-        )
-        .await?;
-    catalog
+    let engine = super::embedded_engine(dir).await?;
+    engine
+        .catalog()
         .create_namespace(
-            &system,
+            &Caller::system(),
             "bench",
             &NamespaceIdent::new("kafka".into()),
             Default::default(),
         )
         .await?;
-    Ok(Arc::new(SqlEngine::new(catalog, EngineConfig::default())?))
+    Ok(Arc::new(engine))
 }
 
 /// Produces `count` events from id `first`, round-robin over `partitions`; returns bytes.

@@ -37,3 +37,31 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::History(args) => history::run(args).await,
     }
 }
+
+/// A SQL engine over an embedded SQLite catalog in `dir`, with one warehouse, `bench`, whose
+/// tables live in `dir/warehouse`.
+async fn embedded_engine(dir: &std::path::Path) -> anyhow::Result<floe_sql::SqlEngine> {
+    use std::sync::Arc;
+
+    use floe_catalog::governance::authz::Caller;
+    use floe_catalog::service::{CatalogConfig, CatalogService};
+    use floe_store::{SqlStore, StoreOptions};
+
+    let url = format!("sqlite:{}", dir.join("catalog.db").display());
+    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
+    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
+    catalog
+        .create_warehouse(
+            &Caller::system(),
+            "bench",
+            floe_storage::StorageProfile::Local {
+                path: dir.join("warehouse").to_string_lossy().into_owned(),
+            },
+            Default::default(),
+        )
+        .await?;
+    Ok(floe_sql::SqlEngine::new(
+        catalog,
+        floe_sql::EngineConfig::default(),
+    )?)
+}

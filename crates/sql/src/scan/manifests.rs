@@ -96,20 +96,8 @@ async fn load_manifest(table: &Table, manifest_file: &ManifestFile) -> Result<Ar
                 .map_err(iceberg_error)
         })
         .await
-        .map_err(|e| DataFusionError::External(Box::new(SharedError(e))))
+        .map_err(DataFusionError::Shared)
 }
-
-/// A read error shared by every statement that waited for the same manifest.
-#[derive(Debug)]
-struct SharedError(Arc<DataFusionError>);
-
-impl std::fmt::Display for SharedError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for SharedError {}
 
 /// A snapshot's manifest list, read and parsed.
 pub async fn manifest_list(table: &Table, snapshot: &Snapshot) -> Result<ManifestList> {
