@@ -9,6 +9,7 @@ mod pipeline;
 mod serve;
 mod sql;
 mod warehouse;
+mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -49,7 +50,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the Floe server.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Manage warehouses of a running server.
     #[command(subcommand)]
     Warehouse(warehouse::WarehouseCommand),
@@ -69,6 +70,9 @@ enum Command {
     Pipeline(pipeline::PipelineCommand),
     /// Run a Kafka-protocol mock broker (librdkafka's) for trying pipelines out.
     KafkaMock(pipeline::KafkaMockArgs),
+    /// Run the worker service of distributed queries (`floe worker list`: the workers a server
+    /// knows).
+    Worker(worker::WorkerArgs),
     /// Run a benchmark.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -96,11 +100,12 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Warehouse(command) => warehouse::run(command).await,
             Command::Admin(command) => admin::run(command).await,
             Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
+            Command::Worker(args) => worker::run(args).await,
             Command::Sql(args) => sql::run(args).await,
             Command::Maintenance(command) => maintenance::run(command).await,
             Command::Pipeline(command) => pipeline::run(command).await,

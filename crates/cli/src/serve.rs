@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use floe_catalog::cluster::ClusterStore;
 use floe_catalog::governance::auth::{AuthConfig, AuthService, ClientCredentials};
 use floe_catalog::governance::authz::Authorizer;
 use floe_catalog::service::{CatalogConfig, CatalogService};
@@ -106,6 +107,21 @@ pub struct ServeArgs {
     /// it is taken over by another node this long after.
     #[arg(long, env = "FLOE_PIPELINE_LEASE_SECS", default_value_t = 15)]
     pub pipeline_lease_secs: u64,
+    /// Run queries over the cluster's live workers (`floe worker`, or nodes started with
+    /// `--worker-listen`) whenever one is live; without it every query runs on this node.
+    #[arg(long, env = "FLOE_DISTRIBUTED")]
+    pub distributed: bool,
+    /// Bytes of data one task of a distributed scan reads, about (default 128 MiB); a smaller
+    /// scan stays on one task, and a query of such scans on this node.
+    #[arg(long, env = "FLOE_DISTRIBUTED_TASK_BYTES", default_value_t = floe_sql::distributed::DEFAULT_TASK_BYTES)]
+    pub distributed_task_bytes: usize,
+    /// Also run the worker service of distributed queries at this address (`off`: none).
+    #[arg(long, env = "FLOE_WORKER_LISTEN", default_value = "off")]
+    pub worker_listen: String,
+    /// URL the cluster's other nodes reach this node's worker service at (default:
+    /// `http://` and the address it listens on).
+    #[arg(long, env = "FLOE_WORKER_ADVERTISE")]
+    pub worker_advertise: Option<String>,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
@@ -144,24 +160,54 @@ pub struct ServeArgs {
     pub db_max_connections: Option<u32>,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("create data directory {}", args.data_dir.display()))?;
-    let data_dir = std::fs::canonicalize(&args.data_dir)
-        .with_context(|| format!("resolve data directory {}", args.data_dir.display()))?;
-    let db_url = args
-        .catalog_db
-        .clone()
+/// The data directory (made, and resolved) and the catalog database in it or at
+/// `catalog_db`, opened (migrated).
+pub(crate) async fn open_store(
+    data_dir: &Path,
+    catalog_db: Option<&str>,
+    max_connections: Option<u32>,
+) -> anyhow::Result<(PathBuf, SqlStore)> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("create data directory {}", data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(data_dir)
+        .with_context(|| format!("resolve data directory {}", data_dir.display()))?;
+    let db_url = catalog_db
+        .map(str::to_string)
         .unwrap_or_else(|| format!("sqlite:{}", data_dir.join("catalog.db").display()));
     let store = SqlStore::connect(
         &db_url,
         StoreOptions {
-            max_connections: args.db_max_connections.unwrap_or_else(default_pool_size),
+            max_connections: max_connections.unwrap_or_else(default_pool_size),
             ..StoreOptions::default()
         },
     )
     .await?;
     tracing::info!(backend = ?store.backend(), url = %floe_store::redact_url(&db_url), "opened catalog database");
+    Ok((data_dir, store))
+}
+
+/// The cache of data-file ranges `memory_mb` and `disk_mb` describe (none when `memory_mb`
+/// is 0), on disk in `dir` or `<data-dir>/cache`.
+pub(crate) fn cache_config(
+    memory_mb: u64,
+    disk_mb: u64,
+    dir: Option<&Path>,
+    data_dir: &Path,
+) -> Option<floe_storage::cache::CacheConfig> {
+    (memory_mb > 0).then(|| floe_storage::cache::CacheConfig {
+        memory_bytes: memory_mb << 20,
+        disk_bytes: disk_mb << 20,
+        dir: dir.map_or_else(|| data_dir.join("cache"), Path::to_path_buf),
+    })
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let (data_dir, store) = open_store(
+        &args.data_dir,
+        args.catalog_db.as_deref(),
+        args.db_max_connections,
+    )
+    .await?;
     let catalog = Arc::new(CatalogService::new(
         Arc::new(store.clone()),
         CatalogConfig {
@@ -229,29 +275,46 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         statement_timeout: (args.sql_statement_timeout_secs > 0)
             .then(|| Duration::from_secs(args.sql_statement_timeout_secs)),
         max_queries_per_principal: args.sql_max_queries_per_principal.max(1),
-        cache: (args.cache_memory_mb > 0).then(|| floe_storage::cache::CacheConfig {
-            memory_bytes: args.cache_memory_mb << 20,
-            disk_bytes: args.cache_disk_mb << 20,
-            dir: args
-                .cache_dir
-                .clone()
-                .unwrap_or_else(|| data_dir.join("cache")),
-        }),
+        cache: cache_config(
+            args.cache_memory_mb,
+            args.cache_disk_mb,
+            args.cache_dir.as_deref(),
+            &data_dir,
+        ),
         ..floe_sql::EngineConfig::default()
     };
-    // DataFusion's settings from the environment, read once: a value it refuses stops the
-    // start with its error rather than every query.
-    sql_config
-        .check()
+    // DataFusion's settings from the environment are read once, here: a value it refuses
+    // stops the start with its error rather than every query.
+    let mut engine = floe_sql::SqlEngine::new(catalog.clone(), sql_config)
         .map_err(|e| anyhow::anyhow!("SQL engine settings: {e}"))?;
-    let mut state = floe_server::AppState::with_sql_config(
+    let secret = floe_sql::distributed::ClusterSecret::new(
+        store
+            .cluster_secret()
+            .await
+            .context("read the cluster's secret")?,
+    );
+    let live = floe_sql::distributed::LiveWorkers::default();
+    if args.distributed {
+        engine = engine.with_cluster(
+            floe_sql::distributed::Cluster::new(live.clone(), secret.clone())
+                .with_task_bytes(args.distributed_task_bytes),
+        );
+        tokio::spawn(floe_server::cluster::watch_workers(
+            Arc::new(store.clone()),
+            live,
+            shutdown.clone(),
+        ));
+    }
+    let engine = Arc::new(engine);
+    let mut state = floe_server::AppState::with_engine(
         catalog,
         auth,
         authz,
         audit,
         Arc::new(store.clone()),
-        sql_config,
+        engine.clone(),
     );
+    state.cluster = Some(Arc::new(store.clone()));
     state.decode = floe_server::bounded_ipc::DecodeLimits {
         max_bytes: args.decode_memory_mb.max(1) << 20,
         ..Default::default()
@@ -344,7 +407,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 tls.clone(),
             ))
         });
+    let worker =
+        match bind_optional(&args.worker_listen, "the worker service", "--worker-listen").await? {
+            Some(listener) => Some(
+                crate::worker::start(
+                    listener,
+                    args.worker_advertise.clone(),
+                    engine.clone(),
+                    secret,
+                    Arc::new(store.clone()),
+                    shutdown.clone(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
     floe_server::serve(listener, state, shutdown).await?;
+    if let Some(worker) = worker {
+        worker.stopped().await;
+    }
     if let Some(flight) = flight {
         let _ = flight.await;
     }
@@ -367,7 +448,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Binds a front door's listener, unless its address is `off`.
-async fn bind_optional(
+pub(crate) async fn bind_optional(
     address: &str,
     what: &str,
     flag: &str,
@@ -441,7 +522,7 @@ async fn ensure_default_warehouse(catalog: &CatalogService, data_dir: &Path) -> 
     Ok(())
 }
 
-async fn wait_for_signal(shutdown: CancellationToken) {
+pub(crate) async fn wait_for_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -11,6 +11,7 @@
 pub mod audit;
 mod auth;
 pub mod bounded_ipc;
+pub mod cluster;
 pub mod error;
 mod extract;
 pub mod flight;
@@ -66,6 +67,8 @@ pub struct AppState {
     pub orphan_age_floor_ms: i64,
     /// The Confluent-compatible schema registry, when enabled.
     pub registry: Option<floe_stream::registry::Registry>,
+    /// Where the cluster's workers are registered, when this node knows of a cluster.
+    pub cluster: Option<Arc<dyn floe_catalog::cluster::ClusterStore>>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -102,6 +105,18 @@ impl AppState {
             floe_sql::SqlEngine::new(catalog.clone(), sql_config)
                 .expect("a DataFusion runtime and its query threads"),
         );
+        Self::with_engine(catalog, auth, authz, audit, audit_store, sql)
+    }
+
+    /// Like [`AppState::new`], over an engine made by the caller.
+    pub fn with_engine(
+        catalog: Arc<CatalogService>,
+        auth: Arc<floe_catalog::governance::auth::AuthService>,
+        authz: Arc<floe_catalog::governance::authz::Authorizer>,
+        audit: audit::AuditSink,
+        audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
+        sql: Arc<floe_sql::SqlEngine>,
+    ) -> Self {
         Self {
             sql,
             catalog,
@@ -116,6 +131,7 @@ impl AppState {
             pipelines: None,
             orphan_age_floor_ms: floe_maintenance::exec::orphans::DEFAULT_MIN_AGE_FLOOR_MS,
             registry: None,
+            cluster: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
     }

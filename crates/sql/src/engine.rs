@@ -25,7 +25,7 @@ use crate::scan::provider::TableAccess;
 
 mod admission;
 mod ddl;
-mod stores;
+pub(crate) mod stores;
 mod surface;
 
 /// How the engine runs queries.
@@ -310,6 +310,10 @@ pub struct SqlEngine {
     session: SessionConfig,
     /// Every session's optimizer rules, in order.
     rules: crate::optimizer::Rules,
+    /// The rules of a distributed statement's session: those whose nodes can travel.
+    distributed_rules: crate::optimizer::Rules,
+    /// The workers queries are distributed over, when this engine coordinates.
+    cluster: Option<crate::distributed::Cluster>,
 }
 
 /// A dedicated Tokio runtime, shut down without blocking when the engine goes away.
@@ -368,6 +372,8 @@ impl SqlEngine {
         Ok(Self {
             session: session_config(&config)?,
             rules: crate::optimizer::Rules::new(&config.rewrites),
+            distributed_rules: crate::optimizer::Rules::new(&config.rewrites.for_distribution()),
+            cluster: None,
             service,
             runtime,
             cache,
@@ -376,6 +382,44 @@ impl SqlEngine {
             registered: Mutex::new(HashSet::new()),
             cpu: CpuRuntime(Some(cpu)),
         })
+    }
+
+    /// Queries planned from now on run over `cluster`'s workers whenever one is live (DDL and
+    /// writes stay on this node).
+    pub fn with_cluster(mut self, cluster: crate::distributed::Cluster) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// The runtime a worker runs every task in: the shared object stores, caches and spill
+    /// directory, and one memory pool of a query's limit for all its tasks.
+    pub(crate) fn worker_runtime(&self) -> Result<Arc<RuntimeEnv>, SqlError> {
+        self.query_runtime()
+    }
+
+    /// How this engine runs queries.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Every warehouse's object store registered (a worker's tasks may read any of them).
+    pub(crate) async fn register_warehouses(&self) -> Result<(), SqlError> {
+        let system = Caller::system();
+        for warehouse in self.service.list_warehouses(&system).await? {
+            self.access(&system, &warehouse.name).await?;
+        }
+        Ok(())
+    }
+
+    /// `config` (a worker task's session) given this engine's settings: DataFusion's
+    /// execution and optimizer options (the task's batch size kept) and Floe's rewrites.
+    pub(crate) fn apply_session_options(&self, config: &mut SessionConfig) {
+        let batch_size = config.batch_size();
+        let ours = self.session.options();
+        config.options_mut().execution = ours.execution.clone();
+        config.options_mut().execution.batch_size = batch_size;
+        config.options_mut().optimizer = ours.optimizer.clone();
+        config.set_extension(Arc::new(self.config.rewrites));
     }
 
     /// A runtime for one query: the shared object stores, caches and spill directory, and a
@@ -567,17 +611,28 @@ impl SqlEngine {
             .any(|r| r.schema() == Some("information_schema"));
 
         let catalogs = self.catalogs(caller, lists).await?;
+        // A query is distributed when this node coordinates a cluster with a live worker.
+        let cluster = self
+            .cluster
+            .as_ref()
+            .filter(|cluster| is_query(&statement) && !cluster.workers.get().is_empty());
+        let rules = match cluster {
+            Some(_) => &self.distributed_rules,
+            None => &self.rules,
+        };
         let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs));
-        for rule in &self.rules.logical {
+        for rule in &rules.logical {
             state = state.with_optimizer_rule(rule.clone());
         }
-        let state = state
-            .with_physical_optimizer_rules(self.rules.physical.clone())
-            .build();
+        let mut state = state.with_physical_optimizer_rules(rules.physical.clone());
+        if let Some(cluster) = cluster {
+            state = cluster.distribute(state)?;
+        }
+        let state = state.build();
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
             return Err(SqlError::new(
@@ -738,6 +793,18 @@ impl SqlEngine {
             );
         }
         Ok(FloeCatalogList { warehouses })
+    }
+}
+
+/// Whether `statement` only reads: a query, or `EXPLAIN` of one.
+fn is_query(statement: &datafusion::sql::parser::Statement) -> bool {
+    use datafusion::sql::parser::Statement;
+    match statement {
+        Statement::Statement(s) => {
+            matches!(**s, datafusion::sql::sqlparser::ast::Statement::Query(_))
+        }
+        Statement::Explain(explain) => is_query(&explain.statement),
+        _ => false,
     }
 }
 

@@ -21,6 +21,7 @@
 //!
 //! Every plan node Floe adds lives with the rule that adds it (or, for scans, in [`scan`]).
 mod catalog;
+pub mod distributed;
 mod engine;
 mod optimizer;
 pub mod scan;

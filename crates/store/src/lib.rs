@@ -7,6 +7,7 @@
 //! relies on its own row locks and constraints.
 
 mod catalog;
+mod cluster;
 mod error;
 mod governance;
 mod jobs;

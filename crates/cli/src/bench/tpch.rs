@@ -40,22 +40,30 @@ use tpchgen::generators::{
 pub struct TpchBenchArgs {
     /// TPC-H scale factor (1 = 6 million lineitem rows).
     #[arg(long, default_value_t = 1.0)]
-    sf: f64,
+    pub(super) sf: f64,
     /// Directory holding the generated data (reused when present).
     #[arg(long, default_value = "./floe-bench-tpch")]
-    dir: PathBuf,
-    /// Timed runs per query and engine (after one warm-up); the best counts.
+    pub(super) dir: PathBuf,
+    /// Timed runs per query and engine (after one warm-up); the best counts. With
+    /// `--workers`, 0 only compares the answers.
     #[arg(long, default_value_t = 3)]
-    iterations: usize,
+    pub(super) iterations: usize,
     /// Only these queries (e.g. `1,3,6`).
     #[arg(long, value_delimiter = ',')]
-    queries: Vec<usize>,
+    pub(super) queries: Vec<usize>,
+    /// Instead of the peers: Floe distributed over this many `floe worker` processes on this
+    /// machine against Floe alone, answers compared row by row.
+    #[arg(long, default_value_t = 0)]
+    pub(super) workers: usize,
+    /// With `--workers`: bytes of data one scan task reads, about.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub(super) task_bytes: usize,
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,
     /// Memory budget (MiB) of each Floe query; the peers run without one.
     #[arg(long, default_value_t = 16_384)]
-    query_memory_limit_mb: usize,
+    pub(super) query_memory_limit_mb: usize,
     /// A run of one query by DataFusion on Parquet taking longer than this (seconds) counts
     /// as failed, so a peer that stalls does not stall the benchmark.
     #[arg(long, default_value_t = 900)]
@@ -66,7 +74,30 @@ const TABLES: [&str; 8] = [
     "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
 ];
 
-pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
+/// The generated data of a run: where it is, and Floe's engine over it.
+pub(super) struct Prepared {
+    pub dir: PathBuf,
+    pub parquet: PathBuf,
+    pub engine: SqlEngine,
+    pub caller: Caller,
+    pub namespace: String,
+    /// The queries asked for, with their SQL.
+    pub queries: Vec<(usize, String)>,
+}
+
+impl Prepared {
+    /// Where the queries' unqualified names resolve.
+    pub fn options(&self) -> QueryOptions {
+        QueryOptions {
+            warehouse: Some("tpch".into()),
+            namespace: Some(self.namespace.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The data of `args`' scale factor, generated unless it is there already.
+pub(super) async fn prepare(args: &TpchBenchArgs) -> anyhow::Result<Prepared> {
     let dir = args.dir.join(format!("sf{}", args.sf));
     std::fs::create_dir_all(&dir)?;
     let dir = std::fs::canonicalize(&dir)?;
@@ -84,16 +115,35 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         .filter(|q| args.queries.is_empty() || args.queries.contains(q))
         .map(|q| (q, query(q, args.sf)))
         .collect();
+    Ok(Prepared {
+        dir,
+        parquet,
+        engine,
+        caller,
+        namespace,
+        queries,
+    })
+}
+
+pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
+    if args.workers > 0 {
+        return super::tpch_workers::run(args).await;
+    }
+    let prepared = prepare(&args).await?;
+    let options = prepared.options();
+    let Prepared {
+        dir,
+        parquet,
+        engine,
+        caller,
+        queries,
+        ..
+    } = prepared;
 
     println!(
         "floe bench tpch: scale factor {}, {} iteration(s) after a warm-up, best time in ms",
         args.sf, args.iterations
     );
-    let options = QueryOptions {
-        warehouse: Some("tpch".into()),
-        namespace: Some(namespace.clone()),
-        ..Default::default()
-    };
     // First Floe alone, one run per query: its answers, and its peak resident memory with no
     // other engine's memory in the process.
     let floe_run = |sql: &str| {
@@ -236,7 +286,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
                 .await?
                 .collect()
                 .await?;
-            same_answer(got, &expected)
+            same_answer(got, &expected, "DuckDB")
                 .with_context(|| format!("Q{q}: Floe's answer differs from DuckDB's"))?;
         }
     }
@@ -1153,11 +1203,15 @@ fn cells(batches: &[RecordBatch]) -> anyhow::Result<Vec<Vec<Cell>>> {
 
 /// Compares two answers as bags of rows (ties may come in any order), numbers within a
 /// small tolerance (DuckDB averages in doubles where DataFusion keeps decimals).
-fn same_answer(got: &[RecordBatch], expected: &[RecordBatch]) -> anyhow::Result<()> {
+pub(super) fn same_answer(
+    got: &[RecordBatch],
+    expected: &[RecordBatch],
+    peer: &str,
+) -> anyhow::Result<()> {
     let mut got = cells(got)?;
     let mut expected = cells(expected)?;
     if got.len() != expected.len() {
-        bail!("{} rows where DuckDB has {}", got.len(), expected.len());
+        bail!("{} rows where {peer} has {}", got.len(), expected.len());
     }
     let by_key = |a: &Vec<Cell>, b: &Vec<Cell>| {
         let ka: Vec<String> = a.iter().map(Cell::key).collect();
@@ -1168,7 +1222,7 @@ fn same_answer(got: &[RecordBatch], expected: &[RecordBatch]) -> anyhow::Result<
     expected.sort_by(by_key);
     for (g, e) in got.iter().zip(&expected) {
         if g.len() != e.len() || !g.iter().zip(e).all(|(a, b)| a.matches(b)) {
-            bail!("row {g:?} where DuckDB has {e:?}");
+            bail!("row {g:?} where {peer} has {e:?}");
         }
     }
     Ok(())

@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/audit", get(audit::list))
         .route("/access-review", get(audit::access_review))
         .route("/sql", post(sql::run))
+        .route("/workers", get(crate::cluster::list))
         .route("/ingest/status", get(crate::ingest::status))
         .route(
             "/maintenance/expire-snapshots",

@@ -149,6 +149,21 @@ impl FewGroupsExec {
     }
 }
 
+impl FewGroupsExec {
+    /// `aggregate` (an `AggregateExec`) run as a `FewGroupsExec`, for a plan that travelled.
+    pub(crate) fn over(aggregate: Arc<dyn ExecutionPlan>) -> Result<Self> {
+        if aggregate.downcast_ref::<AggregateExec>().is_none() {
+            return datafusion::common::internal_err!("FewGroupsExec runs an AggregateExec");
+        }
+        Ok(Self::new(aggregate))
+    }
+
+    /// The `AggregateExec` replaced.
+    pub(crate) fn aggregate(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.aggregate
+    }
+}
+
 /// The `AggregateExec` a [`FewGroupsExec`] was made over.
 fn aggregate_of(plan: &Arc<dyn ExecutionPlan>) -> &AggregateExec {
     plan.downcast_ref::<AggregateExec>()

@@ -98,6 +98,22 @@ impl Default for Rewrites {
 }
 
 impl Rewrites {
+    /// These, but for planning a distributed statement on its coordinator: runtime filters
+    /// and shared aggregations join two places of one plan through memory, which the stages
+    /// of a distributed plan do not share; the expression rewrites are left to the workers
+    /// ([`Rules::on_workers`]).
+    pub fn for_distribution(self) -> Self {
+        Self {
+            runtime_filters: false,
+            collected_keys: false,
+            shared_aggregations: false,
+            fast_like: false,
+            fast_conjunctions: false,
+            fast_decimals: false,
+            ..self
+        }
+    }
+
     /// All on but those whose switch reads `off` in the environment.
     pub fn from_env() -> Self {
         let on = |switch: &str| std::env::var(switch).as_deref() != Ok("off");
@@ -182,6 +198,24 @@ impl Rules {
             .unwrap_or(physical.len());
         physical.splice(at..at, ours);
         Self { logical, physical }
+    }
+}
+
+impl Rules {
+    /// The rules a worker runs over each task plan of a distributed statement, in their
+    /// order: the expression rewrites of `rewrites`, whose expressions do not travel.
+    pub(crate) fn on_workers(rewrites: &Rewrites) -> Vec<PhysicalRule> {
+        let mut rules: Vec<PhysicalRule> = Vec::new();
+        if rewrites.fast_like {
+            rules.push(Arc::new(fast_like::FastLike));
+        }
+        if rewrites.fast_conjunctions {
+            rules.push(Arc::new(fast_conjunctions::FastConjunctions));
+        }
+        if rewrites.fast_decimals {
+            rules.push(Arc::new(fast_decimals::FastDecimals));
+        }
+        rules
     }
 }
 

@@ -86,6 +86,34 @@ pub(crate) fn bounded_scan(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn Exe
     Ok(DataSourceExec::from_data_source(config))
 }
 
+/// `plan` (a Parquet scan that travelled, which DataFusion's encoding writes without its
+/// reader) reading through DataFusion's metadata-caching reader of the task's runtime, bounded.
+pub(crate) fn with_bounded_reader(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: &datafusion::execution::TaskContext,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let Some(config) = crate::optimizer::utils::file_scan(&plan) else {
+        return Ok(plan);
+    };
+    let Some(source) = config.file_source().downcast_ref::<ParquetSource>() else {
+        return Ok(plan);
+    };
+    let runtime = ctx.runtime_env();
+    let store = runtime.object_store(config.object_store_url.clone())?;
+    let cached =
+        datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory::new(
+            store,
+            runtime.cache_manager.get_file_metadata_cache(),
+        );
+    let source = source
+        .clone()
+        .with_parquet_file_reader_factory(Arc::new(BoundedFactory(Arc::new(cached))));
+    let config = FileScanConfigBuilder::from(config.clone())
+        .with_source(Arc::new(source))
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
+}
+
 /// An `AsyncFileReader` whose metadata is checked before it is decoded.
 pub(crate) struct Bounded {
     inner: Box<dyn AsyncFileReader + Send>,

@@ -47,6 +47,33 @@ impl fmt::Debug for KeySet {
 }
 
 impl KeySet {
+    /// The set of `keys` (Arrow rows) over `columns` of rows of `schema`, as it travelled.
+    pub(crate) fn from_parts(
+        columns: Vec<usize>,
+        schema: &SchemaRef,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<Self> {
+        let fields: Vec<SortField> = columns
+            .iter()
+            .map(|&c| SortField::new(schema.field(c).data_type().clone()))
+            .collect();
+        Ok(Self {
+            columns,
+            converter: RowConverter::new(fields)?,
+            keys: keys.into_iter().map(Vec::into_boxed_slice).collect(),
+        })
+    }
+
+    /// Positions of the equality columns in the scanned batches.
+    pub(crate) fn columns(&self) -> &[usize] {
+        &self.columns
+    }
+
+    /// The deleted keys, in Arrow's row format.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.keys.iter().map(|k| k.as_ref())
+    }
+
     /// Clears the `keep` flags of the rows of `batch` whose keys were deleted.
     fn mark(&self, batch: &RecordBatch, keep: &mut [bool]) -> Result<()> {
         let columns: Vec<ArrayRef> = self
@@ -221,6 +248,13 @@ impl EqualityDeleteExec {
             input,
             sets: Arc::new(sets),
         }
+    }
+}
+
+impl EqualityDeleteExec {
+    /// The key sets rows are checked against.
+    pub(crate) fn sets(&self) -> &[KeySet] {
+        &self.sets
     }
 }
 

@@ -1,0 +1,217 @@
+//! `floe bench tpch --workers K`: the TPC-H queries distributed over K `floe worker`
+//! processes on this machine against Floe alone on the same data, side by side in one run,
+//! every distributed answer compared row by row with the single-node one.
+//!
+//! The workers register in the benchmark's catalog database, as a cluster's do; this process
+//! coordinates. On one machine the workers share its cores, so the ratio measures what
+//! distribution costs (planning, encoding, shuffles over loopback), not what it gains.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use datafusion::arrow::array::RecordBatch;
+use floe_catalog::cluster::ClusterStore;
+use floe_sql::distributed::{Cluster, ClusterSecret, LiveWorkers};
+use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
+use floe_store::{SqlStore, StoreOptions};
+use futures::TryStreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::tpch::{Prepared, TpchBenchArgs, prepare, same_answer};
+
+/// `floe worker` processes, stopped (SIGTERM, so they deregister) when dropped.
+struct Workers(Vec<Child>);
+
+impl Workers {
+    fn start(count: usize, dir: &Path, memory_mb: usize) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("find this floe binary")?;
+        let db = format!("sqlite:{}", dir.join("catalog.db").display());
+        let mut children = Vec::new();
+        for i in 0..count {
+            let own = dir.join(format!("worker-{i}"));
+            std::fs::create_dir_all(&own)?;
+            let log = std::fs::File::create(own.join("worker.log"))?;
+            let child = Command::new(&exe)
+                .args(["worker", "--listen", "127.0.0.1:0", "--catalog-db", &db])
+                .arg("--data-dir")
+                .arg(&own)
+                .args(["--query-memory-limit-mb", &memory_mb.to_string()])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .context("start a floe worker")?;
+            children.push(child);
+        }
+        Ok(Self(children))
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+        }
+        for child in &mut self.0 {
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn answer(
+    engine: &SqlEngine,
+    prepared: &Prepared,
+    options: &QueryOptions,
+    sql: &str,
+) -> anyhow::Result<Vec<RecordBatch>> {
+    let result = engine.query(&prepared.caller, sql, options).await?;
+    Ok(result.stream.try_collect().await?)
+}
+
+/// How many stages `sql`'s distributed plan has apart from the coordinator's (0: it runs on
+/// the coordinator alone).
+async fn stages(
+    engine: &SqlEngine,
+    prepared: &Prepared,
+    options: &QueryOptions,
+    sql: &str,
+) -> anyhow::Result<usize> {
+    let plan = answer(engine, prepared, options, &format!("EXPLAIN {sql}")).await?;
+    let mut stages = 0;
+    for batch in &plan {
+        let column = batch.column(1);
+        let text = datafusion::arrow::util::display::ArrayFormatter::try_new(
+            column.as_ref(),
+            &Default::default(),
+        )?;
+        for row in 0..batch.num_rows() {
+            stages += text.value(row).to_string().matches("── tasks=").count();
+        }
+    }
+    Ok(stages)
+}
+
+async fn timed(
+    engine: &SqlEngine,
+    prepared: &Prepared,
+    options: &QueryOptions,
+    sql: &str,
+) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    answer(engine, prepared, options, sql).await?;
+    Ok(start.elapsed().as_secs_f64() * 1000.0)
+}
+
+pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
+    let prepared = prepare(&args).await?;
+    let options = prepared.options();
+    let store = SqlStore::connect(
+        &format!("sqlite:{}", prepared.dir.join("catalog.db").display()),
+        StoreOptions::default(),
+    )
+    .await?;
+    let secret = ClusterSecret::new(store.cluster_secret().await?);
+    // Workers of an earlier run that was killed are not this run's.
+    for worker in store.list_workers().await? {
+        store.remove_worker(worker.id).await?;
+    }
+    let _workers = Workers::start(args.workers, &prepared.dir, args.query_memory_limit_mb)?;
+    let live = LiveWorkers::default();
+    let stop = CancellationToken::new();
+    let _stop_watching = stop.clone().drop_guard();
+    tokio::spawn(floe_server::cluster::watch_workers(
+        Arc::new(store.clone()),
+        live.clone(),
+        stop,
+    ));
+    let started = Instant::now();
+    while live.get().len() < args.workers {
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "{} of {} workers registered within a minute (their logs are in {}/worker-*)",
+                live.get().len(),
+                args.workers,
+                prepared.dir.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let coordinator = SqlEngine::new(
+        prepared.engine.catalog().clone(),
+        EngineConfig {
+            query_memory_limit: args.query_memory_limit_mb << 20,
+            ..EngineConfig::default()
+        },
+    )?
+    .with_cluster(Cluster::new(live.clone(), secret).with_task_bytes(args.task_bytes));
+
+    println!(
+        "floe bench tpch --workers {}: scale factor {}, {} iteration(s) after a warm-up, best \
+         time in ms; scan tasks of about {} bytes",
+        args.workers, args.sf, args.iterations, args.task_bytes
+    );
+    let mut identical = 0;
+    let mut distributed_queries = 0;
+    let mut times: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+    for (q, sql) in &prepared.queries {
+        let stages = stages(&coordinator, &prepared, &options, sql).await?;
+        if stages > 0 {
+            distributed_queries += 1;
+        }
+        let alone = answer(&prepared.engine, &prepared, &options, sql)
+            .await
+            .with_context(|| format!("Q{q} alone"))?;
+        let distributed = answer(&coordinator, &prepared, &options, sql)
+            .await
+            .with_context(|| format!("Q{q} distributed"))?;
+        same_answer(&distributed, &alone, "Floe alone")
+            .with_context(|| format!("Q{q}: the distributed answer differs"))?;
+        identical += 1;
+        if args.iterations == 0 {
+            continue;
+        }
+        let (mut best_alone, mut best_distributed) = (f64::MAX, f64::MAX);
+        for _ in 0..args.iterations {
+            best_alone = best_alone.min(timed(&prepared.engine, &prepared, &options, sql).await?);
+            best_distributed =
+                best_distributed.min(timed(&coordinator, &prepared, &options, sql).await?);
+        }
+        eprintln!("Q{q}: alone {best_alone:.1} ms, distributed {best_distributed:.1} ms");
+        times.insert(*q, (best_alone, best_distributed));
+    }
+    println!(
+        "{identical} of {} distributed answers identical to Floe alone's, row by row; \
+         {distributed_queries} of them ran in stages on the workers",
+        prepared.queries.len()
+    );
+    if times.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "\n{:>5} {:>10} {:>13} {:>18}",
+        "query", "alone", "distributed", "distributed/alone"
+    );
+    let (mut sum_alone, mut sum_distributed, mut log) = (0.0, 0.0, 0.0);
+    for (q, (alone, distributed)) in &times {
+        sum_alone += alone;
+        sum_distributed += distributed;
+        log += (distributed / alone).ln();
+        println!(
+            "{:>5} {alone:>10.1} {distributed:>13.1} {:>18.2}",
+            format!("Q{q}"),
+            distributed / alone
+        );
+    }
+    println!(
+        "\nsummed: alone {sum_alone:.0} ms, distributed over {} workers {sum_distributed:.0} ms \
+         (distributed/alone {:.2}); geometric mean of ratios {:.2}",
+        args.workers,
+        sum_distributed / sum_alone,
+        (log / times.len() as f64).exp()
+    );
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! The node's place in a cluster: workers register in the catalog database and heartbeat;
+//! coordinators keep the list of live workers of their own version fresh from it; the worker
+//! service is served behind the cluster's secret; `GET /api/v1/workers` lists the workers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use floe_catalog::cluster::{ClusterStore, WorkerRecord};
+use floe_catalog::governance::authz::{Caller, Privilege};
+use floe_sql::distributed::LiveWorkers;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+use crate::auth::require_server;
+use crate::error::ApiResult;
+
+/// How often a worker records that it lives.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// A worker whose last heartbeat is older than this is no longer given tasks.
+pub const WORKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a coordinator reads the workers again.
+pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// A worker silent this long is forgotten by the store.
+const FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Whether a worker may be given tasks now: it heartbeat within [`WORKER_TIMEOUT`] and runs
+/// this node's version (plans are encoded for the version that made them).
+pub fn is_live(worker: &WorkerRecord, now_ms: i64) -> bool {
+    now_ms - worker.heartbeat_ms <= WORKER_TIMEOUT.as_millis() as i64
+        && worker.version == env!("CARGO_PKG_VERSION")
+}
+
+/// Keeps `live` to the workers that may be given tasks, until `shutdown`.
+pub async fn watch_workers(
+    store: Arc<dyn ClusterStore>,
+    live: LiveWorkers,
+    shutdown: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(WATCH_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut known: Vec<url::Url> = Vec::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let workers = match store.list_workers().await {
+            Ok(workers) => workers,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the cluster's workers");
+                continue;
+            }
+        };
+        let now = now_ms();
+        let mut urls = Vec::new();
+        for worker in workers.iter().filter(|w| is_live(w, now)) {
+            match url::Url::parse(&worker.url) {
+                Ok(url) => urls.push(url),
+                Err(e) => tracing::warn!(url = worker.url, error = %e, "a worker's URL is not one"),
+            }
+        }
+        urls.sort();
+        if urls != known {
+            tracing::info!(
+                workers = ?urls.iter().map(|u| u.as_str()).collect::<Vec<_>>(),
+                "live workers changed"
+            );
+            known = urls.clone();
+        }
+        live.set(urls);
+    }
+}
+
+/// The machine's one-minute load average (0 where the system does not say).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Registers this worker, heartbeats every [`HEARTBEAT_EVERY`] until `shutdown`, then
+/// deregisters it.
+pub async fn heartbeat(store: Arc<dyn ClusterStore>, url: String, shutdown: CancellationToken) {
+    let mut record = WorkerRecord {
+        id: uuid::Uuid::now_v7(),
+        url,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at_ms: now_ms(),
+        heartbeat_ms: now_ms(),
+        load_average: load_average(),
+    };
+    let mut ticks = tokio::time::interval(HEARTBEAT_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticks.tick() => {}
+        }
+        record.heartbeat_ms = now_ms();
+        record.load_average = load_average();
+        if let Err(e) = store.heartbeat_worker(&record).await {
+            tracing::warn!(error = %e, "could not record this worker's heartbeat");
+        }
+        if let Err(e) = store
+            .prune_workers(now_ms() - FORGET_AFTER.as_millis() as i64)
+            .await
+        {
+            tracing::debug!(error = %e, "could not forget long-silent workers");
+        }
+    }
+    if let Err(e) = store.remove_worker(record.id).await {
+        tracing::warn!(error = %e, "could not deregister this worker");
+    }
+}
+
+/// Serves the worker service (`routes`) on `listener` until `shutdown`.
+pub async fn serve_worker(
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    shutdown: CancellationToken,
+    tls: Option<crate::tls::TlsFiles>,
+) -> Result<(), tonic::transport::Error> {
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+    if let Some(files) = tls {
+        builder = builder.tls_config(
+            tonic::transport::ServerTlsConfig::new()
+                .identity(files.identity())
+                .timeout(crate::listen::FIRST_BYTES_TIMEOUT),
+        )?;
+    }
+    builder
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(
+            crate::listen::incoming(listener, "worker", shutdown.clone()),
+            shutdown.cancelled_owned(),
+        )
+        .await
+}
+
+/// `GET /api/v1/workers`: every registered worker, whether it is live, its load and version.
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Value>> {
+    require_server(&caller, Privilege::ManageWarehouses)?;
+    let Some(store) = &state.cluster else {
+        return Ok(Json(json!({"workers": []})));
+    };
+    let now = now_ms();
+    let workers: Vec<Value> = store
+        .list_workers()
+        .await?
+        .into_iter()
+        .map(|w| {
+            json!({
+                "id": w.id,
+                "url": w.url,
+                "version": w.version,
+                "live": is_live(&w, now),
+                "started-at-ms": w.started_at_ms,
+                "heartbeat-ms": w.heartbeat_ms,
+                "load-average": w.load_average,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "workers": workers })))
+}

@@ -1,0 +1,329 @@
+//! How Floe's plan nodes travel: the codec registered on coordinators and
+//! workers alike.
+//!
+//! | Node or expression | Written as |
+//! |---|---|
+//! | [`FloeScanExec`] | DataFusion's encoding of the Parquet scan, plus each file's access plan; the field-id adapter and the bounded-footer reader are put back on arrival |
+//! | `IcebergEqualityDeleteExec` | the deleted keys (Arrow row format) and their columns |
+//! | `FewGroupsExec` | the `AggregateExec` it replaces |
+//!
+//! Floe's expressions (`Conjunction`, `PartsLike`, `Decimal64Arithmetic`) do not travel:
+//! DataFusion 54's composed codec, which DataFusion-distributed encodes plans with, hands
+//! expressions to none of its codecs. Their rules run on the worker instead, over each task
+//! plan it is sent ([`super::worker`]), and make the same expressions there.
+//!
+//! Runtime filters (the collected build keys and the filters reading them) and shared
+//! aggregations join two places of one plan through memory; a distributed session does not
+//! make them (see [`super`]), and the codec refuses them rather than dropping them.
+
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result};
+use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
+use datafusion_proto::protobuf::PhysicalPlanNode;
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use prost::Message;
+
+use super::scan::FloeScanExec;
+use crate::optimizer::few_groups::FewGroupsExec;
+use crate::scan::equality_deletes::{EqualityDeleteExec, KeySet};
+
+const SCAN: u32 = 1;
+const EQUALITY_DELETES: u32 = 2;
+const FEW_GROUPS: u32 = 3;
+
+/// What every encoded node or expression starts with: which kind it is.
+#[derive(Clone, PartialEq, Message)]
+struct Envelope {
+    #[prost(uint32, tag = "1")]
+    kind: u32,
+    #[prost(bytes = "vec", tag = "2")]
+    body: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct ScanNode {
+    /// DataFusion's `PhysicalPlanNode` of the Parquet scan.
+    #[prost(bytes = "vec", tag = "1")]
+    scan: Vec<u8>,
+    #[prost(message, repeated, tag = "2")]
+    access: Vec<FileAccess>,
+}
+
+/// The access plan of the `file`-th file of the `group`-th group.
+#[derive(Clone, PartialEq, Message)]
+struct FileAccess {
+    #[prost(uint32, tag = "1")]
+    group: u32,
+    #[prost(uint32, tag = "2")]
+    file: u32,
+    #[prost(message, repeated, tag = "3")]
+    row_groups: Vec<RowGroup>,
+}
+
+/// One row group: scanned whole, skipped, or read by selectors (rows, skipped or read).
+#[derive(Clone, PartialEq, Message)]
+struct RowGroup {
+    /// 0 scan, 1 skip, 2 selection.
+    #[prost(uint32, tag = "1")]
+    how: u32,
+    #[prost(uint64, repeated, tag = "2")]
+    rows: Vec<u64>,
+    #[prost(bool, repeated, tag = "3")]
+    skip: Vec<bool>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct EqualityNode {
+    #[prost(message, repeated, tag = "1")]
+    sets: Vec<KeySetNode>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct KeySetNode {
+    #[prost(uint32, repeated, tag = "1")]
+    columns: Vec<u32>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    keys: Vec<Vec<u8>>,
+}
+
+fn invalid(what: impl std::fmt::Display) -> DataFusionError {
+    DataFusionError::Internal(format!("a Floe plan node could not be decoded: {what}"))
+}
+
+fn decode_message<M: Message + Default>(bytes: &[u8]) -> Result<M> {
+    M::decode(bytes).map_err(invalid)
+}
+
+/// The codec of Floe's plan nodes.
+#[derive(Debug, Default)]
+pub struct FloeCodec;
+
+impl FloeCodec {
+    fn encode_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
+        Ok(PhysicalPlanNode::try_from_physical_plan(plan, self)?.encode_to_vec())
+    }
+
+    fn decode_plan(&self, bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
+        decode_message::<PhysicalPlanNode>(bytes)?.try_into_physical_plan(ctx, self)
+    }
+
+    fn encode_scan(&self, scan: &FloeScanExec) -> Result<Vec<u8>> {
+        let mut access = Vec::new();
+        for (g, group) in scan.config().file_groups.iter().enumerate() {
+            for (f, file) in group.files().iter().enumerate() {
+                // Floe attaches nothing else to a file; anything else would not travel.
+                if file.extensions.len()
+                    > usize::from(file.extension::<ParquetAccessPlan>().is_some())
+                {
+                    return Err(DataFusionError::Internal(
+                        "a Floe scan file carries an extension the codec does not know".into(),
+                    ));
+                }
+                let Some(plan) = file.extension::<ParquetAccessPlan>() else {
+                    continue;
+                };
+                access.push(FileAccess {
+                    group: g as u32,
+                    file: f as u32,
+                    row_groups: plan.inner().iter().map(row_group_of).collect(),
+                });
+            }
+        }
+        Ok(ScanNode {
+            scan: self.encode_plan(scan.scan().clone())?,
+            access,
+        }
+        .encode_to_vec())
+    }
+
+    fn decode_scan(&self, body: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
+        let node: ScanNode = decode_message(body)?;
+        let plan = self.decode_plan(&node.scan, ctx)?;
+        let config = crate::optimizer::utils::file_scan(&plan)
+            .ok_or_else(|| invalid("the scan is not a file scan"))?;
+        let mut groups: Vec<Vec<_>> = config
+            .file_groups
+            .iter()
+            .map(|g| g.files().to_vec())
+            .collect();
+        for access in node.access {
+            let file = groups
+                .get_mut(access.group as usize)
+                .and_then(|g| g.get_mut(access.file as usize))
+                .ok_or_else(|| invalid("an access plan names a file the scan lacks"))?;
+            let row_groups = access
+                .row_groups
+                .into_iter()
+                .map(row_group_access)
+                .collect::<Result<Vec<_>>>()?;
+            *file = file
+                .clone()
+                .with_extension(ParquetAccessPlan::new(row_groups));
+        }
+        let config = FileScanConfigBuilder::from(config.clone())
+            .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+            .with_expr_adapter(Some(Arc::new(
+                crate::scan::field_ids::FieldIdAdapterFactory,
+            )))
+            .build();
+        let scan = crate::scan::bounded_footer::with_bounded_reader(
+            DataSourceExec::from_data_source(config),
+            ctx,
+        )?;
+        Ok(Arc::new(FloeScanExec::new(scan)?))
+    }
+
+    fn encode_equality(&self, exec: &EqualityDeleteExec) -> Vec<u8> {
+        EqualityNode {
+            sets: exec
+                .sets()
+                .iter()
+                .map(|set| KeySetNode {
+                    columns: set.columns().iter().map(|&c| c as u32).collect(),
+                    keys: set.keys().map(|k| k.to_vec()).collect(),
+                })
+                .collect(),
+        }
+        .encode_to_vec()
+    }
+
+    fn decode_equality(
+        &self,
+        body: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = inputs else {
+            return Err(invalid("an equality delete filter takes one input"));
+        };
+        let node: EqualityNode = decode_message(body)?;
+        let schema = input.schema();
+        let sets = node
+            .sets
+            .into_iter()
+            .map(|set| {
+                let columns: Vec<usize> = set.columns.iter().map(|&c| c as usize).collect();
+                if columns.iter().any(|&c| c >= schema.fields().len()) {
+                    return Err(invalid("an equality column is outside the scan"));
+                }
+                KeySet::from_parts(columns, &schema, set.keys)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(EqualityDeleteExec::new(input.clone(), sets)))
+    }
+
+    /// The aggregate of a [`FewGroupsExec`] over a placeholder of its input's schema: its
+    /// input travels as the node's child.
+    fn encode_few_groups(&self, exec: &FewGroupsExec) -> Result<Vec<u8>> {
+        let aggregate = exec.aggregate();
+        let [input] = aggregate.children()[..] else {
+            return Err(DataFusionError::Internal(
+                "an aggregate has one input".into(),
+            ));
+        };
+        let placeholder: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(input.schema()));
+        self.encode_plan(aggregate.clone().with_new_children(vec![placeholder])?)
+    }
+
+    fn decode_few_groups(
+        &self,
+        body: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = inputs else {
+            return Err(invalid("a few-groups aggregation takes one input"));
+        };
+        let aggregate = self
+            .decode_plan(body, ctx)?
+            .with_new_children(vec![input.clone()])?;
+        Ok(Arc::new(FewGroupsExec::over(aggregate)?))
+    }
+}
+
+fn row_group_of(access: &RowGroupAccess) -> RowGroup {
+    match access {
+        RowGroupAccess::Scan => RowGroup {
+            how: 0,
+            ..Default::default()
+        },
+        RowGroupAccess::Skip => RowGroup {
+            how: 1,
+            ..Default::default()
+        },
+        RowGroupAccess::Selection(selection) => {
+            let (rows, skip) = selection
+                .iter()
+                .map(|s| (s.row_count as u64, s.skip))
+                .unzip();
+            RowGroup { how: 2, rows, skip }
+        }
+    }
+}
+
+fn row_group_access(group: RowGroup) -> Result<RowGroupAccess> {
+    Ok(match group.how {
+        0 => RowGroupAccess::Scan,
+        1 => RowGroupAccess::Skip,
+        2 if group.rows.len() == group.skip.len() => {
+            let selectors: Vec<RowSelector> = group
+                .rows
+                .iter()
+                .zip(&group.skip)
+                .map(|(&rows, &skip)| {
+                    let rows = usize::try_from(rows).map_err(invalid)?;
+                    Ok(if skip {
+                        RowSelector::skip(rows)
+                    } else {
+                        RowSelector::select(rows)
+                    })
+                })
+                .collect::<Result<_>>()?;
+            RowGroupAccess::Selection(RowSelection::from(selectors))
+        }
+        _ => return Err(invalid("a row group access of unknown shape")),
+    })
+}
+
+fn envelope(kind: u32, body: Vec<u8>, buf: &mut Vec<u8>) {
+    Envelope { kind, body }.encode(buf).expect("a Vec grows");
+}
+
+impl PhysicalExtensionCodec for FloeCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Envelope { kind, body } = decode_message(buf)?;
+        match kind {
+            SCAN => self.decode_scan(&body, ctx),
+            EQUALITY_DELETES => self.decode_equality(&body, inputs),
+            FEW_GROUPS => self.decode_few_groups(&body, inputs, ctx),
+            other => Err(invalid(format!("unknown node kind {other}"))),
+        }
+    }
+
+    fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Result<()> {
+        if let Some(scan) = node.downcast_ref::<FloeScanExec>() {
+            envelope(SCAN, self.encode_scan(scan)?, buf);
+        } else if let Some(exec) = node.downcast_ref::<EqualityDeleteExec>() {
+            envelope(EQUALITY_DELETES, self.encode_equality(exec), buf);
+        } else if let Some(exec) = node.downcast_ref::<FewGroupsExec>() {
+            envelope(FEW_GROUPS, self.encode_few_groups(exec)?, buf);
+        } else {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{} cannot run on another node",
+                node.name()
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! Distributed execution: one statement run by several Floe nodes together, on
+//! DataFusion-distributed.
+//!
+//! A node that coordinates plans a statement as it would alone, wraps Floe's table scans so
+//! they travel whole ([`scan`]), and lets DataFusion-distributed cut the plan into stages of
+//! tasks; the tasks of a stage that reads a table take its files by rendezvous hashing of
+//! their paths over the live workers. Plans travel encoded by DataFusion's codec and Floe's
+//! ([`codec`]), over gRPC calls that carry the cluster's secret ([`auth`]); a worker runs
+//! them in a session with Floe's settings and the warehouses' object stores ([`worker`]).
+//!
+//! Grants are checked on the coordinator while it plans (a table's scan checks the caller's
+//! read privilege); a worker checks only that a plan comes from its cluster.
+//!
+//! Two of Floe's rewrites join two places of one plan through memory and are not made in a
+//! distributed session: runtime filters fed by collected build keys, and shared repeated
+//! aggregations.
+
+mod auth;
+mod codec;
+mod explain;
+mod scan;
+mod worker;
+
+use std::sync::{Arc, RwLock};
+
+use datafusion::common::Result;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, WorkerResolver};
+use url::Url;
+
+pub use auth::{ClusterSecret, SECRET_HEADER};
+pub use codec::FloeCodec;
+pub use scan::FloeScanExec;
+pub use worker::worker_routes;
+
+/// Data a scan task reads by default: 128 MiB.
+pub const DEFAULT_TASK_BYTES: usize = 128 << 20;
+
+/// The workers a coordinator hands tasks to, kept fresh by whoever watches the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct LiveWorkers(Arc<RwLock<Vec<Url>>>);
+
+impl LiveWorkers {
+    /// From now on, tasks go to `urls`.
+    pub fn set(&self, mut urls: Vec<Url>) {
+        urls.sort();
+        urls.dedup();
+        *self.0.write().expect("live workers") = urls;
+    }
+
+    pub fn get(&self) -> Vec<Url> {
+        self.0.read().expect("live workers").clone()
+    }
+}
+
+impl WorkerResolver for LiveWorkers {
+    fn get_urls(&self) -> Result<Vec<Url>> {
+        Ok(self.get())
+    }
+}
+
+/// What a coordinating engine distributes with: the live workers and the cluster's secret.
+#[derive(Clone)]
+pub struct Cluster {
+    pub workers: LiveWorkers,
+    channels: auth::SecretChannels,
+    /// Data a scan task reads, about: a scan of less stays on one task.
+    task_bytes: usize,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    pub fn new(workers: LiveWorkers, secret: ClusterSecret) -> Self {
+        Self {
+            workers,
+            channels: auth::SecretChannels::new(secret),
+            task_bytes: DEFAULT_TASK_BYTES,
+        }
+    }
+
+    /// Scans get a task per `bytes` of data they read (at most one per live worker).
+    pub fn with_task_bytes(mut self, bytes: usize) -> Self {
+        self.task_bytes = bytes.max(1);
+        self
+    }
+
+    /// `builder` (configured already) planning distributed statements over this cluster.
+    pub(crate) fn distribute(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
+        // The resolver first: it puts DataFusion-distributed's options in the configuration.
+        let mut builder = builder
+            .with_distributed_worker_resolver(self.workers.clone())
+            .with_distributed_file_scan_config_bytes_per_partition(self.task_bytes)?
+            .with_query_planner(Arc::new(scan::WrapScans))
+            .with_distributed_channel_resolver(self.channels.clone())
+            .with_distributed_user_codec(FloeCodec)
+            .with_distributed_desired_task_count_handler(scan::ScanTaskCount)
+            .with_distributed_scale_up_leaf_node_handler(scan::scale_up_scan)
+            .with_distributed_route_tasks_handler(scan::RouteScanTasks)
+            .with_distributed_planner();
+        let inner = builder
+            .query_planner()
+            .take()
+            .expect("the distributed planner was set just now");
+        Ok(builder.with_query_planner(Arc::new(explain::ShowStages { inner })))
+    }
+}

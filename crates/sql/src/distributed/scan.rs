@@ -1,0 +1,365 @@
+//! A Floe table scan as it travels to workers, how it is cut into tasks, and where each task
+//! goes.
+//!
+//! Floe reads a table with DataFusion's native Parquet scan (`DataSourceExec`), but three of
+//! its parts are Floe's: each file's access plan (its position deletes and deletion vectors as
+//! row selections), the field-id expression adapter and the bounded-footer reader. DataFusion's
+//! own plan encoding writes the scan without them, so a worker would read deleted rows and map
+//! columns by name. Before a statement is distributed, every Floe scan is wrapped in a
+//! [`FloeScanExec`], which the engine's codec ([`super::codec`]) writes whole.
+//!
+//! The files of a scan are dealt to tasks by rendezvous hashing of their paths over the live
+//! workers ([`placement`]): a file always lands on the same worker while that worker lives, so
+//! its cache holds its own share; a worker that leaves moves only its share.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::session_state::SessionState;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::metrics::MetricsSet;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
+use datafusion_distributed::{
+    DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
+    DistributedConfig, DistributedLeafExec, RouteTasksEvent, RouteTasksEventResponse,
+    ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse, get_distributed_worker_resolver,
+};
+use url::Url;
+
+use crate::engine::stores::SCHEME;
+use crate::optimizer::utils::file_scan;
+
+/// A Floe table's native Parquet scan, kept whole on its way to a worker; it runs as the scan
+/// it wraps.
+#[derive(Debug)]
+pub struct FloeScanExec {
+    scan: Arc<dyn ExecutionPlan>,
+}
+
+impl FloeScanExec {
+    /// `scan` must be a `DataSourceExec` over a `FileScanConfig`.
+    pub(crate) fn new(scan: Arc<dyn ExecutionPlan>) -> Result<Self> {
+        if file_scan(&scan).is_none() {
+            return Err(DataFusionError::Internal(
+                "FloeScanExec wraps a file scan".into(),
+            ));
+        }
+        Ok(Self { scan })
+    }
+
+    /// The native scan.
+    pub(crate) fn scan(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.scan
+    }
+
+    pub(crate) fn config(&self) -> &FileScanConfig {
+        file_scan(&self.scan).expect("checked when made")
+    }
+
+    /// The same scan over `groups` of files instead.
+    fn with_groups(&self, groups: Vec<FileGroup>) -> Result<Self> {
+        let config = FileScanConfigBuilder::from(self.config().clone())
+            .with_file_groups(groups)
+            .build();
+        Self::new(DataSourceExec::from_data_source(config))
+    }
+}
+
+impl DisplayAs for FloeScanExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "FloeScanExec: ")?;
+        self.scan.fmt_as(t, f)
+    }
+}
+
+impl ExecutionPlan for FloeScanExec {
+    fn name(&self) -> &str {
+        "FloeScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.scan.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.scan.execute(partition, context)
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        self.scan.metrics()
+    }
+
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
+        self.scan.partition_statistics(partition)
+    }
+}
+
+/// Whether `plan` is a scan of a Floe warehouse's files.
+fn is_floe_scan(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    file_scan(plan).is_some_and(|config| config.object_store_url.as_str().starts_with(SCHEME))
+}
+
+/// `plan` with every Floe scan wrapped in a [`FloeScanExec`].
+pub(crate) fn wrap_scans(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        if is_floe_scan(&node) {
+            let wrapped: Arc<dyn ExecutionPlan> = Arc::new(FloeScanExec::new(node)?);
+            return Ok(Transformed::yes(wrapped));
+        }
+        Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
+}
+
+/// DataFusion's physical planner, then Floe's scans wrapped to travel whole; the distributed
+/// planner runs over its output.
+#[derive(Debug, Default)]
+pub(crate) struct WrapScans;
+
+#[async_trait]
+impl QueryPlanner for WrapScans {
+    async fn create_physical_plan(
+        &self,
+        logical_plan: &LogicalPlan,
+        session_state: &SessionState,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let plan = DefaultPhysicalPlanner::default()
+            .create_physical_plan(logical_plan, session_state)
+            .await?;
+        wrap_scans(plan)
+    }
+}
+
+/// How many tasks a Floe scan asks for: one per `file_scan_config_bytes_per_partition` of
+/// data (the cluster's task size), and at most one per live worker.
+#[derive(Debug, Default)]
+pub(crate) struct ScanTaskCount;
+
+#[async_trait]
+impl DesiredTaskCountHandler for ScanTaskCount {
+    async fn handle(
+        &self,
+        ev: DesiredTaskCountEvent<'_>,
+    ) -> Option<Result<DesiredTaskCountEventResponse>> {
+        let scan = ev.plan.downcast_ref::<FloeScanExec>()?;
+        let per_partition = match DistributedConfig::from_session_config(ev.session_config) {
+            Ok(config) => config.file_scan_config_bytes_per_partition.max(1),
+            Err(e) => return Some(Err(e)),
+        };
+        let bytes: u64 = scan
+            .config()
+            .file_groups
+            .iter()
+            .flat_map(|g| g.files())
+            .map(|f| f.effective_size())
+            .sum();
+        let live =
+            match get_distributed_worker_resolver(ev.session_config).and_then(|r| r.get_urls()) {
+                Ok(urls) => urls.len().max(1),
+                Err(e) => return Some(Err(e)),
+            };
+        // More tasks than workers would leave the extra ones without files (a file has one
+        // home worker).
+        let tasks = (bytes as usize).div_ceil(per_partition).clamp(1, live);
+        Some(Ok(DesiredTaskCountEventResponse::desired(tasks)))
+    }
+}
+
+/// The files of a Floe scan dealt to `task_count` tasks: task `i` runs on the `i`-th live
+/// worker (in URL order, [`RouteScanTasks`]) and takes the files whose path hashes highest for
+/// that worker among the first `task_count` ([`placement`]). Each task's files are spread over
+/// as many partitions as the scan had.
+pub(crate) fn scale_up_scan(
+    ev: ScaleUpLeafNodeEvent,
+) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
+    let scan = ev.plan.downcast_ref::<FloeScanExec>()?;
+    let partitions = ev.plan.properties().partitioning.partition_count().max(1);
+    let tasks = ev.task_count.max(1);
+    let workers = match task_workers(ev.session_config, tasks) {
+        Ok(workers) => workers,
+        Err(e) => return Some(Err(e)),
+    };
+    let mut per_task: Vec<Vec<Vec<_>>> = vec![vec![Vec::new(); partitions]; tasks];
+    let mut bytes: Vec<Vec<u64>> = vec![vec![0; partitions]; tasks];
+    let mut files: Vec<_> = scan
+        .config()
+        .file_groups
+        .iter()
+        .flat_map(|g| g.files().iter().cloned())
+        .collect();
+    // Largest first into the task's lightest partition: balanced partitions within a task.
+    files.sort_by_key(|f| std::cmp::Reverse(f.effective_size()));
+    for file in files {
+        let task = placement::owner(file.object_meta.location.as_ref(), &workers);
+        let lightest = (0..partitions).min_by_key(|&p| bytes[task][p]).unwrap_or(0);
+        bytes[task][lightest] += file.effective_size();
+        per_task[task][lightest].push(file);
+    }
+    let variants: Result<Vec<Arc<dyn ExecutionPlan>>> = per_task
+        .into_iter()
+        .map(|groups| {
+            let groups = groups.into_iter().map(FileGroup::new).collect();
+            Ok(Arc::new(scan.with_groups(groups)?) as Arc<dyn ExecutionPlan>)
+        })
+        .collect();
+    let leaf = variants.and_then(|v| DistributedLeafExec::try_new(ev.plan.clone(), v));
+    Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
+}
+
+/// The workers tasks `0..tasks` of a scan run on: the live workers in URL order, cycled when
+/// there are fewer workers than tasks.
+fn task_workers(config: &datafusion::prelude::SessionConfig, tasks: usize) -> Result<Vec<String>> {
+    let mut urls = get_distributed_worker_resolver(config)?.get_urls()?;
+    if urls.is_empty() {
+        return Err(DataFusionError::Execution(
+            "no live worker to run the query's tasks".into(),
+        ));
+    }
+    urls.sort();
+    Ok((0..tasks)
+        .map(|i| urls[i % urls.len()].to_string())
+        .collect())
+}
+
+/// Routes the tasks of a stage that reads a Floe scan to the workers [`scale_up_scan`] dealt
+/// its files for: task `i` to the `i`-th live worker in URL order. Other stages are left to
+/// DataFusion-distributed's own routing.
+#[derive(Debug, Default)]
+pub(crate) struct RouteScanTasks;
+
+impl datafusion_distributed::RouteTasksHandler for RouteScanTasks {
+    fn handle(&self, ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
+        let reads_scan = ev
+            .plan
+            .exists(|node| {
+                Ok(node
+                    .downcast_ref::<DistributedLeafExec>()
+                    .is_some_and(|leaf| leaf.original().downcast_ref::<FloeScanExec>().is_some()))
+            })
+            .unwrap_or(false);
+        if !reads_scan {
+            return None;
+        }
+        let urls = task_workers(ev.task_ctx.session_config(), ev.task_count).and_then(|w| {
+            w.iter()
+                .map(|u| Url::parse(u).map_err(|e| DataFusionError::Execution(e.to_string())))
+                .collect::<Result<Vec<_>>>()
+        });
+        Some(urls.map(RouteTasksEventResponse::new))
+    }
+}
+
+/// Rendezvous (highest random weight) hashing of file paths over workers.
+pub(crate) mod placement {
+    use sha2::{Digest, Sha256};
+
+    /// The weight of `path` on `worker`.
+    fn weight(path: &str, worker: &str) -> u64 {
+        let mut hash = Sha256::new();
+        hash.update(worker.as_bytes());
+        hash.update([0]);
+        hash.update(path.as_bytes());
+        let digest = hash.finalize();
+        u64::from_be_bytes(digest[..8].try_into().expect("eight bytes"))
+    }
+
+    /// The position in `workers` of the worker `path` belongs to: the one it weighs most on
+    /// (ties, which need equal hashes, go to the first). A worker named at several positions
+    /// counts once, at its first.
+    pub(crate) fn owner(path: &str, workers: &[String]) -> usize {
+        let mut best = 0;
+        let mut best_weight = None;
+        for (i, worker) in workers.iter().enumerate() {
+            if workers[..i].contains(worker) {
+                continue;
+            }
+            let w = weight(path, worker);
+            if best_weight.is_none_or(|b| w > b) {
+                best = i;
+                best_weight = Some(w);
+            }
+        }
+        best
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn workers(n: usize) -> Vec<String> {
+            (0..n).map(|i| format!("http://10.0.0.{i}:7000/")).collect()
+        }
+
+        #[test]
+        fn a_worker_leaving_moves_only_its_own_files() {
+            let before = workers(4);
+            let after: Vec<String> = before
+                .iter()
+                .filter(|w| !w.ends_with("2:7000/"))
+                .cloned()
+                .collect();
+            let mut moved = 0;
+            for f in 0..2000 {
+                let path = format!("data/part-{f}.parquet");
+                let was = &before[owner(&path, &before)];
+                let is = &after[owner(&path, &after)];
+                if was != is {
+                    assert!(
+                        was.ends_with("2:7000/"),
+                        "{path} moved off a worker that stayed"
+                    );
+                    moved += 1;
+                }
+            }
+            // About a quarter of the files lived on the worker that left.
+            assert!((350..650).contains(&moved), "{moved} of 2000 moved");
+        }
+
+        #[test]
+        fn files_spread_evenly_and_stay_put() {
+            let ws = workers(3);
+            let mut counts = [0usize; 3];
+            for f in 0..3000 {
+                let path = format!("data/{f}.parquet");
+                let o = owner(&path, &ws);
+                assert_eq!(o, owner(&path, &ws));
+                counts[o] += 1;
+            }
+            assert!(
+                counts.iter().all(|&c| (850..1150).contains(&c)),
+                "{counts:?}"
+            );
+        }
+
+        #[test]
+        fn repeated_workers_take_their_first_position() {
+            let ws = vec!["a".to_string(), "b".to_string(), "a".to_string()];
+            for f in 0..100 {
+                assert_ne!(owner(&format!("{f}"), &ws), 2);
+            }
+        }
+    }
+}
