@@ -148,7 +148,8 @@ pub async fn serve_worker(
         .await
 }
 
-/// `GET /api/v1/workers`: every registered worker, whether it is live, its load and version.
+/// `GET /api/v1/workers`: every registered worker, whether it is live, whether this node
+/// hands it tasks (when it coordinates), its load and version.
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -158,6 +159,7 @@ pub async fn list(
         return Ok(Json(json!({"workers": []})));
     };
     let now = now_ms();
+    let routed = state.sql.routed_workers();
     let workers: Vec<Value> = store
         .list_workers()
         .await?
@@ -168,6 +170,9 @@ pub async fn list(
                 "url": w.url,
                 "version": w.version,
                 "live": is_live(&w, now),
+                "routed": routed.as_ref().is_some_and(|urls| {
+                    url::Url::parse(&w.url).is_ok_and(|url| urls.contains(&url))
+                }),
                 "started-at-ms": w.started_at_ms,
                 "heartbeat-ms": w.heartbeat_ms,
                 "load-average": w.load_average,

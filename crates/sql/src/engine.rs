@@ -280,6 +280,8 @@ impl From<CatalogError> for SqlError {
 struct Prepared {
     context: SessionContext,
     plan: LogicalPlan,
+    /// The cluster the statement is distributed over, if it is.
+    cluster: Option<crate::distributed::Cluster>,
     partitioned_by: Option<crate::write::PartitionFields>,
     warehouse: String,
     namespace: String,
@@ -397,6 +399,11 @@ impl SqlEngine {
         self.query_runtime()
     }
 
+    /// The workers this engine hands tasks to now, when it coordinates a cluster.
+    pub fn routed_workers(&self) -> Option<Vec<url::Url>> {
+        self.cluster.as_ref().map(|c| c.workers.get())
+    }
+
     /// How this engine runs queries.
     pub fn config(&self) -> &EngineConfig {
         &self.config
@@ -477,11 +484,18 @@ impl SqlEngine {
         let ticket = self.admission.admit(caller).await?;
         let deadline = ticket.deadline;
         let prepared = deadline
-            .run(self.prepare(caller, sql, options, self.query_runtime()?))
+            .run(self.prepare(
+                caller,
+                sql,
+                options,
+                self.query_runtime()?,
+                Planning::AsConfigured,
+            ))
             .await??;
         let Prepared {
             context,
             plan,
+            cluster,
             partitioned_by,
             warehouse,
             namespace,
@@ -518,6 +532,10 @@ impl SqlEngine {
             LogicalPlan::Dml(_) => None,
             plan => Some((context.state(), plan.clone())),
         };
+        // A distributed query that loses a worker before answering runs again without it.
+        let relaunch = cluster.map(|cluster| {
+            crate::distributed::Relaunch::new(cluster, context.state(), plan.clone())
+        });
         let frame = deadline.run(context.execute_logical_plan(plan)).await??;
         let schema = plain_schema(frame.schema().inner());
         // Physical planning and `execute` run on the query runtime too: operators spawn their
@@ -534,7 +552,7 @@ impl SqlEngine {
             })??;
         Ok(QueryResult {
             schema: schema.clone(),
-            stream: self.drive(schema, stream, ticket, retry),
+            stream: self.drive(schema, stream, ticket, retry, relaunch),
         })
     }
 
@@ -550,12 +568,50 @@ impl SqlEngine {
         let ticket = self.admission.plan_only(caller)?;
         let prepared = ticket
             .deadline
-            .run(self.prepare(caller, sql, options, self.runtime.clone()))
+            .run(self.prepare(
+                caller,
+                sql,
+                options,
+                self.runtime.clone(),
+                Planning::AsConfigured,
+            ))
             .await??;
         Ok(match &prepared.plan {
             LogicalPlan::Ddl(_) => ddl::count_schema(),
             plan => plain_schema(plan.schema().inner()),
         })
+    }
+
+    /// The physical plan a coordinator would cut into stages for the query `sql`: planned with
+    /// the rules of a distributed statement and its scans wrapped to travel, not run.
+    pub async fn distributable_plan(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        options: &QueryOptions,
+    ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>, SqlError> {
+        let ticket = self.admission.plan_only(caller)?;
+        let prepared = ticket
+            .deadline
+            .run(self.prepare(
+                caller,
+                sql,
+                options,
+                self.runtime.clone(),
+                Planning::Distributable,
+            ))
+            .await??;
+        if !matches!(prepared.plan, LogicalPlan::Dml(_) | LogicalPlan::Ddl(_)) {
+            return Ok(prepared
+                .context
+                .state()
+                .create_physical_plan(&prepared.plan)
+                .await?);
+        }
+        Err(SqlError::new(
+            SqlErrorKind::Invalid,
+            "only queries are distributed",
+        ))
     }
 
     /// The types of the statement's `$1`, `$2`, … placeholders, as far as planning can tell
@@ -569,7 +625,13 @@ impl SqlEngine {
         let ticket = self.admission.plan_only(caller)?;
         let prepared = ticket
             .deadline
-            .run(self.prepare(caller, sql, options, self.runtime.clone()))
+            .run(self.prepare(
+                caller,
+                sql,
+                options,
+                self.runtime.clone(),
+                Planning::AsConfigured,
+            ))
             .await??;
         let types = prepared.plan.get_parameter_types()?;
         let count = types
@@ -590,6 +652,7 @@ impl SqlEngine {
         sql: &str,
         options: &QueryOptions,
         runtime: Arc<RuntimeEnv>,
+        planning: Planning,
     ) -> Result<Prepared, SqlError> {
         let warehouse = options.warehouse.as_deref().unwrap_or("default");
         let namespace = options.namespace.as_deref().unwrap_or("default");
@@ -615,10 +678,11 @@ impl SqlEngine {
         let cluster = self
             .cluster
             .as_ref()
-            .filter(|cluster| is_query(&statement) && !cluster.workers.get().is_empty());
-        let rules = match cluster {
-            Some(_) => &self.distributed_rules,
-            None => &self.rules,
+            .filter(|cluster| is_query(&statement) && !cluster.workers.get().is_empty())
+            .filter(|_| planning == Planning::AsConfigured);
+        let rules = match (cluster, planning) {
+            (Some(_), _) | (None, Planning::Distributable) => &self.distributed_rules,
+            (None, Planning::AsConfigured) => &self.rules,
         };
         let mut state = SessionStateBuilder::new()
             .with_config(config)
@@ -631,6 +695,8 @@ impl SqlEngine {
         let mut state = state.with_physical_optimizer_rules(rules.physical.clone());
         if let Some(cluster) = cluster {
             state = cluster.distribute(state)?;
+        } else if planning == Planning::Distributable {
+            state = crate::distributed::wrapping_scans(state);
         }
         let state = state.build();
         let plan = state.statement_to_plan(statement).await?;
@@ -643,6 +709,7 @@ impl SqlEngine {
         surface::check(&plan)?;
         Ok(Prepared {
             context: SessionContext::new_with_state(state),
+            cluster: cluster.cloned(),
             plan,
             partitioned_by,
             warehouse: warehouse.to_string(),
@@ -654,13 +721,16 @@ impl SqlEngine {
     /// goes away (a client disconnects), the query stops and its permit returns.
     ///
     /// `retry` is the query's session and plan: if it runs out of memory before its first
-    /// batch, it is planned again without hash joins and run once more.
+    /// batch, it is planned again without hash joins and run once more. `relaunch`, for a
+    /// distributed query, runs it again without the workers it lost if it fails before its
+    /// first batch.
     fn drive(
         &self,
         schema: datafusion::arrow::datatypes::SchemaRef,
         mut stream: SendableRecordBatchStream,
         ticket: admission::Ticket,
         mut retry: Option<(SessionState, LogicalPlan)>,
+        mut relaunch: Option<crate::distributed::Relaunch>,
     ) -> SendableRecordBatchStream {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
         // How the query ended, when it failed: the consumer hears it after the batches already
@@ -720,6 +790,39 @@ impl SqlEngine {
                         }
                     }
                 }
+                let batch = match (batch, relaunch.as_mut()) {
+                    (Err(e), Some(relaunch))
+                        if !answered
+                            && !matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)) =>
+                    {
+                        // The failed attempt's tasks stop before the next starts.
+                        drop(std::mem::replace(
+                            &mut stream,
+                            Box::pin(RecordBatchStreamAdapter::new(
+                                plain.clone(),
+                                futures::stream::empty(),
+                            )),
+                        ));
+                        let again =
+                            deadline
+                                .run(relaunch.after(e))
+                                .await
+                                .unwrap_or_else(|expired| {
+                                    Err(DataFusionError::External(Box::new(expired)))
+                                });
+                        match again {
+                            Ok(again) => {
+                                stream = again;
+                                continue;
+                            }
+                            Err(e) => {
+                                fail(e);
+                                break;
+                            }
+                        }
+                    }
+                    (batch, _) => batch,
+                };
                 answered = true;
                 let batch = batch.and_then(|b| crate::cast_batch(&b, &plain));
                 // A consumer that stops reading holds the query only until the deadline.
@@ -794,6 +897,15 @@ impl SqlEngine {
         }
         Ok(FloeCatalogList { warehouses })
     }
+}
+
+/// How [`SqlEngine::prepare`] plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Planning {
+    /// Distributed when the engine coordinates a cluster with a live worker.
+    AsConfigured,
+    /// As a distributed statement's coordinator plans before cutting stages.
+    Distributable,
 }
 
 /// Whether `statement` only reads: a query, or `EXPLAIN` of one.

@@ -24,6 +24,7 @@ impl AsyncDB for Floe {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SqlError> {
+        travels(&self.engine, sql).await?;
         let result = self
             .engine
             .query(&Caller::system(), sql, &QueryOptions::default())
@@ -64,6 +65,24 @@ impl AsyncDB for Floe {
     fn engine_name(&self) -> &str {
         "floe"
     }
+}
+
+/// A query's plan must travel to a worker and come back the same (its scans' access plans,
+/// adapter and reader included); a statement that does not plan is left to fail as it runs.
+async fn travels(engine: &SqlEngine, sql: &str) -> Result<(), SqlError> {
+    let head = sql.trim_start().to_ascii_lowercase();
+    if !(head.starts_with("select") || head.starts_with("with")) {
+        return Ok(());
+    }
+    let Ok(plan) = engine
+        .distributable_plan(&Caller::system(), sql, &QueryOptions::default())
+        .await
+    else {
+        return Ok(());
+    };
+    floe_sql::distributed::round_trip(engine, plan)
+        .await
+        .map_err(SqlError::from)
 }
 
 async fn fresh() -> Floe {

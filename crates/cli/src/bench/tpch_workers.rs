@@ -215,3 +215,43 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Bench {
+        #[command(flatten)]
+        args: TpchBenchArgs,
+    }
+
+    /// Every TPC-H query's plan, as a coordinator makes it before cutting stages, comes back
+    /// from its trip to a worker the same (scans' access plans, adapter and reader included).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_tpch_plan_travels_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let bench = Bench::parse_from([
+            "tpch",
+            "--sf",
+            "0.01",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ]);
+        let prepared = prepare(&bench.args).await.unwrap();
+        let options = prepared.options();
+        assert_eq!(prepared.queries.len(), 22);
+        for (q, sql) in &prepared.queries {
+            let plan = prepared
+                .engine
+                .distributable_plan(&prepared.caller, sql, &options)
+                .await
+                .unwrap_or_else(|e| panic!("Q{q} plans: {e}"));
+            floe_sql::distributed::round_trip(&prepared.engine, plan)
+                .await
+                .unwrap_or_else(|e| panic!("Q{q}: {e}"));
+        }
+    }
+}

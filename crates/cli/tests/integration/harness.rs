@@ -9,6 +9,8 @@ pub struct Floe {
     child: Child,
     pub base: String,
     pub data_dir: tempfile::TempDir,
+    /// The catalog database the server runs on (for other nodes of its cluster).
+    pub catalog_db: String,
     /// A token of the root principal.
     pub root_token: String,
 }
@@ -50,7 +52,7 @@ pub fn backends() -> Vec<&'static str> {
     backends
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -105,11 +107,14 @@ impl Floe {
             .env("FLOE_PG_LISTEN", "127.0.0.1:0")
             .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null());
-        if backend == "postgres" {
-            command.env("FLOE_CATALOG_DB", fresh_postgres_database().await);
+        let catalog_db = if backend == "postgres" {
+            let url = fresh_postgres_database().await;
+            command.env("FLOE_CATALOG_DB", &url);
+            url
         } else {
             command.env_remove("FLOE_CATALOG_DB");
-        }
+            format!("sqlite:{}/catalog.db", data_dir.path().display())
+        };
         for (k, v) in env {
             command.env(k, v);
         }
@@ -118,6 +123,7 @@ impl Floe {
             child,
             base: format!("http://127.0.0.1:{port}"),
             data_dir,
+            catalog_db,
             root_token: String::new(),
         };
         floe.wait_ready().await;

@@ -327,3 +327,80 @@ impl PhysicalExtensionCodec for FloeCodec {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::listing::PartitionedFile;
+    use datafusion::datasource::physical_plan::ParquetSource;
+    use datafusion::execution::object_store::ObjectStoreUrl;
+    use datafusion::prelude::SessionContext;
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::distributed::round_trip::described;
+    use crate::scan::field_ids::{FIELD_ID_KEY, FieldIdAdapterFactory};
+
+    #[tokio::test]
+    async fn a_scans_access_plans_adapter_and_reader_travel() {
+        let context = SessionContext::new();
+        let url = ObjectStoreUrl::parse("floe://wh-test").unwrap();
+        context.register_object_store(url.as_ref(), Arc::new(InMemory::new()));
+        let ctx = context.task_ctx();
+        let field = Field::new("k", DataType::Int64, false)
+            .with_metadata(HashMap::from([(FIELD_ID_KEY.to_string(), "1".to_string())]));
+        let schema = Arc::new(Schema::new(vec![field]));
+        let deleted = ParquetAccessPlan::new(vec![
+            RowGroupAccess::Scan,
+            RowGroupAccess::Skip,
+            RowGroupAccess::Selection(RowSelection::from(vec![
+                RowSelector::skip(3),
+                RowSelector::select(5),
+                RowSelector::skip(1),
+            ])),
+        ]);
+        let files = vec![
+            PartitionedFile::new("t/data/a.parquet", 1000).with_extension(deleted),
+            PartitionedFile::new("t/data/b.parquet", 2000).with_range(0, 1000),
+        ];
+        let config = FileScanConfigBuilder::new(url, Arc::new(ParquetSource::new(schema)))
+            .with_file_groups(vec![FileGroup::new(files), FileGroup::new(vec![])])
+            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
+            .build();
+        let scan = crate::scan::bounded_footer::with_bounded_reader(
+            DataSourceExec::from_data_source(config),
+            &ctx,
+        )
+        .unwrap();
+        let sent: Arc<dyn ExecutionPlan> = Arc::new(FloeScanExec::new(scan).unwrap());
+        let bytes = PhysicalPlanNode::try_from_physical_plan(sent.clone(), &FloeCodec)
+            .unwrap()
+            .encode_to_vec();
+        let arrived = PhysicalPlanNode::decode(bytes.as_slice())
+            .unwrap()
+            .try_into_physical_plan(&ctx, &FloeCodec)
+            .unwrap();
+        let (sent, arrived) = (described(&sent).unwrap(), described(&arrived).unwrap());
+        assert_eq!(sent, arrived);
+        assert!(sent.contains("Selection"), "{sent}");
+        assert!(sent.contains("FieldIdAdapterFactory"), "{sent}");
+        assert!(sent.contains("reader BoundedFactory"), "{sent}");
+    }
+
+    #[test]
+    fn a_row_group_access_of_unknown_shape_is_refused() {
+        let odd = RowGroup {
+            how: 7,
+            ..Default::default()
+        };
+        assert!(row_group_access(odd).is_err());
+        let uneven = RowGroup {
+            how: 2,
+            rows: vec![1, 2],
+            skip: vec![true],
+        };
+        assert!(row_group_access(uneven).is_err());
+    }
+}

@@ -18,6 +18,9 @@
 mod auth;
 mod codec;
 mod explain;
+mod prepare;
+mod relaunch;
+mod round_trip;
 mod scan;
 mod worker;
 
@@ -30,6 +33,9 @@ use url::Url;
 
 pub use auth::{ClusterSecret, SECRET_HEADER};
 pub use codec::FloeCodec;
+pub use relaunch::RELAUNCHES;
+pub(crate) use relaunch::Relaunch;
+pub use round_trip::round_trip;
 pub use scan::FloeScanExec;
 pub use worker::worker_routes;
 
@@ -110,4 +116,17 @@ impl Cluster {
             .expect("the distributed planner was set just now");
         Ok(builder.with_query_planner(Arc::new(explain::ShowStages { inner })))
     }
+}
+
+/// `builder` planning as a coordinator does before cutting stages: scans wrapped to travel,
+/// scalar subqueries planned as joins (as DataFusion-distributed has them planned: a
+/// physical scalar subquery does not travel).
+pub(crate) fn wrapping_scans(mut builder: SessionStateBuilder) -> SessionStateBuilder {
+    if let Some(config) = builder.config() {
+        config
+            .options_mut()
+            .optimizer
+            .enable_physical_uncorrelated_scalar_subquery = false;
+    }
+    builder.with_query_planner(Arc::new(scan::WrapScans))
 }

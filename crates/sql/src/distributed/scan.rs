@@ -24,7 +24,9 @@ use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_expr::PhysicalSortExpr;
 use datafusion::physical_plan::metrics::MetricsSet;
+use datafusion::physical_plan::sort_pushdown::SortOrderPushdownResult;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion_distributed::{
@@ -115,6 +117,24 @@ impl ExecutionPlan for FloeScanExec {
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
         self.scan.partition_statistics(partition)
     }
+
+    /// As the scan it wraps: a worker's sort pushdown sets the row-group order again (it does
+    /// not travel with the scan).
+    fn try_pushdown_sort(
+        &self,
+        order: &[PhysicalSortExpr],
+    ) -> Result<SortOrderPushdownResult<Arc<dyn ExecutionPlan>>> {
+        let pushed = self.scan.try_pushdown_sort(order)?;
+        Ok(match pushed {
+            SortOrderPushdownResult::Exact { inner } => SortOrderPushdownResult::Exact {
+                inner: Arc::new(Self::new(inner)?),
+            },
+            SortOrderPushdownResult::Inexact { inner } => SortOrderPushdownResult::Inexact {
+                inner: Arc::new(Self::new(inner)?),
+            },
+            SortOrderPushdownResult::Unsupported => SortOrderPushdownResult::Unsupported,
+        })
+    }
 }
 
 /// Whether `plan` is a scan of a Floe warehouse's files.
@@ -134,8 +154,8 @@ pub(crate) fn wrap_scans(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Executi
     .map(|t| t.data)
 }
 
-/// DataFusion's physical planner, then Floe's scans wrapped to travel whole; the distributed
-/// planner runs over its output.
+/// DataFusion's physical planner, then the plan made ready to travel
+/// ([`super::prepare::for_travel`]); the distributed planner runs over its output.
 #[derive(Debug, Default)]
 pub(crate) struct WrapScans;
 
@@ -149,7 +169,7 @@ impl QueryPlanner for WrapScans {
         let plan = DefaultPhysicalPlanner::default()
             .create_physical_plan(logical_plan, session_state)
             .await?;
-        wrap_scans(plan)
+        super::prepare::for_travel(plan)
     }
 }
 

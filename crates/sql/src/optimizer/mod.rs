@@ -203,9 +203,13 @@ impl Rules {
 
 impl Rules {
     /// The rules a worker runs over each task plan of a distributed statement, in their
-    /// order: the expression rewrites of `rewrites`, whose expressions do not travel.
+    /// order: DataFusion's sort pushdown (the row-group order it gives a scan under a sort
+    /// is not encoded by DataFusion), then the expression rewrites of `rewrites`, whose
+    /// expressions do not travel.
     pub(crate) fn on_workers(rewrites: &Rewrites) -> Vec<PhysicalRule> {
-        let mut rules: Vec<PhysicalRule> = Vec::new();
+        let mut rules: Vec<PhysicalRule> = vec![Arc::new(
+            datafusion::physical_optimizer::pushdown_sort::PushdownSort::new(),
+        )];
         if rewrites.fast_like {
             rules.push(Arc::new(fast_like::FastLike));
         }

@@ -1,0 +1,310 @@
+//! Distributed SQL across processes: a coordinator (`floe serve --distributed`) and
+//! `floe worker`s registered in its catalog database (SQLite, and PostgreSQL when the test
+//! script started one). Workers join and leave; a worker killed with SIGKILL costs a query
+//! nothing; a worker takes no call without the cluster's secret.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
+use datafusion_distributed::{
+    CoordinatorToWorkerMsg, GetWorkerInfoRequest, SetPlanRequest, TaskKey, WorkerChannel,
+};
+use floe_catalog::cluster::ClusterStore;
+use serde_json::{Value, json};
+
+use crate::harness::{Api, Floe, backends, free_port};
+
+/// A `floe worker` process of the cluster whose catalog database is `catalog_db`.
+struct Worker {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Worker {
+    fn start(catalog_db: &str) -> Worker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args(["worker", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--catalog-db", catalog_db])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .env(
+                "FLOE_LOG",
+                std::env::var("FLOE_TEST_LOG").unwrap_or_else(|_| "warn".to_string()),
+            )
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start floe worker");
+        Worker {
+            child,
+            url: format!("http://127.0.0.1:{port}/"),
+            _dir: dir,
+        }
+    }
+
+    /// SIGKILL: no deregistration, no goodbye.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn sql(api: &Api, statement: &str) -> Value {
+    let answer = api.post("/api/v1/sql", json!({ "sql": statement })).await;
+    assert_eq!(answer.status, 200, "{statement}: {}", answer.body);
+    answer.body
+}
+
+/// The workers the server hands tasks to, by URL.
+async fn live(api: &Api) -> Vec<String> {
+    let answer = api.get("/api/v1/workers").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let mut urls: Vec<String> = answer.body["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        // Routed means live as of the coordinator's last look (at most a second ago).
+        .filter(|w| w["routed"] == json!(true))
+        .map(|w| {
+            let url = w["url"].as_str().unwrap();
+            format!("{}/", url.trim_end_matches('/'))
+        })
+        .collect();
+    urls.sort();
+    urls
+}
+
+/// Waits until the server lists exactly `expected` as live (a worker's heartbeat is due every
+/// 2 s; one silent for 10 s drops out).
+async fn wait_live(api: &Api, expected: &[&Worker]) {
+    let mut want: Vec<String> = expected.iter().map(|w| w.url.clone()).collect();
+    want.sort();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = live(api).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "live workers {now:?}, expected {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The text of `EXPLAIN statement`.
+async fn explain(api: &Api, statement: &str) -> String {
+    let body = sql(api, &format!("EXPLAIN {statement}")).await;
+    body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["plan"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const TOTALS: &str = "SELECT count(*) AS n, sum(k) AS s, count(DISTINCT g) AS groups FROM d.t";
+const GROUPED: &str = "SELECT g, count(*) AS n FROM d.t GROUP BY g ORDER BY n DESC, g LIMIT 3";
+
+/// The answer every query over `d.t` must give, whatever ran it.
+async fn check_answers(api: &Api) {
+    let totals = sql(api, TOTALS).await;
+    assert_eq!(
+        totals["rows"],
+        json!([{"n": 60000, "s": 1_800_030_000i64, "groups": 1000}]),
+        "{totals}"
+    );
+    let grouped = sql(api, GROUPED).await;
+    assert_eq!(
+        grouped["rows"],
+        json!([{"g": 0, "n": 60}, {"g": 1, "n": 60}, {"g": 2, "n": 60}]),
+        "{grouped}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
+    for backend in backends() {
+        let floe = Floe::start_with(
+            backend,
+            &[
+                ("FLOE_DISTRIBUTED", "true"),
+                // Every file its own task: a few small files spread over all workers.
+                ("FLOE_DISTRIBUTED_TASK_BYTES", "1"),
+            ],
+        )
+        .await;
+        let api = Api::new(&floe);
+        sql(&api, "CREATE SCHEMA d").await;
+        sql(&api, "CREATE TABLE d.t (k BIGINT, g BIGINT)").await;
+        // Six commits, six files.
+        for commit in 0..6 {
+            sql(
+                &api,
+                &format!(
+                    "INSERT INTO d.t SELECT value, value % 1000 FROM generate_series({}, {})",
+                    commit * 10_000 + 1,
+                    (commit + 1) * 10_000
+                ),
+            )
+            .await;
+        }
+        // No worker yet: the coordinator answers alone.
+        assert!(!explain(&api, TOTALS).await.contains("Stage"));
+        check_answers(&api).await;
+
+        let mut workers: Vec<Worker> = (0..3).map(|_| Worker::start(&floe.catalog_db)).collect();
+        wait_live(&api, &workers.iter().collect::<Vec<_>>()).await;
+        let plan = explain(&api, TOTALS).await;
+        assert!(plan.contains("DistributedExec"), "{plan}");
+        assert!(plan.contains("tasks=3"), "{plan}");
+        assert!(plan.contains("FloeScanExec"), "{plan}");
+        check_answers(&api).await;
+
+        // Killed before the coordinator notices (its heartbeats would stop counting only
+        // after 10 s): the next queries still route tasks to it, lose it, and run again on
+        // the other two.
+        workers[0].kill();
+        check_answers(&api).await;
+        // Then it drops out of the live list, and plans use the two left.
+        wait_live(&api, &[&workers[1], &workers[2]]).await;
+        let plan = explain(&api, TOTALS).await;
+        assert!(plan.contains("tasks=2"), "{plan}");
+        check_answers(&api).await;
+
+        // A worker that joins is used by the next query.
+        workers.push(Worker::start(&floe.catalog_db));
+        wait_live(&api, &[&workers[1], &workers[2], &workers[3]]).await;
+        let plan = explain(&api, TOTALS).await;
+        assert!(plan.contains("tasks=3"), "{plan}");
+        check_answers(&api).await;
+
+        forged_calls_are_refused(&floe, &workers[1]).await;
+        // The worker that refused them still works for its cluster.
+        check_answers(&api).await;
+    }
+}
+
+/// A client of `worker`'s service sending `secret` (none when `None`).
+async fn client(worker: &Worker, secret: Option<&str>) -> Box<dyn WorkerChannel> {
+    let channel = tonic::transport::Channel::from_shared(worker.url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let value = secret.map(|s| http::HeaderValue::from_str(s).unwrap());
+    let with_secret = tower::ServiceBuilder::new()
+        .map_request(move |mut request: http::Request<tonic::body::Body>| {
+            if let Some(value) = &value {
+                request
+                    .headers_mut()
+                    .insert("x-floe-cluster-secret", value.clone());
+            }
+            request
+        })
+        .service(channel);
+    create_worker_client(BoxCloneSyncChannel::new(with_secret))
+}
+
+/// A worker runs any plan it is sent, and a plan can read any file the worker can: without
+/// the cluster's secret (or with another one) nothing is taken, not even a question.
+async fn forged_calls_are_refused(floe: &Floe, worker: &Worker) {
+    let store = floe_store::SqlStore::connect(&floe.catalog_db, Default::default())
+        .await
+        .unwrap();
+    let secret = store.cluster_secret().await.unwrap();
+    for offered in [None, Some("not-the-cluster-secret")] {
+        let mut forger = client(worker, offered).await;
+        let refused = forger
+            .get_worker_info(GetWorkerInfoRequest {})
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("answered a caller offering {offered:?}"));
+        assert!(
+            refused.to_string().to_lowercase().contains("secret"),
+            "{refused}"
+        );
+        // A plan (any bytes: nothing of it is decoded) is refused the same way.
+        let plan = CoordinatorToWorkerMsg::SetPlanRequest(SetPlanRequest {
+            task_key: TaskKey {
+                query_id: uuid::Uuid::from_bytes([7; 16]),
+                stage_id: 0,
+                task_number: 0,
+            },
+            task_count: 1,
+            plan_proto: b"a plan reading /etc/shadow".to_vec(),
+            work_unit_feed_declarations: Vec::new(),
+            target_worker_url: url::Url::parse(&worker.url).unwrap(),
+            query_start_time_ns: 0,
+        });
+        let sent = forger
+            .coordinator_channel(Default::default(), Box::pin(futures::stream::iter([plan])))
+            .await;
+        let refused = match sent {
+            Err(e) => e.to_string(),
+            Ok(mut answers) => {
+                use futures::StreamExt;
+                match answers.next().await {
+                    Some(Err(e)) => e.to_string(),
+                    other => panic!("a forged plan was taken: {:?}", other.map(|r| r.is_ok())),
+                }
+            }
+        };
+        assert!(refused.to_lowercase().contains("secret"), "{refused}");
+    }
+    // The cluster's own secret is answered.
+    let mut member = client(worker, Some(&secret)).await;
+    let info = member
+        .get_worker_info(GetWorkerInfoRequest {})
+        .await
+        .unwrap();
+    assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
+    store.close().await;
+}
+
+/// All 22 TPC-H queries (scale factor 0.1) over three worker processes give, row by row, the
+/// answers Floe gives alone, and each of them runs in stages on the workers.
+#[test]
+fn tpch_over_three_workers_answers_as_one_node_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "bench",
+            "tpch",
+            "--sf",
+            "0.1",
+            "--workers",
+            "3",
+            "--iterations",
+            "0",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .env("FLOE_LOG", "warn")
+        .output()
+        .expect("run floe bench tpch --workers 3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "22 of 22 distributed answers identical to Floe alone's, row by row; 22 of them ran \
+             in stages on the workers"
+        ),
+        "{stdout}"
+    );
+}
