@@ -19,7 +19,12 @@
 //! - [`write`] — `INSERT INTO` as a sink, commits through the catalog service, schema
 //!   evolution, `CREATE TABLE`'s partitioning.
 //!
-//! Every plan node Floe adds lives with the rule that adds it (or, for scans, in [`scan`]).
+//! - [`distributed`] — one query run by several nodes on DataFusion-distributed: the
+//!   coordinator's session, plans made ready to travel, the codec of Floe's plan nodes, the
+//!   worker service, placement of scan files, relaunch after a lost worker.
+//!
+//! Every plan node Floe adds lives with the rule that adds it (or, for scans, in [`scan`]);
+//! its codec is in [`distributed`].
 mod catalog;
 pub mod distributed;
 mod engine;

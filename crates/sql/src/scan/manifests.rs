@@ -50,6 +50,8 @@ pub struct DataFileEntry {
 #[derive(Debug, Default)]
 pub struct ManifestIndex {
     pub data: HashMap<String, DataFileEntry>,
+    /// Live delete files of any kind (position, equality, deletion vectors).
+    pub delete_files: usize,
     /// Deletion vectors by Puffin file.
     pub vectors: HashMap<String, Vec<VectorBlob>>,
 }
@@ -167,6 +169,7 @@ pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<Manife
                     );
                 }
                 ManifestContentType::Deletes => {
+                    index.delete_files += 1;
                     if file.file_format() != DataFileFormat::Puffin {
                         continue;
                     }

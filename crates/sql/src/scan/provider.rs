@@ -220,6 +220,15 @@ impl IcebergTableProvider {
             return Ok(Vec::new());
         };
         let predicate = predicate::to_iceberg(filters, &self.schema);
+        // Every live data file, when nothing prunes and no delete file applies: from the
+        // manifests kept per file, so a snapshot after a commit costs only the manifests the
+        // commit added (iceberg's planning would read them all again).
+        if predicate.is_none() {
+            let index = manifests::index(&self.table()?, self.snapshot_id).await?;
+            if index.delete_files == 0 {
+                return Ok(every_data_file(&index, metadata));
+            }
+        }
         let key = format!(
             "{}\u{1f}{}\u{1f}{}\u{1f}{predicate:?}",
             metadata.location(),
@@ -248,6 +257,41 @@ impl IcebergTableProvider {
         plans::put(key, &tasks);
         Ok(tasks)
     }
+}
+
+/// A scan task per live data file of `index`, by path, as iceberg plans a snapshot without
+/// delete files and without a filter.
+fn every_data_file(
+    index: &manifests::ManifestIndex,
+    metadata: &iceberg::spec::TableMetadata,
+) -> Vec<FileScanTask> {
+    let schema = metadata.current_schema().clone();
+    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+    let mut paths: Vec<&String> = index.data.keys().collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let entry = &index.data[path];
+            let file = &entry.file;
+            FileScanTask {
+                file_size_in_bytes: file.file_size_in_bytes(),
+                start: 0,
+                length: file.file_size_in_bytes(),
+                record_count: Some(file.record_count()),
+                data_file_path: path.clone(),
+                data_file_format: file.file_format(),
+                schema: schema.clone(),
+                project_field_ids: field_ids.clone(),
+                predicate: None,
+                deletes: Vec::new(),
+                partition: Some(file.partition().clone()),
+                partition_spec: metadata.partition_spec_by_id(entry.spec_id).cloned(),
+                name_mapping: None,
+                case_sensitive: true,
+            }
+        })
+        .collect()
 }
 
 /// Scan plans kept across queries.
