@@ -149,6 +149,36 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
          # TYPE floe_sql_delete_files_read_total counter\nfloe_sql_delete_files_read_total {}\n",
         floe_sql::scan::delete_files_read()
     ));
+    let cluster = floe_sql::distributed::stats();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    for (name, help, value) in [
+        (
+            "floe_sql_distributed_queries_total",
+            "Queries this node planned over workers",
+            load(&cluster.queries),
+        ),
+        (
+            "floe_sql_distributed_relaunches_total",
+            "Distributed queries run again after losing workers",
+            load(&cluster.relaunches),
+        ),
+        (
+            "floe_sql_distributed_lost_workers_total",
+            "Workers distributed queries found lost",
+            load(&cluster.lost_workers),
+        ),
+    ] {
+        text.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+        ));
+    }
+    if let Some(workers) = engine.routed_workers() {
+        text.push_str(&format!(
+            "# HELP floe_cluster_routed_workers Workers this coordinator hands tasks to\n\
+             # TYPE floe_cluster_routed_workers gauge\nfloe_cluster_routed_workers {}\n",
+            workers.len()
+        ));
+    }
     if let Some(stats) = engine.cache_stats() {
         text.push_str(&format!(
             "# HELP floe_sql_cache_hits_total Byte ranges served by the query cache\n\

@@ -694,6 +694,9 @@ impl SqlEngine {
         }
         let mut state = state.with_physical_optimizer_rules(rules.physical.clone());
         if let Some(cluster) = cluster {
+            crate::distributed::stats()
+                .queries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             state = cluster.distribute(state)?;
         } else if planning == Planning::Distributable {
             state = crate::distributed::wrapping_scans(state);

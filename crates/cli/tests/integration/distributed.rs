@@ -190,6 +190,25 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         assert!(plan.contains("tasks=3"), "{plan}");
         check_answers(&api).await;
 
+        let metrics = reqwest::get(format!("{}/metrics", floe.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let counter = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+                .parse()
+                .unwrap()
+        };
+        assert!(counter("floe_sql_distributed_queries_total") >= 8);
+        assert!(counter("floe_sql_distributed_relaunches_total") >= 1);
+        assert!(counter("floe_sql_distributed_lost_workers_total") >= 1);
+        assert_eq!(counter("floe_cluster_routed_workers"), 3);
+
         forged_calls_are_refused(&floe, &workers[1]).await;
         // The worker that refused them still works for its cluster.
         check_answers(&api).await;

@@ -39,6 +39,23 @@ pub use round_trip::round_trip;
 pub use scan::FloeScanExec;
 pub use worker::worker_routes;
 
+/// What this process's coordinators did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Queries planned over workers.
+    pub queries: std::sync::atomic::AtomicU64,
+    /// Queries run again after losing workers.
+    pub relaunches: std::sync::atomic::AtomicU64,
+    /// Workers found lost by a query (one worker lost by two queries counts twice).
+    pub lost_workers: std::sync::atomic::AtomicU64,
+}
+
+/// This process's [`ClusterStats`].
+pub fn stats() -> &'static ClusterStats {
+    static STATS: std::sync::LazyLock<ClusterStats> = std::sync::LazyLock::new(Default::default);
+    &STATS
+}
+
 /// Data a scan task reads by default: 128 MiB.
 pub const DEFAULT_TASK_BYTES: usize = 128 << 20;
 

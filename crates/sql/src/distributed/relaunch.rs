@@ -76,10 +76,16 @@ impl Relaunch {
             return Err(self.naming_lost(error));
         }
         self.lost.extend(lost.iter().cloned());
+        super::stats()
+            .lost_workers
+            .fetch_add(lost.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if self.left == 0 {
             return Err(self.naming_lost(error));
         }
         self.left -= 1;
+        super::stats()
+            .relaunches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.workers.retain(|url| !lost.contains(url));
         tracing::warn!(
             lost = ?lost.iter().map(Url::as_str).collect::<Vec<_>>(),
