@@ -534,6 +534,9 @@ impl SqlEngine {
         };
         // A distributed query that loses a worker before answering runs again without it.
         let relaunch = cluster.map(|cluster| {
+            crate::distributed::stats()
+                .queries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             crate::distributed::Relaunch::new(cluster, context.state(), plan.clone())
         });
         let frame = deadline.run(context.execute_logical_plan(plan)).await??;
@@ -694,9 +697,6 @@ impl SqlEngine {
         }
         let mut state = state.with_physical_optimizer_rules(rules.physical.clone());
         if let Some(cluster) = cluster {
-            crate::distributed::stats()
-                .queries
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             state = cluster.distribute(state)?;
         } else if planning == Planning::Distributable {
             state = crate::distributed::wrapping_scans(state);

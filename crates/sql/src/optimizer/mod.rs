@@ -281,4 +281,36 @@ mod tests {
         assert!(names.contains(&"floe_yield_after_joins"));
         assert_eq!(rules.logical.len(), 1);
     }
+
+    #[test]
+    fn a_distributed_coordinator_makes_no_node_that_cannot_travel_and_workers_rewrite() {
+        let coordinator = Rules::new(&Rewrites::default().for_distribution());
+        let names = names(&coordinator);
+        for kept_home in [
+            "floe_apply_runtime_filters",
+            "floe_share_repeated_aggregations",
+            "floe_fast_like",
+            "floe_fast_conjunctions",
+            "floe_fast_decimals",
+        ] {
+            assert!(!names.contains(&kept_home), "{kept_home}");
+        }
+        assert!(names.contains(&"floe_few_groups"));
+        let on_workers = Rules::on_workers(&Rewrites::default());
+        let workers: Vec<&str> = on_workers.iter().map(|r| r.name()).collect();
+        assert_eq!(
+            workers,
+            [
+                "PushdownSort",
+                "floe_fast_like",
+                "floe_fast_conjunctions",
+                "floe_fast_decimals"
+            ]
+        );
+        let off = Rewrites {
+            fast_like: false,
+            ..Rewrites::default()
+        };
+        assert_eq!(Rules::on_workers(&off).len(), 3);
+    }
 }
