@@ -72,6 +72,47 @@ async fn answer(
     Ok(result.stream.try_collect().await?)
 }
 
+/// The bytes `sql`'s distributed run moves between stages: the `bytes_transferred` of every
+/// network boundary in its `EXPLAIN ANALYZE`.
+async fn shuffled(
+    engine: &SqlEngine,
+    prepared: &Prepared,
+    options: &QueryOptions,
+    sql: &str,
+) -> anyhow::Result<f64> {
+    let plan = answer(engine, prepared, options, &format!("EXPLAIN ANALYZE {sql}")).await?;
+    let mut bytes = 0.0;
+    for batch in &plan {
+        let text = datafusion::arrow::util::display::ArrayFormatter::try_new(
+            batch.column(1).as_ref(),
+            &Default::default(),
+        )?;
+        for row in 0..batch.num_rows() {
+            bytes += transferred(&text.value(row).to_string());
+        }
+    }
+    Ok(bytes)
+}
+
+/// The sum of the `bytes_transferred=<n> <unit>` metrics in a plan's text.
+fn transferred(plan: &str) -> f64 {
+    plan.split("bytes_transferred=")
+        .skip(1)
+        .filter_map(|rest| {
+            let mut words = rest.split([' ', ',', ']']);
+            let number: f64 = words.next()?.parse().ok()?;
+            let scale = match words.next()? {
+                "B" => 1.0,
+                "KB" => 1024.0,
+                "MB" => 1024.0 * 1024.0,
+                "GB" => 1024.0 * 1024.0 * 1024.0,
+                _ => return None,
+            };
+            Some(number * scale)
+        })
+        .sum()
+}
+
 /// How many stages `sql`'s distributed plan has apart from the coordinator's (0: it runs on
 /// the coordinator alone).
 async fn stages(
@@ -157,6 +198,7 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let mut identical = 0;
     let mut distributed_queries = 0;
     let mut times: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
+    let mut moved: BTreeMap<usize, f64> = BTreeMap::new();
     for (q, sql) in &prepared.queries {
         let stages = stages(&coordinator, &prepared, &options, sql).await?;
         if stages > 0 {
@@ -180,6 +222,7 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             best_distributed =
                 best_distributed.min(timed(&coordinator, &prepared, &options, sql).await?);
         }
+        moved.insert(*q, shuffled(&coordinator, &prepared, &options, sql).await?);
         eprintln!("Q{q}: alone {best_alone:.1} ms, distributed {best_distributed:.1} ms");
         times.insert(*q, (best_alone, best_distributed));
     }
@@ -192,8 +235,8 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "\n{:>5} {:>10} {:>13} {:>18}",
-        "query", "alone", "distributed", "distributed/alone"
+        "\n{:>5} {:>10} {:>13} {:>18} {:>14}",
+        "query", "alone", "distributed", "distributed/alone", "shuffled MiB"
     );
     let (mut sum_alone, mut sum_distributed, mut log) = (0.0, 0.0, 0.0);
     for (q, (alone, distributed)) in &times {
@@ -201,17 +244,20 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         sum_distributed += distributed;
         log += (distributed / alone).ln();
         println!(
-            "{:>5} {alone:>10.1} {distributed:>13.1} {:>18.2}",
+            "{:>5} {alone:>10.1} {distributed:>13.1} {:>18.2} {:>14.1}",
             format!("Q{q}"),
-            distributed / alone
+            distributed / alone,
+            moved.get(q).copied().unwrap_or_default() / (1024.0 * 1024.0)
         );
     }
     println!(
         "\nsummed: alone {sum_alone:.0} ms, distributed over {} workers {sum_distributed:.0} ms \
-         (distributed/alone {:.2}); geometric mean of ratios {:.2}",
+         (distributed/alone {:.2}); geometric mean of ratios {:.2}; {:.1} MiB moved between \
+         stages",
         args.workers,
         sum_distributed / sum_alone,
-        (log / times.len() as f64).exp()
+        (log / times.len() as f64).exp(),
+        moved.values().sum::<f64>() / (1024.0 * 1024.0)
     );
     Ok(())
 }
@@ -221,6 +267,18 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    #[test]
+    fn bytes_moved_are_read_from_every_network_boundary() {
+        let plan = "NetworkCoalesceExec: metrics=[bytes_transferred=2.5 KB, msg_count=8]\n\
+                    NetworkShuffleExec: metrics=[output_rows=4, bytes_transferred=1.5 MB]\n\
+                    NetworkShuffleExec: metrics=[bytes_transferred=12 B]";
+        assert_eq!(
+            transferred(plan),
+            2.5 * 1024.0 + 1.5 * 1024.0 * 1024.0 + 12.0
+        );
+        assert_eq!(transferred("ProjectionExec: metrics=[output_rows=1]"), 0.0);
+    }
 
     #[derive(Parser)]
     struct Bench {
