@@ -224,19 +224,30 @@ pub(crate) fn scale_up_scan(
     };
     let mut per_task: Vec<Vec<Vec<_>>> = vec![vec![Vec::new(); partitions]; tasks];
     let mut bytes: Vec<Vec<u64>> = vec![vec![0; partitions]; tasks];
-    let mut files: Vec<_> = scan
-        .config()
-        .file_groups
-        .iter()
-        .flat_map(|g| g.files().iter().cloned())
-        .collect();
-    // Largest first into the task's lightest partition: balanced partitions within a task.
-    files.sort_by_key(|f| std::cmp::Reverse(f.effective_size()));
-    for file in files {
-        let task = placement::owner(file.object_meta.location.as_ref(), &workers);
-        let lightest = (0..partitions).min_by_key(|&p| bytes[task][p]).unwrap_or(0);
-        bytes[task][lightest] += file.effective_size();
-        per_task[task][lightest].push(file);
+    if !scan.config().output_ordering.is_empty() {
+        // The scan declares an order: each file stays in its group, in its place there, so
+        // every task's partition reads a subsequence of an ordered run (still ordered).
+        for (g, group) in scan.config().file_groups.iter().enumerate() {
+            for file in group.files() {
+                let task = placement::owner(file.object_meta.location.as_ref(), &workers);
+                per_task[task][g % partitions].push(file.clone());
+            }
+        }
+    } else {
+        let mut files: Vec<_> = scan
+            .config()
+            .file_groups
+            .iter()
+            .flat_map(|g| g.files().iter().cloned())
+            .collect();
+        // Largest first into the task's lightest partition: balanced partitions in a task.
+        files.sort_by_key(|f| std::cmp::Reverse(f.effective_size()));
+        for file in files {
+            let task = placement::owner(file.object_meta.location.as_ref(), &workers);
+            let lightest = (0..partitions).min_by_key(|&p| bytes[task][p]).unwrap_or(0);
+            bytes[task][lightest] += file.effective_size();
+            per_task[task][lightest].push(file);
+        }
     }
     let variants: Result<Vec<Arc<dyn ExecutionPlan>>> = per_task
         .into_iter()
