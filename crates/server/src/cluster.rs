@@ -129,17 +129,7 @@ pub async fn serve_worker(
     shutdown: CancellationToken,
     tls: Option<crate::tls::TlsFiles>,
 ) -> Result<(), tonic::transport::Error> {
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
-    if let Some(files) = tls {
-        builder = builder.tls_config(
-            tonic::transport::ServerTlsConfig::new()
-                .identity(files.identity())
-                .timeout(crate::listen::FIRST_BYTES_TIMEOUT),
-        )?;
-    }
-    builder
+    crate::listen::grpc_server(tls)?
         .add_routes(routes)
         .serve_with_incoming_shutdown(
             crate::listen::incoming(listener, "worker", shutdown.clone()),

@@ -17,7 +17,6 @@
 //! `ResourceExhausted`); a statement runs for at most [`MAX_PARAMETER_ROWS`] parameter rows.
 
 use std::pin::Pin;
-use std::time::Duration;
 
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -69,20 +68,10 @@ pub async fn serve(
         state,
         info: sql_info(),
     };
-    // Dead peers are found by keep-alive pings; a peer that never starts is dropped by
-    // `listen::incoming`.
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .max_concurrent_streams(Some(64));
-    if let Some(files) = tls {
-        builder = builder.tls_config(
-            tonic::transport::ServerTlsConfig::new()
-                .identity(files.identity())
-                .timeout(crate::listen::FIRST_BYTES_TIMEOUT),
-        )?;
-    }
-    builder
+    // Dead peers are found by keep-alive pings (`listen::grpc_server`); a peer that never
+    // starts is dropped by `listen::incoming`.
+    crate::listen::grpc_server(tls)?
+        .max_concurrent_streams(Some(64))
         .add_service(FlightServiceServer::new(service))
         .serve_with_incoming_shutdown(
             crate::listen::incoming(listener, "Flight SQL", shutdown.clone()),

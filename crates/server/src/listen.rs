@@ -262,6 +262,24 @@ impl tonic::transport::server::Connected for FirstBytes<TcpStream> {
     }
 }
 
+/// A gRPC server as every front door of Floe's runs one: dead peers found by keep-alive
+/// pings (a peer that never starts is dropped by [`incoming`]), TLS when `tls` is given.
+pub(crate) fn grpc_server(
+    tls: Option<crate::tls::TlsFiles>,
+) -> Result<tonic::transport::Server, tonic::transport::Error> {
+    let builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+    match tls {
+        Some(files) => builder.tls_config(
+            tonic::transport::ServerTlsConfig::new()
+                .identity(files.identity())
+                .timeout(FIRST_BYTES_TIMEOUT),
+        ),
+        None => Ok(builder),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -769,24 +769,15 @@ impl SqlEngine {
                          sort-merge joins, which spill"
                     );
                     // The first attempt's memory goes back to the pool before the second.
-                    drop(std::mem::replace(
+                    match restart(
                         &mut stream,
-                        Box::pin(RecordBatchStreamAdapter::new(
-                            plain.clone(),
-                            futures::stream::empty(),
-                        )),
-                    ));
-                    let again = deadline
-                        .run(without_hash_joins(state, plan))
-                        .await
-                        .unwrap_or_else(|expired| {
-                            Err(DataFusionError::External(Box::new(expired)))
-                        });
-                    match again {
-                        Ok(again) => {
-                            stream = again;
-                            continue;
-                        }
+                        &plain,
+                        &deadline,
+                        without_hash_joins(state, plan),
+                    )
+                    .await
+                    {
+                        Ok(()) => continue,
                         Err(e) => {
                             fail(e);
                             break;
@@ -799,25 +790,8 @@ impl SqlEngine {
                             && !matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)) =>
                     {
                         // The failed attempt's tasks stop before the next starts.
-                        drop(std::mem::replace(
-                            &mut stream,
-                            Box::pin(RecordBatchStreamAdapter::new(
-                                plain.clone(),
-                                futures::stream::empty(),
-                            )),
-                        ));
-                        let again =
-                            deadline
-                                .run(relaunch.after(e))
-                                .await
-                                .unwrap_or_else(|expired| {
-                                    Err(DataFusionError::External(Box::new(expired)))
-                                });
-                        match again {
-                            Ok(again) => {
-                                stream = again;
-                                continue;
-                            }
+                        match restart(&mut stream, &plain, &deadline, relaunch.after(e)).await {
+                            Ok(()) => continue,
                             Err(e) => {
                                 fail(e);
                                 break;
@@ -921,6 +895,28 @@ fn is_query(statement: &datafusion::sql::parser::Statement) -> bool {
         Statement::Explain(explain) => is_query(&explain.statement),
         _ => false,
     }
+}
+
+/// `stream` dropped (its memory and tasks go before the next attempt starts) and replaced by
+/// the one `again` starts within `deadline`; the error to report when it does not.
+async fn restart(
+    stream: &mut SendableRecordBatchStream,
+    schema: &SchemaRef,
+    deadline: &admission::Deadline,
+    again: impl std::future::Future<Output = datafusion::common::Result<SendableRecordBatchStream>>,
+) -> datafusion::common::Result<()> {
+    drop(std::mem::replace(
+        stream,
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            futures::stream::empty(),
+        )),
+    ));
+    *stream = deadline
+        .run(again)
+        .await
+        .unwrap_or_else(|expired| Err(DataFusionError::External(Box::new(expired))))?;
+    Ok(())
 }
 
 /// Results leave with plain string and binary types: DataFusion computes with view types,

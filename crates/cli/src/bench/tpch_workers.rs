@@ -72,26 +72,25 @@ async fn answer(
     Ok(result.stream.try_collect().await?)
 }
 
-/// The bytes `sql`'s distributed run moves between stages: the `bytes_transferred` of every
-/// network boundary in its `EXPLAIN ANALYZE`.
-async fn shuffled(
+/// The plan text `explain` (an `EXPLAIN` statement) gives.
+async fn plan_text(
     engine: &SqlEngine,
     prepared: &Prepared,
     options: &QueryOptions,
-    sql: &str,
-) -> anyhow::Result<f64> {
-    let plan = answer(engine, prepared, options, &format!("EXPLAIN ANALYZE {sql}")).await?;
-    let mut bytes = 0.0;
-    for batch in &plan {
-        let text = datafusion::arrow::util::display::ArrayFormatter::try_new(
+    explain: &str,
+) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for batch in &answer(engine, prepared, options, explain).await? {
+        let plans = datafusion::arrow::util::display::ArrayFormatter::try_new(
             batch.column(1).as_ref(),
             &Default::default(),
         )?;
         for row in 0..batch.num_rows() {
-            bytes += transferred(&text.value(row).to_string());
+            text.push_str(&plans.value(row).to_string());
+            text.push('\n');
         }
     }
-    Ok(bytes)
+    Ok(text)
 }
 
 /// The sum of the `bytes_transferred=<n> <unit>` metrics in a plan's text.
@@ -111,29 +110,6 @@ fn transferred(plan: &str) -> f64 {
             Some(number * scale)
         })
         .sum()
-}
-
-/// How many stages `sql`'s distributed plan has apart from the coordinator's (0: it runs on
-/// the coordinator alone).
-async fn stages(
-    engine: &SqlEngine,
-    prepared: &Prepared,
-    options: &QueryOptions,
-    sql: &str,
-) -> anyhow::Result<usize> {
-    let plan = answer(engine, prepared, options, &format!("EXPLAIN {sql}")).await?;
-    let mut stages = 0;
-    for batch in &plan {
-        let column = batch.column(1);
-        let text = datafusion::arrow::util::display::ArrayFormatter::try_new(
-            column.as_ref(),
-            &Default::default(),
-        )?;
-        for row in 0..batch.num_rows() {
-            stages += text.value(row).to_string().matches("── tasks=").count();
-        }
-    }
-    Ok(stages)
 }
 
 async fn timed(
@@ -200,7 +176,11 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let mut times: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     let mut moved: BTreeMap<usize, f64> = BTreeMap::new();
     for (q, sql) in &prepared.queries {
-        let stages = stages(&coordinator, &prepared, &options, sql).await?;
+        // Stages apart from the coordinator's (none: it runs on the coordinator alone).
+        let stages = plan_text(&coordinator, &prepared, &options, &format!("EXPLAIN {sql}"))
+            .await?
+            .matches("── tasks=")
+            .count();
         if stages > 0 {
             distributed_queries += 1;
         }
@@ -222,7 +202,16 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             best_distributed =
                 best_distributed.min(timed(&coordinator, &prepared, &options, sql).await?);
         }
-        moved.insert(*q, shuffled(&coordinator, &prepared, &options, sql).await?);
+        // The bytes the run moves between stages: every network boundary's, in its
+        // `EXPLAIN ANALYZE`.
+        let analyzed = plan_text(
+            &coordinator,
+            &prepared,
+            &options,
+            &format!("EXPLAIN ANALYZE {sql}"),
+        )
+        .await?;
+        moved.insert(*q, transferred(&analyzed));
         eprintln!("Q{q}: alone {best_alone:.1} ms, distributed {best_distributed:.1} ms");
         times.insert(*q, (best_alone, best_distributed));
     }

@@ -190,12 +190,7 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         assert!(plan.contains("tasks=3"), "{plan}");
         check_answers(&api).await;
 
-        let metrics = reqwest::get(format!("{}/metrics", floe.base))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = floe.metrics().await;
         let counter = |name: &str| -> u64 {
             metrics
                 .lines()

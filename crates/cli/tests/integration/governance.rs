@@ -1720,12 +1720,7 @@ async fn authorization_matrix_open_metrics_name_no_tables() {
         )
         .await;
     assert_eq!(ingested.status, 202, "{:?}", ingested.body);
-    let metrics = reqwest::get(format!("{}/metrics", floe.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = floe.metrics().await;
     let named = |metrics: &str| -> usize {
         metrics
             .lines()

@@ -145,6 +145,16 @@ impl Floe {
         panic!("floe did not become healthy at {}", self.base);
     }
 
+    /// The text of `/metrics`, asked without a token.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn catalog_uri(&self) -> String {
         format!("{}/catalog", self.base)
     }
