@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use floe_catalog::cluster::ClusterStore;
 use floe_catalog::governance::auth::{AuthConfig, AuthService, ClientCredentials};
 use floe_catalog::governance::authz::Authorizer;
 use floe_catalog::service::{CatalogConfig, CatalogService};
@@ -119,9 +118,12 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOE_WORKER_LISTEN", default_value = "off")]
     pub worker_listen: String,
     /// URL the cluster's other nodes reach this node's worker service at (default:
-    /// `http://` and the address it listens on).
+    /// `http://` and the address it listens on; `https://` with `--tls-cert`, which the
+    /// worker service serves too).
     #[arg(long, env = "FLOE_WORKER_ADVERTISE")]
     pub worker_advertise: Option<String>,
+    #[command(flatten)]
+    pub cluster_link: crate::worker::ClusterLinkArgs,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
@@ -287,12 +289,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // stops the start with its error rather than every query.
     let mut engine = floe_sql::SqlEngine::new(catalog.clone(), sql_config)
         .map_err(|e| anyhow::anyhow!("SQL engine settings: {e}"))?;
-    let secret = floe_sql::distributed::ClusterSecret::new(
-        store
-            .cluster_secret()
-            .await
-            .context("read the cluster's secret")?,
-    );
+    let secret = args.cluster_link.secret(&store).await?;
     let live = floe_sql::distributed::LiveWorkers::default();
     if args.distributed {
         engine = engine.with_cluster(
@@ -412,7 +409,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             Some(listener) => Some(
                 crate::worker::start(
                     listener,
-                    args.worker_advertise.clone(),
+                    crate::worker::WorkerServing {
+                        advertise: args.worker_advertise.clone(),
+                        tls: tls.clone(),
+                        plaintext_cluster: args.cluster_link.plaintext_cluster,
+                    },
                     engine.clone(),
                     secret,
                     Arc::new(store.clone()),

@@ -34,15 +34,66 @@ enum WorkerCommand {
     },
 }
 
+/// How a node reaches and serves the cluster's other nodes: shared by `floe worker` and
+/// `floe serve`.
+#[derive(Args, Clone)]
+pub struct ClusterLinkArgs {
+    /// PEM certificate authority that signed the certificates of workers advertised at
+    /// `https://` URLs (workers serve TLS with `--tls-cert`); this node trusts no other for them.
+    #[arg(long, env = "FLOE_CLUSTER_CA")]
+    pub cluster_ca: Option<PathBuf>,
+    /// Serve the worker service without TLS on an address other than loopback. The cluster
+    /// secret then crosses the network in the clear: only on a network you trust.
+    #[arg(long, env = "FLOE_PLAINTEXT_CLUSTER")]
+    pub plaintext_cluster: bool,
+}
+
+impl ClusterLinkArgs {
+    /// The cluster's secret from `store`, trusting `--cluster-ca` for TLS workers.
+    pub async fn secret(&self, store: &dyn ClusterStore) -> anyhow::Result<ClusterSecret> {
+        let secret = ClusterSecret::new(
+            store
+                .cluster_secret()
+                .await
+                .context("read the cluster's secret")?,
+        );
+        Ok(match &self.cluster_ca {
+            Some(path) => secret.trusting(
+                std::fs::read(path)
+                    .with_context(|| format!("read --cluster-ca {}", path.display()))?,
+            ),
+            None => secret,
+        })
+    }
+}
+
+/// What a worker service is served with.
+pub struct WorkerServing {
+    /// URL the cluster's other nodes reach it at (default: the listener's address, `https://`
+    /// with TLS).
+    pub advertise: Option<String>,
+    pub tls: Option<floe_server::tls::TlsFiles>,
+    /// Whether plaintext is allowed off loopback (`--plaintext-cluster`).
+    pub plaintext_cluster: bool,
+}
+
 #[derive(Args)]
 struct RunArgs {
     /// Address of the worker service.
     #[arg(long, env = "FLOE_WORKER_LISTEN", default_value = "127.0.0.1:50061")]
     listen: String,
     /// URL the cluster's other nodes reach this worker at (default: `http://` and the address
-    /// it listens on).
+    /// it listens on; `https://` with `--tls-cert`).
     #[arg(long, env = "FLOE_WORKER_ADVERTISE")]
     advertise: Option<String>,
+    /// PEM certificate chain: the worker service serves TLS (requires `--tls-key`).
+    #[arg(long, env = "FLOE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for `--tls-cert`.
+    #[arg(long, env = "FLOE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    link: ClusterLinkArgs,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     data_dir: PathBuf,
     /// Catalog database: `sqlite:PATH` or `postgres://…` (default: SQLite in the data
@@ -103,20 +154,26 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     let engine = Arc::new(
         SqlEngine::new(catalog, config).map_err(|e| anyhow::anyhow!("SQL engine settings: {e}"))?,
     );
-    let secret = ClusterSecret::new(
-        store
-            .cluster_secret()
-            .await
-            .context("read the cluster's secret")?,
-    );
+    let secret = args.link.secret(&store).await?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(floe_server::tls::TlsFiles::load(cert, key).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("listen on {} for the worker service", args.listen))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::serve::wait_for_signal(shutdown.clone()));
+    let serving = WorkerServing {
+        advertise: args.advertise,
+        tls,
+        plaintext_cluster: args.link.plaintext_cluster,
+    };
     let worker = start(
         listener,
-        args.advertise,
+        serving,
         engine,
         secret,
         Arc::new(store.clone()),
@@ -147,18 +204,33 @@ impl RunningWorker {
     }
 }
 
-/// Serves `engine`'s worker service on `listener` and registers it in `store` under
-/// `advertise` (or `http://` and the listener's address), until `shutdown`.
+/// Serves `engine`'s worker service on `listener` as `serving` says and registers it in
+/// `store`, until `shutdown`. Plaintext off loopback is refused unless allowed: a plan can
+/// read any file the worker can, and the secret guarding that would travel in the clear.
 pub async fn start(
     listener: tokio::net::TcpListener,
-    advertise: Option<String>,
+    serving: WorkerServing,
     engine: Arc<SqlEngine>,
     secret: ClusterSecret,
     store: Arc<dyn ClusterStore>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<RunningWorker> {
     let address = listener.local_addr()?;
-    let url = advertise.unwrap_or_else(|| format!("http://{address}"));
+    if serving.tls.is_none() && !address.ip().is_loopback() && !serving.plaintext_cluster {
+        anyhow::bail!(
+            "the worker service would listen on {address} without TLS: give it --tls-cert and \
+             --tls-key (and coordinators --cluster-ca), or pass --plaintext-cluster on a \
+             network you trust"
+        );
+    }
+    let scheme = if serving.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let url = serving
+        .advertise
+        .unwrap_or_else(|| format!("{scheme}://{address}"));
     url::Url::parse(&url).with_context(|| format!("the worker's URL {url:?}"))?;
     let routes = floe_sql::distributed::worker_routes(engine, secret)
         .map_err(|e| anyhow::anyhow!("start the worker service: {e}"))?;
@@ -167,7 +239,7 @@ pub async fn start(
         listener,
         routes,
         shutdown.clone(),
-        None,
+        serving.tls,
     ));
     let heartbeat = tokio::spawn(floe_server::cluster::heartbeat(store, url, shutdown));
     Ok(RunningWorker { service, heartbeat })

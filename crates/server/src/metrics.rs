@@ -154,7 +154,7 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
     for (name, help, value) in [
         (
             "floe_sql_distributed_queries_total",
-            "Queries this node planned over workers",
+            "Query plans this node cut into stages over workers (a rerun after losing workers counts again)",
             load(&cluster.queries),
         ),
         (

@@ -418,6 +418,12 @@ impl SqlEngine {
         Ok(())
     }
 
+    /// Whether the object stores of warehouses `ids` are registered here already.
+    pub(crate) fn has_registered(&self, ids: &[uuid::Uuid]) -> bool {
+        let registered = self.registered.lock().expect("registered stores");
+        ids.iter().all(|id| registered.contains(id))
+    }
+
     /// `config` (a worker task's session) given this engine's settings: DataFusion's
     /// execution and optimizer options (the task's batch size kept) and Floe's rewrites.
     pub(crate) fn apply_session_options(&self, config: &mut SessionConfig) {
@@ -534,9 +540,6 @@ impl SqlEngine {
         };
         // A distributed query that loses a worker before answering runs again without it.
         let relaunch = cluster.map(|cluster| {
-            crate::distributed::stats()
-                .queries
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             crate::distributed::Relaunch::new(cluster, context.state(), plan.clone())
         });
         let frame = deadline.run(context.execute_logical_plan(plan)).await??;
@@ -677,13 +680,18 @@ impl SqlEngine {
             .any(|r| r.schema() == Some("information_schema"));
 
         let catalogs = self.catalogs(caller, lists).await?;
+        let stores: Vec<uuid::Uuid> = catalogs
+            .warehouses
+            .values()
+            .map(|w| w.access.warehouse_id)
+            .collect();
         // A query is distributed when this node coordinates a cluster with a live worker.
         let cluster = self
             .cluster
             .as_ref()
-            .filter(|cluster| is_query(&statement) && !cluster.workers.get().is_empty())
-            .filter(|_| planning == Planning::AsConfigured);
-        let rules = match (cluster, planning) {
+            .filter(|_| is_query(&statement) && planning == Planning::AsConfigured)
+            .and_then(crate::distributed::Cluster::pinned);
+        let rules = match (&cluster, planning) {
             (Some(_), _) | (None, Planning::Distributable) => &self.distributed_rules,
             (None, Planning::AsConfigured) => &self.rules,
         };
@@ -696,8 +704,8 @@ impl SqlEngine {
             state = state.with_optimizer_rule(rule.clone());
         }
         let mut state = state.with_physical_optimizer_rules(rules.physical.clone());
-        if let Some(cluster) = cluster {
-            state = cluster.distribute(state)?;
+        if let Some(cluster) = &cluster {
+            state = cluster.distribute(state, &stores)?;
         } else if planning == Planning::Distributable {
             state = crate::distributed::wrapping_scans(state);
         }
@@ -712,7 +720,7 @@ impl SqlEngine {
         surface::check(&plan)?;
         Ok(Prepared {
             context: SessionContext::new_with_state(state),
-            cluster: cluster.cloned(),
+            cluster,
             plan,
             partitioned_by,
             warehouse: warehouse.to_string(),
@@ -853,6 +861,7 @@ impl SqlEngine {
             warehouse: warehouse.to_string(),
             storage: handle.storage.clone(),
             store_url,
+            warehouse_id: id,
         })
     }
 

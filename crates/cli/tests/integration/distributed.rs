@@ -24,11 +24,28 @@ struct Worker {
 
 impl Worker {
     fn start(catalog_db: &str) -> Worker {
+        Self::start_with(catalog_db, None)
+    }
+
+    /// A worker serving TLS with `tls`'s certificate and trusting its CA for other workers.
+    fn start_with(catalog_db: &str, tls: Option<&Certificates>) -> Worker {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+        command
             .args(["worker", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--catalog-db", catalog_db])
+            .args(["--catalog-db", catalog_db]);
+        if let Some(tls) = tls {
+            command
+                .arg("--tls-cert")
+                .arg(&tls.cert)
+                .arg("--tls-key")
+                .arg(&tls.key)
+                .arg("--cluster-ca")
+                .arg(&tls.ca);
+        }
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let child = command
             .arg("--data-dir")
             .arg(dir.path())
             .env(
@@ -40,7 +57,7 @@ impl Worker {
             .expect("start floe worker");
         Worker {
             child,
-            url: format!("http://127.0.0.1:{port}/"),
+            url: format!("{scheme}://127.0.0.1:{port}/"),
             _dir: dir,
         }
     }
@@ -320,5 +337,134 @@ fn tpch_over_three_workers_answers_as_one_node_does() {
              in stages on the workers"
         ),
         "{stdout}"
+    );
+}
+
+/// A certificate authority and a certificate it signed for 127.0.0.1, as PEM files.
+struct Certificates {
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Certificates {
+    fn new() -> Certificates {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let mut authority = CertificateParams::new(Vec::new()).unwrap();
+        authority.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let authority_key = KeyPair::generate().unwrap();
+        let authority = authority.self_signed(&authority_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &authority, &authority_key)
+            .unwrap();
+        let write = |name: &str, pem: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, pem).unwrap();
+            path
+        };
+        Certificates {
+            ca: write("ca.pem", authority.pem()),
+            cert: write("worker.pem", cert.pem()),
+            key: write("worker.key", key.serialize_pem()),
+            _dir: dir,
+        }
+    }
+}
+
+/// Workers serving TLS, trusted through the cluster's CA, run an aggregation grouped by the
+/// sort key of a table written in its sort order. DataFusion-distributed's shuffle declares
+/// its input's order while interleaving several tasks' streams, and an aggregation streaming
+/// by that order answered some keys twice; the coordinator now plans such a query without
+/// the files' order, and every key comes once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_workers_keep_a_sorted_tables_order() {
+    let tls = Certificates::new();
+    let ca = tls.ca.display().to_string();
+    let floe = Floe::start_with(
+        "sqlite",
+        &[
+            ("FLOE_DISTRIBUTED", "true"),
+            ("FLOE_DISTRIBUTED_TASK_BYTES", "1"),
+            ("FLOE_CLUSTER_CA", &ca),
+        ],
+    )
+    .await;
+    let api = Api::new(&floe);
+    sql(&api, "CREATE SCHEMA d").await;
+    let created = api
+        .post(
+            "/catalog/v1/default/namespaces/d/tables",
+            json!({
+                "name": "s",
+                "schema": {"type": "struct", "schema-id": 0, "fields": [
+                    {"id": 1, "name": "k", "required": false, "type": "long"},
+                    {"id": 2, "name": "v", "required": false, "type": "long"},
+                ]},
+                "write-order": {"order-id": 1, "fields": [
+                    {"source-id": 1, "transform": "identity", "direction": "asc",
+                     "null-order": "nulls-last"},
+                ]},
+            }),
+        )
+        .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+    // Six files of sorted rows, written highest range first: the files' order in the
+    // snapshot is not their keys' order.
+    for commit in (0..6).rev() {
+        sql(
+            &api,
+            &format!(
+                "INSERT INTO d.s SELECT value, value * 2 FROM generate_series({}, {}) ORDER BY value",
+                commit * 1000 + 1,
+                (commit + 1) * 1000
+            ),
+        )
+        .await;
+    }
+    let ordered = "SELECT k, sum(v) AS v FROM d.s GROUP BY k ORDER BY k";
+
+    let workers: Vec<Worker> = (0..3)
+        .map(|_| Worker::start_with(&floe.catalog_db, Some(&tls)))
+        .collect();
+    wait_live(&api, &workers.iter().collect::<Vec<_>>()).await;
+    assert!(workers.iter().all(|w| w.url.starts_with("https://")));
+    let plan = explain(&api, ordered).await;
+    assert!(plan.contains("DistributedExec"), "{plan}");
+    assert!(plan.contains("tasks=3"), "{plan}");
+    assert!(plan.contains("NetworkShuffleExec"), "{plan}");
+    assert!(!plan.contains("ordering_mode=Sorted"), "{plan}");
+    let rows = sql(&api, ordered).await["rows"].clone();
+    let keys: Vec<i64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["k"].as_i64().unwrap())
+        .collect();
+    assert_eq!(keys, (1..=6000).collect::<Vec<i64>>());
+    assert_eq!(rows[5999], json!({"k": 6000, "v": 12000}));
+}
+
+/// A worker service off loopback without TLS would carry the cluster secret in the clear:
+/// refused at start unless asked for by name.
+#[test]
+fn plaintext_off_loopback_is_refused_unless_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["worker", "--listen", "0.0.0.0:0"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("FLOE_LOG", "warn")
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run floe worker");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("without TLS") && stderr.contains("--plaintext-cluster"),
+        "{stderr}"
     );
 }

@@ -1,24 +1,28 @@
 //! Coordinator ↔ worker calls carry the cluster's secret, and a worker answers nothing that
 //! does not: a plan can read any file its worker can, so a worker takes plans only from the
-//! nodes of its own cluster (which checked the caller's grants before planning).
+//! nodes of its own cluster (which checked the caller's grants before planning). Workers at
+//! `https://` URLs are reached over TLS, trusting the cluster's certificate authority.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::common::{DataFusionError, Result};
-use datafusion_distributed::grpc::{
-    BoxCloneSyncChannel, DefaultChannelResolver, create_worker_client,
-};
+use datafusion_distributed::grpc::{BoxCloneSyncChannel, create_worker_client};
 use datafusion_distributed::{ChannelResolver, WorkerChannel};
 use sha2::{Digest, Sha256};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig};
 use url::Url;
 
 /// The header a cluster call carries its secret in.
 pub const SECRET_HEADER: &str = "x-floe-cluster-secret";
 
-/// The secret the nodes of one cluster share (kept in the catalog database). Never printed.
+/// The secret the nodes of one cluster share (kept in the catalog database), and the
+/// certificate authority (PEM) that signed the certificates of its TLS workers, if any.
+/// Never printed.
 #[derive(Clone)]
-pub struct ClusterSecret(Arc<str>);
+pub struct ClusterSecret(Arc<str>, Option<Arc<[u8]>>);
 
 impl std::fmt::Debug for ClusterSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -28,7 +32,13 @@ impl std::fmt::Debug for ClusterSecret {
 
 impl ClusterSecret {
     pub fn new(secret: impl Into<Arc<str>>) -> Self {
-        Self(secret.into())
+        Self(secret.into(), None)
+    }
+
+    /// Workers at `https://` URLs are trusted when their certificate is signed by `ca_pem`.
+    pub fn trusting(mut self, ca_pem: Vec<u8>) -> Self {
+        self.1 = Some(ca_pem.into());
+        self
     }
 
     fn digest(value: &[u8]) -> [u8; 32] {
@@ -50,27 +60,60 @@ impl ClusterSecret {
     }
 }
 
-/// Connects to workers as DataFusion-distributed's default resolver does, one channel per
-/// worker kept for reuse, and sends the cluster's secret with every call.
+/// How long connecting to a worker may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects to workers, one channel per worker kept for reuse (it connects again by itself
+/// after a worker restarts), over TLS for `https://` workers, and sends the cluster's secret
+/// with every call.
 #[derive(Clone)]
 pub(crate) struct SecretChannels {
-    channels: DefaultChannelResolver,
+    channels: Arc<Mutex<HashMap<Url, Channel>>>,
     secret: ClusterSecret,
 }
 
 impl SecretChannels {
     pub(crate) fn new(secret: ClusterSecret) -> Self {
         Self {
-            channels: DefaultChannelResolver::default(),
+            channels: Arc::default(),
             secret,
         }
+    }
+
+    fn channel(&self, url: &Url) -> Result<Channel> {
+        let mut channels = self.channels.lock().expect("worker channels");
+        if let Some(channel) = channels.get(url) {
+            return Ok(channel.clone());
+        }
+        let refused = |why: String| DataFusionError::Configuration(format!("worker {url}: {why}"));
+        let mut endpoint = Channel::from_shared(url.to_string())
+            .map_err(|e| refused(e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        if url.scheme() == "https" {
+            let Some(ca) = &self.secret.1 else {
+                return Err(refused(
+                    "an https worker is trusted only with the cluster's CA (--cluster-ca)".into(),
+                ));
+            };
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            if let Some(host) = url.host_str() {
+                tls = tls.domain_name(host);
+            }
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| refused(e.to_string()))?;
+        }
+        let channel = endpoint.connect_lazy();
+        channels.insert(url.clone(), channel.clone());
+        Ok(channel)
     }
 }
 
 #[async_trait]
 impl ChannelResolver for SecretChannels {
     async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
-        let channel = self.channels.get_channel(url).await?;
+        let channel = self.channel(url)?;
         let value = self.secret.header()?;
         let with_secret = tower::ServiceBuilder::new()
             .map_request(move |mut request: http::Request<tonic::body::Body>| {

@@ -25,7 +25,9 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion_proto::physical_plan::{AsExecutionPlan, PhysicalExtensionCodec};
+use datafusion_proto::physical_plan::{
+    AsExecutionPlan, DefaultPhysicalExtensionCodec, PhysicalExtensionCodec,
+};
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use prost::Message;
@@ -37,6 +39,12 @@ use crate::scan::equality_deletes::{EqualityDeleteExec, KeySet};
 const SCAN: u32 = 1;
 const EQUALITY_DELETES: u32 = 2;
 const FEW_GROUPS: u32 = 3;
+
+/// The most row selectors one travelled scan may hold, and the most deleted keys one
+/// equality set may: each becomes an allocation on the worker larger than its bytes on the
+/// wire, so a message within the size limit still cannot ask for unbounded memory.
+const MOST_SELECTORS: usize = 1 << 24;
+const MOST_KEYS: usize = 1 << 24;
 
 /// What every encoded node or expression starts with: which kind it is.
 #[derive(Clone, PartialEq, Message)]
@@ -106,12 +114,20 @@ fn decode_message<M: Message + Default>(bytes: &[u8]) -> Result<M> {
 pub struct FloeCodec;
 
 impl FloeCodec {
+    /// A plan held inside a Floe node (the Parquet scan, an aggregate over a placeholder)
+    /// is written with DataFusion's own codec: it holds no Floe node, and decoding it with
+    /// a codec that knows none means a crafted message cannot nest Floe nodes inside each
+    /// other without end (each level would be a fresh decode, past prost's depth limit).
     fn encode_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
-        Ok(PhysicalPlanNode::try_from_physical_plan(plan, self)?.encode_to_vec())
+        Ok(
+            PhysicalPlanNode::try_from_physical_plan(plan, &DefaultPhysicalExtensionCodec {})?
+                .encode_to_vec(),
+        )
     }
 
     fn decode_plan(&self, bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
-        decode_message::<PhysicalPlanNode>(bytes)?.try_into_physical_plan(ctx, self)
+        decode_message::<PhysicalPlanNode>(bytes)?
+            .try_into_physical_plan(ctx, &DefaultPhysicalExtensionCodec {})
     }
 
     fn encode_scan(&self, scan: &FloeScanExec) -> Result<Vec<u8>> {
@@ -145,6 +161,17 @@ impl FloeCodec {
 
     fn decode_scan(&self, body: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
         let node: ScanNode = decode_message(body)?;
+        let selectors: usize = node
+            .access
+            .iter()
+            .flat_map(|a| &a.row_groups)
+            .map(|g| g.rows.len())
+            .sum();
+        if selectors > MOST_SELECTORS {
+            return Err(invalid(format!(
+                "a scan's access plans hold {selectors} row selectors, more than {MOST_SELECTORS}"
+            )));
+        }
         let plan = self.decode_plan(&node.scan, ctx)?;
         let config = crate::optimizer::utils::file_scan(&plan)
             .ok_or_else(|| invalid("the scan is not a file scan"))?;
@@ -209,8 +236,14 @@ impl FloeCodec {
             .into_iter()
             .map(|set| {
                 let columns: Vec<usize> = set.columns.iter().map(|&c| c as usize).collect();
-                if columns.iter().any(|&c| c >= schema.fields().len()) {
+                if columns.is_empty() || columns.iter().any(|&c| c >= schema.fields().len()) {
                     return Err(invalid("an equality column is outside the scan"));
+                }
+                if set.keys.len() > MOST_KEYS {
+                    return Err(invalid(format!(
+                        "an equality delete set holds {} keys, more than {MOST_KEYS}",
+                        set.keys.len()
+                    )));
                 }
                 KeySet::from_parts(columns, &schema, set.keys)
             })
@@ -387,6 +420,35 @@ mod tests {
         assert!(sent.contains("Selection"), "{sent}");
         assert!(sent.contains("FieldIdAdapterFactory"), "{sent}");
         assert!(sent.contains("reader BoundedFactory"), "{sent}");
+    }
+
+    /// A crafted message that nests scans in scans ten thousand deep is refused at the second
+    /// level, not followed down until the worker's stack runs out.
+    #[test]
+    fn scans_nested_in_scans_are_refused_not_followed() {
+        use datafusion_proto::protobuf::PhysicalExtensionNode;
+        use datafusion_proto::protobuf::physical_plan_node::PhysicalPlanType;
+        let mut node = Vec::new();
+        for _ in 0..10_000 {
+            let inner = PhysicalPlanNode {
+                physical_plan_type: Some(PhysicalPlanType::Extension(PhysicalExtensionNode {
+                    node,
+                    inputs: vec![],
+                })),
+            };
+            let scan = ScanNode {
+                scan: inner.encode_to_vec(),
+                access: vec![],
+            };
+            node = Envelope {
+                kind: SCAN,
+                body: scan.encode_to_vec(),
+            }
+            .encode_to_vec();
+        }
+        let ctx = SessionContext::new().task_ctx();
+        let err = FloeCodec.try_decode(&node, &[], &ctx).unwrap_err();
+        assert!(err.to_string().contains("xtension"), "{err}");
     }
 
     #[test]

@@ -17,11 +17,11 @@
 
 mod auth;
 mod codec;
-mod explain;
 mod prepare;
 mod relaunch;
 mod round_trip;
 mod scan;
+mod stages;
 mod worker;
 
 use std::sync::{Arc, RwLock};
@@ -42,7 +42,8 @@ pub use worker::worker_routes;
 /// What this process's coordinators did, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct ClusterStats {
-    /// Queries planned over workers.
+    /// Plans cut into stages over workers (a query run again after losing workers counts
+    /// again; a query too small to cut, kept on its coordinator, does not count).
     pub queries: std::sync::atomic::AtomicU64,
     /// Queries run again after losing workers.
     pub relaunches: std::sync::atomic::AtomicU64,
@@ -108,17 +109,40 @@ impl Cluster {
         }
     }
 
+    /// This cluster with the workers live now, kept for one statement: the workers it is
+    /// planned over are those it runs on (a worker dropping out meanwhile is a lost
+    /// worker, handled by [`Relaunch`]); `None` when no worker is live.
+    pub(crate) fn pinned(&self) -> Option<Self> {
+        let live = self.workers.get();
+        if live.is_empty() {
+            return None;
+        }
+        let workers = LiveWorkers::default();
+        workers.set(live);
+        Some(Self {
+            workers,
+            ..self.clone()
+        })
+    }
+
     /// Scans get a task per `bytes` of data they read (at most one per live worker).
     pub fn with_task_bytes(mut self, bytes: usize) -> Self {
         self.task_bytes = bytes.max(1);
         self
     }
 
-    /// `builder` (configured already) planning distributed statements over this cluster.
-    pub(crate) fn distribute(&self, builder: SessionStateBuilder) -> Result<SessionStateBuilder> {
+    /// `builder` (configured already) planning distributed statements over this cluster,
+    /// which read the warehouses whose object stores are `stores` (the warehouse ids): their
+    /// workers register those stores before running a task, and no others.
+    pub(crate) fn distribute(
+        &self,
+        builder: SessionStateBuilder,
+        stores: &[uuid::Uuid],
+    ) -> Result<SessionStateBuilder> {
         // The resolver first: it puts DataFusion-distributed's options in the configuration.
         let mut builder = builder
             .with_distributed_worker_resolver(self.workers.clone())
+            .with_distributed_passthrough_headers(worker::stores_header(stores))?
             .with_distributed_file_scan_config_bytes_per_partition(self.task_bytes)?
             .with_query_planner(Arc::new(scan::WrapScans))
             .with_distributed_channel_resolver(self.channels.clone())
@@ -131,7 +155,7 @@ impl Cluster {
             .query_planner()
             .take()
             .expect("the distributed planner was set just now");
-        Ok(builder.with_query_planner(Arc::new(explain::ShowStages { inner })))
+        Ok(builder.with_query_planner(Arc::new(stages::Stages { inner })))
     }
 }
 

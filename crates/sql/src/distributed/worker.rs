@@ -21,6 +21,39 @@ use crate::{SqlEngine, SqlError};
 /// Largest message a worker decodes (a task's plan, a batch of work units).
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+/// The header naming the warehouses (by id) whose object stores a task's statement reads.
+const STORES_HEADER: &str = "x-floe-warehouse-stores";
+
+/// Most warehouses named in [`STORES_HEADER`]; a statement over more sends none, and its
+/// workers look every warehouse up, as for a coordinator that sends no header.
+const MOST_NAMED_STORES: usize = 256;
+
+/// The headers a coordinator sends with each task of a statement reading `stores`.
+pub(crate) fn stores_header(stores: &[uuid::Uuid]) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    if stores.len() <= MOST_NAMED_STORES {
+        let ids: Vec<String> = stores.iter().map(uuid::Uuid::to_string).collect();
+        if let Ok(value) = http::HeaderValue::from_str(&ids.join(",")) {
+            headers.insert(STORES_HEADER, value);
+        }
+    }
+    headers
+}
+
+/// The warehouses `headers` name, or `None` when they name none or cannot be read.
+fn named_stores(headers: &http::HeaderMap) -> Option<Vec<uuid::Uuid>> {
+    let value = headers.get(STORES_HEADER)?.to_str().ok()?;
+    if value.is_empty() {
+        return Some(Vec::new());
+    }
+    value
+        .split(',')
+        .take(MOST_NAMED_STORES + 1)
+        .map(|id| id.parse().ok())
+        .collect::<Option<Vec<_>>>()
+        .filter(|ids| ids.len() <= MOST_NAMED_STORES)
+}
+
 /// The gRPC routes of a worker running `engine`'s tasks for the cluster of `secret`.
 pub fn worker_routes(
     engine: Arc<SqlEngine>,
@@ -54,12 +87,17 @@ struct WorkerSession {
 #[async_trait]
 impl WorkerSessionBuilder for WorkerSession {
     async fn build_session_state(&self, ctx: WorkerQueryContext) -> Result<SessionState> {
-        // A task may read any warehouse: their stores are registered before its plan is
-        // decoded.
-        self.engine
-            .register_warehouses()
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        // The stores of the warehouses a task reads are registered before its plan is
+        // decoded: looked up in the catalog only when one is new to this worker (or the
+        // coordinator did not say which).
+        let known =
+            named_stores(&ctx.headers).is_some_and(|stores| self.engine.has_registered(&stores));
+        if !known {
+            self.engine
+                .register_warehouses()
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        }
         let mut builder = ctx.builder;
         if let Some(config) = builder.config() {
             self.engine.apply_session_options(config);
@@ -76,5 +114,25 @@ impl WorkerSessionBuilder for WorkerSession {
                 Ok(WorkerPlanRewriteEventResponse::new(plan))
             })
             .build())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stores_header_names_warehouses_or_nothing() {
+        let ids = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+        assert_eq!(named_stores(&stores_header(&ids)), Some(ids.to_vec()));
+        assert_eq!(named_stores(&stores_header(&[])), Some(vec![]));
+        let many: Vec<_> = (0..=MOST_NAMED_STORES)
+            .map(|_| uuid::Uuid::new_v4())
+            .collect();
+        assert_eq!(named_stores(&stores_header(&many)), None);
+        let mut forged = http::HeaderMap::new();
+        forged.insert(STORES_HEADER, "not-a-uuid".parse().unwrap());
+        assert_eq!(named_stores(&forged), None);
+        assert_eq!(named_stores(&http::HeaderMap::new()), None);
     }
 }

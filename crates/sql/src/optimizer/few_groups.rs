@@ -152,10 +152,15 @@ impl FewGroupsExec {
 impl FewGroupsExec {
     /// `aggregate` (an `AggregateExec`) run as a `FewGroupsExec`, for a plan that travelled.
     pub(crate) fn over(aggregate: Arc<dyn ExecutionPlan>) -> Result<Self> {
-        if aggregate.downcast_ref::<AggregateExec>().is_none() {
-            return datafusion::common::internal_err!("FewGroupsExec runs an AggregateExec");
+        // A travelled plan is checked as the rule checks the plans it makes: the key table
+        // assumes what `eligible` makes sure of (at most `MOST_COLUMNS` keys of known types).
+        match aggregate.downcast_ref::<AggregateExec>() {
+            Some(exec) if eligible(exec) => Ok(Self::new(aggregate)),
+            Some(_) => datafusion::common::plan_err!(
+                "this aggregation cannot run as FewGroupsExec (its keys or aggregates do not qualify)"
+            ),
+            None => datafusion::common::internal_err!("FewGroupsExec runs an AggregateExec"),
         }
-        Ok(Self::new(aggregate))
     }
 
     /// The `AggregateExec` replaced.

@@ -59,6 +59,8 @@ pub struct TableAccess {
     pub storage: WarehouseStorage,
     /// Where the warehouse's object store is registered in the session's runtime.
     pub store_url: ObjectStoreUrl,
+    /// The warehouse's id, which names its object store.
+    pub warehouse_id: uuid::Uuid,
 }
 
 impl TableAccess {
