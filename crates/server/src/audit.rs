@@ -158,6 +158,27 @@ pub async fn checkpoint(
     }
 }
 
+/// How a statement ended, for its record: the stages it was cut into when it was distributed,
+/// or its error.
+pub type Outcome<'a> = Result<Option<&'a floe_sql::distributed::StagePlan>, &'a floe_sql::SqlError>;
+
+/// The [`Outcome`] of a statement's `query` call.
+pub fn outcome_of(outcome: &Result<floe_sql::QueryResult, floe_sql::SqlError>) -> Outcome<'_> {
+    outcome.as_ref().map(|r| r.stages.as_ref())
+}
+
+/// What the record of a SQL statement says of it: the statement, and the stages it was cut
+/// into over workers when it was distributed.
+pub fn statement_details(
+    sql: &str,
+    stages: Option<&floe_sql::distributed::StagePlan>,
+) -> serde_json::Value {
+    match stages {
+        Some(stages) => serde_json::json!({ "statement": sql, "distributed": stages }),
+        None => serde_json::json!({ "statement": sql }),
+    }
+}
+
 /// The record of one SQL statement from a front door that is not HTTP (PostgreSQL wire,
 /// Flight SQL): its outcome as an HTTP-like status, a missing privilege as a denial.
 pub fn statement_event(
@@ -166,8 +187,12 @@ pub fn statement_event(
     resource: String,
     client: String,
     sql: &str,
-    error: Option<&floe_sql::SqlError>,
+    outcome: Outcome<'_>,
 ) -> AuditEvent {
+    let (error, stages) = match outcome {
+        Ok(stages) => (None, stages),
+        Err(error) => (Some(error), None),
+    };
     let status = match error.map(|e| &e.kind) {
         None => 200,
         Some(floe_sql::SqlErrorKind::PermissionDenied) => 403,
@@ -176,7 +201,7 @@ pub fn statement_event(
         Some(_) => 400,
     };
     let mut event = login_event(principal, action, resource, client, status);
-    event.details = serde_json::json!({ "statement": sql }).to_string();
+    event.details = statement_details(sql, stages).to_string();
     event
 }
 

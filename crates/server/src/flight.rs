@@ -353,16 +353,17 @@ impl FloeFlightSql {
         let result = match outcome {
             Ok(result) => result,
             Err(e) => {
-                self.audit(caller, metadata, sql, Some(&e)).await;
+                self.audit(caller, metadata, sql, Err(&e)).await;
                 return Err(status(e));
             }
         };
+        let stages = result.stages;
         let batches: Vec<datafusion::arrow::array::RecordBatch> = result
             .stream
             .try_collect()
             .await
             .map_err(|e| status(SqlError::from(e)))?;
-        self.audit(caller, metadata, sql, None).await;
+        self.audit(caller, metadata, sql, Ok(stages.as_ref())).await;
         let mut rows = Vec::new();
         for batch in batches {
             let columns: Vec<_> = batch
@@ -407,8 +408,13 @@ impl FloeFlightSql {
                 ..handle.options(&self.state.decode)?
             };
             let outcome = self.state.sql.query(caller, &handle.sql, &options).await;
-            self.audit(caller, metadata, &handle.sql, outcome.as_ref().err())
-                .await;
+            self.audit(
+                caller,
+                metadata,
+                &handle.sql,
+                crate::audit::outcome_of(&outcome),
+            )
+            .await;
             let result = outcome.map_err(status)?;
             let batches: Vec<RecordBatch> = result
                 .stream
@@ -442,7 +448,7 @@ impl FloeFlightSql {
         caller: &Caller,
         metadata: &MetadataMap,
         sql: &str,
-        error: Option<&SqlError>,
+        outcome: crate::audit::Outcome<'_>,
     ) {
         self.state
             .audit
@@ -452,7 +458,7 @@ impl FloeFlightSql {
                 "flightsql".into(),
                 client_address(metadata),
                 sql,
-                error,
+                outcome,
             ))
             .await;
     }
@@ -599,7 +605,7 @@ impl FlightSqlService for FloeFlightSql {
             &caller,
             request.metadata(),
             &handle.sql,
-            outcome.as_ref().err(),
+            crate::audit::outcome_of(&outcome),
         )
         .await;
         let result = outcome.map_err(status)?;

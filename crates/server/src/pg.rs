@@ -370,7 +370,8 @@ impl Queries {
             .sql
             .query(&session.caller, trimmed, &session.options)
             .await;
-        self.audit(session, trimmed, outcome.as_ref().err()).await;
+        self.audit(session, trimmed, crate::audit::outcome_of(&outcome))
+            .await;
         let mut result = outcome.map_err(sql_error)?;
         if hold {
             let mut held = Vec::new();
@@ -400,7 +401,7 @@ impl Queries {
         Ok(Response::Query(QueryResponse::new(fields, rows)))
     }
 
-    async fn audit(&self, session: &Session, sql: &str, error: Option<&SqlError>) {
+    async fn audit(&self, session: &Session, sql: &str, outcome: crate::audit::Outcome<'_>) {
         let warehouse = session.options.warehouse.as_deref().unwrap_or("default");
         self.state
             .audit
@@ -410,7 +411,7 @@ impl Queries {
                 format!("pg://{warehouse}"),
                 session.client.clone(),
                 sql,
-                error,
+                outcome,
             ))
             .await;
     }

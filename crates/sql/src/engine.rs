@@ -291,6 +291,8 @@ struct Prepared {
 pub struct QueryResult {
     pub schema: SchemaRef,
     pub stream: SendableRecordBatchStream,
+    /// How the statement was cut into stages over workers, when it was (for its audit record).
+    pub stages: Option<crate::distributed::StagePlan>,
 }
 
 /// Runs SQL over a catalog service.
@@ -556,9 +558,15 @@ impl SqlEngine {
             .map_err(|e| {
                 SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
             })??;
+        let stages = context
+            .state()
+            .config()
+            .get_extension::<crate::distributed::PlannedStages>()
+            .and_then(|slot| slot.take());
         Ok(QueryResult {
             schema: schema.clone(),
             stream: self.drive(schema, stream, ticket, retry, relaunch),
+            stages,
         })
     }
 

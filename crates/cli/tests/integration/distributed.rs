@@ -446,6 +446,42 @@ async fn tls_workers_keep_a_sorted_tables_order() {
         .collect();
     assert_eq!(keys, (1..=6000).collect::<Vec<i64>>());
     assert_eq!(rows[5999], json!({"k": 6000, "v": 12000}));
+
+    // Audited once, on the coordinator, with its stages and the workers planned over.
+    let statement = |r: &Value| -> Option<Value> {
+        let details: Value = serde_json::from_str(r["details"].as_str()?).ok()?;
+        (details["statement"] == json!(ordered)).then_some(details)
+    };
+    let mut records = Vec::new();
+    for _ in 0..100 {
+        let answer = api.get("/api/v1/audit?limit=1000").await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        records = answer.body["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(statement)
+            .collect();
+        if !records.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(records.len(), 1, "{records:?}");
+    let distributed = &records[0]["distributed"];
+    let stages = distributed["stages"].as_array().unwrap();
+    assert!(stages.len() >= 2, "{distributed}");
+    assert!(stages.iter().any(|s| s["tasks"] == json!(3)), "{distributed}");
+    let mut planned: Vec<&str> = distributed["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    planned.sort();
+    let mut expected: Vec<&str> = workers.iter().map(|w| w.url.as_str()).collect();
+    expected.sort();
+    assert_eq!(planned, expected);
 }
 
 /// A worker service off loopback without TLS would carry the cluster secret in the clear:

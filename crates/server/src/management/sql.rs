@@ -54,6 +54,12 @@ pub async fn run(
         .query(&caller, &request.sql, &options)
         .await
         .map_err(api_error)?;
+    if result.stages.is_some() {
+        crate::audit::note_details(crate::audit::statement_details(
+            &request.sql,
+            result.stages.as_ref(),
+        ));
+    }
     let wants_arrow = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -57,6 +57,36 @@ pub fn stats() -> &'static ClusterStats {
     &STATS
 }
 
+/// How a distributed statement was cut: for its audit record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StagePlan {
+    /// Each stage run on workers, by number, with its task count (the coordinator's own
+    /// stage, which gathers the answer, is not listed).
+    pub stages: Vec<StageTasks>,
+    /// The workers the statement was planned over.
+    pub workers: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StageTasks {
+    pub stage: usize,
+    pub tasks: usize,
+}
+
+/// Where a statement's planner leaves its [`StagePlan`] (a session configuration extension).
+#[derive(Debug, Default)]
+pub(crate) struct PlannedStages(std::sync::Mutex<Option<StagePlan>>);
+
+impl PlannedStages {
+    pub(crate) fn take(&self) -> Option<StagePlan> {
+        self.0.lock().expect("planned stages").take()
+    }
+
+    fn note(&self, plan: StagePlan) {
+        *self.0.lock().expect("planned stages") = Some(plan);
+    }
+}
+
 /// Data a scan task reads by default: 128 MiB.
 pub const DEFAULT_TASK_BYTES: usize = 128 << 20;
 
@@ -139,6 +169,10 @@ impl Cluster {
         builder: SessionStateBuilder,
         stores: &[uuid::Uuid],
     ) -> Result<SessionStateBuilder> {
+        let mut builder = builder;
+        if let Some(config) = builder.config() {
+            config.set_extension(Arc::new(PlannedStages::default()));
+        }
         // The resolver first: it puts DataFusion-distributed's options in the configuration.
         let mut builder = builder
             .with_distributed_worker_resolver(self.workers.clone())

@@ -18,9 +18,11 @@ use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{LogicalPlan, PlanType, StringifiedPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::explain::ExplainExec;
+
+use super::{PlannedStages, StagePlan, StageTasks};
 use datafusion_distributed::{
-    DistributedExec, NetworkBoundaryExt, NetworkBroadcastExec, NetworkShuffleExec,
-    display_plan_ascii,
+    DistributedExec, DistributedGetterExt, NetworkBoundaryExt, NetworkBroadcastExec,
+    NetworkShuffleExec, display_plan_ascii,
 };
 
 /// Plans with `inner` (the distributed planner), as the module documentation says.
@@ -63,6 +65,30 @@ impl Stages {
     }
 }
 
+/// The stages of `plan` (cut by the distributed planner) and the workers it was planned over.
+fn stage_plan(plan: &Arc<dyn ExecutionPlan>, state: &SessionState) -> Result<StagePlan> {
+    let mut stages = std::collections::BTreeMap::new();
+    plan.apply(|node| {
+        if let Some(boundary) = node.as_network_boundary() {
+            let stage = boundary.input_stage();
+            stages.insert(stage.num(), stage.task_count());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let workers = state
+        .config()
+        .get_distributed_worker_resolver()
+        .and_then(|r| r.get_urls())
+        .unwrap_or_default();
+    Ok(StagePlan {
+        stages: stages
+            .into_iter()
+            .map(|(stage, tasks)| StageTasks { stage, tasks })
+            .collect(),
+        workers: workers.into_iter().map(String::from).collect(),
+    })
+}
+
 /// Whether `plan` has a shuffle or broadcast over several tasks that declares an order.
 fn merges_an_order(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
     let mut found = false;
@@ -95,6 +121,9 @@ impl QueryPlanner for Stages {
                 super::stats()
                     .queries
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(slot) = session_state.config().get_extension::<PlannedStages>() {
+                    slot.note(stage_plan(&plan, session_state)?);
+                }
             }
             return Ok(plan);
         };

@@ -165,6 +165,7 @@ fn done(rows: Option<u64>) -> QueryResult {
         .collect();
     let stream = futures::stream::iter(batches.into_iter().map(Ok));
     QueryResult {
+        stages: None,
         schema: schema.clone(),
         stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
     }
