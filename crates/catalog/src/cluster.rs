@@ -20,6 +20,17 @@ pub struct WorkerRecord {
     pub heartbeat_ms: i64,
     /// Its machine's one-minute load average at its last heartbeat.
     pub load_average: f64,
+    /// Its cache's blocks since it started: found in memory, on disk, fetched from storage.
+    pub cache: CacheCounts,
+}
+
+/// What a cache of data-file blocks has answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CacheCounts {
+    pub memory_hits: i64,
+    pub disk_hits: i64,
+    pub misses: i64,
 }
 
 #[async_trait]

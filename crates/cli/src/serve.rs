@@ -51,7 +51,7 @@ pub struct ServeArgs {
     /// Local disk (MiB) for cached ranges that no longer fit in memory.
     #[arg(long, env = "FLOE_CACHE_DISK_MB", default_value_t = 4096)]
     pub cache_disk_mb: u64,
-    /// Directory of the disk cache (default: `<data-dir>/cache`, emptied at start).
+    /// Directory of the disk cache (default: `<data-dir>/cache`, kept across restarts).
     #[arg(long, env = "FLOE_CACHE_DIR")]
     pub cache_dir: Option<std::path::PathBuf>,
     /// How often rows taken by `/ingest/v1/…` are committed to their tables (milliseconds).

@@ -109,7 +109,7 @@ struct RunArgs {
     /// Local disk (MiB) for cached ranges that no longer fit in memory.
     #[arg(long, env = "FLOE_CACHE_DISK_MB", default_value_t = 4096)]
     cache_disk_mb: u64,
-    /// Directory of the disk cache (default: `<data-dir>/cache`, emptied at start).
+    /// Directory of the disk cache (default: `<data-dir>/cache`, kept across restarts).
     #[arg(long, env = "FLOE_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
     /// Largest number of database connections.
@@ -232,7 +232,7 @@ pub async fn start(
         .advertise
         .unwrap_or_else(|| format!("{scheme}://{address}"));
     url::Url::parse(&url).with_context(|| format!("the worker's URL {url:?}"))?;
-    let routes = floe_sql::distributed::worker_routes(engine, secret)
+    let routes = floe_sql::distributed::worker_routes(engine.clone(), secret)
         .map_err(|e| anyhow::anyhow!("start the worker service: {e}"))?;
     tracing::info!(%address, url, "the worker service is serving");
     let service = tokio::spawn(floe_server::cluster::serve_worker(
@@ -241,6 +241,8 @@ pub async fn start(
         shutdown.clone(),
         serving.tls,
     ));
-    let heartbeat = tokio::spawn(floe_server::cluster::heartbeat(store, url, shutdown));
+    let heartbeat = tokio::spawn(floe_server::cluster::heartbeat(
+        store, url, engine, shutdown,
+    ));
     Ok(RunningWorker { service, heartbeat })
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use floe_catalog::cluster::{ClusterStore, WorkerRecord};
+use floe_catalog::cluster::{CacheCounts, ClusterStore, WorkerRecord};
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_sql::distributed::LiveWorkers;
 use serde_json::{Value, json};
@@ -89,7 +89,26 @@ fn load_average() -> f64 {
 
 /// Registers this worker, heartbeats every [`HEARTBEAT_EVERY`] until `shutdown`, then
 /// deregisters it.
-pub async fn heartbeat(store: Arc<dyn ClusterStore>, url: String, shutdown: CancellationToken) {
+pub async fn heartbeat(
+    store: Arc<dyn ClusterStore>,
+    url: String,
+    engine: Arc<floe_sql::SqlEngine>,
+    shutdown: CancellationToken,
+) {
+    let cache = || {
+        engine
+            .cache_stats()
+            .map_or_else(CacheCounts::default, |stats| {
+                let load = |c: &std::sync::atomic::AtomicU64| {
+                    c.load(std::sync::atomic::Ordering::Relaxed) as i64
+                };
+                CacheCounts {
+                    memory_hits: load(&stats.memory_hits),
+                    disk_hits: load(&stats.disk_hits),
+                    misses: load(&stats.misses),
+                }
+            })
+    };
     let mut record = WorkerRecord {
         id: uuid::Uuid::now_v7(),
         url,
@@ -97,6 +116,7 @@ pub async fn heartbeat(store: Arc<dyn ClusterStore>, url: String, shutdown: Canc
         started_at_ms: now_ms(),
         heartbeat_ms: now_ms(),
         load_average: load_average(),
+        cache: cache(),
     };
     let mut ticks = tokio::time::interval(HEARTBEAT_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -107,6 +127,7 @@ pub async fn heartbeat(store: Arc<dyn ClusterStore>, url: String, shutdown: Canc
         }
         record.heartbeat_ms = now_ms();
         record.load_average = load_average();
+        record.cache = cache();
         if let Err(e) = store.heartbeat_worker(&record).await {
             tracing::warn!(error = %e, "could not record this worker's heartbeat");
         }
@@ -166,6 +187,7 @@ pub async fn list(
                 "started-at-ms": w.started_at_ms,
                 "heartbeat-ms": w.heartbeat_ms,
                 "load-average": w.load_average,
+                "cache": w.cache,
             })
         })
         .collect();

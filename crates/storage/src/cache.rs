@@ -1,29 +1,41 @@
-//! A read cache over object storage for the query engine: byte ranges of data files (Parquet
-//! footers, column chunks, pages) kept in memory and, when memory is full, on local disk.
+//! A read cache over object storage for the query engine: data files (Parquet footers,
+//! column chunks, pages) kept in memory and on local disk, in aligned blocks.
 //!
-//! Only ranged reads are cached, keyed by object path and range: the files queries read —
-//! Iceberg data, delete and manifest files — are written once and never changed, so a cached
-//! range never goes stale. Writes, listings, whole-object reads and conditional reads pass
-//! straight through. Both tiers evict least recently used ranges to stay within their sizes;
-//! ranges evicted from memory move to disk.
+//! Only ranged reads are cached. The files queries read — Iceberg data, delete and manifest
+//! files — are written once and never changed, so a cached block never goes stale. Writes,
+//! listings, whole-object reads and conditional reads pass straight through.
+//!
+//! A range is served from the [`BLOCK_BYTES`]-aligned blocks it overlaps, so another range of
+//! the same file (another projection, another row group's pages) hits blocks read for an
+//! earlier one. Missing blocks are fetched together in one `get_ranges` call. Memory holds
+//! blocks in a sharded cache with a frequency-based admission policy (moka's TinyLFU), so a
+//! scan passing once through more data than fits does not push out what is read again.
+//! Every fetched block is also written to disk (atomically renamed into place), bounded the
+//! same way; the disk tier is kept across restarts.
 
-use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
     ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 use sha2::{Digest, Sha256};
+
+/// The size of a cached block, and the alignment of its start.
+pub const BLOCK_BYTES: u64 = 1 << 20;
+
+/// Objects whose sizes are remembered (each a path and a number).
+const KNOWN_SIZES: u64 = 1 << 20;
 
 /// How big the cache may grow, and where its disk tier lives.
 #[derive(Debug, Clone)]
@@ -33,7 +45,7 @@ pub struct CacheConfig {
     pub dir: PathBuf,
 }
 
-/// Hits and misses so far.
+/// Blocks found and fetched so far.
 #[derive(Debug, Default)]
 pub struct CacheStats {
     pub memory_hits: AtomicU64,
@@ -42,44 +54,17 @@ pub struct CacheStats {
     pub bytes_read_from_store: AtomicU64,
 }
 
-type Key = (Path, u64, u64);
+/// A block: the object's path within its store's scope, and the block's number.
+type Key = (Arc<str>, u64);
 
-/// Least-recently-used sizes: which key to evict next.
-#[derive(Default)]
-struct Lru {
-    order: VecDeque<Key>,
-    sizes: HashMap<Key, u64>,
-    total: u64,
-}
-
-impl Lru {
-    fn touch(&mut self, key: &Key) {
-        if let Some(i) = self.order.iter().position(|k| k == key) {
-            let k = self.order.remove(i).expect("present");
-            self.order.push_back(k);
-        }
-    }
-
-    fn insert(&mut self, key: Key, size: u64) {
-        if self.sizes.insert(key.clone(), size).is_none() {
-            self.order.push_back(key);
-            self.total += size;
-        }
-    }
-
-    fn pop_oldest(&mut self) -> Option<(Key, u64)> {
-        let key = self.order.pop_front()?;
-        let size = self.sizes.remove(&key).unwrap_or_default();
-        self.total -= size;
-        Some((key, size))
-    }
-}
-
-/// The two tiers, shared by every store wrapped with them.
+/// A cache of object blocks in memory and on local disk, shared by the stores it wraps.
 pub struct RangeCache {
     config: CacheConfig,
-    memory: Mutex<(Lru, HashMap<Key, Bytes>)>,
-    disk: Mutex<Lru>,
+    memory: moka::sync::Cache<Key, Bytes>,
+    /// The blocks on disk, by file name, weighed by size; a block leaving it is deleted.
+    disk: moka::sync::Cache<String, u32>,
+    /// Object sizes, read once per object: the last block of an object ends with it.
+    sizes: moka::sync::Cache<Arc<str>, u64>,
     pub stats: CacheStats,
 }
 
@@ -89,17 +74,50 @@ impl fmt::Debug for RangeCache {
     }
 }
 
+/// Whether `name` is a block file's name: 64 hex digits, `-`, the block number.
+fn is_block_file(name: &str) -> bool {
+    name.len() > 65
+        && name.as_bytes()[64] == b'-'
+        && name[..64].bytes().all(|b| b.is_ascii_hexdigit())
+        && name[65..].bytes().all(|b| b.is_ascii_digit())
+}
+
 impl RangeCache {
-    /// A cache; its disk directory is emptied (ranges of an earlier process are not trusted).
+    /// A cache whose disk tier is the blocks already in its directory (unfinished writes of
+    /// an earlier process are removed) and those it fetches.
     pub fn new(config: CacheConfig) -> std::io::Result<Arc<Self>> {
-        if config.dir.exists() {
-            std::fs::remove_dir_all(&config.dir)?;
-        }
         std::fs::create_dir_all(&config.dir)?;
+        let memory = moka::sync::Cache::builder()
+            .weigher(|_: &Key, bytes: &Bytes| u32::try_from(bytes.len()).unwrap_or(u32::MAX))
+            .max_capacity(config.memory_bytes)
+            .build();
+        let dir = config.dir.clone();
+        let disk = moka::sync::Cache::builder()
+            .weigher(|_: &String, size: &u32| *size)
+            .max_capacity(config.disk_bytes)
+            .eviction_listener(move |name: Arc<String>, _, cause| {
+                if cause != moka::notification::RemovalCause::Replaced {
+                    let _ = std::fs::remove_file(dir.join(name.as_str()));
+                }
+            })
+            .build();
+        for entry in std::fs::read_dir(&config.dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let meta = entry.metadata()?;
+            match u32::try_from(meta.len()) {
+                Ok(size) if meta.is_file() && is_block_file(&name) && size > 0 => {
+                    disk.insert(name, size)
+                }
+                _ if meta.is_file() => std::fs::remove_file(entry.path())?,
+                _ => {}
+            }
+        }
         Ok(Arc::new(Self {
             config,
-            memory: Mutex::new((Lru::default(), HashMap::new())),
-            disk: Mutex::new(Lru::default()),
+            memory,
+            disk,
+            sizes: moka::sync::Cache::new(KNOWN_SIZES),
             stats: CacheStats::default(),
         }))
     }
@@ -117,108 +135,56 @@ impl RangeCache {
         })
     }
 
-    fn file_of(&self, key: &Key) -> PathBuf {
-        let mut hasher = Sha256::new();
-        hasher.update(key.0.as_ref().as_bytes());
-        hasher.update(key.1.to_be_bytes());
-        hasher.update(key.2.to_be_bytes());
-        self.config.dir.join(hex::encode(hasher.finalize()))
+    fn file_of(key: &Key) -> String {
+        format!(
+            "{}-{}",
+            hex::encode(Sha256::digest(key.0.as_bytes())),
+            key.1
+        )
     }
 
     async fn get(&self, key: &Key) -> Option<Bytes> {
-        {
-            let mut memory = self.memory.lock().expect("cache lock");
-            if let Some(bytes) = memory.1.get(key).cloned() {
-                memory.0.touch(key);
-                self.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
-                return Some(bytes);
-            }
-        }
-        let on_disk = {
-            let mut disk = self.disk.lock().expect("cache lock");
-            let present = disk.sizes.contains_key(key);
-            if present {
-                disk.touch(key);
-            }
-            present
-        };
-        if on_disk && let Ok(bytes) = tokio::fs::read(self.file_of(key)).await {
-            self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
-            let bytes = Bytes::from(bytes);
-            self.put_memory(key.clone(), bytes.clone()).await;
+        if let Some(bytes) = self.memory.get(key) {
+            self.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Some(bytes);
         }
-        None
+        let name = Self::file_of(key);
+        self.disk.get(&name)?;
+        let bytes = Bytes::from(tokio::fs::read(self.config.dir.join(&name)).await.ok()?);
+        self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
+        self.memory.insert(key.clone(), bytes.clone());
+        Some(bytes)
     }
 
-    async fn put(&self, key: Key, bytes: Bytes) {
+    /// A block fetched from the store: kept in memory, and written to disk in the background.
+    fn put(&self, key: Key, bytes: Bytes) {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes_read_from_store
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        self.put_memory(key, bytes).await;
-    }
-
-    async fn put_memory(&self, key: Key, bytes: Bytes) {
-        let size = bytes.len() as u64;
-        if size > self.config.memory_bytes {
-            self.put_disk(key, bytes).await;
+        self.memory.insert(key.clone(), bytes.clone());
+        let Ok(size) = u32::try_from(bytes.len()) else {
+            return;
+        };
+        let name = Self::file_of(&key);
+        if size == 0 || u64::from(size) > self.config.disk_bytes || self.disk.contains_key(&name) {
             return;
         }
-        let evicted: Vec<(Key, Bytes)> = {
-            let mut memory = self.memory.lock().expect("cache lock");
-            let (lru, map) = &mut *memory;
-            if map.contains_key(&key) {
-                return;
+        let (dir, disk) = (self.config.dir.clone(), self.disk.clone());
+        tokio::spawn(async move {
+            let temporary = dir.join(format!("{name}.{}.tmp", std::process::id()));
+            let written = async {
+                tokio::fs::write(&temporary, &bytes).await?;
+                tokio::fs::rename(&temporary, dir.join(&name)).await
             }
-            lru.insert(key.clone(), size);
-            map.insert(key, bytes);
-            let mut evicted = Vec::new();
-            while lru.total > self.config.memory_bytes {
-                let Some((old, _)) = lru.pop_oldest() else {
-                    break;
-                };
-                if let Some(b) = map.remove(&old) {
-                    evicted.push((old, b));
+            .await;
+            match written {
+                Ok(()) => disk.insert(name, size),
+                Err(_) => {
+                    let _ = tokio::fs::remove_file(&temporary).await;
                 }
             }
-            evicted
-        };
-        for (key, bytes) in evicted {
-            self.put_disk(key, bytes).await;
-        }
-    }
-
-    async fn put_disk(&self, key: Key, bytes: Bytes) {
-        let size = bytes.len() as u64;
-        if size > self.config.disk_bytes
-            || self
-                .disk
-                .lock()
-                .expect("cache lock")
-                .sizes
-                .contains_key(&key)
-        {
-            return;
-        }
-        if tokio::fs::write(self.file_of(&key), &bytes).await.is_err() {
-            return;
-        }
-        let removed: Vec<Key> = {
-            let mut disk = self.disk.lock().expect("cache lock");
-            disk.insert(key, size);
-            let mut removed = Vec::new();
-            while disk.total > self.config.disk_bytes {
-                let Some((old, _)) = disk.pop_oldest() else {
-                    break;
-                };
-                removed.push(old);
-            }
-            removed
-        };
-        for old in removed {
-            let _ = tokio::fs::remove_file(self.file_of(&old)).await;
-        }
+        });
     }
 }
 
@@ -241,28 +207,100 @@ impl fmt::Display for CachedStore {
     }
 }
 
+/// The blocks `range` overlaps.
+fn blocks_of(range: &Range<u64>) -> Range<u64> {
+    if range.start >= range.end {
+        return 0..0;
+    }
+    range.start / BLOCK_BYTES..(range.end - 1) / BLOCK_BYTES + 1
+}
+
 impl CachedStore {
-    fn key(&self, location: &Path, range: &Range<u64>) -> Key {
-        (
-            Path::from(format!("{}/{}", self.scope, location)),
-            range.start,
-            range.end,
-        )
+    fn scoped(&self, location: &Path) -> Arc<str> {
+        format!("{}/{}", self.scope, location).into()
     }
 
-    async fn range(&self, location: &Path, range: Range<u64>) -> Result<Bytes> {
-        let key = self.key(location, &range);
-        if let Some(bytes) = self.cache.get(&key).await {
-            return Ok(bytes);
+    async fn size_of(&self, location: &Path, scoped: &Arc<str>) -> Result<u64> {
+        if let Some(size) = self.cache.sizes.get(scoped) {
+            return Ok(size);
         }
-        let bytes = self
-            .inner
-            .get_opts(location, GetOptions::new().with_range(Some(range)))
-            .await?
-            .bytes()
-            .await?;
-        self.cache.put(key, bytes.clone()).await;
-        Ok(bytes)
+        let size = self.inner.head(location).await?.size;
+        self.cache.sizes.insert(scoped.clone(), size);
+        Ok(size)
+    }
+
+    /// Each of `ranges` of the object at `location`, from cached blocks and the blocks
+    /// missing, fetched in one call.
+    async fn ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let scoped = self.scoped(location);
+        let size = self.size_of(location, &scoped).await?;
+        if let Some(bad) = ranges.iter().find(|r| r.start > r.end || r.start > size) {
+            return Err(object_store::Error::Generic {
+                store: "cache",
+                source: format!(
+                    "range {}..{} of {location} is outside its {size} bytes",
+                    bad.start, bad.end
+                )
+                .into(),
+            });
+        }
+        // As HTTP stores answer: a range running past the end stops at it.
+        let clipped: Vec<Range<u64>> = ranges.iter().map(|r| r.start..r.end.min(size)).collect();
+        let ranges = clipped.as_slice();
+        let mut wanted: Vec<u64> = ranges.iter().flat_map(blocks_of).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut blocks = std::collections::HashMap::with_capacity(wanted.len());
+        let mut missing = Vec::new();
+        for block in wanted {
+            match self.cache.get(&(scoped.clone(), block)).await {
+                Some(bytes) => {
+                    blocks.insert(block, bytes);
+                }
+                None => missing.push(block),
+            }
+        }
+        if !missing.is_empty() {
+            let spans: Vec<Range<u64>> = missing
+                .iter()
+                .map(|b| b * BLOCK_BYTES..((b + 1) * BLOCK_BYTES).min(size))
+                .collect();
+            let fetched = self.inner.get_ranges(location, &spans).await?;
+            for (block, bytes) in missing.into_iter().zip(fetched) {
+                self.cache.put((scoped.clone(), block), bytes.clone());
+                blocks.insert(block, bytes);
+            }
+        }
+        ranges
+            .iter()
+            .map(|range| {
+                let piece = |block: u64| -> Result<Bytes> {
+                    let bytes = &blocks[&block];
+                    let start = block * BLOCK_BYTES;
+                    let from = range.start.max(start) - start;
+                    let to = range.end.min(start + bytes.len() as u64) - start;
+                    if from > to || to > bytes.len() as u64 {
+                        return Err(object_store::Error::Generic {
+                            store: "cache",
+                            source: format!("a cached block of {location} is short").into(),
+                        });
+                    }
+                    Ok(bytes.slice(from as usize..to as usize))
+                };
+                let mut blocks = blocks_of(range);
+                match blocks.end - blocks.start {
+                    0 => Ok(Bytes::new()),
+                    1 => piece(blocks.start),
+                    _ => {
+                        let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
+                        for block in blocks.by_ref() {
+                            out.extend_from_slice(&piece(block)?);
+                        }
+                        Ok(out.freeze())
+                    }
+                }
+            })
+            .collect()
     }
 }
 
@@ -295,13 +333,18 @@ impl ObjectStore for CachedStore {
         let Some(GetRange::Bounded(range)) = options.range.clone().filter(|_| plain) else {
             return self.inner.get_opts(location, options).await;
         };
-        let bytes = self.range(location, range.clone()).await?;
+        let bytes = self
+            .ranges(location, std::slice::from_ref(&range))
+            .await?
+            .pop()
+            .unwrap_or_default();
         let end = range.start + bytes.len() as u64;
+        let size = self.cache.sizes.get(&self.scoped(location)).unwrap_or(end);
         Ok(GetResult {
             meta: ObjectMeta {
                 location: location.clone(),
                 last_modified: chrono::DateTime::UNIX_EPOCH,
-                size: end,
+                size,
                 e_tag: None,
                 version: None,
             },
@@ -314,25 +357,7 @@ impl ObjectStore for CachedStore {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let mut out = vec![Bytes::new(); ranges.len()];
-        let mut missing = Vec::new();
-        for (i, range) in ranges.iter().enumerate() {
-            match self.cache.get(&self.key(location, range)).await {
-                Some(bytes) => out[i] = bytes,
-                None => missing.push(i),
-            }
-        }
-        if !missing.is_empty() {
-            let wanted: Vec<Range<u64>> = missing.iter().map(|&i| ranges[i].clone()).collect();
-            let fetched = self.inner.get_ranges(location, &wanted).await?;
-            for (i, bytes) in missing.into_iter().zip(fetched) {
-                self.cache
-                    .put(self.key(location, &ranges[i]), bytes.clone())
-                    .await;
-                out[i] = bytes;
-            }
-        }
-        Ok(out)
+        self.ranges(location, ranges).await
     }
 
     fn delete_stream(
@@ -358,66 +383,109 @@ impl ObjectStore for CachedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
 
-    #[tokio::test]
-    async fn ranges_come_from_memory_then_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = RangeCache::new(CacheConfig {
-            memory_bytes: 10,
-            disk_bytes: 1_000,
-            dir: dir.path().join("cache"),
-        })
-        .unwrap();
+    const SIZE: usize = 3 * BLOCK_BYTES as usize + 5;
+
+    fn content() -> Vec<u8> {
+        (0..SIZE).map(|i| (i % 251) as u8).collect()
+    }
+
+    async fn store_with_object() -> Arc<dyn ObjectStore> {
         let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         inner
-            .put(
-                &Path::from("a"),
-                PutPayload::from_static(b"0123456789abcdefghij"),
-            )
+            .put(&Path::from("a"), PutPayload::from(content()))
             .await
             .unwrap();
-        let store = cache.wrap(inner.clone(), "w");
-        assert_eq!(
-            store.get_range(&Path::from("a"), 0..8).await.unwrap(),
-            &b"01234567"[..]
-        );
-        assert_eq!(
-            store.get_range(&Path::from("a"), 0..8).await.unwrap(),
-            &b"01234567"[..]
-        );
-        assert_eq!(cache.stats.memory_hits.load(Ordering::Relaxed), 1);
-        // A second range pushes the first out of the 10-byte memory tier onto disk, where the
-        // next read finds it.
-        let both = store
-            .get_ranges(&Path::from("a"), &[8..16, 0..8])
-            .await
-            .unwrap();
-        assert_eq!(
-            both,
-            vec![
-                Bytes::from_static(b"89abcdef"),
-                Bytes::from_static(b"01234567")
-            ]
-        );
-        assert_eq!(
-            store.get_range(&Path::from("a"), 0..8).await.unwrap(),
-            &b"01234567"[..]
-        );
-        assert_eq!(cache.stats.disk_hits.load(Ordering::Relaxed), 1);
-        assert_eq!(cache.stats.misses.load(Ordering::Relaxed), 2);
-        // Whole-object reads pass through.
+        inner
+    }
+
+    fn config(dir: &std::path::Path, memory_bytes: u64) -> CacheConfig {
+        CacheConfig {
+            memory_bytes,
+            disk_bytes: 64 * BLOCK_BYTES,
+            dir: dir.join("cache"),
+        }
+    }
+
+    fn counts(cache: &RangeCache) -> [u64; 3] {
+        [
+            cache.stats.memory_hits.load(Ordering::Relaxed),
+            cache.stats.disk_hits.load(Ordering::Relaxed),
+            cache.stats.misses.load(Ordering::Relaxed),
+        ]
+    }
+
+    #[tokio::test]
+    async fn another_range_of_a_read_block_hits() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
+        let store = cache.wrap(store_with_object().await, "w");
+        let all = content();
+        let a = Path::from("a");
+        assert_eq!(store.get_range(&a, 0..100).await.unwrap(), &all[..100]);
+        assert_eq!(counts(&cache), [0, 0, 1]);
+        // Another projection: other bytes of the same block.
+        assert_eq!(store.get_range(&a, 200..300).await.unwrap(), &all[200..300]);
+        assert_eq!(counts(&cache), [1, 0, 1]);
+        // Across a block boundary, and the short last block; one fetch for both misses.
+        let b = BLOCK_BYTES;
+        let ranges = [b - 10..b + 10, 3 * b..SIZE as u64, 0..0];
+        let got = store.get_ranges(&a, &ranges).await.unwrap();
+        assert_eq!(got[0], &all[(b - 10) as usize..(b + 10) as usize]);
+        assert_eq!(got[1], &all[3 * b as usize..]);
+        assert!(got[2].is_empty());
+        assert_eq!(counts(&cache), [2, 0, 3]);
+        // Past the end stops at the end; a start past it is an error naming the object.
         assert_eq!(
             store
-                .get(&Path::from("a"))
+                .get_range(&a, SIZE as u64 - 2..SIZE as u64 + 50)
                 .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap()
-                .len(),
-            20
+                .unwrap(),
+            &all[SIZE - 2..]
         );
+        let err = store.get_range(&a, SIZE as u64 + 1..SIZE as u64 + 2).await;
+        assert!(err.unwrap_err().to_string().contains("outside"));
+        // Whole-object reads pass through.
+        let whole = store.get(&a).await.unwrap().bytes().await.unwrap();
+        assert_eq!(whole.len(), SIZE);
+    }
+
+    #[tokio::test]
+    async fn blocks_on_disk_outlive_the_process_that_read_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = store_with_object().await;
+        let all = content();
+        let a = Path::from("a");
+        {
+            let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
+            let store = cache.wrap(inner.clone(), "w");
+            assert_eq!(store.get_range(&a, 10..20).await.unwrap(), &all[10..20]);
+            // The disk write runs in the background.
+            for _ in 0..100 {
+                if cache.disk.entry_count() == 1 || {
+                    cache.disk.run_pending_tasks();
+                    cache.disk.entry_count() == 1
+                } {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            assert_eq!(cache.disk.entry_count(), 1);
+        }
+        // A write an earlier process left unfinished is removed.
+        std::fs::write(dir.path().join("cache/stray.1.tmp"), b"x").unwrap();
+        let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
+        assert!(!dir.path().join("cache/stray.1.tmp").exists());
+        let store = cache.wrap(inner, "w");
+        assert_eq!(store.get_range(&a, 30..40).await.unwrap(), &all[30..40]);
+        assert_eq!(counts(&cache), [0, 1, 0]);
+        // Now in memory too.
+        assert_eq!(store.get_range(&a, 50..60).await.unwrap(), &all[50..60]);
+        assert_eq!(counts(&cache), [1, 1, 0]);
+        // Another scope is another object.
+        let other = cache.wrap(store_with_object().await, "v");
+        assert_eq!(other.get_range(&a, 30..40).await.unwrap(), &all[30..40]);
+        assert_eq!(counts(&cache), [1, 1, 1]);
     }
 }

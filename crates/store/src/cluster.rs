@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use floe_catalog::Result;
-use floe_catalog::cluster::{ClusterStore, WorkerRecord};
+use floe_catalog::cluster::{CacheCounts, ClusterStore, WorkerRecord};
 use rand::RngCore;
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -23,6 +23,11 @@ fn worker(row: &AnyRow) -> Result<WorkerRecord> {
         started_at_ms: row.get("started_at_ms"),
         heartbeat_ms: row.get("heartbeat_ms"),
         load_average: row.get("load_average"),
+        cache: CacheCounts {
+            memory_hits: row.get("cache_memory_hits"),
+            disk_hits: row.get("cache_disk_hits"),
+            misses: row.get("cache_misses"),
+        },
     })
 }
 
@@ -55,10 +60,11 @@ impl ClusterStore for SqlStore {
         let mut tx = self.write().await.map_err(query_error)?;
         sqlx::query(
             "INSERT INTO cluster_workers \
-             (id, url, version, started_at_ms, heartbeat_ms, load_average) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
+             (id, url, version, started_at_ms, heartbeat_ms, load_average, \
+              cache_memory_hits, cache_disk_hits, cache_misses) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (id) DO UPDATE SET url = $2, version = $3, heartbeat_ms = $5, \
-             load_average = $6",
+             load_average = $6, cache_memory_hits = $7, cache_disk_hits = $8, cache_misses = $9",
         )
         .bind(w.id.to_string())
         .bind(&w.url)
@@ -66,6 +72,9 @@ impl ClusterStore for SqlStore {
         .bind(w.started_at_ms)
         .bind(w.heartbeat_ms)
         .bind(w.load_average)
+        .bind(w.cache.memory_hits)
+        .bind(w.cache.disk_hits)
+        .bind(w.cache.misses)
         .execute(&mut *tx)
         .await
         .map_err(query_error)?;
@@ -75,7 +84,8 @@ impl ClusterStore for SqlStore {
 
     async fn list_workers(&self) -> Result<Vec<WorkerRecord>> {
         sqlx::query(
-            "SELECT id, url, version, started_at_ms, heartbeat_ms, load_average \
+            "SELECT id, url, version, started_at_ms, heartbeat_ms, load_average, \
+             cache_memory_hits, cache_disk_hits, cache_misses \
              FROM cluster_workers ORDER BY url, id",
         )
         .fetch_all(&self.pool)

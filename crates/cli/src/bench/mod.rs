@@ -8,6 +8,7 @@ mod ingest;
 mod kafka;
 mod process;
 mod tpch;
+mod tpch_cache;
 mod tpch_workers;
 
 use clap::Subcommand;

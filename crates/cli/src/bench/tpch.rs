@@ -58,6 +58,11 @@ pub struct TpchBenchArgs {
     /// With `--workers`: bytes of data one scan task reads, about.
     #[arg(long, default_value_t = 1 << 20)]
     pub(super) task_bytes: usize,
+    /// With `--workers` and timed runs: afterwards, every query twice over fresh workers
+    /// whose caches hold this many MiB each (in memory, no disk tier), with files placed by
+    /// affinity and then without, and the workers' cache hit rates reported (0: skipped).
+    #[arg(long, default_value_t = 96)]
+    pub(super) worker_cache_mb: u64,
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,

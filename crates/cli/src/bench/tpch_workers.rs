@@ -24,15 +24,26 @@ use tokio_util::sync::CancellationToken;
 use super::tpch::{Prepared, TpchBenchArgs, prepare, same_answer};
 
 /// `floe worker` processes, stopped (SIGTERM, so they deregister) when dropped.
-struct Workers(Vec<Child>);
+pub(super) struct Workers(Vec<Child>);
 
 impl Workers {
     fn start(count: usize, dir: &Path, memory_mb: usize) -> anyhow::Result<Self> {
+        Self::start_as(count, dir, "worker", memory_mb, &[])
+    }
+
+    /// `count` workers in `dir/<name>-i`, started with `extra` flags too.
+    pub(super) fn start_as(
+        count: usize,
+        dir: &Path,
+        name: &str,
+        memory_mb: usize,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("find this floe binary")?;
         let db = format!("sqlite:{}", dir.join("catalog.db").display());
         let mut children = Vec::new();
         for i in 0..count {
-            let own = dir.join(format!("worker-{i}"));
+            let own = dir.join(format!("{name}-{i}"));
             std::fs::create_dir_all(&own)?;
             let log = std::fs::File::create(own.join("worker.log"))?;
             let child = Command::new(&exe)
@@ -40,6 +51,7 @@ impl Workers {
                 .arg("--data-dir")
                 .arg(&own)
                 .args(["--query-memory-limit-mb", &memory_mb.to_string()])
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)
@@ -62,7 +74,7 @@ impl Drop for Workers {
     }
 }
 
-async fn answer(
+pub(super) async fn answer(
     engine: &SqlEngine,
     prepared: &Prepared,
     options: &QueryOptions,
@@ -112,6 +124,22 @@ fn transferred(plan: &str) -> f64 {
         .sum()
 }
 
+/// Waits until `live` lists `count` workers.
+pub(super) async fn wait_for(live: &LiveWorkers, count: usize, dir: &Path) -> anyhow::Result<()> {
+    let started = Instant::now();
+    while live.get().len() != count {
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "{} of {count} workers registered within a minute (their logs are in {}/worker-*)",
+                live.get().len(),
+                dir.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 async fn timed(
     engine: &SqlEngine,
     prepared: &Prepared,
@@ -145,18 +173,7 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         live.clone(),
         stop,
     ));
-    let started = Instant::now();
-    while live.get().len() < args.workers {
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "{} of {} workers registered within a minute (their logs are in {}/worker-*)",
-                live.get().len(),
-                args.workers,
-                prepared.dir.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for(&live, args.workers, &prepared.dir).await?;
     let coordinator = SqlEngine::new(
         prepared.engine.catalog().clone(),
         EngineConfig {
@@ -164,7 +181,7 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             ..EngineConfig::default()
         },
     )?
-    .with_cluster(Cluster::new(live.clone(), secret).with_task_bytes(args.task_bytes));
+    .with_cluster(Cluster::new(live.clone(), secret.clone()).with_task_bytes(args.task_bytes));
 
     println!(
         "floe bench tpch --workers {}: scale factor {}, {} iteration(s) after a warm-up, best \
@@ -248,6 +265,10 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         (log / times.len() as f64).exp(),
         moved.values().sum::<f64>() / (1024.0 * 1024.0)
     );
+    if args.worker_cache_mb > 0 {
+        drop(_workers);
+        super::tpch_cache::hit_rates(&args, &prepared, &store, &secret, &live).await?;
+    }
     Ok(())
 }
 

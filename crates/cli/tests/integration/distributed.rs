@@ -471,7 +471,10 @@ async fn tls_workers_keep_a_sorted_tables_order() {
     let distributed = &records[0]["distributed"];
     let stages = distributed["stages"].as_array().unwrap();
     assert!(stages.len() >= 2, "{distributed}");
-    assert!(stages.iter().any(|s| s["tasks"] == json!(3)), "{distributed}");
+    assert!(
+        stages.iter().any(|s| s["tasks"] == json!(3)),
+        "{distributed}"
+    );
     let mut planned: Vec<&str> = distributed["workers"]
         .as_array()
         .unwrap()

@@ -120,7 +120,14 @@ pub struct Cluster {
     channels: auth::SecretChannels,
     /// Data a scan task reads, about: a scan of less stays on one task.
     task_bytes: usize,
+    /// Whether a file goes to the same worker every time (its cache then holds its share).
+    affinity: bool,
 }
+
+/// In a statement's session when its files are dealt without affinity: by a hash salted
+/// for that statement alone (to measure what affinity is worth).
+#[derive(Debug)]
+pub(crate) struct Scattered(pub(crate) u64);
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -136,7 +143,15 @@ impl Cluster {
             workers,
             channels: auth::SecretChannels::new(secret),
             task_bytes: DEFAULT_TASK_BYTES,
+            affinity: true,
         }
+    }
+
+    /// Whether a data file goes to the same worker in every statement (the default), or to
+    /// one chosen afresh per statement.
+    pub fn with_affinity(mut self, affinity: bool) -> Self {
+        self.affinity = affinity;
+        self
     }
 
     /// This cluster with the workers live now, kept for one statement: the workers it is
@@ -172,6 +187,10 @@ impl Cluster {
         let mut builder = builder;
         if let Some(config) = builder.config() {
             config.set_extension(Arc::new(PlannedStages::default()));
+            if !self.affinity {
+                let salt = uuid::Uuid::new_v4().as_u64_pair().0;
+                config.set_extension(Arc::new(Scattered(salt)));
+            }
         }
         // The resolver first: it puts DataFusion-distributed's options in the configuration.
         let mut builder = builder

@@ -222,6 +222,14 @@ pub(crate) fn scale_up_scan(
         Ok(workers) => workers,
         Err(e) => return Some(Err(e)),
     };
+    let salt = ev
+        .session_config
+        .get_extension::<super::Scattered>()
+        .map(|s| s.0);
+    let owner = |path: &str| match salt {
+        Some(salt) => placement::owner(&format!("{salt}/{path}"), &workers),
+        None => placement::owner(path, &workers),
+    };
     let mut per_task: Vec<Vec<Vec<_>>> = vec![vec![Vec::new(); partitions]; tasks];
     let mut bytes: Vec<Vec<u64>> = vec![vec![0; partitions]; tasks];
     if !scan.config().output_ordering.is_empty() {
@@ -229,7 +237,7 @@ pub(crate) fn scale_up_scan(
         // every task's partition reads a subsequence of an ordered run (still ordered).
         for (g, group) in scan.config().file_groups.iter().enumerate() {
             for file in group.files() {
-                let task = placement::owner(file.object_meta.location.as_ref(), &workers);
+                let task = owner(file.object_meta.location.as_ref());
                 per_task[task][g % partitions].push(file.clone());
             }
         }
@@ -243,7 +251,7 @@ pub(crate) fn scale_up_scan(
         // Largest first into the task's lightest partition: balanced partitions in a task.
         files.sort_by_key(|f| std::cmp::Reverse(f.effective_size()));
         for file in files {
-            let task = placement::owner(file.object_meta.location.as_ref(), &workers);
+            let task = owner(file.object_meta.location.as_ref());
             let lightest = (0..partitions).min_by_key(|&p| bytes[task][p]).unwrap_or(0);
             bytes[task][lightest] += file.effective_size();
             per_task[task][lightest].push(file);
