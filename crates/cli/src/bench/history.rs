@@ -1,5 +1,6 @@
 //! `floe bench history`: how a statement's latency grows with a table's history — the curve
-//! of a one-row `INSERT` and a `count(*)` at 10, 100 and 1,000 commits (or whatever
+//! of a one-row `INSERT`, a `count(*)` and a filtered count (`WHERE id = …`, planned from the
+//! files' statistics) at 10, 100 and 1,000 commits (or whatever
 //! `--commits` reaches), with no compaction in between, on an embedded catalog under `--dir`.
 //!
 //! Each commit of a one-row insert adds one manifest to the table's next snapshot. Planning
@@ -32,8 +33,8 @@ pub struct HistoryBenchArgs {
     samples: usize,
 }
 
-/// Median `INSERT` and `count(*)` milliseconds at each measured commit count.
-type Curve = Vec<(usize, f64, f64)>;
+/// Median `INSERT`, `count(*)` and filtered-count milliseconds at each measured commit count.
+type Curve = Vec<(usize, f64, f64, f64)>;
 
 pub async fn run(args: HistoryBenchArgs) -> anyhow::Result<()> {
     if args.dir.exists() {
@@ -54,14 +55,26 @@ pub async fn run(args: HistoryBenchArgs) -> anyhow::Result<()> {
     let cached = curve(&engine, "cached", &points, args.samples, false).await?;
     let uncached = curve(&engine, "uncached", &points, args.samples, true).await?;
     println!(
-        "\n{:>8} | {:>12} {:>14} {:>7} | {:>12} {:>14} {:>7}",
-        "commits", "INSERT", "INSERT, before", "ratio", "count(*)", "count, before", "ratio"
+        "\n{:>8} | {:>12} {:>14} {:>7} | {:>12} {:>14} {:>7} | {:>12} {:>14} {:>7}",
+        "commits",
+        "INSERT",
+        "INSERT, before",
+        "ratio",
+        "count(*)",
+        "count, before",
+        "ratio",
+        "filtered",
+        "filtered, before",
+        "ratio"
     );
-    for ((at, insert, count), (_, insert_before, count_before)) in cached.iter().zip(&uncached) {
+    for ((at, insert, count, filtered), (_, insert_before, count_before, filtered_before)) in
+        cached.iter().zip(&uncached)
+    {
         println!(
-            "{at:>8} | {insert:>12.1} {insert_before:>14.1} {:>7.2} | {count:>12.1} {count_before:>14.1} {:>7.2}",
+            "{at:>8} | {insert:>12.1} {insert_before:>14.1} {:>7.2} | {count:>12.1} {count_before:>14.1} {:>7.2} | {filtered:>12.1} {filtered_before:>14.1} {:>7.2}",
             insert / insert_before,
-            count / count_before
+            count / count_before,
+            filtered / filtered_before
         );
     }
     Ok(())
@@ -95,6 +108,7 @@ async fn curve(
         }
         let mut inserts = Vec::with_capacity(samples);
         let mut counts = Vec::with_capacity(samples);
+        let mut filtered = Vec::with_capacity(samples);
         for _ in 0..samples.max(1) {
             if forget {
                 floe_sql::scan::forget_manifests();
@@ -121,10 +135,33 @@ async fn curve(
                 rows == Some(commits as i64),
                 "{table} counts {rows:?} rows after {commits} inserts"
             );
+            if forget {
+                floe_sql::scan::forget_manifests();
+            }
+            let started = Instant::now();
+            let sql = format!("SELECT count(*) FROM {table} WHERE id = {}", commits / 2);
+            let batches = run_sql(engine, &sql).await?;
+            filtered.push(started.elapsed().as_secs_f64() * 1000.0);
+            let found = batches
+                .first()
+                .and_then(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                })
+                .map(|c| c.value(0));
+            anyhow::ensure!(found == Some(1), "{sql} counted {found:?} rows, not 1");
         }
-        let (insert, count) = (median(&mut inserts), median(&mut counts));
-        println!("{name:>8}: {commits:>6} commits: INSERT {insert:.1} ms, count(*) {count:.1} ms");
-        out.push((commits, insert, count));
+        let (insert, count, filter) = (
+            median(&mut inserts),
+            median(&mut counts),
+            median(&mut filtered),
+        );
+        println!(
+            "{name:>8}: {commits:>6} commits: INSERT {insert:.1} ms, count(*) {count:.1} ms, \
+             filtered count {filter:.1} ms"
+        );
+        out.push((commits, insert, count, filter));
     }
     Ok(out)
 }

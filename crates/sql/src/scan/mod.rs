@@ -10,6 +10,7 @@ pub(crate) mod bounded_footer;
 pub(crate) mod cache;
 pub(crate) mod equality_deletes;
 pub(crate) mod field_ids;
+pub(crate) mod file_pruning;
 pub(crate) mod manifests;
 pub(crate) mod metadata_tables;
 pub(crate) mod position_deletes;

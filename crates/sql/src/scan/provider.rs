@@ -46,7 +46,7 @@ use iceberg::table::Table;
 use object_store::ObjectStore;
 
 use crate::scan::field_ids::FieldIdAdapterFactory;
-use crate::scan::{equality_deletes, manifests, position_deletes, predicate};
+use crate::scan::{equality_deletes, file_pruning, manifests, position_deletes, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
 #[derive(Debug, Clone)]
@@ -222,13 +222,29 @@ impl IcebergTableProvider {
             return Ok(Vec::new());
         };
         let predicate = predicate::to_iceberg(filters, &self.schema);
-        // Every live data file, when nothing prunes and no delete file applies: from the
+        // The live data files the filter might match, when no delete file applies: from the
         // manifests kept per file, so a snapshot after a commit costs only the manifests the
-        // commit added (iceberg's planning would read them all again).
-        if predicate.is_none() {
+        // commit added (iceberg's planning would read them all again). The filter is bound
+        // to the snapshot's schema, as iceberg binds it; one that does not bind is left to
+        // iceberg.
+        let bound = match &predicate {
+            None => Some(None),
+            Some(p) => snapshot
+                .schema(metadata)
+                .ok()
+                .and_then(|schema| iceberg::expr::Bind::bind(p, schema, true).ok())
+                .map(Some),
+        };
+        if let Some(bound) = bound {
             let index = manifests::index(&self.table()?, self.snapshot_id).await?;
             if index.delete_files == 0 {
-                return Ok(every_data_file(&index, metadata));
+                let mut tasks = every_data_file(&index, metadata);
+                if let Some(bound) = bound {
+                    tasks.retain(|t| {
+                        file_pruning::might_match(&bound, &index.data[&t.data_file_path].file)
+                    });
+                }
+                return Ok(tasks);
             }
         }
         let key = format!(
