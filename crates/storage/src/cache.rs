@@ -107,7 +107,8 @@ impl RangeCache {
             let meta = entry.metadata()?;
             match u32::try_from(meta.len()) {
                 Ok(size) if meta.is_file() && is_block_file(&name) && size > 0 => {
-                    disk.insert(name, size)
+                    disk.insert(name, size);
+                    disk.run_pending_tasks();
                 }
                 _ if meta.is_file() => std::fs::remove_file(entry.path())?,
                 _ => {}
@@ -152,8 +153,15 @@ impl RangeCache {
         self.disk.get(&name)?;
         let bytes = Bytes::from(tokio::fs::read(self.config.dir.join(&name)).await.ok()?);
         self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
-        self.memory.insert(key.clone(), bytes.clone());
+        self.keep_in_memory(key.clone(), bytes.clone());
         Some(bytes)
+    }
+
+    /// moka evicts lazily, a batch of writes at a time; with blocks of a mebibyte that could
+    /// overshoot the bound by tens of them, so each insert settles the bound at once.
+    fn keep_in_memory(&self, key: Key, bytes: Bytes) {
+        self.memory.insert(key, bytes);
+        self.memory.run_pending_tasks();
     }
 
     /// A block fetched from the store: kept in memory, and written to disk in the background.
@@ -162,7 +170,7 @@ impl RangeCache {
         self.stats
             .bytes_read_from_store
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        self.memory.insert(key.clone(), bytes.clone());
+        self.keep_in_memory(key.clone(), bytes.clone());
         let Ok(size) = u32::try_from(bytes.len()) else {
             return;
         };
@@ -179,7 +187,10 @@ impl RangeCache {
             }
             .await;
             match written {
-                Ok(()) => disk.insert(name, size),
+                Ok(()) => {
+                    disk.insert(name, size);
+                    disk.run_pending_tasks();
+                }
                 Err(_) => {
                     let _ = tokio::fs::remove_file(&temporary).await;
                 }
@@ -487,5 +498,36 @@ mod tests {
         let other = cache.wrap(store_with_object().await, "v");
         assert_eq!(other.get_range(&a, 30..40).await.unwrap(), &all[30..40]);
         assert_eq!(counts(&cache), [1, 1, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_memory_tier_smaller_than_the_data_sends_reads_to_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = RangeCache::new(config(dir.path(), BLOCK_BYTES)).unwrap();
+        let store = cache.wrap(store_with_object().await, "w");
+        let all = content();
+        let a = Path::from("a");
+        let every_block = |n: u64| (0..4).map(move |b| b * BLOCK_BYTES + n..b * BLOCK_BYTES + n + 4);
+        for range in every_block(0) {
+            let (start, end) = (range.start as usize, range.end as usize);
+            assert_eq!(store.get_range(&a, range).await.unwrap(), &all[start..end]);
+        }
+        assert!(cache.memory.weighted_size() <= BLOCK_BYTES);
+        for _ in 0..100 {
+            cache.disk.run_pending_tasks();
+            if cache.disk.entry_count() == 4 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(cache.disk.entry_count(), 4);
+        for range in every_block(1) {
+            let (start, end) = (range.start as usize, range.end as usize);
+            assert_eq!(store.get_range(&a, range).await.unwrap(), &all[start..end]);
+        }
+        let [memory, disk, misses] = counts(&cache);
+        assert_eq!(misses, 4, "nothing fetched twice");
+        assert!(disk >= 3, "at most one block stays in memory: {memory} memory, {disk} disk");
+        assert!(cache.memory.weighted_size() <= BLOCK_BYTES);
     }
 }
