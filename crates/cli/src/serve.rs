@@ -114,6 +114,14 @@ pub struct ServeArgs {
     /// scan stays on one task, and a query of such scans on this node.
     #[arg(long, env = "FLOE_DISTRIBUTED_TASK_BYTES", default_value_t = floe_sql::distributed::DEFAULT_TASK_BYTES)]
     pub distributed_task_bytes: usize,
+    /// Hand the files of distributed scans to tasks one at a time, so that a task done with
+    /// its own takes a straggler's (`false`: each task reads the files placed with it).
+    #[arg(long, env = "FLOE_WORK_STEALING", default_value_t = true, action = clap::ArgAction::Set)]
+    pub work_stealing: bool,
+    /// URL workers reach this coordinator's work units at: its Flight SQL listener (default
+    /// `http://` and the address it listens on; `https://` with `--tls-cert`).
+    #[arg(long, env = "FLOE_COORDINATOR_ADVERTISE")]
+    pub coordinator_advertise: Option<String>,
     /// Also run the worker service of distributed queries at this address (`off`: none).
     #[arg(long, env = "FLOE_WORKER_LISTEN", default_value = "off")]
     pub worker_listen: String,
@@ -291,11 +299,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("SQL engine settings: {e}"))?;
     let secret = args.cluster_link.secret(&store).await?;
     let live = floe_sql::distributed::LiveWorkers::default();
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(floe_server::tls::TlsFiles::load(cert, key).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        _ => None,
+    };
+    let flight_listener =
+        bind_optional(&args.flight_listen, "Arrow Flight SQL", "--flight-listen").await?;
     if args.distributed {
-        engine = engine.with_cluster(
-            floe_sql::distributed::Cluster::new(live.clone(), secret.clone())
-                .with_task_bytes(args.distributed_task_bytes),
-        );
+        let mut cluster = floe_sql::distributed::Cluster::new(live.clone(), secret.clone())
+            .with_task_bytes(args.distributed_task_bytes);
+        if let Some(url) = coordinator_url(&args, flight_listener.as_ref(), tls.is_some())? {
+            tracing::info!(%url, "workers take work units from this coordinator");
+            cluster = cluster.with_work_units(url);
+        }
+        engine = engine.with_cluster(cluster);
         tokio::spawn(floe_server::cluster::watch_workers(
             Arc::new(store.clone()),
             live,
@@ -374,12 +393,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            Some(floe_server::tls::TlsFiles::load(cert, key).map_err(|e| anyhow::anyhow!(e))?)
-        }
-        _ => None,
-    };
     let pg = bind_optional(
         &args.pg_listen,
         "the PostgreSQL wire protocol",
@@ -394,16 +407,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             tls.clone(),
         ))
     });
-    let flight = bind_optional(&args.flight_listen, "Arrow Flight SQL", "--flight-listen")
-        .await?
-        .map(|flight| {
-            tokio::spawn(floe_server::flight::serve(
-                flight,
-                state.clone(),
-                shutdown.clone(),
-                tls.clone(),
-            ))
-        });
+    let flight = flight_listener.map(|flight| {
+        tokio::spawn(floe_server::flight::serve(
+            flight,
+            state.clone(),
+            shutdown.clone(),
+            tls.clone(),
+        ))
+    });
     let worker =
         match bind_optional(&args.worker_listen, "the worker service", "--worker-listen").await? {
             Some(listener) => Some(
@@ -449,6 +460,47 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Binds a front door's listener, unless its address is `off`.
+/// Where this coordinator's workers take work units (its Flight SQL listener), or `None`
+/// when it hands none out: work stealing is off, there is no Flight SQL listener, or the
+/// cluster's secret would cross a network in the clear.
+fn coordinator_url(
+    args: &ServeArgs,
+    flight: Option<&tokio::net::TcpListener>,
+    tls: bool,
+) -> anyhow::Result<Option<url::Url>> {
+    if !args.work_stealing {
+        return Ok(None);
+    }
+    let Some(flight) = flight else {
+        tracing::warn!(
+            "no Flight SQL listener (--flight-listen off): workers take no work units, each \
+             scan task reads the files placed with it"
+        );
+        return Ok(None);
+    };
+    let address = flight.local_addr()?;
+    let url = match &args.coordinator_advertise {
+        Some(url) => url.clone(),
+        None => format!("{}://{address}", if tls { "https" } else { "http" }),
+    };
+    let url = url::Url::parse(&url).with_context(|| format!("--coordinator-advertise {url:?}"))?;
+    let loopback = url.host().is_some_and(|host| match host {
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+        url::Host::Domain(name) => name == "localhost",
+    });
+    if url.scheme() != "https" && !loopback && !args.cluster_link.plaintext_cluster {
+        tracing::warn!(
+            %url,
+            "workers would send the cluster secret to {url} in the clear: they take no work \
+             units (serve Flight SQL with --tls-cert, or pass --plaintext-cluster on a network \
+             you trust)"
+        );
+        return Ok(None);
+    }
+    Ok(Some(url))
+}
+
 pub(crate) async fn bind_optional(
     address: &str,
     what: &str,

@@ -167,6 +167,16 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
             "Workers distributed queries found lost",
             load(&cluster.lost_workers),
         ),
+        (
+            "floe_sql_distributed_work_units_total",
+            "Files of distributed scans handed to tasks as work units",
+            load(&cluster.units),
+        ),
+        (
+            "floe_sql_distributed_stolen_work_units_total",
+            "Work units handed to a task other than the one their file was placed with",
+            load(&cluster.stolen_units),
+        ),
     ] {
         text.push_str(&format!(
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"

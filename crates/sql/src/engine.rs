@@ -401,6 +401,19 @@ impl SqlEngine {
         self.query_runtime()
     }
 
+    /// The gRPC service workers take work units from, when this engine coordinates a
+    /// cluster that hands them out ([`crate::distributed::Cluster::with_work_units`]).
+    pub fn unit_service(
+        &self,
+    ) -> Option<
+        tonic::service::interceptor::InterceptedService<
+            crate::distributed::UnitService,
+            crate::distributed::RequireSecret,
+        >,
+    > {
+        self.cluster.as_ref()?.unit_service()
+    }
+
     /// The workers this engine hands tasks to now, when it coordinates a cluster.
     pub fn routed_workers(&self) -> Option<Vec<url::Url>> {
         self.cluster.as_ref().map(|c| c.workers.get())

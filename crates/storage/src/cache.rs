@@ -507,7 +507,8 @@ mod tests {
         let store = cache.wrap(store_with_object().await, "w");
         let all = content();
         let a = Path::from("a");
-        let every_block = |n: u64| (0..4).map(move |b| b * BLOCK_BYTES + n..b * BLOCK_BYTES + n + 4);
+        let every_block =
+            |n: u64| (0..4).map(move |b| b * BLOCK_BYTES + n..b * BLOCK_BYTES + n + 4);
         for range in every_block(0) {
             let (start, end) = (range.start as usize, range.end as usize);
             assert_eq!(store.get_range(&a, range).await.unwrap(), &all[start..end]);
@@ -527,7 +528,10 @@ mod tests {
         }
         let [memory, disk, misses] = counts(&cache);
         assert_eq!(misses, 4, "nothing fetched twice");
-        assert!(disk >= 3, "at most one block stays in memory: {memory} memory, {disk} disk");
+        assert!(
+            disk >= 3,
+            "at most one block stays in memory: {memory} memory, {disk} disk"
+        );
         assert!(cache.memory.weighted_size() <= BLOCK_BYTES);
     }
 }

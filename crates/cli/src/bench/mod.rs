@@ -9,6 +9,7 @@ mod kafka;
 mod process;
 mod tpch;
 mod tpch_cache;
+mod tpch_steal;
 mod tpch_workers;
 
 use clap::Subcommand;

@@ -63,6 +63,11 @@ pub struct TpchBenchArgs {
     /// affinity and then without, and the workers' cache hit rates reported (0: skipped).
     #[arg(long, default_value_t = 96)]
     pub(super) worker_cache_mb: u64,
+    /// With `--workers` and timed runs: afterwards, every query with the first worker slowed
+    /// on purpose (stopped three quarters of the time), once with scans' files handed out as
+    /// work units (the default) and once with each task reading the files placed with it.
+    #[arg(long)]
+    pub(super) slow_worker: bool,
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,

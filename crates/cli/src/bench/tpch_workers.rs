@@ -63,6 +63,51 @@ impl Workers {
     }
 }
 
+impl Workers {
+    /// The process id of the `i`-th worker.
+    pub(super) fn pid(&self, i: usize) -> Option<u32> {
+        self.0.get(i).map(Child::id)
+    }
+}
+
+/// A coordinating engine over `live`'s workers; with `units`, it hands scans' files out as
+/// work units from a service on a loopback port of its own, until `stop`.
+pub(super) async fn coordinator(
+    prepared: &Prepared,
+    args: &TpchBenchArgs,
+    live: &LiveWorkers,
+    secret: &ClusterSecret,
+    units: bool,
+    stop: &CancellationToken,
+) -> anyhow::Result<SqlEngine> {
+    let mut cluster = Cluster::new(live.clone(), secret.clone()).with_task_bytes(args.task_bytes);
+    let listener = if units {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = url::Url::parse(&format!("http://{}", listener.local_addr()?))?;
+        cluster = cluster.with_work_units(url);
+        Some(listener)
+    } else {
+        None
+    };
+    let engine = SqlEngine::new(
+        prepared.engine.catalog().clone(),
+        EngineConfig {
+            query_memory_limit: args.query_memory_limit_mb << 20,
+            ..EngineConfig::default()
+        },
+    )?
+    .with_cluster(cluster);
+    if let (Some(listener), Some(service)) = (listener, engine.unit_service()) {
+        tokio::spawn(floe_server::cluster::serve_worker(
+            listener,
+            tonic::service::Routes::new(service),
+            stop.clone(),
+            None,
+        ));
+    }
+    Ok(engine)
+}
+
 impl Drop for Workers {
     fn drop(&mut self) {
         for child in &mut self.0 {
@@ -140,7 +185,7 @@ pub(super) async fn wait_for(live: &LiveWorkers, count: usize, dir: &Path) -> an
     Ok(())
 }
 
-async fn timed(
+pub(super) async fn timed(
     engine: &SqlEngine,
     prepared: &Prepared,
     options: &QueryOptions,
@@ -174,14 +219,9 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         stop,
     ));
     wait_for(&live, args.workers, &prepared.dir).await?;
-    let coordinator = SqlEngine::new(
-        prepared.engine.catalog().clone(),
-        EngineConfig {
-            query_memory_limit: args.query_memory_limit_mb << 20,
-            ..EngineConfig::default()
-        },
-    )?
-    .with_cluster(Cluster::new(live.clone(), secret.clone()).with_task_bytes(args.task_bytes));
+    let stop_units = CancellationToken::new();
+    let _stop_units = stop_units.clone().drop_guard();
+    let coordinator = coordinator(&prepared, &args, &live, &secret, true, &stop_units).await?;
 
     println!(
         "floe bench tpch --workers {}: scale factor {}, {} iteration(s) after a warm-up, best \
@@ -265,6 +305,21 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         (log / times.len() as f64).exp(),
         moved.values().sum::<f64>() / (1024.0 * 1024.0)
     );
+    if args.slow_worker {
+        let stolen_before = floe_sql::distributed::stats()
+            .stolen_units
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let fixed = self::coordinator(&prepared, &args, &live, &secret, false, &stop_units).await?;
+        super::tpch_steal::slowed(
+            &args,
+            &prepared,
+            &_workers,
+            &coordinator,
+            &fixed,
+            stolen_before,
+        )
+        .await?;
+    }
     if args.worker_cache_mb > 0 {
         drop(_workers);
         super::tpch_cache::hit_rates(&args, &prepared, &store, &secret, &live).await?;

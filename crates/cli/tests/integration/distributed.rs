@@ -16,14 +16,14 @@ use serde_json::{Value, json};
 use crate::harness::{Api, Floe, backends, free_port};
 
 /// A `floe worker` process of the cluster whose catalog database is `catalog_db`.
-struct Worker {
+pub(crate) struct Worker {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _dir: tempfile::TempDir,
 }
 
 impl Worker {
-    fn start(catalog_db: &str) -> Worker {
+    pub(crate) fn start(catalog_db: &str) -> Worker {
         Self::start_with(catalog_db, None)
     }
 
@@ -62,6 +62,10 @@ impl Worker {
         }
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no deregistration, no goodbye.
     fn kill(&mut self) {
         let _ = self.child.kill();
@@ -75,7 +79,7 @@ impl Drop for Worker {
     }
 }
 
-async fn sql(api: &Api, statement: &str) -> Value {
+pub(crate) async fn sql(api: &Api, statement: &str) -> Value {
     let answer = api.post("/api/v1/sql", json!({ "sql": statement })).await;
     assert_eq!(answer.status, 200, "{statement}: {}", answer.body);
     answer.body
@@ -102,7 +106,7 @@ async fn live(api: &Api) -> Vec<String> {
 
 /// Waits until the server lists exactly `expected` as live (a worker's heartbeat is due every
 /// 2 s; one silent for 10 s drops out).
-async fn wait_live(api: &Api, expected: &[&Worker]) {
+pub(crate) async fn wait_live(api: &Api, expected: &[&Worker]) {
     let mut want: Vec<String> = expected.iter().map(|w| w.url.clone()).collect();
     want.sort();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -120,7 +124,7 @@ async fn wait_live(api: &Api, expected: &[&Worker]) {
 }
 
 /// The text of `EXPLAIN statement`.
-async fn explain(api: &Api, statement: &str) -> String {
+pub(crate) async fn explain(api: &Api, statement: &str) -> String {
     let body = sql(api, &format!("EXPLAIN {statement}")).await;
     body["rows"]
         .as_array()
@@ -131,11 +135,12 @@ async fn explain(api: &Api, statement: &str) -> String {
         .join("\n")
 }
 
-const TOTALS: &str = "SELECT count(*) AS n, sum(k) AS s, count(DISTINCT g) AS groups FROM d.t";
+pub(crate) const TOTALS: &str =
+    "SELECT count(*) AS n, sum(k) AS s, count(DISTINCT g) AS groups FROM d.t";
 const GROUPED: &str = "SELECT g, count(*) AS n FROM d.t GROUP BY g ORDER BY n DESC, g LIMIT 3";
 
 /// The answer every query over `d.t` must give, whatever ran it.
-async fn check_answers(api: &Api) {
+pub(crate) async fn check_answers(api: &Api) {
     let totals = sql(api, TOTALS).await;
     assert_eq!(
         totals["rows"],

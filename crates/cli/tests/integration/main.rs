@@ -7,3 +7,4 @@ mod harness;
 mod http_contract;
 mod oidc;
 mod rest_client;
+mod work_units;

@@ -1,4 +1,4 @@
-//! Coordinator ↔ worker calls carry the cluster's secret, and a worker answers nothing that
+//! Coordinator ↔ worker calls (and a worker's calls for work units, [`super::units`]) carry the cluster's secret, and a worker answers nothing that
 //! does not: a plan can read any file its worker can, so a worker takes plans only from the
 //! nodes of its own cluster (which checked the caller's grants before planning). Workers at
 //! `https://` URLs are reached over TLS, trusting the cluster's certificate authority.
@@ -108,11 +108,13 @@ impl SecretChannels {
         channels.insert(url.clone(), channel.clone());
         Ok(channel)
     }
-}
 
-#[async_trait]
-impl ChannelResolver for SecretChannels {
-    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+    pub(crate) fn secret(&self) -> &ClusterSecret {
+        &self.secret
+    }
+
+    /// A channel to the node at `url` whose every call carries the cluster's secret.
+    pub(crate) fn with_secret(&self, url: &Url) -> Result<BoxCloneSyncChannel> {
         let channel = self.channel(url)?;
         let value = self.secret.header()?;
         let with_secret = tower::ServiceBuilder::new()
@@ -121,14 +123,21 @@ impl ChannelResolver for SecretChannels {
                 request
             })
             .service(channel);
-        Ok(create_worker_client(BoxCloneSyncChannel::new(with_secret)))
+        Ok(BoxCloneSyncChannel::new(with_secret))
+    }
+}
+
+#[async_trait]
+impl ChannelResolver for SecretChannels {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>> {
+        Ok(create_worker_client(self.with_secret(url)?))
     }
 }
 
 /// The worker side: refuses a call without the cluster's secret before anything of it is
 /// decoded.
 #[derive(Clone)]
-pub(crate) struct RequireSecret(pub(crate) ClusterSecret);
+pub struct RequireSecret(pub(crate) ClusterSecret);
 
 impl tonic::service::Interceptor for RequireSecret {
     fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {

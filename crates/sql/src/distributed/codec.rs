@@ -62,6 +62,22 @@ struct ScanNode {
     scan: Vec<u8>,
     #[prost(message, repeated, tag = "2")]
     access: Vec<FileAccess>,
+    /// Set on a task that takes its files as work units.
+    #[prost(message, optional, tag = "3")]
+    units: Option<UnitsNode>,
+}
+
+/// Where a stealing scan task takes its units ([`super::units`]).
+#[derive(Clone, PartialEq, Message)]
+struct UnitsNode {
+    #[prost(string, tag = "1")]
+    coordinator: String,
+    #[prost(bytes = "vec", tag = "2")]
+    feed: Vec<u8>,
+    #[prost(uint32, tag = "3")]
+    task: u32,
+    #[prost(uint32, tag = "4")]
+    partitions: u32,
 }
 
 /// The access plan of the `file`-th file of the `group`-th group.
@@ -152,9 +168,16 @@ impl FloeCodec {
                 });
             }
         }
+        let units = scan.unit_source().map(|(source, partitions)| UnitsNode {
+            coordinator: source.coordinator.to_string(),
+            feed: source.feed.as_bytes().to_vec(),
+            task: source.task,
+            partitions: partitions as u32,
+        });
         Ok(ScanNode {
             scan: self.encode_plan(scan.scan().clone())?,
             access,
+            units,
         }
         .encode_to_vec())
     }
@@ -204,7 +227,19 @@ impl FloeCodec {
             DataSourceExec::from_data_source(config),
             ctx,
         )?;
-        Ok(Arc::new(FloeScanExec::new(scan)?))
+        let Some(units) = node.units else {
+            return Ok(Arc::new(FloeScanExec::new(scan)?));
+        };
+        let source = super::units::UnitSource {
+            coordinator: url::Url::parse(&units.coordinator)
+                .map_err(|e| invalid(format!("a coordinator's URL: {e}")))?,
+            feed: uuid::Uuid::from_slice(&units.feed)
+                .map_err(|_| invalid("a feed id is 16 bytes"))?,
+            task: units.task,
+        };
+        let exec = FloeScanExec::stealing(scan, source, units.partitions as usize)
+            .map_err(|e| invalid(e.message()))?;
+        Ok(Arc::new(exec))
     }
 
     fn encode_equality(&self, exec: &EqualityDeleteExec) -> Vec<u8> {
@@ -407,19 +442,39 @@ mod tests {
             &ctx,
         )
         .unwrap();
-        let sent: Arc<dyn ExecutionPlan> = Arc::new(FloeScanExec::new(scan).unwrap());
-        let bytes = PhysicalPlanNode::try_from_physical_plan(sent.clone(), &FloeCodec)
-            .unwrap()
-            .encode_to_vec();
-        let arrived = PhysicalPlanNode::decode(bytes.as_slice())
-            .unwrap()
-            .try_into_physical_plan(&ctx, &FloeCodec)
-            .unwrap();
+        let travel = |sent: Arc<dyn ExecutionPlan>| {
+            let bytes = PhysicalPlanNode::try_from_physical_plan(sent, &FloeCodec)
+                .unwrap()
+                .encode_to_vec();
+            PhysicalPlanNode::decode(bytes.as_slice())
+                .unwrap()
+                .try_into_physical_plan(&ctx, &FloeCodec)
+                .unwrap()
+        };
+        let sent: Arc<dyn ExecutionPlan> = Arc::new(FloeScanExec::new(scan.clone()).unwrap());
+        let arrived = travel(sent.clone());
         let (sent, arrived) = (described(&sent).unwrap(), described(&arrived).unwrap());
         assert_eq!(sent, arrived);
         assert!(sent.contains("Selection"), "{sent}");
         assert!(sent.contains("FieldIdAdapterFactory"), "{sent}");
         assert!(sent.contains("reader BoundedFactory"), "{sent}");
+
+        // A task taking work units keeps where it takes them and its partition count.
+        let source = crate::distributed::units::UnitSource {
+            coordinator: url::Url::parse("https://coordinator:50051").unwrap(),
+            feed: uuid::Uuid::new_v4(),
+            task: 2,
+        };
+        let stealing = FloeScanExec::stealing(scan, source.clone(), 3).unwrap();
+        let arrived = travel(Arc::new(stealing));
+        let arrived = arrived.downcast_ref::<FloeScanExec>().unwrap();
+        assert_eq!(arrived.unit_source(), Some((&source, 3)));
+        assert_eq!(arrived.properties().partitioning.partition_count(), 3);
+        assert!(
+            described(&(Arc::new(FloeScanExec::new(arrived.scan().clone()).unwrap()) as _))
+                .unwrap()
+                .contains("Selection")
+        );
     }
 
     /// A crafted message that nests scans in scans ten thousand deep is refused at the second
@@ -439,6 +494,7 @@ mod tests {
             let scan = ScanNode {
                 scan: inner.encode_to_vec(),
                 access: vec![],
+                units: None,
             };
             node = Envelope {
                 kind: SCAN,

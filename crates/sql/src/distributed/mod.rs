@@ -8,6 +8,9 @@
 //! ([`codec`]), over gRPC calls that carry the cluster's secret ([`auth`]); a worker runs
 //! them in a session with Floe's settings and the warehouses' object stores ([`worker`]).
 //!
+//! A coordinator started with work units hands each scan task its files one at a time, and a
+//! task done with its own takes a straggler's ([`units`]).
+//!
 //! Grants are checked on the coordinator while it plans (a table's scan checks the caller's
 //! read privilege); a worker checks only that a plan comes from its cluster.
 //!
@@ -22,6 +25,7 @@ mod relaunch;
 mod round_trip;
 mod scan;
 mod stages;
+mod units;
 mod worker;
 
 use std::sync::{Arc, RwLock};
@@ -31,12 +35,13 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion_distributed::{DistributedExt, SessionStateBuilderExt, WorkerResolver};
 use url::Url;
 
-pub use auth::{ClusterSecret, SECRET_HEADER};
+pub use auth::{ClusterSecret, RequireSecret, SECRET_HEADER};
 pub use codec::FloeCodec;
 pub use relaunch::RELAUNCHES;
 pub(crate) use relaunch::Relaunch;
 pub use round_trip::round_trip;
 pub use scan::FloeScanExec;
+pub use units::UnitService;
 pub use worker::worker_routes;
 
 /// What this process's coordinators did, for `/metrics`.
@@ -49,6 +54,10 @@ pub struct ClusterStats {
     pub relaunches: std::sync::atomic::AtomicU64,
     /// Workers found lost by a query (one worker lost by two queries counts twice).
     pub lost_workers: std::sync::atomic::AtomicU64,
+    /// Work units (files of a scan) handed to tasks.
+    pub units: std::sync::atomic::AtomicU64,
+    /// Work units handed to a task other than the one they were placed with.
+    pub stolen_units: std::sync::atomic::AtomicU64,
 }
 
 /// This process's [`ClusterStats`].
@@ -122,6 +131,16 @@ pub struct Cluster {
     task_bytes: usize,
     /// Whether a file goes to the same worker every time (its cache then holds its share).
     affinity: bool,
+    /// Where workers take work units from this coordinator, when they do.
+    units: Option<Stealing>,
+}
+
+/// A coordinator handing out scans' files as work units: its address for workers and the
+/// feeds of its queries (in a statement's session configuration when it steals).
+#[derive(Debug, Clone)]
+pub(crate) struct Stealing {
+    pub(crate) coordinator: Url,
+    pub(crate) feeds: units::Feeds,
 }
 
 /// In a statement's session when its files are dealt without affinity: by a hash salted
@@ -144,7 +163,31 @@ impl Cluster {
             channels: auth::SecretChannels::new(secret),
             task_bytes: DEFAULT_TASK_BYTES,
             affinity: true,
+            units: None,
         }
+    }
+
+    /// Scans' files handed out as work units from this coordinator, which workers reach at
+    /// `coordinator` (where [`Cluster::unit_service`] is served): a task done with its own
+    /// files takes a straggler's.
+    pub fn with_work_units(mut self, coordinator: Url) -> Self {
+        self.units = Some(Stealing {
+            coordinator,
+            feeds: units::Feeds::default(),
+        });
+        self
+    }
+
+    /// The gRPC service workers take work units from (behind the cluster's secret), when
+    /// this coordinator hands them out.
+    pub fn unit_service(
+        &self,
+    ) -> Option<tonic::service::interceptor::InterceptedService<UnitService, RequireSecret>> {
+        let units = self.units.as_ref()?;
+        Some(units::unit_service(
+            units.feeds.clone(),
+            self.channels.secret().clone(),
+        ))
     }
 
     /// Whether a data file goes to the same worker in every statement (the default), or to
@@ -187,6 +230,9 @@ impl Cluster {
         let mut builder = builder;
         if let Some(config) = builder.config() {
             config.set_extension(Arc::new(PlannedStages::default()));
+            if let Some(units) = &self.units {
+                config.set_extension(Arc::new(units.clone()));
+            }
             if !self.affinity {
                 let salt = uuid::Uuid::new_v4().as_u64_pair().0;
                 config.set_extension(Arc::new(Scattered(salt)));

@@ -10,7 +10,10 @@
 //!
 //! The files of a scan are dealt to tasks by rendezvous hashing of their paths over the live
 //! workers ([`placement`]): a file always lands on the same worker while that worker lives, so
-//! its cache holds its own share; a worker that leaves moves only its share.
+//! its cache holds its own share; a worker that leaves moves only its share. When the
+//! coordinator hands out work units, those are each task's first files, and a task done with
+//! its own takes a straggler's ([`super::units`]); a scan that declares an order keeps its
+//! files where they were dealt.
 
 use std::fmt;
 use std::sync::Arc;
@@ -27,15 +30,20 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::PhysicalSortExpr;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::sort_pushdown::SortOrderPushdownResult;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion_distributed::{
     DesiredTaskCountEvent, DesiredTaskCountEventResponse, DesiredTaskCountHandler,
     DistributedConfig, DistributedLeafExec, RouteTasksEvent, RouteTasksEventResponse,
     ScaleUpLeafNodeEvent, ScaleUpLeafNodeEventResponse, get_distributed_worker_resolver,
 };
+use futures::TryStreamExt;
 use url::Url;
 
+use super::units::{Feed, MOST_UNITS, UnitClient, UnitSource};
 use crate::engine::stores::SCHEME;
 use crate::optimizer::utils::file_scan;
 
@@ -44,7 +52,20 @@ use crate::optimizer::utils::file_scan;
 #[derive(Debug)]
 pub struct FloeScanExec {
     scan: Arc<dyn ExecutionPlan>,
+    /// Set on a task that takes its files as work units: the scan holds one file group per
+    /// unit, and each of the task's partitions reads the groups its feed hands it.
+    stealing: Option<Stealing>,
 }
+
+#[derive(Debug)]
+struct Stealing {
+    source: UnitSource,
+    /// The scan's, with the task's partition count.
+    properties: Arc<PlanProperties>,
+}
+
+/// Most partitions a stealing task has.
+const MOST_TASK_PARTITIONS: usize = 4096;
 
 impl FloeScanExec {
     /// `scan` must be a `DataSourceExec` over a `FileScanConfig`.
@@ -54,7 +75,52 @@ impl FloeScanExec {
                 "FloeScanExec wraps a file scan".into(),
             ));
         }
-        Ok(Self { scan })
+        Ok(Self {
+            scan,
+            stealing: None,
+        })
+    }
+
+    /// A task of `partitions` partitions reading the file groups of `scan` (one file each,
+    /// the work units) that `source` hands it.
+    pub(crate) fn stealing(
+        scan: Arc<dyn ExecutionPlan>,
+        source: UnitSource,
+        partitions: usize,
+    ) -> Result<Self> {
+        let exec = Self::new(scan)?;
+        // Each group is read by the partition it is handed to alone: DataFusion's own
+        // sharing of unopened files between a scan's partitions would let one unit's stream
+        // read the files of units handed to other tasks.
+        let config = FileScanConfigBuilder::from(exec.config().clone())
+            .with_preserve_order(true)
+            .build();
+        let mut exec = Self::new(DataSourceExec::from_data_source(config))?;
+        let units = exec.config().file_groups.len();
+        if units > MOST_UNITS || !(1..=MOST_TASK_PARTITIONS).contains(&partitions) {
+            return Err(DataFusionError::Internal(format!(
+                "a stealing scan task has {units} units (at most {MOST_UNITS}) and \
+                 {partitions} partitions (1 to {MOST_TASK_PARTITIONS})"
+            )));
+        }
+        let properties = exec
+            .scan
+            .properties()
+            .as_ref()
+            .clone()
+            .with_partitioning(Partitioning::UnknownPartitioning(partitions));
+        exec.stealing = Some(Stealing {
+            source,
+            properties: Arc::new(properties),
+        });
+        Ok(exec)
+    }
+
+    /// Where this task takes its units, and its partition count, when it steals.
+    pub(crate) fn unit_source(&self) -> Option<(&UnitSource, usize)> {
+        self.stealing
+            .as_ref()
+            .map(|s| (&s.source, s.properties.partitioning.partition_count()))
     }
 
     /// The native scan.
@@ -78,6 +144,14 @@ impl FloeScanExec {
 impl DisplayAs for FloeScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "FloeScanExec: ")?;
+        if let Some(stealing) = &self.stealing {
+            write!(
+                f,
+                "work units of task {} over {} partitions, ",
+                stealing.source.task,
+                stealing.properties.partitioning.partition_count()
+            )?;
+        }
         self.scan.fmt_as(t, f)
     }
 }
@@ -88,7 +162,10 @@ impl ExecutionPlan for FloeScanExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.scan.properties()
+        match &self.stealing {
+            Some(stealing) => &stealing.properties,
+            None => self.scan.properties(),
+        }
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -107,23 +184,33 @@ impl ExecutionPlan for FloeScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        self.scan.execute(partition, context)
+        match &self.stealing {
+            Some(stealing) => self.take_units(stealing, partition, context),
+            None => self.scan.execute(partition, context),
+        }
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
         self.scan.metrics()
     }
 
+    /// A stealing task's partitions read what they are handed: only the whole is known.
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Arc<Statistics>> {
-        self.scan.partition_statistics(partition)
+        match (&self.stealing, partition) {
+            (Some(_), Some(_)) => Ok(Arc::new(Statistics::new_unknown(&self.schema()))),
+            _ => self.scan.partition_statistics(partition),
+        }
     }
 
     /// As the scan it wraps: a worker's sort pushdown sets the row-group order again (it does
-    /// not travel with the scan).
+    /// not travel with the scan). A stealing task reads in no order.
     fn try_pushdown_sort(
         &self,
         order: &[PhysicalSortExpr],
     ) -> Result<SortOrderPushdownResult<Arc<dyn ExecutionPlan>>> {
+        if self.stealing.is_some() {
+            return Ok(SortOrderPushdownResult::Unsupported);
+        }
         let pushed = self.scan.try_pushdown_sort(order)?;
         Ok(match pushed {
             SortOrderPushdownResult::Exact { inner } => SortOrderPushdownResult::Exact {
@@ -134,6 +221,50 @@ impl ExecutionPlan for FloeScanExec {
             },
             SortOrderPushdownResult::Unsupported => SortOrderPushdownResult::Unsupported,
         })
+    }
+}
+
+impl FloeScanExec {
+    /// Partition `partition` of a stealing task: the units its feed hands it, one after
+    /// another, until none is left.
+    fn take_units(
+        &self,
+        stealing: &Stealing,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let partitions = stealing.properties.partitioning.partition_count();
+        if partition >= partitions {
+            return Err(DataFusionError::Internal(format!(
+                "a scan task of {partitions} partitions has no partition {partition}"
+            )));
+        }
+        let client = context
+            .session_config()
+            .get_extension::<UnitClient>()
+            .ok_or_else(|| {
+                DataFusionError::Internal("work units are taken only on a worker".into())
+            })?;
+        let units = self.config().file_groups.len();
+        let start = (self.scan.clone(), stealing.source.clone(), client, context);
+        let streams = futures::stream::try_unfold(start, move |state| async move {
+            let (scan, source, client, context) = state;
+            let Some(handout) = client.next(&source).await? else {
+                return Ok(None);
+            };
+            let unit = handout.unit as usize;
+            if unit >= units {
+                return Err(DataFusionError::Execution(format!(
+                    "the coordinator handed out unit {unit} of a scan of {units}"
+                )));
+            }
+            let stream = scan.execute(unit, context.clone())?;
+            Ok(Some((stream, (scan, source, client, context))))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            streams.try_flatten(),
+        )))
     }
 }
 
@@ -230,6 +361,23 @@ pub(crate) fn scale_up_scan(
         Some(salt) => placement::owner(&format!("{salt}/{path}"), &workers),
         None => placement::owner(path, &workers),
     };
+    let stealing = ev.session_config.get_extension::<super::Stealing>();
+    if let Some(stealing) = stealing
+        && tasks > 1
+        && scan.config().output_ordering.is_empty()
+    {
+        let files: Vec<_> = scan
+            .config()
+            .file_groups
+            .iter()
+            .flat_map(|g| g.files().iter().cloned())
+            .collect();
+        if files.len() <= MOST_UNITS {
+            return Some(stealing_tasks(
+                &ev, scan, files, tasks, partitions, &stealing, owner,
+            ));
+        }
+    }
     let mut per_task: Vec<Vec<Vec<_>>> = vec![vec![Vec::new(); partitions]; tasks];
     let mut bytes: Vec<Vec<u64>> = vec![vec![0; partitions]; tasks];
     if !scan.config().output_ordering.is_empty() {
@@ -266,6 +414,41 @@ pub(crate) fn scale_up_scan(
         .collect();
     let leaf = variants.and_then(|v| DistributedLeafExec::try_new(ev.plan.clone(), v));
     Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
+}
+
+/// The tasks of a scan that take `files` as work units: a feed on this coordinator queues
+/// each file for the task its path hashes to, and every task holds every file (one group
+/// each), so it can read whichever it is handed ([`super::units`]).
+fn stealing_tasks(
+    ev: &ScaleUpLeafNodeEvent,
+    scan: &FloeScanExec,
+    files: Vec<datafusion::datasource::listing::PartitionedFile>,
+    tasks: usize,
+    partitions: usize,
+    stealing: &super::Stealing,
+    owner: impl Fn(&str) -> usize,
+) -> Result<ScaleUpLeafNodeEventResponse> {
+    let mut queues = vec![Vec::new(); tasks];
+    for (unit, file) in files.iter().enumerate() {
+        let task = owner(file.object_meta.location.as_ref());
+        queues[task].push((unit as u32, file.effective_size()));
+    }
+    let feed = stealing.feeds.open(Feed::new(queues));
+    let groups = files.into_iter().map(|f| FileGroup::new(vec![f])).collect();
+    let every_file = scan.with_groups(groups)?.scan;
+    let variants = (0..tasks)
+        .map(|task| {
+            let source = UnitSource {
+                coordinator: stealing.coordinator.clone(),
+                feed,
+                task: task as u32,
+            };
+            let exec = FloeScanExec::stealing(every_file.clone(), source, partitions)?;
+            Ok(Arc::new(exec) as Arc<dyn ExecutionPlan>)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let leaf = DistributedLeafExec::try_new(ev.plan.clone(), variants)?;
+    Ok(ScaleUpLeafNodeEventResponse::new(Arc::new(leaf)))
 }
 
 /// The workers tasks `0..tasks` of a scan run on: the live workers in URL order, cycled when

@@ -16,6 +16,7 @@ use datafusion_distributed::{
 
 use super::auth::{ClusterSecret, RequireSecret, SecretChannels};
 use super::codec::FloeCodec;
+use super::units::UnitClient;
 use crate::{SqlEngine, SqlError};
 
 /// Largest message a worker decodes (a task's plan, a batch of work units).
@@ -101,6 +102,7 @@ impl WorkerSessionBuilder for WorkerSession {
         let mut builder = ctx.builder;
         if let Some(config) = builder.config() {
             self.engine.apply_session_options(config);
+            config.set_extension(Arc::new(UnitClient(self.channels.clone())));
         }
         let rules = self.rules.clone();
         Ok(builder
