@@ -459,7 +459,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds a front door's listener, unless its address is `off`.
 /// Where this coordinator's workers take work units (its Flight SQL listener), or `None`
 /// when it hands none out: work stealing is off, there is no Flight SQL listener, or the
 /// cluster's secret would cross a network in the clear.
@@ -481,14 +480,18 @@ fn coordinator_url(
     let address = flight.local_addr()?;
     let url = match &args.coordinator_advertise {
         Some(url) => url.clone(),
+        None if address.ip().is_unspecified() => {
+            tracing::warn!(
+                %address,
+                "Flight SQL listens on every address: workers take no work units until \
+                 --coordinator-advertise says which URL reaches this coordinator"
+            );
+            return Ok(None);
+        }
         None => format!("{}://{address}", if tls { "https" } else { "http" }),
     };
     let url = url::Url::parse(&url).with_context(|| format!("--coordinator-advertise {url:?}"))?;
-    let loopback = url.host().is_some_and(|host| match host {
-        url::Host::Ipv4(ip) => ip.is_loopback(),
-        url::Host::Ipv6(ip) => ip.is_loopback(),
-        url::Host::Domain(name) => name == "localhost",
-    });
+    let loopback = floe_sql::distributed::is_loopback(&url);
     if url.scheme() != "https" && !loopback && !args.cluster_link.plaintext_cluster {
         tracing::warn!(
             %url,
@@ -501,6 +504,7 @@ fn coordinator_url(
     Ok(Some(url))
 }
 
+/// Binds a front door's listener, unless its address is `off`.
 pub(crate) async fn bind_optional(
     address: &str,
     what: &str,

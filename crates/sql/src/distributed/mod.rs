@@ -96,6 +96,16 @@ impl PlannedStages {
     }
 }
 
+/// Whether `url` names this machine (a loopback address or `localhost`): seen from another
+/// machine, it names that one.
+pub fn is_loopback(url: &Url) -> bool {
+    url.host().is_some_and(|host| match host {
+        url::Host::Ipv4(ip) => ip.is_loopback(),
+        url::Host::Ipv6(ip) => ip.is_loopback(),
+        url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
+    })
+}
+
 /// Data a scan task reads by default: 128 MiB.
 pub const DEFAULT_TASK_BYTES: usize = 128 << 20;
 

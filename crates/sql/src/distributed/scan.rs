@@ -364,7 +364,9 @@ pub(crate) fn scale_up_scan(
     let stealing = ev.session_config.get_extension::<super::Stealing>();
     if let Some(stealing) = stealing
         && tasks > 1
+        && partitions <= MOST_TASK_PARTITIONS
         && scan.config().output_ordering.is_empty()
+        && reaches_every_worker(&stealing.coordinator, &workers)
     {
         let files: Vec<_> = scan
             .config()
@@ -372,10 +374,15 @@ pub(crate) fn scale_up_scan(
             .iter()
             .flat_map(|g| g.files().iter().cloned())
             .collect();
-        if files.len() <= MOST_UNITS {
-            return Some(stealing_tasks(
-                &ev, scan, files, tasks, partitions, &stealing, owner,
-            ));
+        // Every task's plan holds every file: a scan too large for that keeps its files
+        // where they were placed.
+        let selectors: usize = files.iter().map(selectors_of).sum();
+        if files.len() * tasks <= MOST_UNITS && selectors * tasks <= MOST_STOLEN_SELECTORS {
+            match stealing_tasks(&ev, scan, files, tasks, partitions, &stealing, &owner) {
+                Ok(Some(leaf)) => return Some(Ok(leaf)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
         }
     }
     let mut per_task: Vec<Vec<Vec<_>>> = vec![vec![Vec::new(); partitions]; tasks];
@@ -416,6 +423,33 @@ pub(crate) fn scale_up_scan(
     Some(leaf.map(|leaf| ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
 }
 
+/// Row selectors all the task plans of a stealing scan may hold together (a quarter of what
+/// one plan may carry to a worker).
+const MOST_STOLEN_SELECTORS: usize = 1 << 22;
+
+/// The row selectors of `file`'s access plan (its position deletes), which travel with it.
+fn selectors_of(file: &datafusion::datasource::listing::PartitionedFile) -> usize {
+    use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
+    file.extension::<ParquetAccessPlan>().map_or(0, |plan| {
+        plan.inner()
+            .iter()
+            .map(|group| match group {
+                RowGroupAccess::Selection(selection) => selection.iter().count(),
+                _ => 1,
+            })
+            .sum()
+    })
+}
+
+/// Whether workers at `workers` reach the coordinator at `coordinator`: a loopback URL reaches
+/// it only from workers on its own machine (from any other, it names that machine).
+fn reaches_every_worker(coordinator: &Url, workers: &[String]) -> bool {
+    !super::is_loopback(coordinator)
+        || workers
+            .iter()
+            .all(|w| Url::parse(w).is_ok_and(|url| super::is_loopback(&url)))
+}
+
 /// The tasks of a scan that take `files` as work units: a feed on this coordinator queues
 /// each file for the task its path hashes to, and every task holds every file (one group
 /// each), so it can read whichever it is handed ([`super::units`]).
@@ -426,14 +460,17 @@ fn stealing_tasks(
     tasks: usize,
     partitions: usize,
     stealing: &super::Stealing,
-    owner: impl Fn(&str) -> usize,
-) -> Result<ScaleUpLeafNodeEventResponse> {
+    owner: &impl Fn(&str) -> usize,
+) -> Result<Option<ScaleUpLeafNodeEventResponse>> {
     let mut queues = vec![Vec::new(); tasks];
     for (unit, file) in files.iter().enumerate() {
         let task = owner(file.object_meta.location.as_ref());
         queues[task].push((unit as u32, file.effective_size()));
     }
-    let feed = stealing.feeds.open(Feed::new(queues));
+    // The coordinator holds as many units as it may already: this scan's files stay put.
+    let Some(feed) = stealing.feeds.open(Feed::new(queues)) else {
+        return Ok(None);
+    };
     let groups = files.into_iter().map(|f| FileGroup::new(vec![f])).collect();
     let every_file = scan.with_groups(groups)?.scan;
     let variants = (0..tasks)
@@ -448,7 +485,7 @@ fn stealing_tasks(
         })
         .collect::<Result<Vec<_>>>()?;
     let leaf = DistributedLeafExec::try_new(ev.plan.clone(), variants)?;
-    Ok(ScaleUpLeafNodeEventResponse::new(Arc::new(leaf)))
+    Ok(Some(ScaleUpLeafNodeEventResponse::new(Arc::new(leaf))))
 }
 
 /// The workers tasks `0..tasks` of a scan run on: the live workers in URL order, cycled when
@@ -583,5 +620,27 @@ pub(crate) mod placement {
                 assert_ne!(owner(&format!("{f}"), &ws), 2);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_coordinator_steals_only_for_workers_on_its_machine() {
+        let local = Url::parse("http://127.0.0.1:50051").unwrap();
+        let remote = Url::parse("https://coordinator.internal:50051").unwrap();
+        let here = [
+            "http://127.0.0.1:7001/".to_string(),
+            "http://localhost:7002/".to_string(),
+        ];
+        let there = [
+            "http://127.0.0.1:7001/".to_string(),
+            "https://10.0.0.7:7000/".to_string(),
+        ];
+        assert!(reaches_every_worker(&local, &here));
+        assert!(!reaches_every_worker(&local, &there));
+        assert!(reaches_every_worker(&remote, &there));
     }
 }

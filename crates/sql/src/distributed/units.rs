@@ -10,13 +10,17 @@
 //!
 //! The coordinator answers on its Flight SQL listener ([`UnitService`], gRPC service
 //! `floe.cluster.v1.WorkUnits`), behind the cluster's secret like the worker service. A
-//! feed lives while its query asks for units and a while after (idle feeds are forgotten).
+//! feed lives while its query asks for units and an hour after; a scan planned while the
+//! feeds hold 2^24 units not handed out keeps its files where they were placed.
+//!
+//! DataFusion-distributed 3.0 has work-unit feeds of its own, but they push units to the
+//! tasks as fast as they are made, so they cannot hand a straggler's work to an idle task.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use datafusion::common::{DataFusionError, Result};
 use tonic::codegen::{BoxFuture, StdError, http};
@@ -33,8 +37,8 @@ pub(crate) const MOST_UNITS: usize = 1 << 20;
 /// A feed nobody asked for a unit this long is forgotten.
 const FEED_IDLE: Duration = Duration::from_secs(3600);
 
-/// Most units all remembered feeds hold together.
-const MOST_REMEMBERED_UNITS: u64 = 1 << 24;
+/// Most units not yet handed out that all remembered feeds hold together.
+const MOST_REMEMBERED_UNITS: usize = 1 << 24;
 
 /// A task's request for its next unit.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -57,24 +61,37 @@ pub(crate) struct Handout {
     pub(crate) stolen: bool,
 }
 
+/// A task's queue: its units with their bytes (largest first), and the bytes left.
+#[derive(Debug, Default)]
+struct Queue {
+    units: VecDeque<(u32, u64)>,
+    bytes: u64,
+}
+
 /// The units of one scan, queued per task.
 #[derive(Debug)]
 pub(crate) struct Feed {
-    /// Per task: its units and their bytes, largest first.
-    queues: Mutex<Vec<VecDeque<(u32, u64)>>>,
-    units: usize,
+    queues: Mutex<Vec<Queue>>,
+    tasks: usize,
 }
 
 impl Feed {
     /// A feed of `queues`: per task, its units with their bytes.
-    pub(crate) fn new(mut queues: Vec<Vec<(u32, u64)>>) -> Self {
-        let units = queues.iter().map(Vec::len).sum();
-        for queue in &mut queues {
-            queue.sort_by_key(|&(unit, bytes)| (std::cmp::Reverse(bytes), unit));
-        }
+    pub(crate) fn new(queues: Vec<Vec<(u32, u64)>>) -> Self {
+        let tasks = queues.len();
+        let queues = queues
+            .into_iter()
+            .map(|mut units| {
+                units.sort_by_key(|&(unit, bytes)| (std::cmp::Reverse(bytes), unit));
+                Queue {
+                    bytes: units.iter().map(|&(_, b)| b).sum(),
+                    units: units.into(),
+                }
+            })
+            .collect();
         Self {
-            queues: Mutex::new(queues.into_iter().map(VecDeque::from).collect()),
-            units,
+            queues: Mutex::new(queues),
+            tasks,
         }
     }
 
@@ -82,73 +99,87 @@ impl Feed {
     /// the most bytes left; `None` when every unit has been handed out.
     pub(crate) fn next(&self, task: usize) -> Option<Handout> {
         let mut queues = self.queues.lock().expect("feed queues");
-        if let Some((unit, _)) = queues.get_mut(task)?.pop_front() {
-            return Some(Handout {
-                done: false,
-                unit,
-                stolen: false,
-            });
-        }
-        let fullest = (0..queues.len())
-            .filter(|&t| !queues[t].is_empty())
-            .max_by_key(|&t| queues[t].iter().map(|&(_, b)| b).sum::<u64>())?;
-        let (unit, _) = queues[fullest].pop_back()?;
+        let (from, stolen) = if queues.get(task)?.units.is_empty() {
+            let fullest = (0..queues.len())
+                .filter(|&t| !queues[t].units.is_empty())
+                .max_by_key(|&t| queues[t].bytes)?;
+            (fullest, true)
+        } else {
+            (task, false)
+        };
+        let queue = &mut queues[from];
+        let (unit, bytes) = if stolen {
+            queue.units.pop_back()?
+        } else {
+            queue.units.pop_front()?
+        };
+        queue.bytes -= bytes;
         Some(Handout {
             done: false,
             unit,
-            stolen: true,
+            stolen,
         })
     }
 
-    fn tasks(&self) -> usize {
-        self.queues.lock().expect("feed queues").len()
+    /// Units not handed out yet.
+    fn left(&self) -> usize {
+        let queues = self.queues.lock().expect("feed queues");
+        queues.iter().map(|q| q.units.len()).sum()
     }
 }
 
-/// The feeds of the queries a coordinator is running.
-#[derive(Clone)]
-pub(crate) struct Feeds(moka::sync::Cache<uuid::Uuid, Arc<Feed>>);
+/// The feeds of the queries a coordinator is running, each with when it was last asked.
+/// A feed is never dropped while asked for; one idle for [`FEED_IDLE`] is forgotten.
+#[derive(Clone, Default)]
+pub(crate) struct Feeds(Arc<Mutex<HashMap<uuid::Uuid, Kept>>>);
+
+/// A feed and when it was last asked.
+type Kept = (Arc<Feed>, Instant);
 
 impl std::fmt::Debug for Feeds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Feeds({})", self.0.entry_count())
-    }
-}
-
-impl Default for Feeds {
-    fn default() -> Self {
-        Self(
-            moka::sync::Cache::builder()
-                .time_to_idle(FEED_IDLE)
-                .weigher(|_, feed: &Arc<Feed>| u32::try_from(feed.units + 1).unwrap_or(u32::MAX))
-                .max_capacity(MOST_REMEMBERED_UNITS)
-                .build(),
-        )
+        write!(f, "Feeds({})", self.0.lock().expect("feeds").len())
     }
 }
 
 impl Feeds {
-    /// Keeps `feed` under a new id, which the scan's tasks ask with.
-    pub(crate) fn open(&self, feed: Feed) -> uuid::Uuid {
+    /// Keeps `feed` under a new id, which the scan's tasks ask with; `None` when the feeds
+    /// kept already hold [`MOST_REMEMBERED_UNITS`] units not handed out (the scan then
+    /// keeps its files where they were placed).
+    pub(crate) fn open(&self, feed: Feed) -> Option<uuid::Uuid> {
+        let mut feeds = self.0.lock().expect("feeds");
+        let now = Instant::now();
+        feeds.retain(|_, (_, asked)| now.duration_since(*asked) < FEED_IDLE);
+        let held: usize = feeds.values().map(|(f, _)| f.left()).sum();
+        if held + feed.left() > MOST_REMEMBERED_UNITS {
+            return None;
+        }
         let id = uuid::Uuid::new_v4();
-        self.0.insert(id, Arc::new(feed));
-        id
+        feeds.insert(id, (Arc::new(feed), now));
+        Some(id)
+    }
+
+    fn get(&self, id: &uuid::Uuid) -> Option<Arc<Feed>> {
+        let mut feeds = self.0.lock().expect("feeds");
+        let (feed, asked) = feeds.get_mut(id)?;
+        *asked = Instant::now();
+        Some(feed.clone())
     }
 
     fn next(&self, request: &NextUnit) -> Result<Handout, tonic::Status> {
         let id = uuid::Uuid::from_slice(&request.feed)
             .map_err(|_| tonic::Status::invalid_argument("a feed id is 16 bytes"))?;
-        let feed = self.0.get(&id).ok_or_else(|| {
+        let feed = self.get(&id).ok_or_else(|| {
             tonic::Status::not_found(format!(
                 "no work units for feed {id} here (its query ended, or another coordinator \
                  planned it)"
             ))
         })?;
         let task = request.task as usize;
-        if task >= feed.tasks() {
+        if task >= feed.tasks {
             return Err(tonic::Status::invalid_argument(format!(
                 "feed {id} has {} tasks, not a task {task}",
-                feed.tasks()
+                feed.tasks
             )));
         }
         let handout = feed.next(task).unwrap_or(Handout {
@@ -256,21 +287,25 @@ impl UnitClient {
             ))
         };
         let channel = self.0.with_secret(&source.coordinator)?;
-        let mut grpc = tonic::client::Grpc::new(channel);
-        grpc.ready().await.map_err(|e| failed(e.to_string()))?;
-        let mut request = tonic::Request::new(NextUnit {
-            feed: source.feed.as_bytes().to_vec(),
-            task: source.task,
-        });
-        request.set_timeout(ASK_TIMEOUT);
-        let answer = grpc
-            .unary(
+        let ask = async {
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.map_err(|e| failed(e.to_string()))?;
+            let mut request = tonic::Request::new(NextUnit {
+                feed: source.feed.as_bytes().to_vec(),
+                task: source.task,
+            });
+            request.set_timeout(ASK_TIMEOUT);
+            grpc.unary(
                 request,
                 http::uri::PathAndQuery::from_static(NEXT_PATH),
                 tonic_prost::ProstCodec::<NextUnit, Handout>::default(),
             )
             .await
-            .map_err(|status| failed(status.message().to_string()))?
+            .map_err(|status| failed(status.message().to_string()))
+        };
+        let answer = tokio::time::timeout(ASK_TIMEOUT, ask)
+            .await
+            .map_err(|_| failed(format!("no answer within {ASK_TIMEOUT:?}")))??
             .into_inner();
         Ok((!answer.done).then_some(answer))
     }
@@ -301,7 +336,7 @@ mod tests {
             .map(|t| (0..250).map(|i| (t * 250 + i, u64::from(i % 7))).collect())
             .collect();
         let feeds = Feeds::default();
-        let id = feeds.open(Feed::new(queues));
+        let id = feeds.open(Feed::new(queues)).unwrap();
         let seen = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             for task in 0..4u32 {
@@ -329,7 +364,7 @@ mod tests {
     #[test]
     fn unknown_feeds_and_tasks_are_refused() {
         let feeds = Feeds::default();
-        let id = feeds.open(Feed::new(vec![vec![(0, 1)]]));
+        let id = feeds.open(Feed::new(vec![vec![(0, 1)]])).unwrap();
         let ask = |feed: Vec<u8>, task| feeds.next(&NextUnit { feed, task });
         let unknown = ask(uuid::Uuid::new_v4().as_bytes().to_vec(), 0).unwrap_err();
         assert_eq!(unknown.code(), tonic::Code::NotFound);
