@@ -234,7 +234,12 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
 
 /// A client of `worker`'s service sending `secret` (none when `None`).
 async fn client(worker: &Worker, secret: Option<&str>) -> Box<dyn WorkerChannel> {
-    let channel = tonic::transport::Channel::from_shared(worker.url.clone())
+    create_worker_client(channel_with_secret(&worker.url, secret).await)
+}
+
+/// A channel to the cluster node at `url` whose calls carry `secret` (none when `None`).
+pub(crate) async fn channel_with_secret(url: &str, secret: Option<&str>) -> BoxCloneSyncChannel {
+    let channel = tonic::transport::Channel::from_shared(url.to_string())
         .unwrap()
         .connect()
         .await
@@ -250,7 +255,7 @@ async fn client(worker: &Worker, secret: Option<&str>) -> Box<dyn WorkerChannel>
             request
         })
         .service(channel);
-    create_worker_client(BoxCloneSyncChannel::new(with_secret))
+    BoxCloneSyncChannel::new(with_secret)
 }
 
 /// A worker runs any plan it is sent, and a plan can read any file the worker can: without

@@ -11,7 +11,9 @@ use nix::unistd::Pid;
 
 use floe_catalog::cluster::ClusterStore;
 
-use crate::distributed::{TOTALS, Worker, check_answers, explain, sql, wait_live};
+use crate::distributed::{
+    TOTALS, Worker, channel_with_secret, check_answers, explain, sql, wait_live,
+};
 use crate::harness::{Api, Floe, free_port};
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -131,22 +133,7 @@ async fn a_slowed_workers_files_are_taken_by_the_others() {
 
 /// Asks the coordinator at `flight` for a unit, sending `secret`.
 async fn ask(flight: &str, secret: Option<&str>, feed: Vec<u8>) -> Result<Handout, tonic::Status> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{flight}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let value = secret.map(|s| http::HeaderValue::from_str(s).unwrap());
-    let with_secret = tower::ServiceBuilder::new()
-        .map_request(move |mut request: http::Request<tonic::body::Body>| {
-            if let Some(value) = &value {
-                request
-                    .headers_mut()
-                    .insert("x-floe-cluster-secret", value.clone());
-            }
-            request
-        })
-        .service(channel);
+    let with_secret = channel_with_secret(&format!("http://{flight}"), secret).await;
     let mut grpc = tonic::client::Grpc::new(with_secret);
     grpc.ready().await.unwrap();
     grpc.unary(
