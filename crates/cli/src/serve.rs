@@ -311,8 +311,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let mut cluster = floe_sql::distributed::Cluster::new(live.clone(), secret.clone())
             .with_task_bytes(args.distributed_task_bytes);
         if let Some(url) = coordinator_url(&args, flight_listener.as_ref(), tls.is_some())? {
-            tracing::info!(%url, "workers take work units from this coordinator");
-            cluster = cluster.with_work_units(url);
+            if args.work_stealing {
+                tracing::info!(%url, "workers take work units from this coordinator");
+                cluster = cluster.with_work_units(url.clone());
+            }
+            tracing::info!(%url, "workers pass runtime filters between stages through this coordinator");
+            cluster = cluster.with_runtime_filters(url);
         }
         engine = engine.with_cluster(cluster);
         tokio::spawn(floe_server::cluster::watch_workers(
@@ -459,21 +463,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where this coordinator's workers take work units (its Flight SQL listener), or `None`
-/// when it hands none out: work stealing is off, there is no Flight SQL listener, or the
-/// cluster's secret would cross a network in the clear.
+/// Where this coordinator's workers take work units and pass runtime filters between stages
+/// (its Flight SQL listener), or `None` when they do neither: there is no Flight SQL
+/// listener, or the cluster's secret would cross a network in the clear.
 fn coordinator_url(
     args: &ServeArgs,
     flight: Option<&tokio::net::TcpListener>,
     tls: bool,
 ) -> anyhow::Result<Option<url::Url>> {
-    if !args.work_stealing {
-        return Ok(None);
-    }
     let Some(flight) = flight else {
         tracing::warn!(
-            "no Flight SQL listener (--flight-listen off): workers take no work units, each \
-             scan task reads the files placed with it"
+            "no Flight SQL listener (--flight-listen off): workers take no work units (each \
+             scan task reads the files placed with it) and pass no runtime filters between \
+             stages"
         );
         return Ok(None);
     };
@@ -483,8 +485,9 @@ fn coordinator_url(
         None if address.ip().is_unspecified() => {
             tracing::warn!(
                 %address,
-                "Flight SQL listens on every address: workers take no work units until \
-                 --coordinator-advertise says which URL reaches this coordinator"
+                "Flight SQL listens on every address: workers take no work units and pass no \
+                 runtime filters until --coordinator-advertise says which URL reaches this \
+                 coordinator"
             );
             return Ok(None);
         }
@@ -496,8 +499,8 @@ fn coordinator_url(
         tracing::warn!(
             %url,
             "workers would send the cluster secret to {url} in the clear: they take no work \
-             units (serve Flight SQL with --tls-cert, or pass --plaintext-cluster on a network \
-             you trust)"
+             units and pass no runtime filters (serve Flight SQL with --tls-cert, or pass \
+             --plaintext-cluster on a network you trust)"
         );
         return Ok(None);
     }

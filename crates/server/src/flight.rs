@@ -65,6 +65,7 @@ pub async fn serve(
     tls: Option<crate::tls::TlsFiles>,
 ) -> Result<(), tonic::transport::Error> {
     let units = state.sql.unit_service();
+    let filters = state.sql.filter_service();
     let service = FloeFlightSql {
         state,
         info: sql_info(),
@@ -74,8 +75,10 @@ pub async fn serve(
     crate::listen::grpc_server(tls)?
         .max_concurrent_streams(Some(64))
         .add_service(FlightServiceServer::new(service))
-        // A coordinator's work units for its workers, behind the cluster's secret.
+        // A coordinator's work units and runtime filters for its workers, behind the
+        // cluster's secret.
         .add_optional_service(units)
+        .add_optional_service(filters)
         .serve_with_incoming_shutdown(
             crate::listen::incoming(listener, "Flight SQL", shutdown.clone()),
             shutdown.cancelled_owned(),

@@ -182,6 +182,49 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
         ));
     }
+    text.push_str(&format!(
+        "# HELP floe_sql_distributed_runtime_filters_total Joins' runtime filters passed to \
+         scans in other stages\n# TYPE floe_sql_distributed_runtime_filters_total counter\n\
+         floe_sql_distributed_runtime_filters_total {}\n",
+        load(&cluster.runtime_filters)
+    ));
+    for (name, help, read) in [
+        (
+            "floe_sql_distributed_stages_total",
+            "Stages of finished distributed queries, by how their output reached the next stage",
+            (|t| &t.stages)
+                as fn(&floe_sql::distributed::ExchangeTotals) -> &std::sync::atomic::AtomicU64,
+        ),
+        (
+            "floe_sql_distributed_stage_rows_total",
+            "Rows those stages handed to the next stage",
+            |t| &t.rows,
+        ),
+        (
+            "floe_sql_distributed_stage_bytes_total",
+            "Bytes those stages' output took between nodes",
+            |t| &t.bytes,
+        ),
+        (
+            "floe_sql_distributed_stage_compute_seconds_total",
+            "Compute time of those stages' operators, all tasks together",
+            |t| &t.compute_nanos,
+        ),
+    ] {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+        for exchange in floe_sql::distributed::Exchange::ALL {
+            let value = load(read(cluster.stages.of(exchange)));
+            let value = if name.ends_with("_seconds_total") {
+                format!("{:.6}", value as f64 / 1e9)
+            } else {
+                value.to_string()
+            };
+            text.push_str(&format!(
+                "{name}{{exchange=\"{}\"}} {value}\n",
+                exchange.label()
+            ));
+        }
+    }
     if let Some(workers) = engine.routed_workers() {
         text.push_str(&format!(
             "# HELP floe_cluster_routed_workers Workers this coordinator hands tasks to\n\

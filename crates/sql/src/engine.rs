@@ -391,6 +391,11 @@ impl SqlEngine {
     /// Queries planned from now on run over `cluster`'s workers whenever one is live (DDL and
     /// writes stay on this node).
     pub fn with_cluster(mut self, cluster: crate::distributed::Cluster) -> Self {
+        let cluster = if self.config.rewrites.runtime_filters {
+            cluster
+        } else {
+            cluster.without_runtime_filters()
+        };
         self.cluster = Some(cluster);
         self
     }
@@ -403,6 +408,19 @@ impl SqlEngine {
 
     /// The gRPC service workers take work units from, when this engine coordinates a
     /// cluster that hands them out ([`crate::distributed::Cluster::with_work_units`]).
+    /// The gRPC service workers pass runtime filters between stages through, when this
+    /// engine coordinates and passes them (serve it beside [`SqlEngine::unit_service`]).
+    pub fn filter_service(
+        &self,
+    ) -> Option<
+        tonic::service::interceptor::InterceptedService<
+            crate::distributed::FilterService,
+            crate::distributed::RequireSecret,
+        >,
+    > {
+        self.cluster.as_ref()?.filter_service()
+    }
+
     pub fn unit_service(
         &self,
     ) -> Option<
@@ -571,14 +589,14 @@ impl SqlEngine {
             .map_err(|e| {
                 SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
             })??;
-        let stages = context
+        let planned = context
             .state()
             .config()
-            .get_extension::<crate::distributed::PlannedStages>()
-            .and_then(|slot| slot.take());
+            .get_extension::<crate::distributed::PlannedStages>();
+        let stages = planned.as_ref().and_then(|slot| slot.take());
         Ok(QueryResult {
             schema: schema.clone(),
-            stream: self.drive(schema, stream, ticket, retry, relaunch),
+            stream: self.drive(schema, stream, ticket, retry, relaunch, planned),
             stages,
         })
     }
@@ -755,7 +773,7 @@ impl SqlEngine {
     /// `retry` is the query's session and plan: if it runs out of memory before its first
     /// batch, it is planned again without hash joins and run once more. `relaunch`, for a
     /// distributed query, runs it again without the workers it lost if it fails before its
-    /// first batch.
+    /// first batch; once it has answered, its stages' figures go to `/metrics` (`planned`).
     fn drive(
         &self,
         schema: datafusion::arrow::datatypes::SchemaRef,
@@ -763,6 +781,7 @@ impl SqlEngine {
         ticket: admission::Ticket,
         mut retry: Option<(SessionState, LogicalPlan)>,
         mut relaunch: Option<crate::distributed::Relaunch>,
+        planned: Option<Arc<crate::distributed::PlannedStages>>,
     ) -> SendableRecordBatchStream {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
         // How the query ended, when it failed: the consumer hears it after the batches already
@@ -781,7 +800,12 @@ impl SqlEngine {
             loop {
                 let batch = match deadline.run(stream.next()).await {
                     Ok(Some(batch)) => batch,
-                    Ok(None) => break,
+                    Ok(None) => {
+                        if let Some(planned) = &planned {
+                            planned.record_finished();
+                        }
+                        break;
+                    }
                     Err(expired) => {
                         // The query stops here (its stream is dropped); the consumer hears why.
                         fail(DataFusionError::External(Box::new(expired)));

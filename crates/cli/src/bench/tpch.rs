@@ -68,6 +68,10 @@ pub struct TpchBenchArgs {
     /// work units (the default) and once with each task reading the files placed with it.
     #[arg(long)]
     pub(super) slow_worker: bool,
+    /// The catalog database the data is registered in (and, with `--workers`, the workers
+    /// register in): `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
+    #[arg(long)]
+    pub(super) catalog_db: Option<String>,
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,
@@ -87,6 +91,8 @@ const TABLES: [&str; 8] = [
 /// The generated data of a run: where it is, and Floe's engine over it.
 pub(super) struct Prepared {
     pub dir: PathBuf,
+    /// The catalog database (`sqlite:…` or `postgres://…`).
+    pub catalog_db: String,
     pub parquet: PathBuf,
     pub engine: SqlEngine,
     pub caller: Caller,
@@ -112,11 +118,24 @@ pub(super) async fn prepare(args: &TpchBenchArgs) -> anyhow::Result<Prepared> {
     std::fs::create_dir_all(&dir)?;
     let dir = std::fs::canonicalize(&dir)?;
     let parquet = dir.join("parquet");
-    let (engine, caller) = iceberg_side(&dir, args.query_memory_limit_mb << 20).await?;
+    let catalog_db = args
+        .catalog_db
+        .clone()
+        .unwrap_or_else(|| format!("sqlite:{}", dir.join("catalog.db").display()));
+    let (engine, caller) =
+        iceberg_side(&dir, &catalog_db, args.query_memory_limit_mb << 20).await?;
     let namespace = namespace_of(args.sf);
-    // The marker names the namespace, so data generated under another name is not taken
-    // for this one.
-    let ready = dir.join(format!("{namespace}.ready"));
+    // The marker names the namespace (and a catalog other than the directory's own), so data
+    // generated under another name, or registered elsewhere, is not taken for this one.
+    let ready = match &args.catalog_db {
+        None => dir.join(format!("{namespace}.ready")),
+        Some(db) => {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::hash::DefaultHasher::new();
+            db.hash(&mut hasher);
+            dir.join(format!("{namespace}.{:016x}.ready", hasher.finish()))
+        }
+    };
     if !ready.exists() {
         generate(&parquet, args.sf, &namespace, &engine, &caller).await?;
         std::fs::write(&ready, "")?;
@@ -127,6 +146,7 @@ pub(super) async fn prepare(args: &TpchBenchArgs) -> anyhow::Result<Prepared> {
         .collect();
     Ok(Prepared {
         dir,
+        catalog_db,
         parquet,
         engine,
         caller,
@@ -402,10 +422,13 @@ fn namespace_of(sf: f64) -> String {
     format!("tpch_sf{sf}").replace('.', "_")
 }
 
-/// The embedded catalog with its `tpch` warehouse, and a root caller.
-async fn iceberg_side(dir: &Path, memory_limit: usize) -> anyhow::Result<(SqlEngine, Caller)> {
-    let url = format!("sqlite:{}", dir.join("catalog.db").display());
-    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
+/// The catalog at `catalog_db` with its `tpch` warehouse (in `dir`), and a root caller.
+async fn iceberg_side(
+    dir: &Path,
+    catalog_db: &str,
+    memory_limit: usize,
+) -> anyhow::Result<(SqlEngine, Caller)> {
+    let store = Arc::new(SqlStore::connect(catalog_db, StoreOptions::default()).await?);
     let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
     let caller = Caller::system();
     if catalog.warehouse("tpch").await.is_err() {

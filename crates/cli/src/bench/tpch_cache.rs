@@ -63,7 +63,7 @@ pub(super) async fn hit_rates(
         ];
         let workers = Workers::start_as(
             args.workers,
-            &prepared.dir,
+            prepared,
             "cache-worker",
             args.query_memory_limit_mb,
             &flags,

@@ -27,27 +27,29 @@ use super::tpch::{Prepared, TpchBenchArgs, prepare, same_answer};
 pub(super) struct Workers(Vec<Child>);
 
 impl Workers {
-    fn start(count: usize, dir: &Path, memory_mb: usize) -> anyhow::Result<Self> {
-        Self::start_as(count, dir, "worker", memory_mb, &[])
+    fn start(count: usize, prepared: &Prepared, memory_mb: usize) -> anyhow::Result<Self> {
+        Self::start_as(count, prepared, "worker", memory_mb, &[])
     }
 
-    /// `count` workers in `dir/<name>-i`, started with `extra` flags too.
+    /// `count` workers in `<data dir>/<name>-i`, registered in the data's catalog database,
+    /// started with `extra` flags too.
     pub(super) fn start_as(
         count: usize,
-        dir: &Path,
+        prepared: &Prepared,
         name: &str,
         memory_mb: usize,
         extra: &[String],
     ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("find this floe binary")?;
-        let db = format!("sqlite:{}", dir.join("catalog.db").display());
+        let dir = &prepared.dir;
+        let db = &prepared.catalog_db;
         let mut children = Vec::new();
         for i in 0..count {
             let own = dir.join(format!("{name}-{i}"));
             std::fs::create_dir_all(&own)?;
             let log = std::fs::File::create(own.join("worker.log"))?;
             let child = Command::new(&exe)
-                .args(["worker", "--listen", "127.0.0.1:0", "--catalog-db", &db])
+                .args(["worker", "--listen", "127.0.0.1:0", "--catalog-db", db])
                 .arg("--data-dir")
                 .arg(&own)
                 .args(["--query-memory-limit-mb", &memory_mb.to_string()])
@@ -70,8 +72,9 @@ impl Workers {
     }
 }
 
-/// A coordinating engine over `live`'s workers; with `units`, it hands scans' files out as
-/// work units from a service on a loopback port of its own, until `stop`.
+/// A coordinating engine over `live`'s workers, passing runtime filters between stages (and,
+/// with `units`, handing scans' files out as work units) through a service on a loopback
+/// port of its own, until `stop`.
 pub(super) async fn coordinator(
     prepared: &Prepared,
     args: &TpchBenchArgs,
@@ -80,15 +83,14 @@ pub(super) async fn coordinator(
     units: bool,
     stop: &CancellationToken,
 ) -> anyhow::Result<SqlEngine> {
-    let mut cluster = Cluster::new(live.clone(), secret.clone()).with_task_bytes(args.task_bytes);
-    let listener = if units {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = url::Url::parse(&format!("http://{}", listener.local_addr()?))?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = url::Url::parse(&format!("http://{}", listener.local_addr()?))?;
+    let mut cluster = Cluster::new(live.clone(), secret.clone())
+        .with_task_bytes(args.task_bytes)
+        .with_runtime_filters(url.clone());
+    if units {
         cluster = cluster.with_work_units(url);
-        Some(listener)
-    } else {
-        None
-    };
+    }
     let engine = SqlEngine::new(
         prepared.engine.catalog().clone(),
         EngineConfig {
@@ -97,14 +99,19 @@ pub(super) async fn coordinator(
         },
     )?
     .with_cluster(cluster);
-    if let (Some(listener), Some(service)) = (listener, engine.unit_service()) {
-        tokio::spawn(floe_server::cluster::serve_worker(
-            listener,
-            tonic::service::Routes::new(service),
-            stop.clone(),
-            None,
-        ));
+    let mut routes = tonic::service::RoutesBuilder::default();
+    if let Some(service) = engine.unit_service() {
+        routes.add_service(service);
     }
+    if let Some(service) = engine.filter_service() {
+        routes.add_service(service);
+    }
+    tokio::spawn(floe_server::cluster::serve_worker(
+        listener,
+        routes.routes(),
+        stop.clone(),
+        None,
+    ));
     Ok(engine)
 }
 
@@ -199,17 +206,13 @@ pub(super) async fn timed(
 pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let prepared = prepare(&args).await?;
     let options = prepared.options();
-    let store = SqlStore::connect(
-        &format!("sqlite:{}", prepared.dir.join("catalog.db").display()),
-        StoreOptions::default(),
-    )
-    .await?;
+    let store = SqlStore::connect(&prepared.catalog_db, StoreOptions::default()).await?;
     let secret = ClusterSecret::new(store.cluster_secret().await?);
     // Workers of an earlier run that was killed are not this run's.
     for worker in store.list_workers().await? {
         store.remove_worker(worker.id).await?;
     }
-    let _workers = Workers::start(args.workers, &prepared.dir, args.query_memory_limit_mb)?;
+    let _workers = Workers::start(args.workers, &prepared, args.query_memory_limit_mb)?;
     let live = LiveWorkers::default();
     let stop = CancellationToken::new();
     let _stop_watching = stop.clone().drop_guard();

@@ -315,12 +315,14 @@ async fn forged_calls_are_refused(floe: &Floe, worker: &Worker) {
 }
 
 /// All 22 TPC-H queries (scale factor 0.1) over three worker processes give, row by row, the
-/// answers Floe gives alone, and each of them runs in stages on the workers.
-#[test]
-fn tpch_over_three_workers_answers_as_one_node_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args([
+/// answers Floe gives alone, and each of them runs in stages on the workers: with the data
+/// and the workers registered in SQLite, and in PostgreSQL when the test script started one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_over_three_workers_answers_as_one_node_does() {
+    for backend in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+        command.args([
             "bench",
             "tpch",
             "--sf",
@@ -329,25 +331,32 @@ fn tpch_over_three_workers_answers_as_one_node_does() {
             "3",
             "--iterations",
             "0",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .env("FLOE_LOG", "warn")
-        .output()
-        .expect("run floe bench tpch --workers 3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains(
-            "22 of 22 distributed answers identical to Floe alone's, row by row; 22 of them ran \
-             in stages on the workers"
-        ),
-        "{stdout}"
-    );
+        ]);
+        if backend == "postgres" {
+            command
+                .arg("--catalog-db")
+                .arg(crate::harness::fresh_postgres_database().await);
+        }
+        let out = command
+            .arg("--dir")
+            .arg(dir.path())
+            .env("FLOE_LOG", "warn")
+            .output()
+            .expect("run floe bench tpch --workers 3");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{backend}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(
+                "22 of 22 distributed answers identical to Floe alone's, row by row; 22 of them \
+                 ran in stages on the workers"
+            ),
+            "{backend}: {stdout}"
+        );
+    }
 }
 
 /// A certificate authority and a certificate it signed for 127.0.0.1, as PEM files.

@@ -60,7 +60,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-async fn fresh_postgres_database() -> String {
+pub(crate) async fn fresh_postgres_database() -> String {
     let url = std::env::var("FLOE_TEST_POSTGRES_URL").unwrap();
     let name = format!("floe_it_{}", uuid::Uuid::new_v4().simple());
     psql(&url, &format!("CREATE DATABASE {name}")).await;

@@ -7,4 +7,5 @@ mod harness;
 mod http_contract;
 mod oidc;
 mod rest_client;
+mod runtime_filters;
 mod work_units;

@@ -11,19 +11,27 @@
 //! A coordinator started with work units hands each scan task its files one at a time, and a
 //! task done with its own takes a straggler's ([`units`]).
 //!
+//! Joins' runtime filters reach the scans below them on workers: within a task by linking the
+//! filter's copies again, across stages through a board on the coordinator ([`filters`]).
+//! Nodes a worker adds to a task plan run as overlays that keep the plan's shape, so the
+//! metrics the worker reports line up with the coordinator's plan ([`overlay`]).
+//!
 //! Grants are checked on the coordinator while it plans (a table's scan checks the caller's
 //! read privilege); a worker checks only that a plan comes from its cluster.
 //!
-//! Two of Floe's rewrites join two places of one plan through memory and are not made in a
-//! distributed session: runtime filters fed by collected build keys, and shared repeated
-//! aggregations.
+//! The coordinator plans without Floe's runtime filters and shared repeated aggregations,
+//! which join two places of one plan through memory; workers make the runtime filters over
+//! each task plan they run.
 
 mod auth;
 mod codec;
+mod filters;
+mod overlay;
 mod prepare;
 mod relaunch;
 mod round_trip;
 mod scan;
+mod stage_metrics;
 mod stages;
 mod units;
 mod worker;
@@ -37,10 +45,12 @@ use url::Url;
 
 pub use auth::{ClusterSecret, RequireSecret, SECRET_HEADER};
 pub use codec::FloeCodec;
+pub use filters::FilterService;
 pub use relaunch::RELAUNCHES;
 pub(crate) use relaunch::Relaunch;
 pub use round_trip::round_trip;
 pub use scan::FloeScanExec;
+pub use stage_metrics::{Exchange, ExchangeTotals, StageTotals};
 pub use units::UnitService;
 pub use worker::worker_routes;
 
@@ -58,6 +68,19 @@ pub struct ClusterStats {
     pub units: std::sync::atomic::AtomicU64,
     /// Work units handed to a task other than the one they were placed with.
     pub stolen_units: std::sync::atomic::AtomicU64,
+    /// Joins' runtime filters published to scans in other stages.
+    pub runtime_filters: std::sync::atomic::AtomicU64,
+    /// What the stages of finished distributed queries did, by how their output moved.
+    pub stages: StageTotals,
+}
+
+/// A node a worker adds to a task plan, run over the node it sits on without changing the
+/// plan's shape ([`overlay`]).
+pub(crate) fn overlay_over(
+    added: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    base: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> Arc<dyn datafusion::physical_plan::ExecutionPlan> {
+    overlay::Overlay::over(added, base)
 }
 
 /// This process's [`ClusterStats`].
@@ -82,17 +105,30 @@ pub struct StageTasks {
     pub tasks: usize,
 }
 
-/// Where a statement's planner leaves its [`StagePlan`] (a session configuration extension).
+/// Where a statement's planner leaves its [`StagePlan`] and the last plan it cut into
+/// stages (a session configuration extension, shared by the statement's reruns).
 #[derive(Debug, Default)]
-pub(crate) struct PlannedStages(std::sync::Mutex<Option<StagePlan>>);
+pub(crate) struct PlannedStages {
+    stages: std::sync::Mutex<Option<StagePlan>>,
+    last: std::sync::Mutex<Option<Arc<dyn datafusion::physical_plan::ExecutionPlan>>>,
+}
 
 impl PlannedStages {
     pub(crate) fn take(&self) -> Option<StagePlan> {
-        self.0.lock().expect("planned stages").take()
+        self.stages.lock().expect("planned stages").take()
     }
 
-    fn note(&self, plan: StagePlan) {
-        *self.0.lock().expect("planned stages") = Some(plan);
+    fn note(&self, stages: StagePlan, plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>) {
+        *self.stages.lock().expect("planned stages") = Some(stages);
+        *self.last.lock().expect("planned stages") = Some(plan);
+    }
+
+    /// Once the statement has answered: its stages' figures added up for `/metrics`, in the
+    /// background.
+    pub(crate) fn record_finished(&self) {
+        if let Some(plan) = self.last.lock().expect("planned stages").take() {
+            tokio::spawn(stage_metrics::record(plan));
+        }
     }
 }
 
@@ -104,6 +140,12 @@ pub fn is_loopback(url: &Url) -> bool {
         url::Host::Ipv6(ip) => ip.is_loopback(),
         url::Host::Domain(name) => name.eq_ignore_ascii_case("localhost"),
     })
+}
+
+/// Whether workers at `workers` reach a coordinator at `coordinator`: a loopback URL reaches
+/// it only from workers on its own machine (from any other, it names that machine).
+pub(crate) fn reaches_every_worker(coordinator: &Url, workers: &[Url]) -> bool {
+    !is_loopback(coordinator) || workers.iter().all(is_loopback)
 }
 
 /// Data a scan task reads by default: 128 MiB.
@@ -143,7 +185,22 @@ pub struct Cluster {
     affinity: bool,
     /// Where workers take work units from this coordinator, when they do.
     units: Option<Stealing>,
+    /// Where workers publish and take joins' runtime filters across stages, when they do.
+    filters: Option<FilterBoards>,
 }
+
+/// A coordinator passing runtime filters between stages: its address for workers and the
+/// boards of its statements.
+#[derive(Debug, Clone)]
+struct FilterBoards {
+    coordinator: Url,
+    boards: filters::Boards,
+}
+
+/// A distributed statement's board of runtime filters (in its session configuration, so it
+/// lives as long as the statement).
+#[derive(Debug)]
+pub(crate) struct StatementBoard(Arc<filters::Board>);
 
 /// A coordinator handing out scans' files as work units: its address for workers and the
 /// feeds of its queries (in a statement's session configuration when it steals).
@@ -174,7 +231,36 @@ impl Cluster {
             task_bytes: DEFAULT_TASK_BYTES,
             affinity: true,
             units: None,
+            filters: None,
         }
+    }
+
+    /// Joins' runtime filters passed between stages through this coordinator, which workers
+    /// reach at `coordinator` (where [`Cluster::filter_service`] is served).
+    pub fn with_runtime_filters(mut self, coordinator: Url) -> Self {
+        self.filters = Some(FilterBoards {
+            coordinator,
+            boards: filters::Boards::default(),
+        });
+        self
+    }
+
+    /// No runtime filters passed between stages (runtime filters are switched off).
+    pub(crate) fn without_runtime_filters(mut self) -> Self {
+        self.filters = None;
+        self
+    }
+
+    /// The gRPC service workers pass runtime filters through (behind the cluster's secret),
+    /// when this coordinator passes them.
+    pub fn filter_service(
+        &self,
+    ) -> Option<tonic::service::interceptor::InterceptedService<FilterService, RequireSecret>> {
+        let filters = self.filters.as_ref()?;
+        Some(filters::filter_service(
+            filters.boards.clone(),
+            self.channels.secret().clone(),
+        ))
     }
 
     /// Scans' files handed out as work units from this coordinator, which workers reach at
@@ -238,7 +324,21 @@ impl Cluster {
         stores: &[uuid::Uuid],
     ) -> Result<SessionStateBuilder> {
         let mut builder = builder;
+        let mut headers = worker::stores_header(stores);
         if let Some(config) = builder.config() {
+            if let Some(filters) = &self.filters
+                && reaches_every_worker(&filters.coordinator, &self.workers.get())
+            {
+                let (id, board) = filters.boards.open();
+                let remote = filters::RemoteBoard {
+                    coordinator: filters.coordinator.clone(),
+                    board: id,
+                };
+                if let Some(value) = remote.header_value() {
+                    headers.insert(filters::BOARD_HEADER, value);
+                    config.set_extension(Arc::new(StatementBoard(board)));
+                }
+            }
             config.set_extension(Arc::new(PlannedStages::default()));
             if let Some(units) = &self.units {
                 config.set_extension(Arc::new(units.clone()));
@@ -251,7 +351,7 @@ impl Cluster {
         // The resolver first: it puts DataFusion-distributed's options in the configuration.
         let mut builder = builder
             .with_distributed_worker_resolver(self.workers.clone())
-            .with_distributed_passthrough_headers(worker::stores_header(stores))?
+            .with_distributed_passthrough_headers(headers)?
             .with_distributed_file_scan_config_bytes_per_partition(self.task_bytes)?
             .with_query_planner(Arc::new(scan::WrapScans))
             .with_distributed_channel_resolver(self.channels.clone())

@@ -21,13 +21,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result, Statistics};
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_expr::PhysicalSortExpr;
+use datafusion::physical_expr::{PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::sort_pushdown::SortOrderPushdownResult;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -43,6 +45,7 @@ use datafusion_distributed::{
 use futures::TryStreamExt;
 use url::Url;
 
+use super::filters::Awaited;
 use super::units::{Feed, MOST_UNITS, UnitClient, UnitSource};
 use crate::engine::stores::SCHEME;
 use crate::optimizer::utils::file_scan;
@@ -55,9 +58,12 @@ pub struct FloeScanExec {
     /// Set on a task that takes its files as work units: the scan holds one file group per
     /// unit, and each of the task's partitions reads the groups its feed hands it.
     stealing: Option<Stealing>,
+    /// Set on a worker when the scan's dynamic filters come from joins in other stages: it
+    /// reads once they are in ([`super::filters`]).
+    awaited: Option<Arc<Awaited>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Stealing {
     source: UnitSource,
     /// The scan's, with the task's partition count.
@@ -78,6 +84,30 @@ impl FloeScanExec {
         Ok(Self {
             scan,
             stealing: None,
+            awaited: None,
+        })
+    }
+
+    /// The same scan with `predicate` (its dynamic filters linked to their joins' on this
+    /// worker), reading once `awaited`'s filters are in when there are any.
+    pub(crate) fn with_linked_filters(
+        &self,
+        predicate: Arc<dyn PhysicalExpr>,
+        awaited: Option<Arc<Awaited>>,
+    ) -> Result<Self> {
+        let config = self.config();
+        let Some(source) = config.file_source().downcast_ref::<ParquetSource>() else {
+            return Err(DataFusionError::Internal(
+                "a Floe scan reads Parquet".into(),
+            ));
+        };
+        let config = FileScanConfigBuilder::from(config.clone())
+            .with_source(Arc::new(source.with_predicate(predicate)))
+            .build();
+        Ok(Self {
+            scan: DataSourceExec::from_data_source(config),
+            stealing: self.stealing.clone(),
+            awaited,
         })
     }
 
@@ -184,10 +214,26 @@ impl ExecutionPlan for FloeScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        match &self.stealing {
-            Some(stealing) => self.take_units(stealing, partition, context),
-            None => self.scan.execute(partition, context),
-        }
+        let Some(awaited) = &self.awaited else {
+            return self.read(partition, context);
+        };
+        // The filters are in (or will not come) before the first file is opened, so its
+        // row groups are pruned with them.
+        let ready = awaited.ready();
+        let this = Self {
+            scan: self.scan.clone(),
+            stealing: self.stealing.clone(),
+            awaited: None,
+        };
+        let stream = futures::stream::once(async move {
+            ready.await;
+            this.read(partition, context)
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            stream,
+        )))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -212,12 +258,18 @@ impl ExecutionPlan for FloeScanExec {
             return Ok(SortOrderPushdownResult::Unsupported);
         }
         let pushed = self.scan.try_pushdown_sort(order)?;
+        let wrapped = |inner| -> Result<Arc<dyn ExecutionPlan>> {
+            Ok(Arc::new(Self {
+                awaited: self.awaited.clone(),
+                ..Self::new(inner)?
+            }))
+        };
         Ok(match pushed {
             SortOrderPushdownResult::Exact { inner } => SortOrderPushdownResult::Exact {
-                inner: Arc::new(Self::new(inner)?),
+                inner: wrapped(inner)?,
             },
             SortOrderPushdownResult::Inexact { inner } => SortOrderPushdownResult::Inexact {
-                inner: Arc::new(Self::new(inner)?),
+                inner: wrapped(inner)?,
             },
             SortOrderPushdownResult::Unsupported => SortOrderPushdownResult::Unsupported,
         })
@@ -225,6 +277,17 @@ impl ExecutionPlan for FloeScanExec {
 }
 
 impl FloeScanExec {
+    fn read(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        match &self.stealing {
+            Some(stealing) => self.take_units(stealing, partition, context),
+            None => self.scan.execute(partition, context),
+        }
+    }
+
     /// Partition `partition` of a stealing task: the units its feed hands it, one after
     /// another, until none is left.
     fn take_units(
@@ -366,7 +429,13 @@ pub(crate) fn scale_up_scan(
         && tasks > 1
         && partitions <= MOST_TASK_PARTITIONS
         && scan.config().output_ordering.is_empty()
-        && reaches_every_worker(&stealing.coordinator, &workers)
+        && super::reaches_every_worker(
+            &stealing.coordinator,
+            &workers
+                .iter()
+                .filter_map(|w| Url::parse(w).ok())
+                .collect::<Vec<_>>(),
+        )
     {
         let files: Vec<_> = scan
             .config()
@@ -439,15 +508,6 @@ fn selectors_of(file: &datafusion::datasource::listing::PartitionedFile) -> usiz
             })
             .sum()
     })
-}
-
-/// Whether workers at `workers` reach the coordinator at `coordinator`: a loopback URL reaches
-/// it only from workers on its own machine (from any other, it names that machine).
-fn reaches_every_worker(coordinator: &Url, workers: &[String]) -> bool {
-    !super::is_loopback(coordinator)
-        || workers
-            .iter()
-            .all(|w| Url::parse(w).is_ok_and(|url| super::is_loopback(&url)))
 }
 
 /// The tasks of a scan that take `files` as work units: a feed on this coordinator queues
@@ -631,16 +691,12 @@ mod tests {
     fn a_loopback_coordinator_steals_only_for_workers_on_its_machine() {
         let local = Url::parse("http://127.0.0.1:50051").unwrap();
         let remote = Url::parse("https://coordinator.internal:50051").unwrap();
-        let here = [
-            "http://127.0.0.1:7001/".to_string(),
-            "http://localhost:7002/".to_string(),
-        ];
-        let there = [
-            "http://127.0.0.1:7001/".to_string(),
-            "https://10.0.0.7:7000/".to_string(),
-        ];
-        assert!(reaches_every_worker(&local, &here));
-        assert!(!reaches_every_worker(&local, &there));
-        assert!(reaches_every_worker(&remote, &there));
+        let urls =
+            |all: &[&str]| -> Vec<Url> { all.iter().map(|u| Url::parse(u).unwrap()).collect() };
+        let here = urls(&["http://127.0.0.1:7001/", "http://localhost:7002/"]);
+        let there = urls(&["http://127.0.0.1:7001/", "https://10.0.0.7:7000/"]);
+        assert!(super::super::reaches_every_worker(&local, &here));
+        assert!(!super::super::reaches_every_worker(&local, &there));
+        assert!(super::super::reaches_every_worker(&remote, &there));
     }
 }

@@ -19,7 +19,7 @@ use datafusion::logical_expr::{LogicalPlan, PlanType, StringifiedPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::explain::ExplainExec;
 
-use super::{PlannedStages, StagePlan, StageTasks};
+use super::{PlannedStages, StagePlan, StageTasks, StatementBoard};
 use datafusion_distributed::{
     DistributedExec, DistributedGetterExt, NetworkBoundaryExt, NetworkBroadcastExec,
     NetworkShuffleExec, display_plan_ascii,
@@ -62,6 +62,13 @@ impl Stages {
             .query_planner()
             .create_physical_plan(logical, &alone)
             .await
+    }
+}
+
+/// Tells the statement's board which runtime filters `plan` passes between stages.
+fn expect_filters(plan: &Arc<dyn ExecutionPlan>, state: &SessionState) {
+    if let Some(board) = state.config().get_extension::<StatementBoard>() {
+        board.0.expect(super::filters::crossing(plan));
     }
 }
 
@@ -116,23 +123,35 @@ impl QueryPlanner for Stages {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let LogicalPlan::Explain(explain) = logical_plan else {
             let plan = self.plan(logical_plan, session_state).await?;
+            expect_filters(&plan, session_state);
             // Counted once planned into stages: a query too small to cut runs here alone.
             if plan.downcast_ref::<DistributedExec>().is_some() {
                 super::stats()
                     .queries
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if let Some(slot) = session_state.config().get_extension::<PlannedStages>() {
-                    slot.note(stage_plan(&plan, session_state)?);
+                    slot.note(stage_plan(&plan, session_state)?, plan.clone());
                 }
             }
             return Ok(plan);
         };
         let plan = self.plan(&explain.plan, session_state).await?;
         let mut plans = explain.stringified_plans.clone();
-        plans.push(StringifiedPlan::new(
-            PlanType::FinalPhysicalPlan,
-            display_plan_ascii(plan.as_ref(), false),
-        ));
+        let mut text = display_plan_ascii(plan.as_ref(), false);
+        let crossing = super::filters::crossing(&plan);
+        if !crossing.is_empty()
+            && session_state
+                .config()
+                .get_extension::<StatementBoard>()
+                .is_some()
+        {
+            text.push_str(&format!(
+                "Runtime filters across stages: {} (each published by its join's tasks once \
+                 they have read its build side, awaited by the scans it filters)\n",
+                crossing.len()
+            ));
+        }
+        plans.push(StringifiedPlan::new(PlanType::FinalPhysicalPlan, text));
         Ok(Arc::new(ExplainExec::new(
             Arc::clone(explain.schema.inner()),
             plans,

@@ -1,7 +1,8 @@
 //! The worker service: DataFusion-distributed's `Worker`, running the tasks it is sent in a
 //! session with Floe's settings, codec and the warehouses' object stores, behind the check
-//! of the cluster's secret. Each task plan gets Floe's expression rewrites here (they do not
-//! travel; see [`super::codec`]).
+//! of the cluster's secret. Each task plan has its runtime filters linked
+//! ([`super::filters`]), then gets Floe's runtime filters and expression rewrites here (they
+//! do not travel; see [`super::codec`]).
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use datafusion_distributed::{
 
 use super::auth::{ClusterSecret, RequireSecret, SecretChannels};
 use super::codec::FloeCodec;
+use super::filters::{FilterClient, RemoteBoard};
 use super::units::UnitClient;
 use crate::{SqlEngine, SqlError};
 
@@ -100,16 +102,23 @@ impl WorkerSessionBuilder for WorkerSession {
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;
         }
         let mut builder = ctx.builder;
+        let board = RemoteBoard::from_headers(&ctx.headers);
         if let Some(config) = builder.config() {
             self.engine.apply_session_options(config);
             config.set_extension(Arc::new(UnitClient(self.channels.clone())));
         }
         let rules = self.rules.clone();
+        let client = FilterClient(self.channels.clone());
+        let filters_on = self.engine.config().rewrites.runtime_filters;
         Ok(builder
             .with_distributed_user_codec(FloeCodec)
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_worker_plan_rewrite_handler(move |ev: WorkerPlanRewriteEvent| {
                 let mut plan = ev.plan;
+                if filters_on {
+                    let remote = board.clone().map(|board| (board, client.clone()));
+                    plan = super::filters::link(plan, remote)?;
+                }
                 for rule in rules.iter() {
                     plan = rule.optimize(plan, ev.session_config.options())?;
                 }

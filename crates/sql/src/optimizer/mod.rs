@@ -161,9 +161,9 @@ impl Rules {
             ours.push(Arc::new(plain_repartitions::PlainRepartitions));
         }
         if rewrites.runtime_filters {
-            ours.push(Arc::new(apply_runtime_filters::ApplyRuntimeFilters {
-                collect_keys: rewrites.collected_keys,
-            }));
+            ours.push(Arc::new(apply_runtime_filters::ApplyRuntimeFilters::new(
+                rewrites.collected_keys,
+            )));
         }
         if rewrites.fast_like {
             ours.push(Arc::new(fast_like::FastLike));
@@ -204,12 +204,20 @@ impl Rules {
 impl Rules {
     /// The rules a worker runs over each task plan of a distributed statement, in their
     /// order: DataFusion's sort pushdown (the row-group order it gives a scan under a sort
-    /// is not encoded by DataFusion), then the expression rewrites of `rewrites`, whose
-    /// expressions do not travel.
+    /// is not encoded by DataFusion), the runtime filters (once the task's dynamic filters
+    /// are linked again, [`crate::distributed`]; the nodes they add are overlays, which keep
+    /// the task plan's shape for its metrics), then the expression rewrites of `rewrites`,
+    /// whose expressions do not travel.
     pub(crate) fn on_workers(rewrites: &Rewrites) -> Vec<PhysicalRule> {
         let mut rules: Vec<PhysicalRule> = vec![Arc::new(
             datafusion::physical_optimizer::pushdown_sort::PushdownSort::new(),
         )];
+        if rewrites.runtime_filters {
+            rules.push(Arc::new(apply_runtime_filters::ApplyRuntimeFilters {
+                collect_keys: rewrites.collected_keys,
+                added: crate::distributed::overlay_over,
+            }));
+        }
         if rewrites.fast_like {
             rules.push(Arc::new(fast_like::FastLike));
         }
@@ -302,6 +310,7 @@ mod tests {
             workers,
             [
                 "PushdownSort",
+                "floe_apply_runtime_filters",
                 "floe_fast_like",
                 "floe_fast_conjunctions",
                 "floe_fast_decimals"
@@ -311,6 +320,6 @@ mod tests {
             fast_like: false,
             ..Rewrites::default()
         };
-        assert_eq!(Rules::on_workers(&off).len(), 3);
+        assert_eq!(Rules::on_workers(&off).len(), 4);
     }
 }

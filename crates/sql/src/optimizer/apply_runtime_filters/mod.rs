@@ -43,7 +43,7 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{JoinType, NullEquality, Result, ScalarValue};
-use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, CaseExpr, Column, Literal};
@@ -66,6 +66,29 @@ pub struct ApplyRuntimeFilters {
     /// Whether joins' integer build-side keys are collected for the filters to test
     /// ([`collect_keys`]).
     pub collect_keys: bool,
+    /// What each node the rule adds becomes, given the node and the one it sits on: itself,
+    /// or on a worker an overlay that keeps the task plan's shape
+    /// ([`crate::distributed`]).
+    pub added: Added,
+}
+
+/// See [`ApplyRuntimeFilters::added`].
+pub type Added = fn(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan>;
+
+impl ApplyRuntimeFilters {
+    /// The rule as a session runs it alone: added nodes are plain nodes.
+    pub fn new(collect_keys: bool) -> Self {
+        Self {
+            collect_keys,
+            added: |added, _| added,
+        }
+    }
+}
+
+/// How one run of the rule works (see [`ApplyRuntimeFilters`]).
+struct How {
+    collect_keys: bool,
+    added: Added,
 }
 
 impl PhysicalOptimizerRule for ApplyRuntimeFilters {
@@ -74,7 +97,11 @@ impl PhysicalOptimizerRule for ApplyRuntimeFilters {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        rewrite(plan, None, &HashMap::new(), self.collect_keys)
+        let how = How {
+            collect_keys: self.collect_keys,
+            added: self.added,
+        };
+        rewrite(plan, None, &HashMap::new(), &how)
     }
 
     fn name(&self) -> &str {
@@ -126,7 +153,7 @@ fn rewrite(
     plan: Arc<dyn ExecutionPlan>,
     feeding: Option<Feeding>,
     collecting: &Collecting,
-    collect_keys: bool,
+    how: &How,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     // After a scan's own conditions, so the cheap static predicate thins the rows first.
     if let Some(filter) = plan.downcast_ref::<FilterExec>() {
@@ -146,12 +173,12 @@ fn rewrite(
             ));
         }
     }
-    if plan.downcast_ref::<DataSourceExec>().is_some() {
+    if scan_config(&plan).is_some() {
         let runtime = runtime_filters(&plan, feeding, collecting, &plan.schema());
-        return filtered(plan, runtime);
+        return filtered(plan, runtime, how);
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
-        let collectable = collectable_keys(join).filter(|_| collect_keys);
+        let collectable = collectable_keys(join).filter(|_| how.collect_keys);
         let own = join
             .dynamic_filter_expr()
             .and_then(|f| f.expression_id())
@@ -172,13 +199,14 @@ fn rewrite(
         if let Some((filter, keys)) = &keys {
             below.insert(*filter, keys.clone());
         }
-        let build = rewrite(join.left().clone(), None, collecting, collect_keys)?;
-        let probe = rewrite(join.right().clone(), own, &below, collect_keys)?;
+        let build = rewrite(join.left().clone(), None, collecting, how)?;
+        let probe = rewrite(join.right().clone(), own, &below, how)?;
         drop(below);
         // Collected only where a runtime filter below holds the keys.
         let build = match keys {
             Some((_, keys)) if Arc::strong_count(&keys) > 1 => {
-                Arc::new(CollectKeysExec::new(build, keys)) as Arc<dyn ExecutionPlan>
+                let collect = Arc::new(CollectKeysExec::new(build.clone(), keys));
+                (how.added)(collect, build)
             }
             _ => build,
         };
@@ -193,9 +221,7 @@ fn rewrite(
     } else {
         vec![None; count]
     };
-    map_children(plan, |i, child| {
-        rewrite(child, feeds[i], collecting, collect_keys)
-    })
+    map_children(plan, |i, child| rewrite(child, feeds[i], collecting, how))
 }
 
 /// The joins above a plan whose build-side keys can be collected, by their filters.
@@ -228,10 +254,26 @@ struct Found {
 
 /// `plan` under one filter of the runtime filters `filters` (the first evaluated first), or
 /// `plan` itself when there are none.
-fn filtered(plan: Arc<dyn ExecutionPlan>, filters: Vec<Found>) -> Result<Arc<dyn ExecutionPlan>> {
+fn filtered(
+    plan: Arc<dyn ExecutionPlan>,
+    filters: Vec<Found>,
+    how: &How,
+) -> Result<Arc<dyn ExecutionPlan>> {
     match conjoin(None, filters) {
-        Some(predicate) => Ok(Arc::new(FilterExec::try_new(predicate, plan)?)),
+        Some(predicate) => {
+            let filter = Arc::new(FilterExec::try_new(predicate, plan.clone())?);
+            Ok((how.added)(filter, plan))
+        }
         None => Ok(plan),
+    }
+}
+
+/// The file scan configuration of a scan: DataFusion's, or a Floe scan wrapped to travel
+/// (as a worker runs it).
+fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+    match plan.downcast_ref::<crate::distributed::FloeScanExec>() {
+        Some(scan) => Some(scan.config()),
+        None => file_scan(plan),
     }
 }
 
@@ -269,7 +311,7 @@ fn runtime_filters(
     collecting: &Collecting,
     output: &SchemaRef,
 ) -> Vec<Found> {
-    let Some(config) = file_scan(node) else {
+    let Some(config) = scan_config(node) else {
         return Vec::new();
     };
     // Rows a filter removes above a scan that stops after `limit` rows would not be made up.
