@@ -1,6 +1,6 @@
 """Attacks through table locations, on every catalog database and kind of warehouse: a table
 placed at another spelling of the victim's location, inside it, around it or at the warehouse
-root is refused (400), as are pattern characters, a namespace location inside the victim and
+root or in Floe's own `.floe` directory is refused (400), as are pattern characters, a namespace location inside the victim and
 registering the victim's metadata. A table placed right beside the victim (its location
 sharing the victim's as a string prefix) is allowed, and purging it, cleaning its orphans,
 vending credentials for it and signing requests for it stay on its own files."""
@@ -66,6 +66,11 @@ def test_a_table_cannot_take_the_victims_location_by_another_spelling(floe_matri
         answer = create_table(floe, attacker.token, "sandbox", f"root{i}", location=location)
         assert answer.status_code == 400, (location, answer.text)
         assert "is the warehouse root" in error_message(answer), answer.text
+    # Floe's own directory, where answers wait for slow clients, is no table's.
+    for i, location in enumerate([f"{root}/.floe", f"{root}/.floe/results", f"{root}/./.floe/results/x"]):
+        answer = create_table(floe, attacker.token, "sandbox", f"own{i}", location=location)
+        assert answer.status_code == 400, (location, answer.text)
+        assert "keeps for its own files" in error_message(answer), answer.text
     for i, char in enumerate("*?$"):
         location = f"{root}/sandbox/pattern{char}x"
         answer = create_table(floe, attacker.token, "sandbox", f"pattern{i}", location=location)

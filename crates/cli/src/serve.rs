@@ -45,6 +45,15 @@ pub struct ServeArgs {
     /// PostgreSQL 53400, gRPC RESOURCE_EXHAUSTED).
     #[arg(long, env = "FLOE_SQL_MAX_QUERIES_PER_PRINCIPAL", default_value_t = 4)]
     pub sql_max_queries_per_principal: usize,
+    /// Memory (MiB) a statement's answer may take while its client has not read it; past
+    /// that it waits in the statement's warehouse storage.
+    #[arg(long, env = "FLOE_SQL_RESULT_MEMORY_MB", default_value_t = 16)]
+    pub sql_result_memory_mb: usize,
+    /// Storage (MiB) a statement's unread answer may take in its warehouse (below
+    /// `.floe/results`) while its client reads slowly; past that the query waits for the
+    /// client (0: answers wait in memory only).
+    #[arg(long, env = "FLOE_SQL_RESULT_SPOOL_MB", default_value_t = 4096)]
+    pub sql_result_spool_mb: u64,
     /// Memory (MiB) for cached data-file ranges read by SQL (0 disables the cache).
     #[arg(long, env = "FLOE_CACHE_MEMORY_MB", default_value_t = 256)]
     pub cache_memory_mb: u64,
@@ -285,6 +294,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         statement_timeout: (args.sql_statement_timeout_secs > 0)
             .then(|| Duration::from_secs(args.sql_statement_timeout_secs)),
         max_queries_per_principal: args.sql_max_queries_per_principal.max(1),
+        results: floe_sql::ResultLimits {
+            memory: args.sql_result_memory_mb.max(1) << 20,
+            spool: args.sql_result_spool_mb << 20,
+        },
         cache: cache_config(
             args.cache_memory_mb,
             args.cache_disk_mb,

@@ -13,18 +13,20 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CatalogService;
-use futures::StreamExt;
 
 use crate::catalog::{FloeCatalogList, WarehouseCatalog, list_warehouse};
 use crate::scan::provider::TableAccess;
 
 mod admission;
 mod ddl;
+mod drive;
+mod results;
+
+pub use results::{ResultLimits, SPOOL_DIR};
 pub(crate) mod stores;
 mod surface;
 
@@ -43,6 +45,9 @@ pub struct EngineConfig {
     pub cpu_threads: usize,
     /// The memory + disk cache of data-file ranges, if any.
     pub cache: Option<floe_storage::cache::CacheConfig>,
+    /// How much of a statement's answer waits for its client in memory, and past that in the
+    /// warehouse's object storage.
+    pub results: ResultLimits,
     /// Longest a statement may take, from its arrival (waiting in line included) to its last
     /// row; `None` sets no limit.
     pub statement_timeout: Option<std::time::Duration>,
@@ -74,6 +79,7 @@ impl Default for EngineConfig {
                 .map(|n| n.get())
                 .unwrap_or(2),
             cache: None,
+            results: ResultLimits::default(),
             statement_timeout: Some(std::time::Duration::from_secs(300)),
             max_queries_per_principal: 4,
             rewrites: crate::optimizer::Rewrites::from_env(),
@@ -279,6 +285,8 @@ impl From<CatalogError> for SqlError {
 /// A planned statement and the session it was planned in.
 struct Prepared {
     context: SessionContext,
+    /// The statement's warehouse store, where its answer waits past its memory.
+    spool: Option<Arc<dyn object_store::ObjectStore>>,
     plan: LogicalPlan,
     /// The cluster the statement is distributed over, if it is.
     cluster: Option<crate::distributed::Cluster>,
@@ -533,6 +541,7 @@ impl SqlEngine {
             .await??;
         let Prepared {
             context,
+            spool,
             plan,
             cluster,
             partitioned_by,
@@ -596,7 +605,17 @@ impl SqlEngine {
         let stages = planned.as_ref().and_then(|slot| slot.take());
         Ok(QueryResult {
             schema: schema.clone(),
-            stream: self.drive(schema, stream, ticket, retry, relaunch, planned),
+            stream: self.drive(
+                schema,
+                stream,
+                ticket,
+                drive::Reruns {
+                    retry,
+                    relaunch,
+                    planned,
+                },
+                spool,
+            ),
             stages,
         })
     }
@@ -719,6 +738,10 @@ impl SqlEngine {
             .any(|r| r.schema() == Some("information_schema"));
 
         let catalogs = self.catalogs(caller, lists).await?;
+        let spool = catalogs
+            .warehouses
+            .get(warehouse)
+            .map(|w| w.access.storage.object_store());
         let stores: Vec<uuid::Uuid> = catalogs
             .warehouses
             .values()
@@ -759,121 +782,13 @@ impl SqlEngine {
         surface::check(&plan)?;
         Ok(Prepared {
             context: SessionContext::new_with_state(state),
+            spool,
             cluster,
             plan,
             partitioned_by,
             warehouse: warehouse.to_string(),
             namespace: namespace.to_string(),
         })
-    }
-
-    /// Polls `stream` on the query runtime and hands its batches over; when the consumer
-    /// goes away (a client disconnects), the query stops and its permit returns.
-    ///
-    /// `retry` is the query's session and plan: if it runs out of memory before its first
-    /// batch, it is planned again without hash joins and run once more. `relaunch`, for a
-    /// distributed query, runs it again without the workers it lost if it fails before its
-    /// first batch; once it has answered, its stages' figures go to `/metrics` (`planned`).
-    fn drive(
-        &self,
-        schema: datafusion::arrow::datatypes::SchemaRef,
-        mut stream: SendableRecordBatchStream,
-        ticket: admission::Ticket,
-        mut retry: Option<(SessionState, LogicalPlan)>,
-        mut relaunch: Option<crate::distributed::Relaunch>,
-        planned: Option<Arc<crate::distributed::PlannedStages>>,
-    ) -> SendableRecordBatchStream {
-        let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
-        // How the query ended, when it failed: the consumer hears it after the batches already
-        // handed over, even when the channel was full at the deadline (a slow reader), so a
-        // result cut short never reads as complete.
-        let failure = Arc::new(Mutex::new(None::<DataFusionError>));
-        let failed = failure.clone();
-        let fail = move |error: DataFusionError| {
-            *failed.lock().expect("query failure") = Some(error);
-        };
-        let plain = schema.clone();
-        self.cpu.handle().spawn(async move {
-            let deadline = ticket.deadline;
-            let _ticket = ticket;
-            let mut answered = false;
-            loop {
-                let batch = match deadline.run(stream.next()).await {
-                    Ok(Some(batch)) => batch,
-                    Ok(None) => {
-                        if let Some(planned) = &planned {
-                            planned.record_finished();
-                        }
-                        break;
-                    }
-                    Err(expired) => {
-                        // The query stops here (its stream is dropped); the consumer hears why.
-                        fail(DataFusionError::External(Box::new(expired)));
-                        break;
-                    }
-                };
-                if let Err(e) = &batch
-                    && !answered
-                    && matches!(e.find_root(), DataFusionError::ResourcesExhausted(_))
-                    && let Some((state, plan)) = retry.take()
-                {
-                    tracing::warn!(
-                        "a query ran out of its memory in a hash join; running it again with \
-                         sort-merge joins, which spill"
-                    );
-                    // The first attempt's memory goes back to the pool before the second.
-                    match restart(
-                        &mut stream,
-                        &plain,
-                        &deadline,
-                        without_hash_joins(state, plan),
-                    )
-                    .await
-                    {
-                        Ok(()) => continue,
-                        Err(e) => {
-                            fail(e);
-                            break;
-                        }
-                    }
-                }
-                let batch = match (batch, relaunch.as_mut()) {
-                    (Err(e), Some(relaunch))
-                        if !answered
-                            && !matches!(e.find_root(), DataFusionError::ResourcesExhausted(_)) =>
-                    {
-                        // The failed attempt's tasks stop before the next starts.
-                        match restart(&mut stream, &plain, &deadline, relaunch.after(e)).await {
-                            Ok(()) => continue,
-                            Err(e) => {
-                                fail(e);
-                                break;
-                            }
-                        }
-                    }
-                    (batch, _) => batch,
-                };
-                answered = true;
-                let batch = batch.and_then(|b| crate::cast_batch(&b, &plain));
-                // A consumer that stops reading holds the query only until the deadline.
-                match deadline.run(sender.send(batch)).await {
-                    Ok(Ok(())) => {}
-                    // The consumer went away: no one to tell.
-                    Ok(Err(_)) => break,
-                    Err(expired) => {
-                        fail(DataFusionError::External(Box::new(expired)));
-                        break;
-                    }
-                }
-            }
-        });
-        let batches = futures::stream::poll_fn(move |cx| match receiver.poll_recv(cx) {
-            std::task::Poll::Ready(None) => {
-                std::task::Poll::Ready(failure.lock().expect("query failure").take().map(Err))
-            }
-            other => other,
-        });
-        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 
     /// The catalog service the engine runs over.
@@ -949,28 +864,6 @@ fn is_query(statement: &datafusion::sql::parser::Statement) -> bool {
         Statement::Explain(explain) => is_query(&explain.statement),
         _ => false,
     }
-}
-
-/// `stream` dropped (its memory and tasks go before the next attempt starts) and replaced by
-/// the one `again` starts within `deadline`; the error to report when it does not.
-async fn restart(
-    stream: &mut SendableRecordBatchStream,
-    schema: &SchemaRef,
-    deadline: &admission::Deadline,
-    again: impl std::future::Future<Output = datafusion::common::Result<SendableRecordBatchStream>>,
-) -> datafusion::common::Result<()> {
-    drop(std::mem::replace(
-        stream,
-        Box::pin(RecordBatchStreamAdapter::new(
-            schema.clone(),
-            futures::stream::empty(),
-        )),
-    ));
-    *stream = deadline
-        .run(again)
-        .await
-        .unwrap_or_else(|expired| Err(DataFusionError::External(Box::new(expired))))?;
-    Ok(())
 }
 
 /// Results leave with plain string and binary types: DataFusion computes with view types,

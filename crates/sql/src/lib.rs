@@ -77,7 +77,10 @@ macro_rules! leaf_of_original {
     };
 }
 
-pub use engine::{EngineConfig, QueryOptions, QueryResult, SqlEngine, SqlError, SqlErrorKind};
+pub use engine::{
+    EngineConfig, QueryOptions, QueryResult, ResultLimits, SPOOL_DIR, SqlEngine, SqlError,
+    SqlErrorKind,
+};
 pub use optimizer::Rewrites;
 
 use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};

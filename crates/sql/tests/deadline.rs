@@ -13,6 +13,11 @@ mod common;
 async fn engine(dir: &tempfile::TempDir, timeout: Duration) -> SqlEngine {
     let config = EngineConfig {
         statement_timeout: Some(timeout),
+        // Answers wait in memory only: the query waits for its slow reader.
+        results: floe_sql::ResultLimits {
+            memory: 1 << 20,
+            spool: 0,
+        },
         ..EngineConfig::default()
     };
     common::engine_in(dir, config).await

@@ -24,6 +24,10 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 pub use file_io::{ObjectStoreStorage, ObjectStoreStorageFactory};
+
+/// The directory below a warehouse's root that Floe keeps for its own files (query results
+/// waiting for slow clients); no table or view may lie in it.
+pub const FLOE_DIR: &str = ".floe";
 pub use location::Location;
 pub use profile::{S3Profile, StorageProfile};
 

@@ -128,7 +128,7 @@ impl CatalogService {
 
     /// Checks a location a table or view is to take (created, registered or moved to), and
     /// returns it in canonical spelling, which is how the store keeps and compares it: inside
-    /// the warehouse but not its root, free of characters storage policies read as patterns
+    /// the warehouse but not its root nor Floe's own directory there, free of characters storage policies read as patterns
     /// and of `%` (an escape to some clients, not to others), and overlapping no other
     /// table's or view's location (`except` is the tabular moving). The store checks the
     /// overlap again inside the transaction that claims it.
@@ -150,6 +150,13 @@ impl CatalogService {
             return Err(CatalogError::bad_request(format!(
                 "location {location} is the warehouse root; a table or view needs a location of \
                  its own below it"
+            )));
+        }
+        let reserved = wh.storage.root().join(floe_storage::FLOE_DIR);
+        if parsed.is_within(&reserved) {
+            return Err(CatalogError::bad_request(format!(
+                "location {location} lies in {reserved}, which Floe keeps for its own files; \
+                 choose a location outside it"
             )));
         }
         if let Some(c) = parsed.pattern_character() {

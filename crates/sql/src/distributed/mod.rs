@@ -74,15 +74,6 @@ pub struct ClusterStats {
     pub stages: StageTotals,
 }
 
-/// A node a worker adds to a task plan, run over the node it sits on without changing the
-/// plan's shape ([`overlay`]).
-pub(crate) fn overlay_over(
-    added: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
-    base: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
-) -> Arc<dyn datafusion::physical_plan::ExecutionPlan> {
-    overlay::Overlay::over(added, base)
-}
-
 /// This process's [`ClusterStats`].
 pub fn stats() -> &'static ClusterStats {
     static STATS: std::sync::LazyLock<ClusterStats> = std::sync::LazyLock::new(Default::default);

@@ -36,6 +36,58 @@ impl Overlay {
     }
 }
 
+/// `plan` (a task plan after the worker's rules) in the shape of `planned` (the plan as it
+/// arrived): each node the rules added above a planned node runs as an [`Overlay`] over it.
+/// The rules only add nodes above others; a plan that cannot be matched so is run as it is
+/// (its metrics may then not line up).
+pub(crate) fn keep_shape(
+    plan: Arc<dyn ExecutionPlan>,
+    planned: &Arc<dyn ExecutionPlan>,
+) -> Arc<dyn ExecutionPlan> {
+    match shaped(&plan, planned) {
+        Some(shaped) => shaped,
+        None => {
+            tracing::debug!("a task plan's added nodes could not be laid over its planned nodes");
+            plan
+        }
+    }
+}
+
+fn shaped(
+    node: &Arc<dyn ExecutionPlan>,
+    planned: &Arc<dyn ExecutionPlan>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut base = node.clone();
+    while base.name() != planned.name() {
+        let [child] = base.children()[..] else {
+            return None;
+        };
+        base = child.clone();
+    }
+    let children: Vec<Arc<dyn ExecutionPlan>> = base.children().into_iter().cloned().collect();
+    let planned_children = planned.children();
+    if children.len() != planned_children.len() {
+        return None;
+    }
+    let mut changed = false;
+    let mut shaped_children = Vec::with_capacity(children.len());
+    for (child, planned_child) in children.iter().zip(planned_children) {
+        let shaped_child = shaped(child, planned_child)?;
+        changed |= !Arc::ptr_eq(&shaped_child, child);
+        shaped_children.push(shaped_child);
+    }
+    let new_base = if changed {
+        base.clone().with_new_children(shaped_children).ok()?
+    } else {
+        base.clone()
+    };
+    if Arc::ptr_eq(&base, node) {
+        return Some(new_base);
+    }
+    let top = rebase(node, &base, new_base.clone()).ok()?;
+    Some(Overlay::over(top, new_base))
+}
+
 /// Whether `top`'s chain of single children ends at `base`.
 fn reaches(top: &Arc<dyn ExecutionPlan>, base: &Arc<dyn ExecutionPlan>) -> bool {
     if Arc::ptr_eq(top, base) {
@@ -131,6 +183,36 @@ mod tests {
         })
         .unwrap();
         names
+    }
+
+    #[test]
+    fn added_nodes_are_laid_over_the_planned_ones() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema));
+        let column = || {
+            vec![(
+                Arc::new(datafusion::physical_expr::expressions::Column::new("a", 0)) as _,
+                "a".to_string(),
+            )]
+        };
+        let planned: Arc<dyn ExecutionPlan> =
+            Arc::new(ProjectionExec::try_new(column(), leaf.clone()).unwrap());
+        // A filter added above the leaf, and another above the projection.
+        let filtered: Arc<dyn ExecutionPlan> =
+            Arc::new(FilterExec::try_new(lit(true), leaf.clone()).unwrap());
+        let projected: Arc<dyn ExecutionPlan> =
+            Arc::new(ProjectionExec::try_new(column(), filtered).unwrap());
+        let ran: Arc<dyn ExecutionPlan> =
+            Arc::new(FilterExec::try_new(lit(true), projected).unwrap());
+        assert_eq!(names(&ran).len(), 4);
+        let shaped = keep_shape(ran, &planned);
+        assert_eq!(names(&shaped), names(&planned));
+        assert_eq!(shaped.name(), "ProjectionExec");
+        // A plan of another shape runs as it is.
+        let other: Arc<dyn ExecutionPlan> =
+            datafusion::physical_plan::union::UnionExec::try_new(vec![leaf.clone(), leaf]).unwrap();
+        let kept = keep_shape(other.clone(), &planned);
+        assert!(Arc::ptr_eq(&kept, &other));
     }
 
     #[test]

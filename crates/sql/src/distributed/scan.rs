@@ -45,7 +45,7 @@ use datafusion_distributed::{
 use futures::TryStreamExt;
 use url::Url;
 
-use super::filters::Awaited;
+use super::filters::Waits;
 use super::units::{Feed, MOST_UNITS, UnitClient, UnitSource};
 use crate::engine::stores::SCHEME;
 use crate::optimizer::utils::file_scan;
@@ -60,7 +60,7 @@ pub struct FloeScanExec {
     stealing: Option<Stealing>,
     /// Set on a worker when the scan's dynamic filters come from joins in other stages: it
     /// reads once they are in ([`super::filters`]).
-    awaited: Option<Arc<Awaited>>,
+    awaited: Option<Waits>,
 }
 
 #[derive(Debug, Clone)]
@@ -93,7 +93,7 @@ impl FloeScanExec {
     pub(crate) fn with_linked_filters(
         &self,
         predicate: Arc<dyn PhysicalExpr>,
-        awaited: Option<Arc<Awaited>>,
+        awaited: Option<Waits>,
     ) -> Result<Self> {
         let config = self.config();
         let Some(source) = config.file_source().downcast_ref::<ParquetSource>() else {
@@ -214,19 +214,18 @@ impl ExecutionPlan for FloeScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let Some(awaited) = &self.awaited else {
+        let Some((awaited, ids)) = self.awaited.clone() else {
             return self.read(partition, context);
         };
         // The filters are in (or will not come) before the first file is opened, so its
         // row groups are pruned with them.
-        let ready = awaited.ready();
         let this = Self {
             scan: self.scan.clone(),
             stealing: self.stealing.clone(),
             awaited: None,
         };
         let stream = futures::stream::once(async move {
-            ready.await;
+            awaited.settled(&ids).await;
             this.read(partition, context)
         })
         .try_flatten();

@@ -65,6 +65,7 @@ pub fn worker_routes(
     let session = WorkerSession {
         engine: engine.clone(),
         channels: SecretChannels::new(secret.clone()),
+        filters: FilterClient::new(secret.clone()),
         rules: Arc::new(crate::optimizer::Rules::on_workers(
             &engine.config().rewrites,
         )),
@@ -83,6 +84,8 @@ pub fn worker_routes(
 struct WorkerSession {
     engine: Arc<SqlEngine>,
     channels: SecretChannels,
+    /// Where tasks take runtime filters from other stages and publish their own.
+    filters: FilterClient,
     /// Floe's expression rewrites, run over each task plan ([`crate::optimizer::Rules::on_workers`]).
     rules: Arc<Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>>>,
 }
@@ -108,13 +111,14 @@ impl WorkerSessionBuilder for WorkerSession {
             config.set_extension(Arc::new(UnitClient(self.channels.clone())));
         }
         let rules = self.rules.clone();
-        let client = FilterClient(self.channels.clone());
+        let client = self.filters.clone();
         let filters_on = self.engine.config().rewrites.runtime_filters;
         Ok(builder
             .with_distributed_user_codec(FloeCodec)
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_worker_plan_rewrite_handler(move |ev: WorkerPlanRewriteEvent| {
-                let mut plan = ev.plan;
+                let planned = ev.plan;
+                let mut plan = planned.clone();
                 if filters_on {
                     let remote = board.clone().map(|board| (board, client.clone()));
                     plan = super::filters::link(plan, remote)?;
@@ -122,6 +126,12 @@ impl WorkerSessionBuilder for WorkerSession {
                 for rule in rules.iter() {
                     plan = rule.optimize(plan, ev.session_config.options())?;
                 }
+                if let (true, Some(board)) = (filters_on, &board) {
+                    plan = super::filters::publish(plan, board.clone(), client.clone())?;
+                }
+                // The nodes added here run as overlays, so the task's metrics line up with
+                // the coordinator's plan.
+                let plan = super::overlay::keep_shape(plan, &planned);
                 Ok(WorkerPlanRewriteEventResponse::new(plan))
             })
             .build())

@@ -205,18 +205,17 @@ impl Rules {
     /// The rules a worker runs over each task plan of a distributed statement, in their
     /// order: DataFusion's sort pushdown (the row-group order it gives a scan under a sort
     /// is not encoded by DataFusion), the runtime filters (once the task's dynamic filters
-    /// are linked again, [`crate::distributed`]; the nodes they add are overlays, which keep
-    /// the task plan's shape for its metrics), then the expression rewrites of `rewrites`,
-    /// whose expressions do not travel.
+    /// are linked again, [`crate::distributed`]), then the expression rewrites of `rewrites`,
+    /// whose expressions do not travel. The nodes they add run as overlays that keep the task
+    /// plan's shape for its metrics.
     pub(crate) fn on_workers(rewrites: &Rewrites) -> Vec<PhysicalRule> {
         let mut rules: Vec<PhysicalRule> = vec![Arc::new(
             datafusion::physical_optimizer::pushdown_sort::PushdownSort::new(),
         )];
         if rewrites.runtime_filters {
-            rules.push(Arc::new(apply_runtime_filters::ApplyRuntimeFilters {
-                collect_keys: rewrites.collected_keys,
-                added: crate::distributed::overlay_over,
-            }));
+            rules.push(Arc::new(apply_runtime_filters::ApplyRuntimeFilters::new(
+                rewrites.collected_keys,
+            )));
         }
         if rewrites.fast_like {
             rules.push(Arc::new(fast_like::FastLike));

@@ -1,8 +1,8 @@
 //! A scan's task waiting for the filters its scans take from joins in other stages.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use datafusion::arrow::datatypes::Schema;
 use datafusion::common::{DataFusionError, Result};
@@ -10,26 +10,48 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion_proto::physical_plan::DefaultPhysicalExtensionCodec;
 use datafusion_proto::physical_plan::from_proto::parse_physical_expr;
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
 use prost::Message;
 
 use super::board::{FilterClient, FilterNode, RemoteBoard};
 
-/// Longest a scan waits for filters from other stages before it reads without them (it takes
-/// them when they come).
+/// Longest a scan waits for filters from other stages before it reads without them; the
+/// task still takes them when they come (later files are pruned with them, later rows
+/// filtered).
 pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(30);
 
-/// The filters one task takes from other stages, and its wait for them.
+/// A scan's wait: its task's [`Awaited`] and the filters of that scan.
+pub(crate) type Waits = (Arc<Awaited>, Vec<u64>);
+
+/// The filters one task takes from other stages.
 pub(crate) struct Awaited {
     remote: RemoteBoard,
     client: FilterClient,
     /// Each filter's root: the copy the board's filter is written into, which the scans'
     /// copies read.
     roots: HashMap<u64, Arc<DynamicFilterPhysicalExpr>>,
-    ready: OnceLock<Shared<BoxFuture<'static, ()>>>,
-    /// The wait, stopped when the task's plan is dropped.
-    waiting: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The filters that are in, or known not to come.
+    settled: Arc<Settled>,
+    /// Taking the filters from the board, once a scan starts; stopped when the task's plan is
+    /// dropped.
+    taking: OnceLock<tokio::task::AbortHandle>,
+}
+
+#[derive(Default)]
+pub(crate) struct Settled {
+    ids: Mutex<HashSet<u64>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Settled {
+    fn settle(&self, ids: impl IntoIterator<Item = u64>) {
+        self.ids.lock().expect("settled filters").extend(ids);
+        self.changed.notify_waiters();
+    }
+
+    fn all(&self, ids: &[u64]) -> bool {
+        let settled = self.ids.lock().expect("settled filters");
+        ids.iter().all(|id| settled.contains(id))
+    }
 }
 
 impl std::fmt::Debug for Awaited {
@@ -42,8 +64,8 @@ impl std::fmt::Debug for Awaited {
 
 impl Drop for Awaited {
     fn drop(&mut self) {
-        if let Some(waiting) = self.waiting.lock().expect("awaited").take() {
-            waiting.abort();
+        if let Some(taking) = self.taking.get() {
+            taking.abort();
         }
     }
 }
@@ -58,8 +80,8 @@ impl Awaited {
             remote,
             client,
             roots,
-            ready: OnceLock::new(),
-            waiting: Mutex::new(None),
+            settled: Arc::default(),
+            taking: OnceLock::new(),
         }
     }
 
@@ -68,44 +90,50 @@ impl Awaited {
         self.roots.contains_key(&id)
     }
 
-    /// Resolves once every filter is in, known not to come, or [`LONGEST_WAIT`] has passed;
-    /// the first call starts the wait.
-    pub(crate) fn ready(&self) -> Shared<BoxFuture<'static, ()>> {
-        self.ready
-            .get_or_init(|| {
-                let (remote, client) = (self.remote.clone(), self.client.clone());
-                let roots = self.roots.clone();
-                let waiting = tokio::spawn(fill(remote, client, roots));
-                *self.waiting.lock().expect("awaited") = Some(waiting.abort_handle());
-                waiting.map(|_| ()).boxed().shared()
-            })
-            .clone()
+    /// Resolves once each of `ids` is in or known not to come, or after [`LONGEST_WAIT`];
+    /// the first call starts taking the task's filters from the board.
+    pub(crate) async fn settled(&self, ids: &[u64]) {
+        self.taking.get_or_init(|| {
+            let task = tokio::spawn(take(
+                self.remote.clone(),
+                self.client.clone(),
+                self.roots.clone(),
+                self.settled.clone(),
+            ));
+            task.abort_handle()
+        });
+        let _ = tokio::time::timeout(LONGEST_WAIT, async {
+            loop {
+                let changed = self.settled.changed.notified();
+                if self.settled.all(ids) {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await;
     }
 }
 
-/// Waits on `remote` for the filters of `roots`, writing each into its root as it comes.
-async fn fill(
+/// Takes the filters of `roots` from `remote` as each comes, writing each into its root,
+/// until every one is in or known not to come (or the board is gone with its statement).
+async fn take(
     remote: RemoteBoard,
     client: FilterClient,
     roots: HashMap<u64, Arc<DynamicFilterPhysicalExpr>>,
+    settled: Arc<Settled>,
 ) {
-    let deadline = Instant::now() + LONGEST_WAIT;
     let mut left: Vec<u64> = roots.keys().copied().collect();
     while !left.is_empty() {
-        let hold = deadline.saturating_duration_since(Instant::now());
-        if hold.is_zero() {
-            tracing::debug!(filters = ?left, "read on without runtime filters still to come");
-            return;
-        }
-        let answer = match client.wait(&remote, &left, hold).await {
+        let answer = match client.wait(&remote, &left, LONGEST_WAIT).await {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::warn!(error = %e, "wait for runtime filters from other stages");
+                settled.settle(left);
                 return;
             }
         };
         for node in answer.published {
-            left.retain(|id| *id != node.filter);
             let Some(root) = roots.get(&node.filter) else {
                 continue;
             };
@@ -118,8 +146,11 @@ async fn fill(
                 Err(e) => tracing::warn!(error = %e, "decode a runtime filter from another stage"),
             }
             root.mark_complete();
+            left.retain(|id| *id != node.filter);
+            settled.settle([node.filter]);
         }
         left.retain(|id| !answer.not_coming.contains(id));
+        settled.settle(answer.not_coming);
     }
 }
 

@@ -110,6 +110,14 @@ impl Board {
     pub(crate) fn expect(&self, filters: impl IntoIterator<Item = u64>) {
         let mut state = self.state.lock().expect("filter board");
         state.expected = filters.into_iter().take(MOST_FILTERS).collect();
+        let expected = std::mem::take(&mut state.expected);
+        state.published.retain(|id, _| expected.contains(id));
+        state.bytes = state
+            .published
+            .values()
+            .map(|node| node.schema.len() + node.expr.len())
+            .sum();
+        state.expected = expected;
         drop(state);
         self.changed.send_modify(|v| *v += 1);
     }
@@ -138,7 +146,8 @@ impl Board {
     fn answer(&self, filters: &[u64], complete_only: bool) -> Option<Filters> {
         let state = self.state.lock().expect("filter board");
         let mut answer = Filters::default();
-        for id in filters {
+        let mut asked = HashSet::new();
+        for id in filters.iter().filter(|id| asked.insert(**id)) {
             match state.published.get(id) {
                 Some(node) => answer.published.push(node.clone()),
                 None if !state.expected.contains(id) => answer.not_coming.push(*id),
@@ -340,9 +349,14 @@ impl RemoteBoard {
 /// How long one call to the coordinator may take before it fails (a wait's hold added).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A worker's way to its statements' boards.
+/// A worker's way to its statements' boards: waits and publications on connections of their
+/// own, so a publication never queues behind the waits (each held up to 20 s) for the
+/// HTTP/2 streams of one connection, nor do other calls to the coordinator.
 #[derive(Clone)]
-pub(crate) struct FilterClient(pub(crate) SecretChannels);
+pub(crate) struct FilterClient {
+    waits: SecretChannels,
+    publications: SecretChannels,
+}
 
 impl std::fmt::Debug for FilterClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -351,8 +365,16 @@ impl std::fmt::Debug for FilterClient {
 }
 
 impl FilterClient {
+    pub(crate) fn new(secret: ClusterSecret) -> Self {
+        Self {
+            waits: SecretChannels::new(secret.clone()),
+            publications: SecretChannels::new(secret),
+        }
+    }
+
     async fn call<Q, A>(
         &self,
+        channels: &SecretChannels,
         remote: &RemoteBoard,
         path: &'static str,
         message: Q,
@@ -368,7 +390,7 @@ impl FilterClient {
                 remote.coordinator
             ))
         };
-        let channel = self.0.with_secret(&remote.coordinator)?;
+        let channel = channels.with_secret(&remote.coordinator)?;
         let timeout = CALL_TIMEOUT + hold;
         let ask = async {
             let mut grpc = tonic::client::Grpc::new(channel)
@@ -391,16 +413,34 @@ impl FilterClient {
             .into_inner())
     }
 
-    /// Publishes `filter` on `remote`; whether the board kept it.
+    /// Publishes `filter` on `remote` (tried three times); whether the board kept it.
     pub(crate) async fn publish(&self, remote: &RemoteBoard, filter: FilterNode) -> Result<bool> {
         let message = Publish {
             board: remote.board.as_bytes().to_vec(),
             filter: Some(filter),
         };
-        let answer: Published = self
-            .call(remote, PUBLISH_PATH, message, Duration::ZERO)
-            .await?;
-        Ok(answer.kept)
+        let mut pause = Duration::from_millis(100);
+        let mut attempts = 3;
+        loop {
+            attempts -= 1;
+            let answer: Result<Published> = self
+                .call(
+                    &self.publications,
+                    remote,
+                    PUBLISH_PATH,
+                    message.clone(),
+                    Duration::ZERO,
+                )
+                .await;
+            match answer {
+                Ok(answer) => return Ok(answer.kept),
+                Err(e) if attempts == 0 => return Err(e),
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 4;
+                }
+            }
+        }
     }
 
     /// `filters` of `remote` as soon as each is published or known not to come, or what
@@ -417,7 +457,8 @@ impl FilterClient {
             filters: filters.to_vec(),
             hold_ms: u32::try_from(hold.as_millis()).unwrap_or(u32::MAX),
         };
-        self.call(remote, AWAIT_PATH, message, hold).await
+        self.call(&self.waits, remote, AWAIT_PATH, message, hold)
+            .await
     }
 }
 
@@ -447,6 +488,19 @@ mod tests {
         let answer = board.wait(&[1, 2], Duration::from_millis(20)).await;
         assert_eq!(answer.published.len(), 1);
         assert!(answer.not_coming.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_plan_made_again_drops_the_old_filters_and_a_wait_asks_once_per_filter() {
+        let board = Board::default();
+        board.expect([1]);
+        assert!(board.publish(node(1)));
+        board.expect([2]);
+        assert!(board.state.lock().unwrap().published.is_empty());
+        assert_eq!(board.state.lock().unwrap().bytes, 0);
+        assert!(board.publish(node(2)));
+        let answer = board.wait(&[2, 2, 2], Duration::from_secs(1)).await;
+        assert_eq!(answer.published.len(), 1);
     }
 
     #[tokio::test]

@@ -32,21 +32,23 @@ mod publish;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use datafusion::common::NullEquality;
 use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::placeholder_row::PlaceholderRowExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion_distributed::{DistributedLeafExec, NetworkBoundaryExt, NetworkBroadcastExec};
 
-pub(crate) use awaited::Awaited;
+pub(crate) use awaited::{Awaited, Waits};
 pub use board::FilterService;
 pub(crate) use board::{BOARD_HEADER, Board, Boards, FilterClient, RemoteBoard, filter_service};
 
-use super::overlay::Overlay;
 use super::scan::FloeScanExec;
 use crate::optimizer::utils::file_scan;
 
@@ -57,14 +59,62 @@ fn published_filter(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<DynamicFilterPh
     if *join.partition_mode() != PartitionMode::CollectLeft || !whole(join.left()) {
         return None;
     }
+    linked_filter(join)
+}
+
+/// A join's dynamic filter, when scans may read it: not one of a join matching null keys
+/// (a null-aware anti join, or nulls equal to nulls), whose filter DataFusion 54 would let
+/// drop the null keys such a join needs.
+fn linked_filter(join: &HashJoinExec) -> Option<Arc<DynamicFilterPhysicalExpr>> {
+    if join.null_aware || join.null_equality() == NullEquality::NullEqualsNull {
+        return None;
+    }
     join.dynamic_filter_expr().cloned()
 }
 
+/// The dynamic filter `node` makes for scans below it, when it makes one they may read: a
+/// hash join's ([`linked_filter`]), a top-k sort's or an aggregation's.
+fn made_filter(node: &Arc<dyn ExecutionPlan>) -> Option<Arc<DynamicFilterPhysicalExpr>> {
+    if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+        return linked_filter(join);
+    }
+    if let Some(sort) = node.downcast_ref::<SortExec>() {
+        return sort.dynamic_filter_expr();
+    }
+    node.downcast_ref::<AggregateExec>()?
+        .dynamic_filter_expr()
+        .cloned()
+}
+
+/// The filters of joins matching null keys, which scans must not read ([`linked_filter`]).
+fn unlinked_filters(plan: &Arc<dyn ExecutionPlan>) -> HashSet<u64> {
+    let mut ids = HashSet::new();
+    let _ = plan.apply(|node| {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>()
+            && linked_filter(join).is_none()
+            && let Some(id) = join.dynamic_filter_expr().and_then(|f| f.expression_id())
+        {
+            ids.insert(id);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    ids
+}
+
 /// Whether every task of a stage reads all of `plan`'s rows: its leaves are broadcasts from
-/// other stages or make rows of their own.
+/// other stages or make rows of their own, and nothing on the way keeps only some of them
+/// (a limit keeps whichever rows come first, which differ from task to task).
 fn whole(plan: &Arc<dyn ExecutionPlan>) -> bool {
     if plan.is_network_boundary() {
         return plan.downcast_ref::<NetworkBroadcastExec>().is_some();
+    }
+    if plan.fetch().is_some()
+        || matches!(
+            plan.name(),
+            "GlobalLimitExec" | "LocalLimitExec" | "ChildrenIsolatorUnionExec"
+        )
+    {
+        return false;
     }
     let children = plan.children();
     if children.is_empty() {
@@ -145,19 +195,20 @@ pub(crate) fn crossing(plan: &Arc<dyn ExecutionPlan>) -> Vec<u64> {
 }
 
 /// A task plan as a worker runs it: every scan's copy of a dynamic filter reads the filter
-/// of the join that makes it in this task; with a `remote` board, the joins that publish
-/// across stages do, and scans whose filters come from another stage wait for them there.
+/// of the node that makes it in this task; with a `remote` board, scans whose filters come
+/// from another stage wait for them there. (The joins that publish their filters to other
+/// stages are wrapped by [`publish`], after the worker's rules.)
 pub(crate) fn link(
     plan: Arc<dyn ExecutionPlan>,
     remote: Option<(RemoteBoard, FilterClient)>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let unlinked = unlinked_filters(&plan);
     let mut roots: HashMap<u64, Arc<DynamicFilterPhysicalExpr>> = HashMap::new();
     plan.apply(|node| {
-        if let Some(join) = node.downcast_ref::<HashJoinExec>()
-            && let Some(filter) = join.dynamic_filter_expr()
+        if let Some(filter) = made_filter(node)
             && let Some(id) = filter.expression_id()
         {
-            roots.insert(id, filter.clone());
+            roots.insert(id, filter);
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
@@ -168,7 +219,7 @@ pub(crate) fn link(
             && let Some(predicate) = scan_predicate(node)
         {
             for (id, copy) in dynamic_filters(&predicate) {
-                if !roots.contains_key(&id) {
+                if !roots.contains_key(&id) && !unlinked.contains(&id) {
                     remote_roots.entry(id).or_insert_with(|| {
                         Arc::new(DynamicFilterPhysicalExpr::from_parts(
                             copy.original_children().to_vec(),
@@ -195,26 +246,40 @@ pub(crate) fn link(
             let Some(predicate) = scan.config().file_source().filter() else {
                 return Ok(Transformed::no(node));
             };
-            let waits = awaited.as_ref().filter(|a| {
-                dynamic_filters(&predicate)
+            let waits = awaited.as_ref().and_then(|awaited| {
+                let ids: Vec<u64> = dynamic_filters(&predicate)
                     .iter()
-                    .any(|(id, _)| a.awaits(*id))
+                    .map(|(id, _)| *id)
+                    .filter(|id| awaited.awaits(*id))
+                    .collect();
+                (!ids.is_empty()).then(|| (awaited.clone(), ids))
             });
             let linked = relink(predicate, &roots)?;
             return Ok(Transformed::yes(Arc::new(
-                scan.with_linked_filters(linked, waits.cloned())?,
+                scan.with_linked_filters(linked, waits)?,
             )));
         }
-        if let (Some((board, client)), Some(filter)) = (&remote, published_filter(&node)) {
-            let publisher = publish::PublishFilterExec::new(
-                node.clone(),
-                filter,
-                board.clone(),
-                client.clone(),
-            );
-            return Ok(Transformed::yes(Overlay::over(Arc::new(publisher), node)));
-        }
         Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
+}
+
+/// `plan` (a task plan the worker's rules have run over) with each join that publishes its
+/// filter to other stages run under a [`publish::PublishFilterExec`].
+pub(crate) fn publish(
+    plan: Arc<dyn ExecutionPlan>,
+    board: RemoteBoard,
+    client: FilterClient,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(filter) = published_filter(&node) else {
+            return Ok(Transformed::no(node));
+        };
+        let publisher =
+            publish::PublishFilterExec::new(node, filter, board.clone(), client.clone());
+        Ok(Transformed::yes(
+            Arc::new(publisher) as Arc<dyn ExecutionPlan>
+        ))
     })
     .map(|t| t.data)
 }

@@ -66,29 +66,21 @@ pub struct ApplyRuntimeFilters {
     /// Whether joins' integer build-side keys are collected for the filters to test
     /// ([`collect_keys`]).
     pub collect_keys: bool,
-    /// What each node the rule adds becomes, given the node and the one it sits on: itself,
-    /// or on a worker an overlay that keeps the task plan's shape
-    /// ([`crate::distributed`]).
-    pub added: Added,
 }
 
-/// See [`ApplyRuntimeFilters::added`].
-pub type Added = fn(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan>;
-
 impl ApplyRuntimeFilters {
-    /// The rule as a session runs it alone: added nodes are plain nodes.
     pub fn new(collect_keys: bool) -> Self {
-        Self {
-            collect_keys,
-            added: |added, _| added,
-        }
+        Self { collect_keys }
     }
 }
 
 /// How one run of the rule works (see [`ApplyRuntimeFilters`]).
 struct How {
     collect_keys: bool,
-    added: Added,
+    /// The filters of joins that match null keys (a null-aware anti join, or nulls equal to
+    /// nulls): DataFusion 54 makes them, yet read on a scan's rows they would drop the null
+    /// keys such a join needs. They are left to the join.
+    null_keyed: std::collections::HashSet<u64>,
 }
 
 impl PhysicalOptimizerRule for ApplyRuntimeFilters {
@@ -99,7 +91,7 @@ impl PhysicalOptimizerRule for ApplyRuntimeFilters {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let how = How {
             collect_keys: self.collect_keys,
-            added: self.added,
+            null_keyed: null_keyed_filters(&plan),
         };
         rewrite(plan, None, &HashMap::new(), &how)
     }
@@ -162,6 +154,7 @@ fn rewrite(
             feeding,
             collecting,
             &filter.input().schema(),
+            how,
         );
         if !runtime.is_empty() {
             let predicate = conjoin(Some(filter.predicate().clone()), runtime)
@@ -174,8 +167,8 @@ fn rewrite(
         }
     }
     if scan_config(&plan).is_some() {
-        let runtime = runtime_filters(&plan, feeding, collecting, &plan.schema());
-        return filtered(plan, runtime, how);
+        let runtime = runtime_filters(&plan, feeding, collecting, &plan.schema(), how);
+        return filtered(plan, runtime);
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
         let collectable = collectable_keys(join).filter(|_| how.collect_keys);
@@ -205,8 +198,7 @@ fn rewrite(
         // Collected only where a runtime filter below holds the keys.
         let build = match keys {
             Some((_, keys)) if Arc::strong_count(&keys) > 1 => {
-                let collect = Arc::new(CollectKeysExec::new(build.clone(), keys));
-                (how.added)(collect, build)
+                Arc::new(CollectKeysExec::new(build, keys)) as Arc<dyn ExecutionPlan>
             }
             _ => build,
         };
@@ -222,6 +214,21 @@ fn rewrite(
         vec![None; count]
     };
     map_children(plan, |i, child| rewrite(child, feeds[i], collecting, how))
+}
+
+/// The filters of the joins in `plan` that match null keys ([`How::null_keyed`]).
+fn null_keyed_filters(plan: &Arc<dyn ExecutionPlan>) -> std::collections::HashSet<u64> {
+    let mut ids = std::collections::HashSet::new();
+    let _ = plan.apply(|node| {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>()
+            && (join.null_aware || join.null_equality() == NullEquality::NullEqualsNull)
+            && let Some(id) = join.dynamic_filter_expr().and_then(|f| f.expression_id())
+        {
+            ids.insert(id);
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    ids
 }
 
 /// The joins above a plan whose build-side keys can be collected, by their filters.
@@ -254,16 +261,9 @@ struct Found {
 
 /// `plan` under one filter of the runtime filters `filters` (the first evaluated first), or
 /// `plan` itself when there are none.
-fn filtered(
-    plan: Arc<dyn ExecutionPlan>,
-    filters: Vec<Found>,
-    how: &How,
-) -> Result<Arc<dyn ExecutionPlan>> {
+fn filtered(plan: Arc<dyn ExecutionPlan>, filters: Vec<Found>) -> Result<Arc<dyn ExecutionPlan>> {
     match conjoin(None, filters) {
-        Some(predicate) => {
-            let filter = Arc::new(FilterExec::try_new(predicate, plan.clone())?);
-            Ok((how.added)(filter, plan))
-        }
+        Some(predicate) => Ok(Arc::new(FilterExec::try_new(predicate, plan)?)),
         None => Ok(plan),
     }
 }
@@ -310,6 +310,7 @@ fn runtime_filters(
     feeding: Option<Feeding>,
     collecting: &Collecting,
     output: &SchemaRef,
+    how: &How,
 ) -> Vec<Found> {
     let Some(config) = scan_config(node) else {
         return Vec::new();
@@ -325,6 +326,9 @@ fn runtime_filters(
     let mut dynamic: Vec<(bool, Found)> = dynamic_filters(&predicate)
         .filter_map(|(e, filter)| {
             let id = filter.expression_id();
+            if id.is_some_and(|id| how.null_keyed.contains(&id)) {
+                return None;
+            }
             let is_feeding = feeding.is_some_and(|f| id == Some(f.filter));
             // The scan's predicate addresses the table's columns; the filter sits above the
             // projection. A column not in `output` leaves that filter out.
