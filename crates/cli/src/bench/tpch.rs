@@ -72,6 +72,22 @@ pub struct TpchBenchArgs {
     /// register in): `sqlite:PATH` or `postgres://…` (default: SQLite in the data directory).
     #[arg(long)]
     pub(super) catalog_db: Option<String>,
+    /// Keep the tables in this bucket of an S3-compatible server instead of the data
+    /// directory (with `--s3-endpoint`; keys from `FLOE_BENCH_S3_ACCESS_KEY` and
+    /// `FLOE_BENCH_S3_SECRET_KEY`).
+    #[arg(long)]
+    pub(super) s3_bucket: Option<String>,
+    /// The endpoint of `--s3-bucket`'s server, e.g. `http://10.0.0.1:9000`.
+    #[arg(long)]
+    pub(super) s3_endpoint: Option<String>,
+    /// With `--workers`: run worker i in network namespace NAME, listening on address IP
+    /// (`NAME=IP`, one per worker, comma-separated); they reach this process at
+    /// `--coordinator-ip` and its catalog and warehouse at the addresses given for them.
+    #[arg(long, value_delimiter = ',')]
+    pub(super) worker_netns: Vec<String>,
+    /// With `--worker-netns`: this process's address the workers reach it at.
+    #[arg(long)]
+    pub(super) coordinator_ip: Option<String>,
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,
@@ -122,8 +138,7 @@ pub(super) async fn prepare(args: &TpchBenchArgs) -> anyhow::Result<Prepared> {
         .catalog_db
         .clone()
         .unwrap_or_else(|| format!("sqlite:{}", dir.join("catalog.db").display()));
-    let (engine, caller) =
-        iceberg_side(&dir, &catalog_db, args.query_memory_limit_mb << 20).await?;
+    let (engine, caller) = iceberg_side(&dir, &catalog_db, args).await?;
     let namespace = namespace_of(args.sf);
     // The marker names the namespace (and a catalog other than the directory's own), so data
     // generated under another name, or registered elsewhere, is not taken for this one.
@@ -422,31 +437,43 @@ fn namespace_of(sf: f64) -> String {
     format!("tpch_sf{sf}").replace('.', "_")
 }
 
-/// The catalog at `catalog_db` with its `tpch` warehouse (in `dir`), and a root caller.
+/// The catalog at `catalog_db` with its `tpch` warehouse (in `dir`, or the bucket of
+/// `--s3-bucket`), and a root caller.
 async fn iceberg_side(
     dir: &Path,
     catalog_db: &str,
-    memory_limit: usize,
+    args: &TpchBenchArgs,
 ) -> anyhow::Result<(SqlEngine, Caller)> {
     let store = Arc::new(SqlStore::connect(catalog_db, StoreOptions::default()).await?);
     let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
     let caller = Caller::system();
     if catalog.warehouse("tpch").await.is_err() {
+        let profile = match &args.s3_bucket {
+            None => StorageProfile::Local {
+                path: dir.join("warehouse").to_string_lossy().into_owned(),
+            },
+            Some(bucket) => {
+                let key = |name: &str| std::env::var(name).ok();
+                StorageProfile::S3(floe_storage::S3Profile {
+                    bucket: bucket.clone(),
+                    key_prefix: Some(format!("tpch-{}", uuid::Uuid::new_v4().simple())),
+                    region: "us-east-1".into(),
+                    endpoint: args.s3_endpoint.clone(),
+                    path_style_access: true,
+                    access_key_id: key("FLOE_BENCH_S3_ACCESS_KEY"),
+                    secret_access_key: key("FLOE_BENCH_S3_SECRET_KEY"),
+                    sts_role_arn: None,
+                })
+            }
+        };
         catalog
-            .create_warehouse(
-                &caller,
-                "tpch",
-                StorageProfile::Local {
-                    path: dir.join("warehouse").to_string_lossy().into_owned(),
-                },
-                Default::default(),
-            )
+            .create_warehouse(&caller, "tpch", profile, Default::default())
             .await?;
     }
     let engine = SqlEngine::new(
         catalog,
         EngineConfig {
-            query_memory_limit: memory_limit,
+            query_memory_limit: args.query_memory_limit_mb << 20,
             ..EngineConfig::default()
         },
     )?;

@@ -67,6 +67,7 @@ pub(super) async fn hit_rates(
             "cache-worker",
             args.query_memory_limit_mb,
             &flags,
+            &[],
         )?;
         wait_for(live, args.workers, &prepared.dir).await?;
         let coordinator = SqlEngine::new(

@@ -27,18 +27,28 @@ use super::tpch::{Prepared, TpchBenchArgs, prepare, same_answer};
 pub(super) struct Workers(Vec<Child>);
 
 impl Workers {
-    fn start(count: usize, prepared: &Prepared, memory_mb: usize) -> anyhow::Result<Self> {
-        Self::start_as(count, prepared, "worker", memory_mb, &[])
+    fn start(args: &TpchBenchArgs, prepared: &Prepared) -> anyhow::Result<Self> {
+        let places = netns_places(args)?;
+        Self::start_as(
+            args.workers,
+            prepared,
+            "worker",
+            args.query_memory_limit_mb,
+            &[],
+            &places,
+        )
     }
 
     /// `count` workers in `<data dir>/<name>-i`, registered in the data's catalog database,
-    /// started with `extra` flags too.
+    /// started with `extra` flags too; worker i in network namespace `places[i].0` on
+    /// address `places[i].1` when given (on loopback otherwise).
     pub(super) fn start_as(
         count: usize,
         prepared: &Prepared,
         name: &str,
         memory_mb: usize,
         extra: &[String],
+        places: &[(String, String)],
     ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("find this floe binary")?;
         let dir = &prepared.dir;
@@ -48,8 +58,24 @@ impl Workers {
             let own = dir.join(format!("{name}-{i}"));
             std::fs::create_dir_all(&own)?;
             let log = std::fs::File::create(own.join("worker.log"))?;
-            let child = Command::new(&exe)
-                .args(["worker", "--listen", "127.0.0.1:0", "--catalog-db", db])
+            let mut command = match places.get(i) {
+                Some((netns, ip)) => {
+                    let mut command = Command::new("ip");
+                    command
+                        .args(["netns", "exec", netns])
+                        .arg(&exe)
+                        .args(["worker", "--plaintext-cluster", "--listen"])
+                        .arg(format!("{ip}:0"));
+                    command
+                }
+                None => {
+                    let mut command = Command::new(&exe);
+                    command.args(["worker", "--listen", "127.0.0.1:0"]);
+                    command
+                }
+            };
+            let child = command
+                .args(["--catalog-db", db])
                 .arg("--data-dir")
                 .arg(&own)
                 .args(["--query-memory-limit-mb", &memory_mb.to_string()])
@@ -72,6 +98,28 @@ impl Workers {
     }
 }
 
+/// The namespace and address of each worker, from `--worker-netns`.
+fn netns_places(args: &TpchBenchArgs) -> anyhow::Result<Vec<(String, String)>> {
+    let places: Vec<(String, String)> = args
+        .worker_netns
+        .iter()
+        .map(|place| {
+            place
+                .split_once('=')
+                .map(|(ns, ip)| (ns.to_string(), ip.to_string()))
+                .with_context(|| format!("--worker-netns {place:?} is not NAME=IP"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if !places.is_empty() && places.len() != args.workers {
+        bail!(
+            "--worker-netns names {} places for {} workers",
+            places.len(),
+            args.workers
+        );
+    }
+    Ok(places)
+}
+
 /// A coordinating engine over `live`'s workers, passing runtime filters between stages (and,
 /// with `units`, handing scans' files out as work units) through a service on a loopback
 /// port of its own, until `stop`.
@@ -83,7 +131,8 @@ pub(super) async fn coordinator(
     units: bool,
     stop: &CancellationToken,
 ) -> anyhow::Result<SqlEngine> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let host = args.coordinator_ip.as_deref().unwrap_or("127.0.0.1");
+    let listener = tokio::net::TcpListener::bind((host, 0)).await?;
     let url = url::Url::parse(&format!("http://{}", listener.local_addr()?))?;
     let mut cluster = Cluster::new(live.clone(), secret.clone())
         .with_task_bytes(args.task_bytes)
@@ -212,7 +261,7 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     for worker in store.list_workers().await? {
         store.remove_worker(worker.id).await?;
     }
-    let _workers = Workers::start(args.workers, &prepared, args.query_memory_limit_mb)?;
+    let _workers = Workers::start(&args, &prepared)?;
     let live = LiveWorkers::default();
     let stop = CancellationToken::new();
     let _stop_watching = stop.clone().drop_guard();

@@ -5,6 +5,7 @@ mod distributed;
 mod governance;
 mod harness;
 mod http_contract;
+mod netns;
 mod oidc;
 mod rest_client;
 mod runtime_filters;

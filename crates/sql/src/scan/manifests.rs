@@ -40,10 +40,12 @@ pub struct VectorBlob {
     pub length: u64,
 }
 
-/// A live data file as its manifest lists it.
+/// A live data or delete file as its manifest lists it.
 #[derive(Debug)]
 pub struct DataFileEntry {
     pub spec_id: i32,
+    /// Its data sequence number (inherited from its manifest when the entry has none).
+    pub sequence: Option<i64>,
     pub file: DataFile,
 }
 
@@ -51,6 +53,8 @@ pub struct DataFileEntry {
 pub struct ManifestIndex {
     pub data: HashMap<String, DataFileEntry>,
     /// Live delete files of any kind (position, equality, deletion vectors).
+    pub deletes: Vec<DataFileEntry>,
+    /// How many of them there are.
     pub delete_files: usize,
     /// Deletion vectors by Puffin file.
     pub vectors: HashMap<String, Vec<VectorBlob>>,
@@ -164,12 +168,18 @@ pub async fn index(table: &Table, snapshot_id: Option<i64>) -> Result<Arc<Manife
                         file.file_path().to_string(),
                         DataFileEntry {
                             spec_id: manifest_file.partition_spec_id,
+                            sequence: entry.sequence_number(),
                             file: file.clone(),
                         },
                     );
                 }
                 ManifestContentType::Deletes => {
                     index.delete_files += 1;
+                    index.deletes.push(DataFileEntry {
+                        spec_id: manifest_file.partition_spec_id,
+                        sequence: entry.sequence_number(),
+                        file: file.clone(),
+                    });
                     if file.file_format() != DataFileFormat::Puffin {
                         continue;
                     }

@@ -1,5 +1,6 @@
-//! Reading Iceberg tables: a table as a DataFusion table ([`provider`]), planned with
-//! Iceberg's own manifest pruning ([`predicate`], [`manifests`]) and read with DataFusion's
+//! Reading Iceberg tables: a table as a DataFusion table ([`provider`]), planned from the
+//! manifests kept per file with Iceberg's pruning rules ([`predicate`], [`manifests`],
+//! [`planning`]) and read with DataFusion's
 //! native Parquet scan, whose files are mapped to the table's schema by field id
 //! ([`field_ids`]), whose deleted rows are skipped ([`position_deletes`] as access plans,
 //! [`equality_deletes`] as a filter over the scan), and whose footers are checked before they
@@ -13,6 +14,7 @@ pub(crate) mod field_ids;
 pub(crate) mod file_pruning;
 pub(crate) mod manifests;
 pub(crate) mod metadata_tables;
+pub(crate) mod planning;
 pub(crate) mod position_deletes;
 pub(crate) mod predicate;
 pub(crate) mod provider;

@@ -46,7 +46,7 @@ use iceberg::table::Table;
 use object_store::ObjectStore;
 
 use crate::scan::field_ids::FieldIdAdapterFactory;
-use crate::scan::{equality_deletes, file_pruning, manifests, position_deletes, predicate};
+use crate::scan::{equality_deletes, manifests, planning, position_deletes, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
 #[derive(Debug, Clone)]
@@ -222,11 +222,11 @@ impl IcebergTableProvider {
             return Ok(Vec::new());
         };
         let predicate = predicate::to_iceberg(filters, &self.schema);
-        // The live data files the filter might match, when no delete file applies: from the
-        // manifests kept per file, so a snapshot after a commit costs only the manifests the
-        // commit added (iceberg's planning would read them all again). The filter is bound
-        // to the snapshot's schema, as iceberg binds it; one that does not bind is left to
-        // iceberg.
+        // The live data files the filter might match, with the delete files that apply to
+        // them: from the manifests kept per file, so a snapshot after a commit costs only the
+        // manifests the commit added (iceberg's planning would read them all again). The
+        // filter is bound to the snapshot's schema, as iceberg binds it; one that does not
+        // bind is left to iceberg.
         let bound = match &predicate {
             None => Some(None),
             Some(p) => snapshot
@@ -237,15 +237,7 @@ impl IcebergTableProvider {
         };
         if let Some(bound) = bound {
             let index = manifests::index(&self.table()?, self.snapshot_id).await?;
-            if index.delete_files == 0 {
-                let mut tasks = every_data_file(&index, metadata);
-                if let Some(bound) = bound {
-                    tasks.retain(|t| {
-                        file_pruning::might_match(&bound, &index.data[&t.data_file_path].file)
-                    });
-                }
-                return Ok(tasks);
-            }
+            return Ok(planning::tasks(&index, metadata, bound.as_ref()));
         }
         let key = format!(
             "{}\u{1f}{}\u{1f}{}\u{1f}{predicate:?}",
@@ -275,41 +267,6 @@ impl IcebergTableProvider {
         plans::put(key, &tasks);
         Ok(tasks)
     }
-}
-
-/// A scan task per live data file of `index`, by path, as iceberg plans a snapshot without
-/// delete files and without a filter.
-fn every_data_file(
-    index: &manifests::ManifestIndex,
-    metadata: &iceberg::spec::TableMetadata,
-) -> Vec<FileScanTask> {
-    let schema = metadata.current_schema().clone();
-    let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
-    let mut paths: Vec<&String> = index.data.keys().collect();
-    paths.sort();
-    paths
-        .into_iter()
-        .map(|path| {
-            let entry = &index.data[path];
-            let file = &entry.file;
-            FileScanTask {
-                file_size_in_bytes: file.file_size_in_bytes(),
-                start: 0,
-                length: file.file_size_in_bytes(),
-                record_count: Some(file.record_count()),
-                data_file_path: path.clone(),
-                data_file_format: file.file_format(),
-                schema: schema.clone(),
-                project_field_ids: field_ids.clone(),
-                predicate: None,
-                deletes: Vec::new(),
-                partition: Some(file.partition().clone()),
-                partition_spec: metadata.partition_spec_by_id(entry.spec_id).cloned(),
-                name_mapping: None,
-                case_sensitive: true,
-            }
-        })
-        .collect()
 }
 
 /// Scan plans kept across queries.
