@@ -26,7 +26,8 @@ async fn engine(dir: &tempfile::TempDir, timeout: Duration) -> SqlEngine {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_cut_short_by_the_timeout_ends_with_its_error_for_a_slow_reader() {
     let dir = tempfile::tempdir().unwrap();
-    let engine = engine(&dir, Duration::from_millis(500)).await;
+    // Long enough to plan on a machine busy with the cross join beside it.
+    let engine = engine(&dir, Duration::from_secs(2)).await;
     let mut result = engine
         .query(
             &Caller::system(),
@@ -38,7 +39,7 @@ async fn a_result_cut_short_by_the_timeout_ends_with_its_error_for_a_slow_reader
     let first = result.stream.next().await.unwrap().unwrap();
     assert!(first.num_rows() > 0);
     // The reader stalls past the deadline, while the query waits to hand over more rows.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let mut rows = first.num_rows();
     let mut ended_with = None;
     while let Some(batch) = result.stream.next().await {
