@@ -83,6 +83,47 @@ pub enum CatalogError {
 pub type Result<T, E = CatalogError> = std::result::Result<T, E>;
 
 impl CatalogError {
+    /// The same error again (an internal error's cause kept as its message), for a caller
+    /// that found it behind a reference — inside another error's chain, say.
+    pub fn copied(&self) -> CatalogError {
+        use CatalogError::*;
+        match self {
+            BadRequest { message } => BadRequest {
+                message: message.clone(),
+            },
+            InvalidArgument(m) => InvalidArgument(m.clone()),
+            NotFound {
+                error_type,
+                message,
+            } => NotFound {
+                error_type,
+                message: message.clone(),
+            },
+            AlreadyExists {
+                error_type,
+                message,
+            } => AlreadyExists {
+                error_type,
+                message: message.clone(),
+            },
+            Hidden(inner) => Hidden(Box::new(inner.copied())),
+            Unauthenticated(m) => Unauthenticated(m.clone()),
+            PermissionDenied(m) => PermissionDenied(m.clone()),
+            NamespaceNotEmpty(m) => NamespaceNotEmpty(m.clone()),
+            CommitFailed(m) => CommitFailed(m.clone()),
+            Unsupported(m) => Unsupported(m.clone()),
+            PayloadTooLarge(m) => PayloadTooLarge(m.clone()),
+            TooManyRequests(m) => TooManyRequests(m.clone()),
+            Timeout(m) => Timeout(m.clone()),
+            CommitStateUnknown(m) => CommitStateUnknown(m.clone()),
+            Unavailable(m) => Unavailable(m.clone()),
+            Internal { context, source } => Internal {
+                context: context.clone(),
+                source: source.to_string().into(),
+            },
+        }
+    }
+
     pub fn bad_request(message: impl fmt::Display) -> Self {
         CatalogError::BadRequest {
             message: message.to_string(),

@@ -366,6 +366,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             },
             state.catalog.clone(),
             state.sql.clone(),
+            shutdown.clone(),
         )
         .await
         .with_context(|| format!("open the ingest log in {}", ingest_dir.display()))?,

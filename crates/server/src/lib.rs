@@ -10,7 +10,8 @@
 
 pub mod audit;
 mod auth;
-pub mod bounded_ipc;
+/// The bounded Arrow IPC decoder every door shares (it lives with the ingestion core).
+pub use floe_stream::decode::ipc as bounded_ipc;
 pub mod cluster;
 pub mod error;
 mod extract;

@@ -12,7 +12,6 @@ use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogService, CreateTable, LoadedTable};
 use floe_sql::SqlEngine;
 use iceberg::spec::TableMetadata;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{NamespaceIdent, TableIdent};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -810,60 +809,28 @@ impl Pipeline {
         offsets: &HashMap<(String, i32), i64>,
         from: Option<&HashMap<(String, i32), i64>>,
     ) -> Result<usize> {
-        let access = self
-            .sql
-            .access(&Caller::system(), &self.spec.warehouse)
-            .await
-            .map_err(|e| table_error("storage access", e.message))?;
-        let mut written: Option<Vec<iceberg::spec::DataFile>> = None;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let Some(loaded) = self.load_ident(ident).await? else {
-                return Err(table_error(
-                    format!("commit a pipeline batch to {ident}"),
-                    "the table was dropped",
-                ));
-            };
-            let mut merged = self.spec.committed_offsets(&loaded.metadata);
-            if from.is_some_and(|from| {
-                from.iter()
-                    .any(|(partition, offset)| merged.get(partition) != Some(offset))
-            }) {
-                return Err(StreamError::Fenced(self.spec.name.clone()));
-            }
-            // Every partition's offsets: what the table says, with this run's own updated.
-            merged.extend(offsets.iter().map(|(k, v)| (k.clone(), *v)));
-            let properties = self.offset_properties(&merged);
-            let table = floe_sql::write::table_of(&access, loaded)
-                .map_err(|e| table_error("commit a pipeline batch", e))?;
-            let files = match &written {
-                Some(files) => files.clone(),
-                None => {
-                    let files = floe_sql::write::write_batch_files(&table, &batch)
-                        .await
-                        .map_err(|e| table_error("write a pipeline batch", e))?;
-                    written = Some(files.clone());
-                    files
+        let appended = crate::core::commit::append(
+            &self.catalog,
+            &self.sql,
+            &Caller::system(),
+            &self.spec.warehouse,
+            ident,
+            batch,
+            |metadata| {
+                let mut merged = self.spec.committed_offsets(metadata);
+                if from.is_some_and(|from| {
+                    from.iter()
+                        .any(|(partition, offset)| merged.get(partition) != Some(offset))
+                }) {
+                    return Err(crate::core::IngestError::Fenced(self.spec.name.clone()));
                 }
-            };
-            let count = files.len();
-            let transaction = Transaction::new(&table);
-            let transaction = transaction
-                .fast_append()
-                .set_snapshot_properties(properties.clone())
-                .add_data_files(files)
-                .apply(transaction)
-                .map_err(|e| table_error("commit a pipeline batch", e))?;
-            // On `loaded` exactly: the fencing check and the merged offsets were made from it.
-            match floe_sql::write::commit_transaction_on(&access, &table, transaction).await {
-                Ok(_) => return Ok(count),
-                Err(e) if attempt < 8 && e.to_string().to_lowercase().contains("conflict") => {
-                    tracing::info!(pipeline = %self.spec.name, attempt, "retry a pipeline commit");
-                }
-                Err(e) => return Err(table_error("commit a pipeline batch", e)),
-            }
-        }
+                // Every partition's offsets: what the table says, with this run's own updated.
+                merged.extend(offsets.iter().map(|(k, v)| (k.clone(), *v)));
+                Ok(self.offset_properties(&merged))
+            },
+        )
+        .await?;
+        Ok(appended.files)
     }
 
     /// Evolves the table to take the batch: fields it lacks (from the records' registry
@@ -871,38 +838,18 @@ impl Pipeline {
     /// now carry more (nested fields, a wider type) are evolved. Fields of a kind no column
     /// can hold are left out of the rows and logged.
     async fn evolve(&self, batch: &Batch, loaded: &mut LoadedTable) -> Result<()> {
-        let seen = if batch.fields.is_empty() {
-            infer_fields(&batch.rows, usize::MAX).unwrap_or_default()
+        let mut seen = if batch.fields.is_empty() {
+            crate::core::infer::infer_ndjson(&batch.rows).unwrap_or_default()
         } else {
             batch.fields.clone()
         };
-        let current = loaded.metadata.current_schema();
-        let mut scratch = loaded.metadata.last_column_id();
-        let evolved: Vec<Field> = seen
-            .iter()
-            .filter(|f| {
-                current.field_by_name(f.name()).is_some_and(|column| {
-                    floe_sql::write::merged_type(&column.field_type, f.data_type(), &mut scratch)
-                        .is_some()
-                })
-            })
-            .cloned()
-            .collect();
-        let missing: Vec<Field> = seen
-            .into_iter()
-            .chain(self.metadata_fields())
-            .filter(|f| current.field_by_name(f.name()).is_none())
-            .collect();
-        if missing.is_empty() && evolved.is_empty() {
-            return Ok(());
-        }
-        match floe_sql::write::evolve_columns(
+        seen.extend(self.metadata_fields());
+        match crate::core::evolve::evolve(
             &self.catalog,
             &Caller::system(),
             &self.spec.warehouse,
             &self.spec.ident()?,
-            &missing,
-            &evolved,
+            &seen,
         )
         .await
         {
@@ -1017,7 +964,7 @@ impl Pipeline {
             return Ok(None);
         }
         let assembled = assemble(&schema, &decoded, &kept, &batch.sources)?;
-        Ok(Some(sort_batch(&loaded.metadata, assembled)?))
+        Ok(Some(assembled))
     }
 
     /// The summary entries recording `offsets`.
@@ -1095,7 +1042,8 @@ impl Pipeline {
     /// partition spec and sort order.
     async fn create_table(&self, batch: &Batch) -> Result<LoadedTable> {
         let mut fields = if batch.fields.is_empty() {
-            infer_fields(&batch.rows, 1000)?
+            crate::core::infer::infer_ndjson(first_lines(&batch.rows, 1000))
+                .map_err(|e| table_error("infer the table schema", e))?
         } else {
             batch.fields.clone()
         };
@@ -1258,41 +1206,6 @@ fn sort_order(
     })?))
 }
 
-/// `batch` sorted by the table's default sort order (identity fields of top-level columns;
-/// other transforms are left to compaction).
-fn sort_batch(metadata: &TableMetadata, batch: RecordBatch) -> Result<RecordBatch> {
-    use datafusion::arrow::compute::{
-        SortColumn, SortOptions, lexsort_to_indices, take_record_batch,
-    };
-    use iceberg::spec::{NullOrder, SortDirection, Transform};
-    let order = metadata.default_sort_order();
-    let schema = metadata.current_schema();
-    let mut columns = Vec::new();
-    for field in &order.fields {
-        if field.transform != Transform::Identity {
-            continue;
-        }
-        let Some(name) = schema.name_by_field_id(field.source_id) else {
-            continue;
-        };
-        let Some(values) = batch.column_by_name(name) else {
-            continue;
-        };
-        columns.push(SortColumn {
-            values: values.clone(),
-            options: Some(SortOptions {
-                descending: field.direction == SortDirection::Descending,
-                nulls_first: field.null_order == NullOrder::First,
-            }),
-        });
-    }
-    if columns.is_empty() || batch.num_rows() < 2 {
-        return Ok(batch);
-    }
-    let indices = lexsort_to_indices(&columns, None).map_err(|e| table_error("sort a batch", e))?;
-    take_record_batch(&batch, &indices).map_err(|e| table_error("sort a batch", e))
-}
-
 /// The decoded rows (`kept` of `sources`, in order) with the table's metadata columns
 /// filled in from their Kafka coordinates, as a batch of `schema`.
 fn assemble(
@@ -1396,62 +1309,15 @@ fn assemble(
     .map_err(|e| table_error("assemble a batch", e))
 }
 
-/// The top-level fields of NDJSON `rows` (the first `sample` rows): arrow's inference, with
-/// text that always reads as an RFC 3339 timestamp made a timestamp (with a zone when the
-/// texts carry one) and text that always reads as a date made a date (judged on the first
-/// 1,000 rows).
-fn infer_fields(rows: &[u8], sample: usize) -> Result<Vec<Field>> {
-    use datafusion::arrow::datatypes::{DataType, TimeUnit};
-    let (schema, _) = datafusion::arrow::json::reader::infer_json_schema(
-        std::io::Cursor::new(rows),
-        Some(sample),
-    )
-    .map_err(|e| table_error("infer the table schema", e))?;
-    let texts: Vec<usize> = schema
-        .fields()
+/// The first `count` lines of NDJSON `rows`.
+fn first_lines(rows: &[u8], count: usize) -> &[u8] {
+    let end = rows
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.data_type() == &DataType::Utf8)
-        .map(|(i, _)| i)
-        .collect();
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    if texts.is_empty() {
-        return Ok(fields);
-    }
-    // Per text field: (seen, all zoned timestamps, all naive timestamps, all dates).
-    let mut kinds: HashMap<usize, (bool, bool, bool, bool)> = texts
-        .iter()
-        .map(|i| (*i, (false, true, true, true)))
-        .collect();
-    for line in rows
-        .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .take(sample.min(1000))
-    {
-        let Ok(serde_json::Value::Object(object)) = serde_json::from_slice(line) else {
-            continue;
-        };
-        for (i, kind) in kinds.iter_mut() {
-            let Some(serde_json::Value::String(text)) = object.get(fields[*i].name()) else {
-                continue;
-            };
-            kind.0 = true;
-            kind.1 &= chrono::DateTime::parse_from_rfc3339(text).is_ok();
-            kind.2 &= chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f").is_ok();
-            kind.3 &= chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok();
-        }
-    }
-    for (i, (seen, zoned, naive, date)) in kinds {
-        let data_type = match (seen, zoned, naive, date) {
-            (false, ..) => continue,
-            (true, true, _, _) => DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
-            (true, _, true, _) => DataType::Timestamp(TimeUnit::Microsecond, None),
-            (true, _, _, true) => DataType::Date32,
-            _ => continue,
-        };
-        fields[i] = Field::new(fields[i].name(), data_type, true);
-    }
-    Ok(fields)
+        .filter(|(_, b)| **b == b'\n')
+        .nth(count.saturating_sub(1))
+        .map_or(rows.len(), |(i, _)| i + 1);
+    &rows[..end]
 }
 
 fn now_ms() -> i64 {

@@ -1,4 +1,7 @@
-//! Stream-to-table: Kafka topics materialized as Iceberg tables, exactly once.
+//! Stream-to-table: every source Floe turns into Iceberg tables, through one ingestion core
+//! ([`core`]: decode, infer, evolve, write and commit, the durable log) with thin adapters
+//! over it: Kafka topics ([`kafka`]), HTTP bodies ([`decode::rows`]), OpenTelemetry and
+//! Prometheus remote write.
 //!
 //! A [`kafka::Pipeline`] reads its topics' partitions from the offsets the table says it has
 //! committed, decodes JSON records against the table's schema, and appends them in one
@@ -12,6 +15,8 @@
 //! This crate isolates the Kafka client (librdkafka, built from source by `rdkafka-sys`).
 
 mod avro_scan;
+pub mod core;
+pub mod decode;
 mod format;
 pub mod kafka;
 pub mod registry;
@@ -30,6 +35,19 @@ pub enum StreamError {
     /// Another node committed for this pipeline: this run must stop.
     #[error("pipeline {0} was taken over by another node")]
     Fenced(String),
+    /// The ingestion core failed (its kind tells whether trying again helps).
+    #[error(transparent)]
+    Ingest(core::IngestError),
+}
+
+impl From<core::IngestError> for StreamError {
+    fn from(e: core::IngestError) -> Self {
+        match e {
+            core::IngestError::Catalog(e) => StreamError::Catalog(e),
+            core::IngestError::Fenced(pipeline) => StreamError::Fenced(pipeline),
+            e => StreamError::Ingest(e),
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StreamError>;

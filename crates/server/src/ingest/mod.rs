@@ -1,30 +1,21 @@
 //! HTTP ingestion: `POST /ingest/v1/{warehouse}/{namespace}/{table}` appends NDJSON, a JSON
-//! array or an Arrow IPC stream to an Iceberg table.
+//! array or an Arrow IPC stream to an Iceberg table — an adapter over the ingestion core
+//! ([`floe_stream::core`]).
 //!
 //! A request is checked (authentication, media type, size, then `write-data` on the table —
 //! or `create-table` on its namespace for `?create=true` — before a byte of the body is
 //! decoded, then every row against the table's schema, within the request's decoding budget:
-//! [`body`]), written to a write-ahead log as one Arrow IPC file and synced to disk; only then
-//! does it get its 2xx. A committer per table gathers what the log holds every commit interval
-//! into one append snapshot ([`log`]). The snapshot's summary carries
-//! `floe.ingest.<log id>.sequence`, the last log entry it covers, in the same commit — so after
-//! a crash the log is replayed from the entry after the last committed one: nothing
-//! acknowledged is lost and nothing is written twice. `?wait=commit` answers once the batch is
-//! in a committed snapshot.
+//! [`floe_stream::decode::rows`]), and written to the core's durable log; only then does it
+//! get its 2xx. The log's committer gathers what it holds every commit interval into one
+//! append snapshot whose summary carries `floe.ingest.<log id>.sequence`, the last log entry
+//! it covers, in the same commit — so after a crash the log is replayed from the entry after
+//! the last committed one: nothing acknowledged is lost and nothing is written twice.
+//! `?wait=commit` answers once the batch is in a committed snapshot.
 //!
 //! Entries keep the table's field ids, and are matched to its columns by id when they are
-//! committed ([`conform`]), so a column renamed after the acknowledgement keeps its values. An
-//! entry the table can no longer take (a required column added since) is moved to the table's
+//! committed, so a column renamed after the acknowledgement keeps its values. An entry the
+//! table can no longer take (a required column added since) is moved to the table's
 //! dead-letter directory and the log goes on.
-
-mod body;
-mod conform;
-mod dead_letter;
-mod log;
-
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -35,39 +26,16 @@ use datafusion::arrow::datatypes::SchemaRef;
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::service::CreateTable;
 use floe_catalog::{CatalogError, ErrorCode};
+use floe_stream::core::log::table_arrow_schema;
+use floe_stream::decode::rows::{self as body, ARROW_STREAM, JSON, NDJSON};
 use iceberg::{NamespaceIdent, TableIdent};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use log::Ingest;
+pub use floe_stream::core::{Ingest, IngestConfig};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-
-/// Media types the endpoint takes.
-const NDJSON: &str = "application/x-ndjson";
-const JSON: &str = "application/json";
-const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
-
-/// How ingestion behaves.
-#[derive(Debug, Clone)]
-pub struct IngestConfig {
-    /// Where the write-ahead log lives.
-    pub dir: PathBuf,
-    /// How often pending batches are committed.
-    pub commit_interval: Duration,
-    /// Largest request body.
-    pub max_body_bytes: usize,
-    /// How long `?wait=commit` waits before answering 202 anyway.
-    pub wait_timeout: Duration,
-}
-
-/// The table's schema as the writer takes it (plain string and binary types).
-fn table_arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef, String> {
-    iceberg::arrow::schema_to_arrow_schema(schema)
-        .map(Arc::new)
-        .map_err(|e| e.to_string())
-}
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -223,38 +191,32 @@ pub async fn ingest(
     let batches = match body::parse(&media, &body, &schema, budget) {
         Ok(batches) => batches,
         // A body too large to decode stays refused.
-        Err(refused) if refused.0.code() == ErrorCode::PayloadTooLarge => return Err(refused),
+        Err(refused) if refused.code() == ErrorCode::PayloadTooLarge => {
+            return Err(ApiError(refused));
+        }
         // Fields the table lacks become new optional columns (unless `?evolve=false`).
         Err(refused) if params.evolve != Some(false) => {
             let (additions, known) = body::new_fields(&media, &body, &schema, budget)?;
             if additions.is_empty() && known.is_empty() {
-                return Err(refused);
+                return Err(ApiError(refused));
             }
             schema = evolve(&state, &caller, &warehouse, &ident, &additions, &known).await?;
             body::parse(&media, &body, &schema, budget)?
         }
-        Err(refused) => return Err(refused),
+        Err(refused) => return Err(ApiError(refused)),
     };
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     if rows == 0 {
         return Ok((StatusCode::OK, axum::Json(json!({"rows": 0}))).into_response());
     }
-    let log = ingest.table_log(&warehouse, &ident).await?;
-    let mut committed = log.committed.subscribe();
-    let sequence = ingest
-        .append(&log, &batches)
+    let receipt = ingest
+        .append(&warehouse, &ident, &batches)
         .await
-        .map_err(|e| ApiError(CatalogError::internal("write the ingest log", e)))?;
+        .map_err(|e| ApiError(e.into()))?;
+    let sequence = receipt.sequence;
     if params.wait.as_deref() == Some("commit") {
-        log.wake.notify_one();
-        let waited = tokio::time::timeout(
-            ingest.config.wait_timeout,
-            committed.wait_for(|c| *c >= sequence),
-        )
-        .await
-        .is_ok_and(|w| w.is_ok());
         // An entry the table could no longer take is not committed, though later ones are.
-        if waited && !log.dead_lettered(sequence).await {
+        if receipt.committed(ingest.config.wait_timeout).await {
             return Ok((
                 StatusCode::OK,
                 axum::Json(json!({"rows": rows, "sequence": sequence, "committed": true})),
@@ -280,8 +242,9 @@ async fn evolve(
     additions: &[datafusion::arrow::datatypes::Field],
     known: &[datafusion::arrow::datatypes::Field],
 ) -> ApiResult<SchemaRef> {
-    let loaded =
-        floe_sql::write::evolve_columns(&state.catalog, caller, warehouse, ident, additions, known)
-            .await?;
+    let seen: Vec<_> = additions.iter().chain(known).cloned().collect();
+    let loaded = floe_stream::core::evolve::evolve(&state.catalog, caller, warehouse, ident, &seen)
+        .await
+        .map_err(|e| ApiError(e.into()))?;
     table_arrow_schema(loaded.metadata.current_schema()).map_err(bad_request)
 }

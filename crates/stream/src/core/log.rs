@@ -1,15 +1,21 @@
-//! The write-ahead log of HTTP ingestion and its committers: one directory per table under
-//! `<data-dir>/ingest-wal`, entries `<sequence>.arrow` committed in sequence order.
+//! The durable log of the sources that cannot replay (HTTP, OTLP, remote write) and its
+//! committers: one directory per table under `<data-dir>/ingest-wal`, entries
+//! `<sequence>.arrow` (an Arrow IPC stream each) committed in sequence order.
 //!
-//! A commit reads the pending entries, conforms each to the table's current schema by field
-//! id ([`super::conform`]) and appends them in one snapshot whose summary names the last
-//! entry it covers. An entry the table can no longer take — a required column added after it
+//! An entry is written to a temporary file, synced, renamed into place and its directory
+//! synced — off the async runtime, concurrent entries in parallel — before its rows are
+//! acknowledged. A committer per table takes the entries that are durable with no entry
+//! before them still being written, conforms each to the table's current schema by field id
+//! ([`super::conform`]) and appends them through the one commit ([`super::commit`]) in one
+//! snapshot whose summary names the last entry it covers: after a crash the log is replayed
+//! from the entry after the last committed one, so nothing acknowledged is lost and nothing is
+//! written twice. An entry the table can no longer take — a required column added after it
 //! was acknowledged, a value that no longer casts, a file that does not read — is moved,
 //! durably and before the commit, to the table's `dead-letter/` directory with the reason
-//! beside it ([`super::dead_letter`]); the other entries commit. A failed commit is either
-//! [`CommitError::Transient`] (retried with a doubling backoff) or
-//! [`CommitError::Permanent`] (the table was dropped, the log's principal lost access: retried
-//! at the longest backoff, and shown as such in the ingest status).
+//! beside it ([`super::dead_letter`]); the other entries commit. A failed commit is retried:
+//! soon when it may succeed ([`IngestError::retryable`]), at the longest backoff when it
+//! cannot until the table or the grants change (shown as such in the ingest status). The log
+//! stops its committers when its cancellation token fires.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -21,32 +27,54 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::StreamWriter;
-use datafusion::datasource::sink::DataSink;
-use datafusion::error::DataFusionError;
-use datafusion::execution::TaskContext;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CatalogService;
-use floe_catalog::{CatalogError, ErrorCode};
 use iceberg::{NamespaceIdent, TableIdent};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::conform::{Match, conform};
-use super::{IngestConfig, dead_letter, table_arrow_schema};
+use super::{IngestError, commit, dead_letter};
 
 /// The longest wait between two commit attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
-/// The write-ahead log and its committers.
+/// Most bytes of entries one commit takes (the rest follow in the next).
+const MOST_COMMIT_BYTES: u64 = 256 << 20;
+
+/// How the log behaves.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    /// Where the log lives.
+    pub dir: PathBuf,
+    /// How often pending entries are committed.
+    pub commit_interval: Duration,
+    /// Largest request body a door takes.
+    pub max_body_bytes: usize,
+    /// How long a wait for the commit waits before answering anyway.
+    pub wait_timeout: Duration,
+}
+
+/// A table's schema as the writer takes it (plain string and binary types, field ids kept).
+pub fn table_arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef, String> {
+    iceberg::arrow::schema_to_arrow_schema(schema)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// The durable log and its committers.
 pub struct Ingest {
-    pub(super) config: IngestConfig,
+    pub config: IngestConfig,
     /// Identifies this log in snapshot summaries (several nodes may ingest into one table).
     log_id: String,
     catalog: Arc<CatalogService>,
     sql: Arc<floe_sql::SqlEngine>,
     tables: Mutex<HashMap<(String, TableIdent), Arc<TableLog>>>,
+    /// Stops the committers.
+    cancel: CancellationToken,
 }
 
 /// What a table's log directory says about itself.
@@ -58,21 +86,41 @@ struct TableMarker {
 }
 
 /// One table's log: entries `<sequence>.arrow`, committed in sequence order.
-pub(super) struct TableLog {
+pub struct TableLog {
     warehouse: String,
     ident: TableIdent,
     dir: PathBuf,
     state: Mutex<LogState>,
     /// The last sequence a committed snapshot covers.
-    pub(super) committed: watch::Sender<u64>,
-    pub(super) wake: Notify,
+    committed: watch::Sender<u64>,
+    wake: Notify,
     stats: LogStats,
 }
 
 impl TableLog {
     /// Whether the entry `sequence` was moved to the dead-letter directory.
-    pub(super) async fn dead_lettered(&self, sequence: u64) -> bool {
+    async fn dead_lettered(&self, sequence: u64) -> bool {
         self.state.lock().await.dead.contains(&sequence)
+    }
+}
+
+/// An entry acknowledged: where it is, to wait for its commit.
+pub struct Receipt {
+    pub sequence: u64,
+    pub rows: usize,
+    log: Arc<TableLog>,
+}
+
+impl Receipt {
+    /// Whether the entry is in a committed snapshot within `timeout` (its committer is woken
+    /// at once); an entry the table could no longer take never is.
+    pub async fn committed(&self, timeout: Duration) -> bool {
+        let mut committed = self.log.committed.subscribe();
+        self.log.wake.notify_one();
+        let waited = tokio::time::timeout(timeout, committed.wait_for(|c| *c >= self.sequence))
+            .await
+            .is_ok_and(|w| w.is_ok());
+        waited && !self.log.dead_lettered(self.sequence).await
     }
 }
 
@@ -100,76 +148,12 @@ struct LogState {
     next: u64,
     /// Entries not yet known to be committed, by sequence, with their sizes.
     pending: BTreeMap<u64, u64>,
-    /// Why the last commit attempt failed, if it did.
-    last_error: Option<CommitError>,
+    /// Entries being written: none at or after the first of them is committed yet.
+    writing: std::collections::BTreeSet<u64>,
+    /// Why the last commit attempt failed, if it did, and whether trying again may help.
+    last_error: Option<(String, bool)>,
     /// Entries this process moved to the dead-letter directory.
     dead: std::collections::BTreeSet<u64>,
-}
-
-/// Why a commit of a table's log failed.
-#[derive(Debug, Clone)]
-pub(super) enum CommitError {
-    /// Worth trying again soon: the store, the object store, a concurrent commit.
-    Transient(String),
-    /// Fails the same way until someone changes the table or the grants: the table was
-    /// dropped, the warehouse is gone, the schema cannot be written.
-    Permanent(String),
-}
-
-impl CommitError {
-    fn of_catalog(e: &CatalogError) -> Self {
-        match e.code() {
-            ErrorCode::NotFound
-            | ErrorCode::PermissionDenied
-            | ErrorCode::Unauthenticated
-            | ErrorCode::InvalidArgument
-            | ErrorCode::Unsupported => CommitError::Permanent(e.to_string()),
-            ErrorCode::AlreadyExists
-            | ErrorCode::Conflict
-            | ErrorCode::PayloadTooLarge
-            | ErrorCode::TooManyRequests
-            | ErrorCode::Timeout
-            | ErrorCode::Unavailable
-            | ErrorCode::CommitStateUnknown
-            | ErrorCode::Internal => CommitError::Transient(e.to_string()),
-        }
-    }
-
-    fn of_sql(e: &floe_sql::SqlError) -> Self {
-        use floe_sql::SqlErrorKind;
-        match e.kind {
-            SqlErrorKind::PermissionDenied | SqlErrorKind::Invalid => {
-                CommitError::Permanent(e.message.clone())
-            }
-            _ => CommitError::Transient(e.message.clone()),
-        }
-    }
-
-    /// A writer's error: the catalog's own where it carries one, else transient (storage).
-    fn of_write(e: &DataFusionError) -> Self {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-        while let Some(error) = source {
-            if let Some(catalog) = error.downcast_ref::<CatalogError>() {
-                return Self::of_catalog(catalog);
-            }
-            source = error.source();
-        }
-        CommitError::Transient(e.to_string())
-    }
-
-    pub(super) fn retryable(&self) -> bool {
-        matches!(self, CommitError::Transient(_))
-    }
-}
-
-impl std::fmt::Display for CommitError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CommitError::Transient(message) | CommitError::Permanent(message) => {
-                f.write_str(message)
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for Ingest {
@@ -185,6 +169,7 @@ impl Ingest {
         config: IngestConfig,
         catalog: Arc<CatalogService>,
         sql: Arc<floe_sql::SqlEngine>,
+        cancel: CancellationToken,
     ) -> std::io::Result<Arc<Self>> {
         std::fs::create_dir_all(&config.dir)?;
         let id_file = config.dir.join("log-id");
@@ -202,6 +187,7 @@ impl Ingest {
             catalog,
             sql,
             tables: Mutex::new(HashMap::new()),
+            cancel,
         });
         for entry in std::fs::read_dir(&ingest.config.dir)? {
             let dir = entry?.path();
@@ -256,9 +242,9 @@ impl Ingest {
                 "commit-seconds": stats.commit_micros.load(Ordering::Relaxed) as f64 / 1e6,
                 "dead-letter-entries": dead_letter::sequences(&log.dir).len(),
                 "dead-letter-dir": dead_letter::dir(&log.dir).display().to_string(),
-                "last-error": last_error.map(|e| json!({
-                    "message": e.to_string(),
-                    "retryable": e.retryable(),
+                "last-error": last_error.map(|(message, retryable)| json!({
+                    "message": message,
+                    "retryable": retryable,
                 })),
             }));
         }
@@ -341,7 +327,7 @@ impl Ingest {
     }
 
     /// The log of a table, created (and its committer started) on first use.
-    pub(super) async fn table_log(
+    async fn table_log(
         self: &Arc<Self>,
         warehouse: &str,
         ident: &TableIdent,
@@ -398,6 +384,7 @@ impl Ingest {
             state: Mutex::new(LogState {
                 next,
                 pending,
+                writing: Default::default(),
                 last_error: None,
                 dead: Default::default(),
             }),
@@ -443,41 +430,65 @@ impl Ingest {
         0
     }
 
-    /// Appends one request's rows to the log, durably; returns its sequence.
-    pub(super) async fn append(
-        &self,
-        log: &TableLog,
+    /// Appends one request's rows for table `ident` of `warehouse` to the log, durably (the
+    /// rows of the table's schema as it was when they were taken, field ids kept); once this
+    /// returns they may be acknowledged.
+    pub async fn append(
+        self: &Arc<Self>,
+        warehouse: &str,
+        ident: &TableIdent,
         batches: &[RecordBatch],
-    ) -> std::io::Result<u64> {
+    ) -> Result<Receipt, IngestError> {
+        let log = self
+            .table_log(warehouse, ident)
+            .await
+            .map_err(IngestError::of_catalog)?;
         let schema = batches
             .first()
             .map(|b| b.schema())
             .unwrap_or_else(|| Arc::new(Schema::empty()));
         let mut bytes = Vec::new();
         {
-            let mut writer =
-                StreamWriter::try_new(&mut bytes, &schema).map_err(std::io::Error::other)?;
+            let failed = |e| IngestError::Invalid(format!("encode the rows for the log: {e}"));
+            let mut writer = StreamWriter::try_new(&mut bytes, &schema).map_err(failed)?;
             for batch in batches {
-                writer.write(batch).map_err(std::io::Error::other)?;
+                writer.write(batch).map_err(failed)?;
             }
-            writer.finish().map_err(std::io::Error::other)?;
+            writer.finish().map_err(failed)?;
         }
+        let size = bytes.len() as u64;
+        let sequence = {
+            let mut state = log.state.lock().await;
+            let sequence = state.next;
+            state.next += 1;
+            state.writing.insert(sequence);
+            sequence
+        };
+        let path = log.dir.join(format!("{sequence:020}.arrow"));
+        let written = tokio::task::spawn_blocking(move || write_durably(&path, &bytes))
+            .await
+            .map_err(|e| IngestError::Storage(format!("write the ingest log: {e}")))
+            .and_then(|w| {
+                w.map_err(|e| IngestError::Storage(format!("write the ingest log: {e}")))
+            });
         let mut state = log.state.lock().await;
-        let sequence = state.next;
-        write_durably(&log.dir.join(format!("{sequence:020}.arrow")), &bytes)?;
-        state.next += 1;
-        state.pending.insert(sequence, bytes.len() as u64);
+        state.writing.remove(&sequence);
+        written?;
+        state.pending.insert(sequence, size);
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         log.stats
             .accepted_rows
             .fetch_add(rows as u64, Ordering::Relaxed);
-        log.stats
-            .accepted_bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        log.stats.accepted_bytes.fetch_add(size, Ordering::Relaxed);
         log.stats
             .pending
             .store(state.pending.len() as u64, Ordering::Relaxed);
-        Ok(sequence)
+        drop(state);
+        Ok(Receipt {
+            sequence,
+            rows,
+            log,
+        })
     }
 
     /// Commits what the log holds, every interval (or sooner when woken), until the process
@@ -487,6 +498,7 @@ impl Ingest {
         let mut backoff = self.config.commit_interval;
         loop {
             tokio::select! {
+                _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep(self.config.commit_interval) => {}
                 _ = log.wake.notified() => {
                     // Let a burst of requests land in the same snapshot.
@@ -494,30 +506,54 @@ impl Ingest {
                 }
             }
             let outcome = self.commit_pending(&log).await;
-            let failed = outcome.as_ref().err().cloned();
-            log.state.lock().await.last_error = failed;
-            match outcome {
-                Ok(()) => backoff = self.config.commit_interval,
-                Err(e @ CommitError::Transient(_)) => {
-                    tracing::warn!(table = %log.ident, error = %e, "retry ingest commit");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+            log.state.lock().await.last_error = outcome
+                .as_ref()
+                .err()
+                .map(|e| (e.to_string(), e.retryable()));
+            let pause = match outcome {
+                Ok(()) => {
+                    backoff = self.config.commit_interval;
+                    continue;
                 }
-                Err(e @ CommitError::Permanent(_)) => {
+                Err(e) if e.retryable() => {
+                    tracing::warn!(table = %log.ident, error = %e, "retry ingest commit");
+                    let pause = backoff;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    pause
+                }
+                Err(e) => {
                     tracing::error!(
                         table = %log.ident,
                         error = %e,
                         "ingest commit cannot succeed until the table or its grants change"
                     );
                     backoff = MAX_BACKOFF;
-                    tokio::time::sleep(backoff).await;
+                    backoff
                 }
+            };
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }
 
-    async fn commit_pending(&self, log: &TableLog) -> Result<(), CommitError> {
-        let pending: Vec<u64> = log.state.lock().await.pending.keys().copied().collect();
+    async fn commit_pending(&self, log: &TableLog) -> Result<(), IngestError> {
+        // Durable entries with none before them still being written, up to a commit's bytes.
+        let pending: Vec<u64> = {
+            let state = log.state.lock().await;
+            let before = state.writing.first().copied().unwrap_or(u64::MAX);
+            let mut bytes = 0;
+            state
+                .pending
+                .iter()
+                .take_while(|(sequence, size)| {
+                    bytes += **size;
+                    **sequence < before && (bytes <= MOST_COMMIT_BYTES || bytes == **size)
+                })
+                .map(|(sequence, _)| *sequence)
+                .collect()
+        };
         if pending.is_empty() {
             return Ok(());
         }
@@ -529,20 +565,13 @@ impl Ingest {
             .catalog
             .load_table(&caller, &log.warehouse, &log.ident)
             .await
-            .map_err(|e| CommitError::of_catalog(&e))?;
+            .map_err(IngestError::of_catalog)?;
         let committed = self.sequence_in(&loaded.metadata);
         let fresh: Vec<u64> = pending.iter().copied().filter(|s| *s > committed).collect();
         let mut done = committed;
         if let Some(&last) = fresh.last() {
-            let access = self
-                .sql
-                .access(&caller, &log.warehouse)
-                .await
-                .map_err(|e| CommitError::of_sql(&e))?;
-            let table = floe_sql::write::table_of(&access, loaded)
-                .map_err(|e| CommitError::Transient(e.to_string()))?;
-            let schema = table_arrow_schema(table.metadata().current_schema())
-                .map_err(CommitError::Permanent)?;
+            let schema = table_arrow_schema(loaded.metadata.current_schema())
+                .map_err(IngestError::Invalid)?;
             let mut conformed = Vec::new();
             let mut dead = Vec::new();
             for &sequence in &fresh {
@@ -550,7 +579,7 @@ impl Ingest {
                     Ok(batches) => conformed.extend(batches),
                     Err(Unfit::Misfit(reason)) => dead.push((sequence, reason)),
                     Err(Unfit::Io(e)) => {
-                        return Err(CommitError::Transient(format!(
+                        return Err(IngestError::Storage(format!(
                             "read log entry {sequence}: {e}"
                         )));
                     }
@@ -560,7 +589,7 @@ impl Ingest {
             // still in the log up to it is taken for committed.
             for (sequence, reason) in &dead {
                 dead_letter::move_aside(&log.dir, *sequence, reason).map_err(|e| {
-                    CommitError::Transient(format!("dead-letter log entry {sequence}: {e}"))
+                    IngestError::Storage(format!("dead-letter log entry {sequence}: {e}"))
                 })?;
                 tracing::error!(
                     table = %log.ident,
@@ -578,25 +607,41 @@ impl Ingest {
                     .store(state.pending.len() as u64, Ordering::Relaxed);
             }
             // Every fresh entry dead-lettered: nothing to write, the table is as it was.
-            if !conformed.is_empty() {
-                let stream = RecordBatchStreamAdapter::new(
-                    schema.clone(),
-                    futures::stream::iter(conformed.into_iter().map(Ok)),
-                );
-                let properties = HashMap::from([(self.sequence_key(), last.to_string())]);
+            let rows: usize = conformed.iter().map(|b| b.num_rows()).sum();
+            if rows > 0 {
+                let batch = datafusion::arrow::compute::concat_batches(&schema, &conformed)
+                    .map_err(|e| IngestError::Invalid(format!("gather the log's rows: {e}")))?;
+                drop(conformed);
+                let key = self.sequence_key();
                 let started = std::time::Instant::now();
-                let rows = floe_sql::write::IcebergSink::new(access, table, schema)
-                    .with_snapshot_properties(properties)
-                    .write_all(Box::pin(stream), &Arc::new(TaskContext::default()))
-                    .await
-                    .map_err(|e| CommitError::of_write(&e))?;
+                let appended = commit::append(
+                    &self.catalog,
+                    &self.sql,
+                    &caller,
+                    &log.warehouse,
+                    &log.ident,
+                    batch,
+                    |metadata| {
+                        // Another of this log's commits cannot have raced it; a snapshot
+                        // already past `last` would mean the log was copied elsewhere.
+                        if self.sequence_in(metadata) >= last {
+                            return Err(IngestError::Conflict(format!(
+                                "the table already covers log entry {last}"
+                            )));
+                        }
+                        Ok(HashMap::from([(key.clone(), last.to_string())]))
+                    },
+                )
+                .await?;
                 log.stats.commits.fetch_add(1, Ordering::Relaxed);
-                log.stats.committed_rows.fetch_add(rows, Ordering::Relaxed);
+                log.stats
+                    .committed_rows
+                    .fetch_add(appended.rows, Ordering::Relaxed);
                 log.stats
                     .commit_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                done = last;
             }
+            done = last;
         }
         log.committed.send_replace(done);
         let mut state = log.state.lock().await;
@@ -622,7 +667,7 @@ fn read_entry(dir: &Path, sequence: u64, schema: &SchemaRef) -> Result<Vec<Recor
     let bytes = std::fs::read(dir.join(format!("{sequence:020}.arrow"))).map_err(Unfit::Io)?;
     // Floe's own file, but decoded like any stream: a damaged one is a dead letter, not a
     // panic that would stop the committer for good.
-    let decoded = crate::bounded_ipc::decode_stream(&bytes::Bytes::from(bytes), usize::MAX)
+    let decoded = crate::decode::ipc::decode_stream(&bytes::Bytes::from(bytes), usize::MAX)
         .map_err(|e| Unfit::Misfit(format!("the entry does not read: {e}")))?;
     let by = Match::for_entry(&decoded.schema);
     decoded
@@ -644,7 +689,7 @@ fn dir_name(warehouse: &str, ident: &TableIdent) -> String {
 
 /// Writes `path` through a temporary file, synced, renamed into place and the directory
 /// synced: after this returns, a crash leaves either nothing or the whole file.
-pub(super) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("log files live in a directory");
     let tmp = dir.join(format!(
         ".{}.tmp",
@@ -657,27 +702,4 @@ pub(super) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commit_errors_are_told_apart_by_their_code_not_their_words() {
-        let dropped = CatalogError::NotFound {
-            error_type: "NoSuchTableException",
-            message: "Table does not exist: conflict".into(),
-        };
-        assert!(!CommitError::of_catalog(&dropped).retryable());
-        let raced = CatalogError::CommitFailed("requirement failed: not found".into());
-        assert!(CommitError::of_catalog(&raced).retryable());
-        // Through the writer's error, as `IcebergSink` reports a failed commit.
-        let written = DataFusionError::External(Box::new(CatalogError::PermissionDenied(
-            "no write-data".into(),
-        )));
-        assert!(!CommitError::of_write(&written).retryable());
-        let storage = DataFusionError::Execution("connection reset".into());
-        assert!(CommitError::of_write(&storage).retryable());
-    }
 }

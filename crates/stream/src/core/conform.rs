@@ -19,14 +19,14 @@ use datafusion::parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
 /// How a batch's columns are found among the table's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Match {
+pub enum Match {
     Name,
     Id,
 }
 
 impl Match {
     /// By id when the batch's schema carries ids, else by name.
-    pub(super) fn for_entry(schema: &Schema) -> Self {
+    pub fn for_entry(schema: &Schema) -> Self {
         if schema.fields().iter().any(|f| field_id(f).is_some()) {
             Match::Id
         } else {
@@ -46,11 +46,7 @@ fn field_id(field: &Field) -> Option<i32> {
 /// A batch with the table's columns: each found by name or id (nested fields too), cast to
 /// the column's type when it differs; a column the batch lacks is null when it is optional
 /// and a misfit (the error) when it is required.
-pub(super) fn conform(
-    batch: &RecordBatch,
-    schema: &SchemaRef,
-    by: Match,
-) -> Result<RecordBatch, String> {
+pub fn conform(batch: &RecordBatch, schema: &SchemaRef, by: Match) -> Result<RecordBatch, String> {
     let columns = columns(
         batch.schema().fields(),
         batch.columns(),
@@ -63,7 +59,7 @@ pub(super) fn conform(
 }
 
 /// How many leaf columns a schema has (what a row of nulls costs per value).
-pub(super) fn leaf_count(fields: &Fields) -> usize {
+pub fn leaf_count(fields: &Fields) -> usize {
     fields
         .iter()
         .map(|f| match f.data_type() {
@@ -205,7 +201,7 @@ mod tests {
         writer.finish().unwrap();
         drop(writer);
         let decoded =
-            crate::bounded_ipc::decode_stream(&bytes::Bytes::from(bytes), usize::MAX).unwrap();
+            crate::decode::ipc::decode_stream(&bytes::Bytes::from(bytes), usize::MAX).unwrap();
         decoded.batches.into_iter().next().unwrap()
     }
 

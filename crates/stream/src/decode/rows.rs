@@ -1,7 +1,7 @@
 //! A request's body as rows of the table: NDJSON, a JSON array of objects or an Arrow IPC
 //! stream, decoded within the request's budget (`DecodeLimits::budget` of its size).
 //!
-//! - Arrow IPC goes through [`crate::bounded_ipc`].
+//! - Arrow IPC goes through [`super::ipc`].
 //! - JSON is decoded by Arrow's JSON decoder straight from the bytes; no parse tree of the
 //!   body is ever built. A JSON array is first split into its elements (16 bytes each,
 //!   counted against the budget). Only a body the decoder refuses is looked at row by row,
@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 
-use axum::body::Bytes;
+use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::error::ArrowError;
@@ -21,10 +21,23 @@ use floe_catalog::CatalogError;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::conform::{Match, conform, leaf_count};
-use super::{ARROW_STREAM, NDJSON, bad_request};
-use crate::bounded_ipc;
-use crate::error::{ApiError, ApiResult};
+use super::ipc as bounded_ipc;
+use crate::core::{Match, conform, leaf_count};
+
+/// One JSON object per line.
+pub const NDJSON: &str = "application/x-ndjson";
+/// A JSON array of objects.
+pub const JSON: &str = "application/json";
+/// An Arrow IPC stream.
+pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+
+type Result<T, E = CatalogError> = std::result::Result<T, E>;
+
+fn bad_request(message: impl Into<String>) -> CatalogError {
+    CatalogError::BadRequest {
+        message: message.into(),
+    }
+}
 
 /// Rows checked row by row at once when a body is refused, to name the one at fault.
 const CHUNK: usize = 8192;
@@ -32,20 +45,20 @@ const CHUNK: usize = 8192;
 /// What a parse tree costs per JSON value, for the budget of inferring a schema.
 const VALUE_BYTES: usize = 80;
 
-fn too_large(message: String) -> ApiError {
-    ApiError(CatalogError::PayloadTooLarge(message))
+fn too_large(message: String) -> CatalogError {
+    CatalogError::PayloadTooLarge(message)
 }
 
 /// The rows of a body, as the table's schema; unknown fields and values that do not fit are
 /// refused naming them.
-pub(super) fn parse(
+pub fn parse(
     media: &str,
     body: &Bytes,
     schema: &SchemaRef,
     budget: usize,
-) -> ApiResult<Vec<RecordBatch>> {
+) -> Result<Vec<RecordBatch>> {
     if media == ARROW_STREAM {
-        let decoded = bounded_ipc::decode_stream(body, budget).map_err(|e| ApiError(e.into()))?;
+        let decoded = bounded_ipc::decode_stream(body, budget).map_err(CatalogError::from)?;
         for field in decoded.schema.fields() {
             if schema.field_with_name(field.name()).is_err() {
                 return Err(bad_request(format!(
@@ -71,7 +84,7 @@ pub(super) fn parse(
 }
 
 /// Refuses `rows` rows when a value in each of the table's columns would not fit the budget.
-fn fits(rows: usize, schema: &SchemaRef, budget: usize) -> ApiResult<()> {
+fn fits(rows: usize, schema: &SchemaRef, budget: usize) -> Result<()> {
     let columns = leaf_count(schema.fields());
     let cost = rows.saturating_mul(columns.max(1)).saturating_mul(8);
     if cost > budget {
@@ -106,7 +119,7 @@ enum JsonRows<'a> {
 }
 
 impl<'a> JsonRows<'a> {
-    fn of(media: &str, body: &'a [u8], budget: usize) -> ApiResult<Self> {
+    fn of(media: &str, body: &'a [u8], budget: usize) -> Result<Self> {
         if media == NDJSON {
             return Ok(JsonRows::Lines(body));
         }
@@ -234,7 +247,7 @@ fn decode_json<'a>(
 }
 
 /// Why a JSON body the decoder refused does not fit, naming the first row at fault.
-fn misfit(rows: &JsonRows, schema: &SchemaRef, refused: ArrowError) -> ApiError {
+fn misfit(rows: &JsonRows, schema: &SchemaRef, refused: ArrowError) -> CatalogError {
     let all: Vec<(Place, &[u8])> = rows.iter().collect();
     for chunk in all.chunks(CHUNK) {
         for (place, row) in chunk {
@@ -310,14 +323,14 @@ impl<'de> Visitor<'de> for KnownFields<'_> {
 
 /// The request's top-level fields with the types their values suggest: those the table
 /// lacks, and those it has (which may bring nested fields or wider types).
-pub(super) type Seen = Vec<Field>;
+pub type Seen = Vec<Field>;
 
-pub(super) fn new_fields(
+pub fn new_fields(
     media: &str,
     body: &Bytes,
     schema: &SchemaRef,
     budget: usize,
-) -> ApiResult<(Seen, Seen)> {
+) -> Result<(Seen, Seen)> {
     let seen = infer_schema(media, body, budget)?;
     Ok(seen
         .fields()
@@ -326,16 +339,17 @@ pub(super) fn new_fields(
         .partition(|f| schema.field_with_name(f.name()).is_err()))
 }
 
-/// A schema for a new table, from the request's rows (JSON) or its stream's schema (Arrow).
-pub(super) fn infer_schema(media: &str, body: &Bytes, budget: usize) -> ApiResult<Schema> {
+/// A schema for a new table, from the request's rows (JSON, inferred as every door infers:
+/// [`crate::core::infer`]) or its stream's schema (Arrow).
+pub fn infer_schema(media: &str, body: &Bytes, budget: usize) -> Result<Schema> {
     if media == ARROW_STREAM {
         return bounded_ipc::stream_schema(body, budget)
             .map(|schema| schema.as_ref().clone())
-            .map_err(|e| ApiError(e.into()));
+            .map_err(CatalogError::from);
     }
     let rows = JsonRows::of(media, body, budget)?;
     // Rows are parsed one at a time; the first refusal is kept to answer with.
-    let refused: Cell<Option<ApiError>> = Cell::new(None);
+    let refused: Cell<Option<CatalogError>> = Cell::new(None);
     let mut any = false;
     let values = rows.iter().map(|(place, row)| {
         any = true;
@@ -352,14 +366,16 @@ pub(super) fn infer_schema(media: &str, body: &Bytes, budget: usize) -> ApiResul
             ArrowError::JsonError(String::new())
         })
     });
-    let inferred = datafusion::arrow::json::reader::infer_json_schema_from_iterator(values);
+    let inferred = crate::core::infer::infer_fields(values);
     if let Some(refusal) = refused.take() {
         return Err(refusal);
     }
     if !any {
         return Err(bad_request("no rows to infer the new table's schema from"));
     }
-    inferred.map_err(|e| bad_request(format!("cannot infer a schema: {e}")))
+    inferred
+        .map(Schema::new)
+        .map_err(|e| bad_request(format!("cannot infer a schema: {e}")))
 }
 
 /// About what parsing a JSON row into values takes: a value per `{`, `[`, `,` and `:` outside
@@ -393,7 +409,6 @@ mod tests {
     use datafusion::arrow::datatypes::DataType;
 
     use super::*;
-    use crate::ingest::JSON;
 
     fn table() -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -402,8 +417,8 @@ mod tests {
         ]))
     }
 
-    fn message(e: ApiError) -> (floe_catalog::ErrorCode, String) {
-        (e.0.code(), e.0.to_string())
+    fn message(e: CatalogError) -> (floe_catalog::ErrorCode, String) {
+        (e.code(), e.to_string())
     }
 
     #[test]

@@ -1,0 +1,150 @@
+//! The ingestion core: what every door that turns a source's records into table rows shares.
+//! Kafka pipelines ([`crate::kafka`]), `POST /ingest/v1/…`, OTLP and Prometheus remote write
+//! are thin adapters over it; a table gets the same column types, the same files and the same
+//! guarantees whichever door its rows came through.
+//!
+//! - **Decode**: one decoder per format into Arrow ([`crate::decode`]: JSON rows, bounded
+//!   Arrow IPC, OTLP, remote write).
+//! - **Infer** ([`infer`]): one schema inference from JSON rows, which makes text that always
+//!   reads as a timestamp or a date a timestamp or a date.
+//! - **Evolve** ([`evolve`]): one evolution step: fields the table lacks become optional
+//!   columns, columns whose values carry more (nested fields, wider types) are widened.
+//! - **Write and commit** ([`commit`]): the rows sorted by the table's sort order, written as
+//!   data files of its partitioning, and appended in one snapshot whose summary carries the
+//!   source's positions — the positions commit in the same catalog transaction as the rows.
+//! - **Log** ([`log`]): one durable log for sources that cannot replay (HTTP, OTLP, remote
+//!   write): a request's rows are acknowledged once synced to it, and a committer per table
+//!   commits what it holds, exactly once.
+//!
+//! Every failure is an [`IngestError`], told apart by its kind, never by its words.
+
+pub mod commit;
+mod conform;
+mod dead_letter;
+pub mod evolve;
+pub mod infer;
+pub mod log;
+
+pub use conform::{Match, conform, leaf_count};
+pub use log::{Ingest, IngestConfig, Receipt};
+
+use datafusion::error::DataFusionError;
+use floe_catalog::{CatalogError, ErrorCode};
+
+/// Why rows could not be taken or committed.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// Another commit changed the table first: worth trying again at once.
+    #[error("commit conflict: {0}")]
+    Conflict(String),
+    /// Another writer owns the source's positions (a pipeline another node took over): this
+    /// one must stop.
+    #[error("{0}")]
+    Fenced(String),
+    /// The rows or the table cannot be written as they are; trying again does not help.
+    #[error("{0}")]
+    Invalid(String),
+    /// Storage or the catalog failed for now: worth trying again later.
+    #[error("{0}")]
+    Storage(String),
+    /// The catalog refused (no such table, no privilege, too large): its code decides the
+    /// answer.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+impl IngestError {
+    /// Whether the same operation may succeed when tried again unchanged.
+    pub fn retryable(&self) -> bool {
+        match self {
+            IngestError::Conflict(_) | IngestError::Storage(_) => true,
+            IngestError::Fenced(_) | IngestError::Invalid(_) => false,
+            IngestError::Catalog(e) => matches!(
+                e.code(),
+                ErrorCode::Conflict
+                    | ErrorCode::TooManyRequests
+                    | ErrorCode::Timeout
+                    | ErrorCode::Unavailable
+                    | ErrorCode::CommitStateUnknown
+                    | ErrorCode::Internal
+            ),
+        }
+    }
+
+    /// A catalog error by its code: a lost race is a conflict, a failure of the store or
+    /// storage is [`IngestError::Storage`], the rest stays the catalog's.
+    pub fn of_catalog(e: CatalogError) -> Self {
+        match e.code() {
+            ErrorCode::Conflict => IngestError::Conflict(e.to_string()),
+            ErrorCode::Timeout
+            | ErrorCode::Unavailable
+            | ErrorCode::CommitStateUnknown
+            | ErrorCode::Internal => IngestError::Storage(e.to_string()),
+            _ => IngestError::Catalog(e),
+        }
+    }
+
+    /// A writer's or committer's error: the catalog's own where it carries one (a commit
+    /// that lost its race carries the catalog's conflict), else a storage failure.
+    pub fn of_write(e: &DataFusionError) -> Self {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(error) = source {
+            if let Some(catalog) = error.downcast_ref::<CatalogError>() {
+                return Self::of_catalog(catalog.copied());
+            }
+            source = error.source();
+        }
+        IngestError::Storage(e.to_string())
+    }
+
+    /// An SQL engine error (the engine reaches a warehouse's storage for writes).
+    pub fn of_sql(e: &floe_sql::SqlError) -> Self {
+        use floe_sql::SqlErrorKind;
+        match e.kind {
+            SqlErrorKind::PermissionDenied => {
+                IngestError::Catalog(CatalogError::PermissionDenied(e.message.clone()))
+            }
+            SqlErrorKind::Invalid => IngestError::Invalid(e.message.clone()),
+            _ => IngestError::Storage(e.message.clone()),
+        }
+    }
+}
+
+impl From<IngestError> for CatalogError {
+    fn from(e: IngestError) -> Self {
+        match e {
+            IngestError::Catalog(e) => e,
+            IngestError::Conflict(message) => CatalogError::CommitFailed(message),
+            IngestError::Invalid(message) | IngestError::Fenced(message) => {
+                CatalogError::BadRequest { message }
+            }
+            IngestError::Storage(message) => CatalogError::Unavailable(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_told_apart_by_their_code_not_their_words() {
+        let dropped = CatalogError::NotFound {
+            error_type: "NoSuchTableException",
+            message: "Table does not exist: conflict".into(),
+        };
+        assert!(!IngestError::of_catalog(dropped).retryable());
+        let raced = CatalogError::CommitFailed("requirement failed: not found".into());
+        assert!(matches!(
+            IngestError::of_catalog(raced),
+            IngestError::Conflict(_)
+        ));
+        // Through the writer's error, as a failed commit reports it.
+        let written = DataFusionError::External(Box::new(CatalogError::PermissionDenied(
+            "no write-data".into(),
+        )));
+        assert!(!IngestError::of_write(&written).retryable());
+        let storage = DataFusionError::Execution("connection reset".into());
+        assert!(IngestError::of_write(&storage).retryable());
+    }
+}
