@@ -53,6 +53,7 @@ class Floe:
     pg_port: int = 0
     flight_port: int = 0
     database: str | None = None
+    otlp_grpc_port: int = 0
 
     @property
     def catalog_uri(self) -> str:
@@ -107,12 +108,13 @@ class Floe:
         )
 
 
-def _launch(tmp_path: Path, env, data_dir: Path, port: int, pg_port: int, flight_port: int, extra_args):
+def _launch(tmp_path: Path, env, data_dir: Path, port: int, pg_port: int, flight_port: int, otlp_port: int, extra_args):
     """Starts `floe serve` and waits for /health; returns (None, None) if the process exited."""
     log = open(tmp_path / "floe.log", "wb")
     process = subprocess.Popen(
         [FLOE_BIN, "serve", "--listen", f"127.0.0.1:{port}", "--pg-listen", f"127.0.0.1:{pg_port}",
-         "--flight-listen", f"127.0.0.1:{flight_port}", *extra_args, "--data-dir", str(data_dir)],
+         "--flight-listen", f"127.0.0.1:{flight_port}", "--otlp-grpc-listen", f"127.0.0.1:{otlp_port}",
+         *extra_args, "--data-dir", str(data_dir)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -166,14 +168,14 @@ def start_floe(
     # Free ports are picked here and bound by Floe a moment later; another process can take one
     # in between. Floe then exits saying so, and the start is retried with fresh ports.
     for attempt in range(5):
-        port, pg_port, flight_port = _free_port(), _free_port(), _free_port()
-        process, base = _launch(tmp_path, env, data_dir, port, pg_port, flight_port, extra_args)
+        port, pg_port, flight_port, otlp_port = _free_port(), _free_port(), _free_port(), _free_port()
+        process, base = _launch(tmp_path, env, data_dir, port, pg_port, flight_port, otlp_port, extra_args)
         if process is not None:
             break
         log_text = (tmp_path / "floe.log").read_text()
         if "Address already in use" not in log_text or attempt == 4:
             raise RuntimeError(f"floe did not start: {log_text}")
-    floe = Floe(process, base, data_dir, "default", storage, backend, pg_port, flight_port, database)
+    floe = Floe(process, base, data_dir, "default", storage, backend, pg_port, flight_port, database, otlp_port)
     if storage == "s3":
         floe.warehouse = "s3wh"
         response = floe.api(

@@ -25,6 +25,9 @@ pub struct ServeArgs {
     /// Address of the Arrow Flight SQL server (`off` to disable).
     #[arg(long, env = "FLOE_FLIGHT_LISTEN", default_value = "127.0.0.1:50051")]
     pub flight_listen: String,
+    /// Address of the OTLP/gRPC server (`off` to disable); OTLP/HTTP is on `--listen`.
+    #[arg(long, env = "FLOE_OTLP_GRPC_LISTEN", default_value = "127.0.0.1:4317")]
+    pub otlp_grpc_listen: String,
     /// PEM certificate chain for TLS on the PostgreSQL and Flight SQL front doors (with
     /// `--tls-key`).
     #[arg(long, env = "FLOE_TLS_CERT", requires = "tls_key")]
@@ -425,6 +428,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             tls.clone(),
         ))
     });
+    let otlp_grpc = bind_optional(&args.otlp_grpc_listen, "OTLP/gRPC", "--otlp-grpc-listen")
+        .await?
+        .map(|listener| {
+            tokio::spawn(floe_server::otlp_grpc::serve(
+                listener,
+                state.clone(),
+                shutdown.clone(),
+                tls.clone(),
+            ))
+        });
     let flight = flight_listener.map(|flight| {
         tokio::spawn(floe_server::flight::serve(
             flight,
@@ -455,6 +468,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     floe_server::serve(listener, state, shutdown).await?;
     if let Some(worker) = worker {
         worker.stopped().await;
+    }
+    if let Some(otlp_grpc) = otlp_grpc {
+        let _ = otlp_grpc.await;
     }
     if let Some(flight) = flight {
         let _ = flight.await;

@@ -137,6 +137,39 @@ pub fn require_server(caller: &Caller, privilege: Privilege) -> Result<(), ApiEr
         .map_err(ApiError)
 }
 
+/// The caller a gRPC request's `authorization: Bearer <token>` metadata names (Flight SQL,
+/// OTLP/gRPC).
+pub(crate) async fn grpc_caller(
+    state: &AppState,
+    metadata: &tonic::metadata::MetadataMap,
+) -> Result<Caller, tonic::Status> {
+    let header = metadata
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| {
+            tonic::Status::unauthenticated(
+                "authentication required: handshake first or send a bearer token",
+            )
+        })?;
+    let token = header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .ok_or_else(|| {
+            tonic::Status::unauthenticated("the authorization header must be 'Bearer <token>'")
+        })?;
+    let principal = state
+        .auth
+        .authenticate(token)
+        .await
+        .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+    let grants = state
+        .authz
+        .grants(&principal)
+        .await
+        .map_err(|e| tonic::Status::internal(e.to_string()))?;
+    Ok(Caller { principal, grants })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -294,33 +294,7 @@ impl FloeFlightSql {
     }
 
     async fn bearer_caller(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
-        let header = metadata
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                Status::unauthenticated(
-                    "authentication required: handshake first or send a bearer token",
-                )
-            })?;
-        let token = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .ok_or_else(|| {
-                Status::unauthenticated("the authorization header must be 'Bearer <token>'")
-            })?;
-        let principal = self
-            .state
-            .auth
-            .authenticate(token)
-            .await
-            .map_err(|e| Status::unauthenticated(e.to_string()))?;
-        let grants = self
-            .state
-            .authz
-            .grants(&principal)
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Caller { principal, grants })
+        crate::auth::grpc_caller(&self.state, metadata).await
     }
 
     /// Plans the statement (for its schema, without running it) and answers with one

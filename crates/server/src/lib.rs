@@ -23,6 +23,8 @@ pub mod maintenance;
 pub mod management;
 pub mod metrics;
 pub mod oidc;
+pub mod otlp;
+pub mod otlp_grpc;
 pub mod pg;
 pub mod pipelines;
 pub mod registry;
@@ -149,6 +151,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .merge(ingest_router(state.clone()))
+        .merge(otlp_router(state.clone()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             audit::record,
@@ -173,6 +176,29 @@ fn ingest_router(state: AppState) -> Router<AppState> {
             auth::require_principal,
         ))
         // The handler reads the body itself, within `--ingest-max-body-mb`.
+        .layer(DefaultBodyLimit::disable())
+}
+
+/// `/otlp/…` and `/prometheus/…/api/v1/write` ([`otlp`]).
+fn otlp_router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route(
+            "/otlp/{warehouse}/v1/{signal}",
+            axum::routing::post(otlp::export_to),
+        )
+        .route(
+            "/otlp/v1/{signal}",
+            axum::routing::post(otlp::export_by_header),
+        )
+        .route(
+            "/prometheus/{warehouse}/api/v1/write",
+            axum::routing::post(otlp::remote_write),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state,
+            auth::require_principal,
+        ))
+        // The handlers read the body themselves, within `--ingest-max-body-mb`.
         .layer(DefaultBodyLimit::disable())
 }
 

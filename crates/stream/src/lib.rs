@@ -19,7 +19,9 @@ pub mod core;
 pub mod decode;
 mod format;
 pub mod kafka;
+pub mod otlp;
 pub mod registry;
+pub mod remote_write;
 
 /// Why a pipeline stopped.
 #[derive(Debug, thiserror::Error)]

@@ -253,6 +253,7 @@ async fn root_credentials_file_is_written_private_when_not_configured() {
         .port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
         .env("FLOE_PG_LISTEN", "127.0.0.1:0")
+        .env("FLOE_OTLP_GRPC_LISTEN", "127.0.0.1:0")
         .args([
             "serve",
             "--listen",
@@ -1875,6 +1876,7 @@ fn verify_audit(data_dir: &std::path::Path) -> std::process::Output {
 fn verify_audit_with(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
         .env("FLOE_PG_LISTEN", "127.0.0.1:0")
+        .env("FLOE_OTLP_GRPC_LISTEN", "127.0.0.1:0")
         .args(["audit", "verify", "--data-dir"])
         .arg(data_dir)
         .args(args)

@@ -106,6 +106,7 @@ impl Floe {
             // Many servers run at once: none takes the fixed PostgreSQL port.
             .env("FLOE_PG_LISTEN", "127.0.0.1:0")
             .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
+            .env("FLOE_OTLP_GRPC_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null());
         let catalog_db = if backend == "postgres" {
             let url = fresh_postgres_database().await;

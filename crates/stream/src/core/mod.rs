@@ -24,6 +24,7 @@ mod dead_letter;
 pub mod evolve;
 pub mod infer;
 pub mod log;
+pub mod target;
 
 pub use conform::{Match, conform, leaf_count};
 pub use log::{Ingest, IngestConfig, Receipt};

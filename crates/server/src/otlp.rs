@@ -1,0 +1,407 @@
+//! OTLP/HTTP and Prometheus remote write: front doors over the ingestion core's OpenTelemetry
+//! and remote-write adapters ([`floe_stream::otlp`], [`floe_stream::remote_write`]).
+//!
+//! - `POST /otlp/{warehouse}/v1/{logs|traces|metrics}` — the tenant (a warehouse) in the path;
+//!   `POST /otlp/v1/{logs|traces|metrics}` takes it from `X-Scope-OrgID` (as Loki and Mimir
+//!   do), `default` when absent. Bodies are OTLP protobuf (`application/x-protobuf`) or
+//!   OTLP/JSON (`application/json`), optionally gzip (`Content-Encoding: gzip`). The answer is
+//!   the signal's `Export…ServiceResponse` in the request's encoding, with `partial_success`
+//!   counting records refused one by one; an error is a `google.rpc.Status` in the request's
+//!   encoding (400 malformed, 401, 403, 404 unknown tenant, 413, 415, and 503 with
+//!   `Retry-After` when trying again helps).
+//! - `POST /prometheus/{warehouse}/api/v1/write` — remote write 1.0 (snappy block format,
+//!   `application/x-protobuf`): 204 once the samples are durable, 400 with a text body for a
+//!   request Prometheus should drop, 5xx with `Retry-After` for one it should send again.
+//!
+//! Every request is authenticated (a bearer token, or Basic credentials as Prometheus sends
+//! them), the caller needs `write-data` on the tables it writes (and `create-table` /
+//! `create-namespace` the first time), and rows are acknowledged only once durable in the
+//! core's log.
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use floe_catalog::ErrorCode;
+use floe_catalog::governance::authz::Caller;
+use floe_stream::core::IngestError;
+use floe_stream::otlp::opentelemetry_proto::tonic::collector;
+use floe_stream::otlp::{self, Encoding, Refusal, Signal, Taken};
+use prost::Message;
+
+use crate::AppState;
+
+/// The header naming a request's tenant (its warehouse) when its path does not.
+pub const TENANT_HEADER: &str = "x-scope-orgid";
+
+/// The tenant a request without one writes to.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// `google.rpc.Status`, the body of an OTLP error.
+#[derive(Clone, PartialEq, prost::Message, serde::Serialize)]
+pub struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+/// An OTLP error answer: HTTP status, gRPC code, message.
+pub struct Failure {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// The gRPC status code OTLP pairs with this HTTP status.
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self.status {
+            StatusCode::BAD_REQUEST | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                tonic::Code::InvalidArgument
+            }
+            StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+            StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
+            StatusCode::NOT_FOUND => tonic::Code::NotFound,
+            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => {
+                tonic::Code::ResourceExhausted
+            }
+            StatusCode::CONFLICT => tonic::Code::Aborted,
+            _ => tonic::Code::Unavailable,
+        }
+    }
+
+    /// Whether the client should send the request again (OTLP retries 429, 502, 503, 504).
+    fn retryable(&self) -> bool {
+        matches!(
+            self.status,
+            StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT
+        )
+    }
+
+    fn of_refusal(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Malformed(m) => Failure::new(StatusCode::BAD_REQUEST, m),
+            Refusal::TooLarge(m) => Failure::new(StatusCode::PAYLOAD_TOO_LARGE, m),
+        }
+    }
+
+    /// A core error: the catalog's own status, a retryable failure as 503.
+    pub fn of_ingest(e: IngestError, tenant: &str) -> Self {
+        if e.retryable() {
+            return Failure::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        }
+        match e {
+            IngestError::Catalog(e) => {
+                let status = crate::error::status_for(e.code());
+                let message = match e.code() {
+                    ErrorCode::NotFound if e.to_string().contains("Warehouse") => {
+                        format!("unknown tenant {tenant:?}: no such warehouse")
+                    }
+                    _ => crate::error::client_message(&e),
+                };
+                Failure::new(status, message)
+            }
+            e => Failure::new(StatusCode::BAD_REQUEST, e.to_string()),
+        }
+    }
+
+    fn response(&self, encoding: Encoding) -> Response {
+        let body = RpcStatus {
+            code: self.grpc_code() as i32,
+            message: self.message.clone(),
+        };
+        let mut response = match encoding {
+            Encoding::Protobuf => (
+                self.status,
+                [(header::CONTENT_TYPE, "application/x-protobuf")],
+                body.encode_to_vec(),
+            )
+                .into_response(),
+            Encoding::Json => (self.status, axum::Json(body)).into_response(),
+        };
+        if self.retryable() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// The encoding a `Content-Type` names.
+fn encoding(headers: &HeaderMap) -> Option<Encoding> {
+    let media = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())?
+        .split(';')
+        .next()?
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "application/x-protobuf" | "application/protobuf" => Some(Encoding::Protobuf),
+        "application/json" => Some(Encoding::Json),
+        _ => None,
+    }
+}
+
+/// The body, at most `limit` bytes.
+async fn read_body(
+    body: axum::body::Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, Failure> {
+    let too_large = || {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is larger than the {limit} bytes taken per request (--ingest-max-body-mb)"
+            ),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
+}
+
+/// `Content-Encoding`, lowercased (`identity` when absent).
+fn content_encoding(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| "identity".to_string(), |v| v.trim().to_ascii_lowercase())
+}
+
+/// A signal's rows taken from `body` as `caller` into `tenant`'s tables.
+pub async fn take(
+    state: &AppState,
+    caller: &Caller,
+    tenant: &str,
+    signal: Signal,
+    encoding: Encoding,
+    body: &[u8],
+) -> Result<Taken, Failure> {
+    let Some(log) = state.ingest.clone() else {
+        return Err(Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ingestion is not enabled on this server",
+        ));
+    };
+    let budget = state.decode.budget(body.len());
+    let request = otlp::decode(signal, encoding, body, budget).map_err(Failure::of_refusal)?;
+    let now = otlp::now_micros();
+    let converted = otlp::convert(&request, now);
+    drop(request);
+    otlp::ingest(&log, &state.catalog, caller, tenant, signal, converted, now)
+        .await
+        .map_err(|e| Failure::of_ingest(e, tenant))
+}
+
+/// The signal's `Export…ServiceResponse` for what was taken, as protobuf bytes and as JSON.
+pub fn answer(signal: Signal, taken: &Taken) -> (Vec<u8>, serde_json::Value) {
+    let rejected = taken.rejected as i64;
+    let message = taken.error_message.clone().unwrap_or_default();
+    macro_rules! respond {
+        ($response:ty, $partial:ty, $field:ident) => {{
+            let partial = (rejected > 0).then(|| <$partial>::default());
+            let mut response = <$response>::default();
+            if let Some(mut partial) = partial {
+                partial.$field = rejected;
+                partial.error_message = message.clone();
+                response.partial_success = Some(partial);
+            }
+            let json = match &response.partial_success {
+                None => serde_json::json!({}),
+                Some(_) => serde_json::to_value(&response).unwrap_or_default(),
+            };
+            (response.encode_to_vec(), json)
+        }};
+    }
+    match signal {
+        Signal::Logs => respond!(
+            collector::logs::v1::ExportLogsServiceResponse,
+            collector::logs::v1::ExportLogsPartialSuccess,
+            rejected_log_records
+        ),
+        Signal::Traces => respond!(
+            collector::trace::v1::ExportTraceServiceResponse,
+            collector::trace::v1::ExportTracePartialSuccess,
+            rejected_spans
+        ),
+        Signal::Metrics => respond!(
+            collector::metrics::v1::ExportMetricsServiceResponse,
+            collector::metrics::v1::ExportMetricsPartialSuccess,
+            rejected_data_points
+        ),
+    }
+}
+
+/// `POST /otlp/{warehouse}/v1/{signal}`.
+pub async fn export_to(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    UrlPath((tenant, signal)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    export(state, caller, tenant, signal, headers, body).await
+}
+
+/// `POST /otlp/v1/{signal}`, the tenant in `X-Scope-OrgID`.
+pub async fn export_by_header(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    UrlPath(signal): UrlPath<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let tenant = headers
+        .get(TENANT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| DEFAULT_TENANT.to_string(), |t| t.trim().to_string());
+    export(state, caller, tenant, signal, headers, body).await
+}
+
+async fn export(
+    state: AppState,
+    caller: Caller,
+    tenant: String,
+    signal: String,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let Some(encoding) = encoding(&headers) else {
+        return Failure::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send OTLP as application/x-protobuf or application/json",
+        )
+        .response(Encoding::Json);
+    };
+    let Some(signal) = Signal::of_path(&signal) else {
+        return Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("no OTLP signal {signal:?}: send logs, traces or metrics"),
+        )
+        .response(encoding);
+    };
+    let limit = state
+        .ingest
+        .as_ref()
+        .map_or(64 << 20, |i| i.config.max_body_bytes);
+    let answered = async {
+        let body = read_body(body, &headers, limit).await?;
+        let body = match content_encoding(&headers).as_str() {
+            "identity" => body.to_vec(),
+            "gzip" => {
+                otlp::gunzip(&body, state.decode.budget(body.len())).map_err(Failure::of_refusal)?
+            }
+            other => {
+                return Err(Failure::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!("Content-Encoding {other:?} is not taken: send gzip or none"),
+                ));
+            }
+        };
+        take(&state, &caller, &tenant, signal, encoding, &body).await
+    }
+    .await;
+    match answered {
+        Ok(taken) => {
+            let (bytes, json) = answer(signal, &taken);
+            match encoding {
+                Encoding::Protobuf => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/x-protobuf")],
+                    bytes,
+                )
+                    .into_response(),
+                Encoding::Json => (StatusCode::OK, axum::Json(json)).into_response(),
+            }
+        }
+        Err(failure) => failure.response(encoding),
+    }
+}
+
+/// `POST /prometheus/{warehouse}/api/v1/write`.
+pub async fn remote_write(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    UrlPath(tenant): UrlPath<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let refuse = |failure: Failure| -> Response {
+        let mut response = (failure.status, failure.message.clone()).into_response();
+        if failure.retryable() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    };
+    let media = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if !media.starts_with("application/x-protobuf") || media.contains("io.prometheus.write.v2") {
+        return refuse(Failure::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send remote write 1.0: application/x-protobuf (prometheus.WriteRequest)",
+        ));
+    }
+    if content_encoding(&headers) != "snappy" {
+        return refuse(Failure::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "remote write bodies are snappy-compressed (Content-Encoding: snappy)",
+        ));
+    }
+    let Some(log) = state.ingest.clone() else {
+        return refuse(Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ingestion is not enabled on this server",
+        ));
+    };
+    let taken = async {
+        let body = read_body(body, &headers, log.config.max_body_bytes).await?;
+        let budget = state.decode.budget(body.len());
+        let request =
+            floe_stream::remote_write::decode(&body, budget).map_err(Failure::of_refusal)?;
+        let now = otlp::now_micros();
+        let converted = floe_stream::remote_write::convert(&request);
+        drop(request);
+        otlp::ingest(
+            &log,
+            &state.catalog,
+            &caller,
+            &tenant,
+            Signal::Metrics,
+            converted,
+            now,
+        )
+        .await
+        .map_err(|e| Failure::of_ingest(e, &tenant))
+    }
+    .await;
+    match taken {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(failure) => refuse(failure),
+    }
+}

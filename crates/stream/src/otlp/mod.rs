@@ -1,0 +1,438 @@
+//! OpenTelemetry (OTLP) into Iceberg: logs, spans and metrics decoded from OTLP's protobuf or
+//! JSON ([`decode`], bounded by [`bounds`]), turned into rows of the tenant's `otel` tables
+//! ([`layout`], [`logs`], [`spans`], [`metrics`]), and taken by the ingestion core's durable
+//! log ([`ingest`]) — the front doors (OTLP/HTTP, OTLP/gRPC) are thin adapters over this.
+//!
+//! A record that cannot be a row (an id of the wrong length, a span without ids, a metric
+//! without data) is refused on its own: the rest of the request is taken, the refused records
+//! go to `otel.dead_letters` with their reason, and the answer's `partial_success` counts
+//! them, as OTLP asks.
+
+pub mod bounds;
+pub mod layout;
+pub mod logs;
+pub mod metrics;
+pub mod spans;
+pub mod values;
+
+use std::io::Read;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
+use floe_catalog::CatalogError;
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::CatalogService;
+use iceberg::{NamespaceIdent, TableIdent};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+pub use opentelemetry_proto;
+
+use crate::core::{Ingest, IngestError, Match, conform, target};
+
+/// What an OTLP request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Logs,
+    Traces,
+    Metrics,
+}
+
+impl Signal {
+    /// The table its rows go to, in [`layout::NAMESPACE`].
+    pub fn table(self) -> &'static str {
+        match self {
+            Signal::Logs => layout::LOGS,
+            Signal::Traces => layout::SPANS,
+            Signal::Metrics => layout::METRICS,
+        }
+    }
+
+    /// Its name in OTLP's paths (`/v1/logs`, `/v1/traces`, `/v1/metrics`).
+    pub fn path(self) -> &'static str {
+        match self {
+            Signal::Logs => "logs",
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+        }
+    }
+
+    pub fn of_path(path: &str) -> Option<Self> {
+        match path {
+            "logs" => Some(Signal::Logs),
+            "traces" => Some(Signal::Traces),
+            "metrics" => Some(Signal::Metrics),
+            _ => None,
+        }
+    }
+}
+
+/// How a request's body is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Protobuf,
+    Json,
+}
+
+/// A decoded OTLP request.
+#[derive(Debug, Clone)]
+pub enum Request {
+    Logs(ExportLogsServiceRequest),
+    Traces(ExportTraceServiceRequest),
+    Metrics(ExportMetricsServiceRequest),
+}
+
+/// Why a body was not decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// Not OTLP (or not the signal's message): 400.
+    #[error("{0}")]
+    Malformed(String),
+    /// More than the request may decode to: 413.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// A gzip `body` inflated, to at most `budget` bytes.
+pub fn gunzip(body: &[u8], budget: usize) -> Result<Vec<u8>, Refusal> {
+    let mut inflated = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(budget as u64 + 1)
+        .read_to_end(&mut inflated)
+        .map_err(|e| Refusal::Malformed(format!("the gzip body does not inflate: {e}")))?;
+    if inflated.len() > budget {
+        return Err(Refusal::TooLarge(format!(
+            "the gzip body inflates past the {budget} bytes this request may decode \
+             (--decode-memory-mb)"
+        )));
+    }
+    Ok(inflated)
+}
+
+/// `body` decoded as `signal`'s request, within `budget` bytes of decoded memory.
+pub fn decode(
+    signal: Signal,
+    encoding: Encoding,
+    body: &[u8],
+    budget: usize,
+) -> Result<Request, Refusal> {
+    let cost = match encoding {
+        Encoding::Protobuf => bounds::protobuf_cost(body).ok_or_else(|| {
+            Refusal::Malformed(format!(
+                "the body is not a protobuf {} request",
+                signal.path()
+            ))
+        })?,
+        Encoding::Json => bounds::json_cost(body),
+    };
+    if cost > budget {
+        return Err(Refusal::TooLarge(format!(
+            "the request would take {cost} bytes to decode, more than the {budget} it may \
+             (--decode-memory-mb)"
+        )));
+    }
+    fn proto<M: prost::Message + Default>(body: &[u8], signal: Signal) -> Result<M, Refusal> {
+        M::decode(body).map_err(|e| {
+            Refusal::Malformed(format!(
+                "the body is not a protobuf {} request: {e}",
+                signal.path()
+            ))
+        })
+    }
+    fn json<M: serde::de::DeserializeOwned>(body: &[u8], signal: Signal) -> Result<M, Refusal> {
+        serde_json::from_slice(body).map_err(|e| {
+            Refusal::Malformed(format!(
+                "the body is not an OTLP/JSON {} request: {e}",
+                signal.path()
+            ))
+        })
+    }
+    Ok(match (signal, encoding) {
+        (Signal::Logs, Encoding::Protobuf) => Request::Logs(proto(body, signal)?),
+        (Signal::Logs, Encoding::Json) => Request::Logs(json(body, signal)?),
+        (Signal::Traces, Encoding::Protobuf) => Request::Traces(proto(body, signal)?),
+        (Signal::Traces, Encoding::Json) => Request::Traces(json(body, signal)?),
+        (Signal::Metrics, Encoding::Protobuf) => Request::Metrics(proto(body, signal)?),
+        (Signal::Metrics, Encoding::Json) => Request::Metrics(json(body, signal)?),
+    })
+}
+
+/// A record that cannot be a row: the service that sent it, why, and the record as JSON.
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    pub service: String,
+    pub error: String,
+    pub record: Option<String>,
+}
+
+impl Rejected {
+    pub fn of(service: &str, error: String, record: &impl serde::Serialize) -> Self {
+        Self {
+            service: service.to_string(),
+            error,
+            record: serde_json::to_string(record).ok(),
+        }
+    }
+}
+
+/// A request's rows and the records refused.
+#[derive(Debug)]
+pub struct Converted {
+    pub batch: RecordBatch,
+    pub rejected: Vec<Rejected>,
+}
+
+/// Microseconds since the epoch, now.
+pub fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// `request`'s rows; records without a time of their own take `now` (microseconds).
+pub fn convert(request: &Request, now: i64) -> Converted {
+    match request {
+        Request::Logs(r) => logs::convert(r, now),
+        Request::Traces(r) => spans::convert(r, now),
+        Request::Metrics(r) => metrics::convert(r, now),
+    }
+}
+
+/// The refused records of `signal` as rows of `otel.dead_letters`.
+pub fn dead_letters(signal: Signal, rejected: &[Rejected], now: i64) -> RecordBatch {
+    let mut received = TimestampMicrosecondBuilder::new().with_timezone("+00:00");
+    let mut service = StringBuilder::new();
+    let mut kind = StringBuilder::new();
+    let mut error = StringBuilder::new();
+    let mut record = StringBuilder::new();
+    for r in rejected {
+        received.append_value(now);
+        service.append_value(&r.service);
+        kind.append_value(signal.path());
+        error.append_value(&r.error);
+        record.append_option(r.record.as_deref());
+    }
+    RecordBatch::try_new(
+        layout::dead_letters_schema(),
+        vec![
+            Arc::new(received.finish()),
+            Arc::new(service.finish()),
+            Arc::new(kind.finish()),
+            Arc::new(error.finish()),
+            Arc::new(record.finish()),
+        ],
+    )
+    .expect("the builders follow the dead-letter layout")
+}
+
+/// What a request's rows became.
+#[derive(Debug, Clone, Default)]
+pub struct Taken {
+    /// Records taken durably (they reach their table exactly once).
+    pub accepted: usize,
+    /// Records refused (in `otel.dead_letters`).
+    pub rejected: usize,
+    /// The first refusal's reason, for the answer.
+    pub error_message: Option<String>,
+}
+
+/// The table `name` of the `otel` namespace.
+pub fn table_ident(name: &str) -> TableIdent {
+    TableIdent::new(
+        NamespaceIdent::new(layout::NAMESPACE.to_string()),
+        name.to_string(),
+    )
+}
+
+/// `converted` (the rows of a `signal` request) taken durably into the tenant's (`warehouse`)
+/// tables as `caller`, creating them on first write: the rows into the signal's table, the
+/// refused records into `otel.dead_letters`. Once this returns, the request may be answered.
+pub async fn ingest(
+    log: &Arc<Ingest>,
+    catalog: &CatalogService,
+    caller: &Caller,
+    warehouse: &str,
+    signal: Signal,
+    converted: Converted,
+    now: i64,
+) -> Result<Taken, IngestError> {
+    let mut taken = Taken {
+        rejected: converted.rejected.len(),
+        error_message: converted.rejected.first().map(|r| r.error.clone()),
+        ..Taken::default()
+    };
+    let rows = converted.batch.num_rows();
+    if rows > 0 {
+        append(
+            log,
+            catalog,
+            caller,
+            warehouse,
+            signal.table(),
+            &converted.batch,
+        )
+        .await?;
+        taken.accepted = rows;
+    }
+    if !converted.rejected.is_empty() {
+        let letters = dead_letters(signal, &converted.rejected, now);
+        append(
+            log,
+            catalog,
+            caller,
+            warehouse,
+            layout::DEAD_LETTERS,
+            &letters,
+        )
+        .await?;
+    }
+    Ok(taken)
+}
+
+/// `batch` (rows of `name`'s layout) appended to the log of table `otel.<name>`.
+async fn append(
+    log: &Arc<Ingest>,
+    catalog: &CatalogService,
+    caller: &Caller,
+    warehouse: &str,
+    name: &str,
+    batch: &RecordBatch,
+) -> Result<(), IngestError> {
+    let ident = table_ident(name);
+    let schema = target::ensure(catalog, caller, warehouse, &ident, &layout::layout(name)).await?;
+    let rows = conform(batch, &schema, Match::Name).map_err(|e| {
+        IngestError::Catalog(CatalogError::bad_request(format!(
+            "table {warehouse}.{ident} cannot take OTLP rows as it is: {e}"
+        )))
+    })?;
+    log.append(warehouse, &ident, &[rows]).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    const LOGS_JSON: &str = r#"{"resourceLogs":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"checkout"}}]},
+      "scopeLogs":[{"scope":{"name":"app","version":"1.0"},"logRecords":[
+        {"timeUnixNano":"1700000000000000000","severityNumber":9,"severityText":"INFO","body":{"stringValue":"paid"},
+         "traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","attributes":[{"key":"amount","value":{"intValue":"42"}}]},
+        {"timeUnixNano":"1700000000000000001","body":{"stringValue":"bad id"},"traceId":"abcd"}]}]}]}"#;
+
+    const SPANS_JSON: &str = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"checkout"}}]},
+      "scopeSpans":[{"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174","name":"pay","kind":2,
+        "startTimeUnixNano":"1700000000000000000","endTimeUnixNano":"1700000000500000000",
+        "events":[{"timeUnixNano":"1700000000100000000","name":"charged","attributes":[{"key":"ok","value":{"boolValue":true}}]}],
+        "status":{"code":1}}]}]}]}"#;
+
+    const METRICS_JSON: &str = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"checkout"}}]},
+      "scopeMetrics":[{"metrics":[
+        {"name":"requests","sum":{"aggregationTemporality":2,"isMonotonic":true,"dataPoints":[{"timeUnixNano":"1700000000000000000","asInt":"5"}]}},
+        {"name":"latency","histogram":{"aggregationTemporality":1,"dataPoints":[{"timeUnixNano":"1700000000000000000","count":"3","sum":1.5,"bucketCounts":["1","2"],"explicitBounds":[0.5]}]}},
+        {"name":"sizes","exponentialHistogram":{"dataPoints":[{"timeUnixNano":"1700000000000000000","count":"2","scale":1,"positive":{"offset":1,"bucketCounts":["2"]}}]}},
+        {"name":"quantiles","summary":{"dataPoints":[{"timeUnixNano":"1700000000000000000","count":"2","sum":3,"quantileValues":[{"quantile":0.5,"value":1.5}]}]}},
+        {"name":"temperature","gauge":{"dataPoints":[{"timeUnixNano":"1700000000000000000","asDouble":21.5}]}},
+        {"name":"empty"}]}]}]}"#;
+
+    fn text_at(batch: &RecordBatch, column: &str, row: usize) -> String {
+        let array = batch.column_by_name(column).unwrap();
+        datafusion::arrow::util::display::array_value_to_string(array, row).unwrap()
+    }
+
+    #[test]
+    fn every_signal_becomes_rows_of_its_table_and_misfits_are_refused_alone() {
+        let logs = decode(Signal::Logs, Encoding::Json, LOGS_JSON.as_bytes(), 1 << 20).unwrap();
+        let converted = convert(&logs, 0);
+        assert_eq!(converted.batch.num_rows(), 1);
+        assert_eq!(converted.rejected.len(), 1);
+        assert!(converted.rejected[0].error.contains("trace_id has 2 bytes"));
+        assert_eq!(text_at(&converted.batch, "service_name", 0), "checkout");
+        assert_eq!(
+            text_at(&converted.batch, "trace_id", 0),
+            "5b8efff798038103d269b633813fc60c"
+        );
+        assert_eq!(text_at(&converted.batch, "attributes", 0), "{amount: 42}");
+        assert_eq!(text_at(&converted.batch, "time", 0), "2023-11-14T22:13:20Z");
+
+        let spans = decode(
+            Signal::Traces,
+            Encoding::Json,
+            SPANS_JSON.as_bytes(),
+            1 << 20,
+        )
+        .unwrap();
+        let converted = convert(&spans, 0);
+        assert_eq!(converted.batch.num_rows(), 1);
+        assert_eq!(text_at(&converted.batch, "kind", 0), "SERVER");
+        assert_eq!(text_at(&converted.batch, "status_code", 0), "OK");
+        assert_eq!(text_at(&converted.batch, "duration_ns", 0), "500000000");
+
+        let metrics = decode(
+            Signal::Metrics,
+            Encoding::Json,
+            METRICS_JSON.as_bytes(),
+            1 << 20,
+        )
+        .unwrap();
+        let converted = convert(&metrics, 0);
+        assert_eq!(converted.batch.num_rows(), 5);
+        assert_eq!(converted.rejected.len(), 1, "a metric without data");
+        let kinds: Vec<String> = (0..5)
+            .map(|row| text_at(&converted.batch, "metric_type", row))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "sum",
+                "histogram",
+                "exponential_histogram",
+                "summary",
+                "gauge"
+            ]
+        );
+        assert_eq!(text_at(&converted.batch, "value", 0), "5.0");
+        assert_eq!(text_at(&converted.batch, "bucket_counts", 1), "[1, 2]");
+
+        // The same request as protobuf decodes alike.
+        let Request::Logs(request) = logs else {
+            unreachable!()
+        };
+        let bytes = request.encode_to_vec();
+        let again = decode(Signal::Logs, Encoding::Protobuf, &bytes, 1 << 20).unwrap();
+        assert_eq!(convert(&again, 0).batch.num_rows(), 1);
+    }
+
+    #[test]
+    fn bad_bodies_are_refused_by_kind() {
+        assert!(matches!(
+            decode(
+                Signal::Logs,
+                Encoding::Protobuf,
+                &[0xff, 0xff, 0xff],
+                1 << 20
+            ),
+            Err(Refusal::Malformed(_))
+        ));
+        assert!(matches!(
+            decode(
+                Signal::Logs,
+                Encoding::Json,
+                b"{\"resourceLogs\": 7}",
+                1 << 20
+            ),
+            Err(Refusal::Malformed(_))
+        ));
+        assert!(matches!(
+            decode(Signal::Logs, Encoding::Json, LOGS_JSON.as_bytes(), 1000),
+            Err(Refusal::TooLarge(_))
+        ));
+        let mut bomb = Vec::new();
+        {
+            use std::io::Write;
+            let mut gz = flate2::write::GzEncoder::new(&mut bomb, flate2::Compression::best());
+            gz.write_all(&vec![b' '; 10 << 20]).unwrap();
+            gz.finish().unwrap();
+        }
+        assert!(matches!(gunzip(&bomb, 1 << 20), Err(Refusal::TooLarge(_))));
+    }
+}

@@ -1,0 +1,120 @@
+//! OTLP values as table values: attributes as maps of text, any value as text, ids as hex,
+//! nanoseconds as microsecond timestamps.
+
+use base64::Engine;
+use datafusion::arrow::array::{MapBuilder, MapFieldNames, StringBuilder};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+/// The `service.name` OTLP's semantic conventions give a resource that names none.
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// A map column's builder: text keys, text values.
+pub type TextMap = MapBuilder<StringBuilder, StringBuilder>;
+
+/// Named as Iceberg's maps are read (`key_value` of `key` and `value`).
+pub fn text_map() -> TextMap {
+    let names = MapFieldNames {
+        entry: "key_value".into(),
+        key: "key".into(),
+        value: "value".into(),
+    };
+    MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new())
+}
+
+/// Appends `attributes` as one map value (a key given twice keeps its last value).
+pub fn push_attributes(builder: &mut TextMap, attributes: &[KeyValue]) {
+    let mut seen = std::collections::HashSet::new();
+    // Last wins: walk from the end, keep the first of each key, then in their order.
+    let mut kept: Vec<&KeyValue> = attributes
+        .iter()
+        .rev()
+        .filter(|kv| seen.insert(kv.key.as_str()))
+        .collect();
+    kept.reverse();
+    for kv in kept {
+        builder.keys().append_value(&kv.key);
+        match kv.value.as_ref().and_then(text) {
+            Some(text) => builder.values().append_value(text),
+            None => builder.values().append_null(),
+        }
+    }
+    builder
+        .append(true)
+        .expect("keys and values are appended in pairs");
+}
+
+/// An OTLP value as text: strings as they are, numbers and booleans as written, bytes in
+/// base64, arrays and key-value lists as JSON; `None` for an empty value.
+pub fn text(value: &AnyValue) -> Option<String> {
+    Some(match value.value.as_ref()? {
+        Value::StringValue(s) => s.clone(),
+        Value::BoolValue(b) => b.to_string(),
+        Value::IntValue(i) => i.to_string(),
+        Value::DoubleValue(d) => d.to_string(),
+        Value::BytesValue(b) => base64::engine::general_purpose::STANDARD.encode(b),
+        Value::StringValueStrindex(i) => i.to_string(),
+        Value::ArrayValue(_) | Value::KvlistValue(_) => json(value).to_string(),
+    })
+}
+
+/// An OTLP value as JSON.
+fn json(value: &AnyValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value.value.as_ref() {
+        None => J::Null,
+        Some(Value::StringValue(s)) => J::String(s.clone()),
+        Some(Value::BoolValue(b)) => J::Bool(*b),
+        Some(Value::IntValue(i)) => J::from(*i),
+        Some(Value::DoubleValue(d)) => J::from(*d),
+        Some(Value::BytesValue(b)) => {
+            J::String(base64::engine::general_purpose::STANDARD.encode(b))
+        }
+        Some(Value::StringValueStrindex(i)) => J::from(*i),
+        Some(Value::ArrayValue(array)) => J::Array(array.values.iter().map(json).collect()),
+        Some(Value::KvlistValue(list)) => J::Object(
+            list.values
+                .iter()
+                .map(|kv| {
+                    let value = kv.value.as_ref().map_or(J::Null, json);
+                    (kv.key.clone(), value)
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// A resource's `service.name`, or [`UNKNOWN_SERVICE`].
+pub fn service_name(resource: Option<&Resource>) -> String {
+    resource
+        .and_then(|r| {
+            r.attributes
+                .iter()
+                .rev()
+                .find(|kv| kv.key == "service.name")
+        })
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(text)
+        .unwrap_or_else(|| UNKNOWN_SERVICE.to_string())
+}
+
+/// A trace (16 bytes) or span (8 bytes) id as lowercase hex; empty is no id. Any other length
+/// is not an OTLP id: the record carrying it is refused.
+pub fn hex_id(id: &[u8], length: usize, what: &str) -> Result<Option<String>, String> {
+    match id.len() {
+        0 => Ok(None),
+        n if n == length => Ok(Some(hex::encode(id))),
+        n => Err(format!("{what} has {n} bytes; OTLP's have {length}")),
+    }
+}
+
+/// Nanoseconds since the epoch as microseconds; 0 (unset) is none.
+pub fn micros(nanos: u64) -> Option<i64> {
+    (nanos != 0).then_some((nanos / 1000) as i64)
+}
+
+/// An unsigned OTLP count as a table's signed one (counts past 2^63 are clamped).
+pub fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
