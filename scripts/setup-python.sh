@@ -33,6 +33,12 @@ CRYPTOGRAPHY_VERSION="50.0.2"
 # the document it reads. 4.32.5 resolves beside the pins above (pytest 9.2.0 included).
 SCHEMATHESIS_VERSION="4.32.5"
 OPENAPI_SPEC_VALIDATOR_VERSION="0.9.0"
+# OpenTelemetry's own exporters (OTLP over HTTP protobuf, HTTP JSON and gRPC) for the
+# observability tests. The JSON exporter (a beta) pins the exporters' common package of
+# 1.45.1's line, so the protobuf exporters are taken from that line too.
+OTEL_SDK_VERSION="1.45.2"
+OTEL_EXPORTER_VERSION="1.45.1"
+OTEL_JSON_EXPORTER_VERSION="0.66b1"
 
 PINS=(
   "pyiceberg[pyarrow,sql-sqlite,pyiceberg-core]==${PYICEBERG_VERSION}"
@@ -54,6 +60,11 @@ PINS=(
   "cryptography==${CRYPTOGRAPHY_VERSION}"
   "schemathesis==${SCHEMATHESIS_VERSION}"
   "openapi-spec-validator==${OPENAPI_SPEC_VALIDATOR_VERSION}"
+  "opentelemetry-api==${OTEL_SDK_VERSION}"
+  "opentelemetry-sdk==${OTEL_SDK_VERSION}"
+  "opentelemetry-exporter-otlp-proto-http==${OTEL_EXPORTER_VERSION}"
+  "opentelemetry-exporter-otlp-proto-grpc==${OTEL_EXPORTER_VERSION}"
+  "opentelemetry-exporter-otlp-json-http==${OTEL_JSON_EXPORTER_VERSION}"
 )
 
 VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"

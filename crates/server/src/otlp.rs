@@ -189,6 +189,18 @@ fn content_encoding(headers: &HeaderMap) -> String {
         .map_or_else(|| "identity".to_string(), |v| v.trim().to_ascii_lowercase())
 }
 
+/// Checks that `tenant` is a warehouse `caller` can see (404 naming it otherwise).
+async fn tenant_of(state: &AppState, caller: &Caller, tenant: &str) -> Result<(), Failure> {
+    match state.catalog.visible_warehouse(caller, tenant).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == ErrorCode::NotFound => Err(Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown tenant {tenant:?}: no such warehouse"),
+        )),
+        Err(e) => Err(Failure::of_ingest(IngestError::of_catalog(e), tenant)),
+    }
+}
+
 /// A signal's rows taken from `body` as `caller` into `tenant`'s tables.
 pub async fn take(
     state: &AppState,
@@ -204,6 +216,8 @@ pub async fn take(
             "ingestion is not enabled on this server",
         ));
     };
+    // The tenant must be a warehouse the caller can see, whatever the request holds.
+    tenant_of(state, caller, tenant).await?;
     let budget = state.decode.budget(body.len());
     let request = otlp::decode(signal, encoding, body, budget).map_err(Failure::of_refusal)?;
     let now = otlp::now_micros();
@@ -381,6 +395,7 @@ pub async fn remote_write(
     };
     let taken = async {
         let body = read_body(body, &headers, log.config.max_body_bytes).await?;
+        tenant_of(&state, &caller, &tenant).await?;
         let budget = state.decode.budget(body.len());
         let request =
             floe_stream::remote_write::decode(&body, budget).map_err(Failure::of_refusal)?;

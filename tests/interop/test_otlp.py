@@ -1,0 +1,247 @@
+"""OpenTelemetry into Iceberg through OpenTelemetry's own Python SDK and exporters from PyPI:
+OTLP over HTTP with protobuf, over HTTP with JSON, and over gRPC each send logs, spans and
+metrics; Floe's SQL answers exactly what was sent, and PyIceberg and DuckDB read the same
+tables. Bad input gets a clear 4xx in OTLP's own error form."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+import requests
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind
+
+LOGS, SPANS = 5, 3
+
+
+def exporters(floe, kind: str, token: str):
+    """The (log, span, metric) exporters of one OTLP transport, pointed at `floe`."""
+    headers = {"authorization": f"Bearer {token}"}
+    base = f"{floe.base}/otlp/{floe.warehouse}/v1"
+    if kind == "http-protobuf":
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return (
+            OTLPLogExporter(endpoint=f"{base}/logs", headers=headers),
+            OTLPSpanExporter(endpoint=f"{base}/traces", headers=headers),
+            OTLPMetricExporter(endpoint=f"{base}/metrics", headers=headers),
+        )
+    if kind == "http-json":
+        from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.json.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporter
+
+        return (
+            OTLPLogExporter(endpoint=f"{base}/logs", headers=headers),
+            OTLPSpanExporter(endpoint=f"{base}/traces", headers=headers),
+            OTLPMetricExporter(endpoint=f"{base}/metrics", headers=headers),
+        )
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    grpc_headers = (("authorization", f"Bearer {token}"), ("x-scope-orgid", floe.warehouse))
+    endpoint = f"127.0.0.1:{floe.otlp_grpc_port}"
+    return (
+        OTLPLogExporter(endpoint=endpoint, insecure=True, headers=grpc_headers),
+        OTLPSpanExporter(endpoint=endpoint, insecure=True, headers=grpc_headers),
+        OTLPMetricExporter(endpoint=endpoint, insecure=True, headers=grpc_headers),
+    )
+
+
+def send(floe, kind: str, service: str, token: str) -> None:
+    """Logs, spans and metrics of `service` through one transport's exporters."""
+    log_exporter, span_exporter, metric_exporter = exporters(floe, kind, token)
+    resource = Resource.create({"service.name": service, "deployment.environment": "test"})
+
+    logs = LoggerProvider(resource=resource)
+    logs.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
+    logger = logs.get_logger("shop", "1.2.3")
+    for i in range(LOGS):
+        logger.emit(
+            body=f"order {i} paid",
+            severity_text="INFO" if i % 2 else "WARN",
+            severity_number=SeverityNumber.INFO if i % 2 else SeverityNumber.WARN,
+            attributes={"order": i, "amount": i * 1.5, "ok": i % 2 == 0},
+        )
+    logs.shutdown()
+
+    traces = TracerProvider(resource=resource)
+    traces.add_span_processor(SimpleSpanProcessor(span_exporter))
+    tracer = traces.get_tracer("shop")
+    with tracer.start_as_current_span("checkout", kind=SpanKind.SERVER) as parent:
+        parent.set_attribute("cart.items", 3)
+        for i in range(SPANS - 1):
+            with tracer.start_as_current_span(f"step-{i}") as child:
+                child.add_event("charged", {"attempt": i})
+    traces.shutdown()
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(resource=resource, metric_readers=[reader])
+    meter = meters.get_meter("shop")
+    counter = meter.create_counter("orders", unit="1", description="orders paid")
+    histogram = meter.create_histogram("latency", unit="ms")
+    for i in range(4):
+        counter.add(2, {"region": "eu"})
+        histogram.record(10.0 * (i + 1), {"region": "eu"})
+    data = reader.get_metrics_data()
+    assert isinstance(metric_exporter, MetricExporter)
+    result = metric_exporter.export(data)
+    assert result.name == "SUCCESS", result
+    meters.shutdown()
+
+
+def rows(floe, statement: str):
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": statement, "warehouse": floe.warehouse})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["rows"]
+
+
+def eventually(floe, statement: str, expected, timeout: float = 30.0):
+    deadline = time.time() + timeout
+    while True:
+        got = rows(floe, statement)
+        if got == expected or time.time() > deadline:
+            assert got == expected, statement
+            return got
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("kind", ["http-protobuf", "http-json", "grpc"])
+def test_the_sdks_exporters_send_logs_spans_and_metrics(floe, kind):
+    token = floe.token()
+    service = f"shop-{kind}"
+    send(floe, kind, service, token)
+    where = f"WHERE service_name = '{service}'"
+
+    eventually(floe, f"SELECT count(*) AS n FROM otel.logs {where}", [{"n": LOGS}])
+    logged = rows(
+        floe,
+        f"SELECT body, severity_text, severity_number, attributes['order'] AS o, attributes['ok'] AS ok, "
+        f"resource_attributes['deployment.environment'] AS env, scope_name, scope_version "
+        f"FROM otel.logs {where} ORDER BY body",
+    )
+    assert [r["body"] for r in logged] == [f"order {i} paid" for i in range(LOGS)]
+    assert logged[1] == {
+        "body": "order 1 paid", "severity_text": "INFO", "severity_number": 9, "o": "1", "ok": "false",
+        "env": "test", "scope_name": "shop", "scope_version": "1.2.3",
+    }
+
+    eventually(floe, f"SELECT count(*) AS n FROM otel.spans {where}", [{"n": SPANS}])
+    spans = rows(
+        floe,
+        f"SELECT name, kind, parent_span_id IS NULL AS root, cardinality(events) AS events, "
+        f"length(trace_id) AS t FROM otel.spans {where} ORDER BY name",
+    )
+    assert spans[0] == {"name": "checkout", "kind": "SERVER", "root": True, "events": 0, "t": 32}
+    assert [s["events"] for s in spans[1:]] == [1, 1]
+    traces = rows(floe, f"SELECT count(DISTINCT trace_id) AS n FROM otel.spans {where}")
+    assert traces == [{"n": 1}]
+
+    eventually(
+        floe,
+        f"SELECT metric_name, metric_type FROM otel.metrics {where} ORDER BY metric_name",
+        [{"metric_name": "latency", "metric_type": "histogram"}, {"metric_name": "orders", "metric_type": "sum"}],
+    )
+    orders = rows(
+        floe,
+        f"SELECT value, is_monotonic, aggregation_temporality AS t, attributes['region'] AS region, unit "
+        f"FROM otel.metrics {where} AND metric_name = 'orders'",
+    )
+    assert orders == [{"value": 8.0, "is_monotonic": True, "t": "CUMULATIVE", "region": "eu", "unit": "1"}]
+    latency = rows(floe, f"SELECT count, sum, min, max FROM otel.metrics {where} AND metric_name = 'latency'")
+    assert latency == [{"count": 4, "sum": 100.0, "min": 10.0, "max": 40.0}]
+
+    # Other engines read the same tables.
+    catalog = floe.pyiceberg()
+    read = catalog.load_table("otel.logs").scan(row_filter=f"service_name == '{service}'").to_arrow()
+    assert read.num_rows == LOGS
+    from test_duckdb import attach
+
+    con = attach(floe)
+    duck = con.execute(
+        f"SELECT count(*) FROM floe.otel.spans WHERE service_name = '{service}'"
+    ).fetchone()[0]
+    assert duck == SPANS
+
+
+def otlp(floe, path: str, body: bytes, content_type: str, token: str | None, **headers) -> requests.Response:
+    sent = {"Content-Type": content_type, **headers}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    return requests.post(f"{floe.base}{path}", data=body, headers=sent, timeout=30)
+
+
+def test_bad_input_is_a_clear_4xx_in_otlps_form(floe):
+    token = floe.token()
+    logs = f"/otlp/{floe.warehouse}/v1/logs"
+    # Malformed protobuf: 400 with a google.rpc.Status in protobuf.
+    answer = otlp(floe, logs, b"\xff\xff\xff\xff", "application/x-protobuf", token)
+    assert answer.status_code == 400, answer.text
+    assert answer.headers["content-type"] == "application/x-protobuf"
+    assert b"not a protobuf logs request" in answer.content
+    # Malformed JSON: 400 with a google.rpc.Status in JSON.
+    answer = otlp(floe, logs, b'{"resourceLogs": 7}', "application/json", token)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == 3 and "OTLP/JSON" in answer.json()["message"]
+    # Wrong content type: 415.
+    answer = otlp(floe, logs, b"hello", "text/plain", token)
+    assert answer.status_code == 415, answer.text
+    assert "application/x-protobuf" in answer.json()["message"]
+    # Oversize: 413, from the body's size and from what a small gzip body inflates to.
+    big = b"{" + b" " * (70 << 20) + b"}"
+    answer = otlp(floe, logs, big, "application/json", token)
+    assert answer.status_code == 413, answer.text[:200]
+    bomb = gzip.compress(b'{"resourceLogs":[' + b"{}," * (40 << 20) + b"{}]}")
+    answer = otlp(floe, logs, bomb, "application/json", token, **{"Content-Encoding": "gzip"})
+    assert answer.status_code == 413, answer.text
+    # Unknown tenant: 404 naming it.
+    answer = otlp(floe, "/otlp/nowhere/v1/logs", b"{}", "application/json", token)
+    assert answer.status_code == 404, answer.text
+    assert "nowhere" in answer.json()["message"]
+    answer = otlp(floe, "/otlp/v1/logs", b"{}", "application/json", token, **{"X-Scope-OrgID": "nowhere"})
+    assert answer.status_code == 404, answer.text
+    # No credentials: 401.
+    answer = otlp(floe, logs, b"{}", "application/json", None)
+    assert answer.status_code == 401, answer.text
+    # An empty request is a success.
+    answer = otlp(floe, logs, b"{}", "application/json", token)
+    assert answer.status_code == 200 and answer.json() == {}, answer.text
+    # A record with a bad id is refused alone: partial success, and a dead letter.
+    body = {"resourceLogs": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "partial"}}]},
+            "scopeLogs": [{"logRecords": [{"body": {"stringValue": "fine"}}, {"body": {"stringValue": "bad"}, "traceId": "abcd"}]}]}]}
+    answer = otlp(floe, logs, json.dumps(body).encode(), "application/json", token)
+    assert answer.status_code == 200, answer.text
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedLogRecords"] in (1, "1") and "trace_id" in partial["errorMessage"]
+    eventually(floe, "SELECT body FROM otel.logs WHERE service_name = 'partial'", [{"body": "fine"}])
+    eventually(floe, "SELECT signal FROM otel.dead_letters WHERE service_name = 'partial'", [{"signal": "logs"}])
+    # The server is alive after all of it.
+    assert requests.get(f"{floe.base}/health", timeout=10).status_code == 200
+
+
+def test_a_principal_without_grants_writes_nothing(floe):
+    from test_governance import make_principal
+
+    client_id, secret = make_principal(floe, "otlp-nobody", [])
+    token = floe.token(client_id, secret)
+    body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "x"}}]}]}]}
+    answer = otlp(floe, f"/otlp/{floe.warehouse}/v1/logs", json.dumps(body).encode(), "application/json", token)
+    assert answer.status_code in (403, 404), answer.text
+    assert "code" in answer.json()
+    tables = floe.api("GET", f"/catalog/v1/{floe.warehouse}/namespaces/otel/tables")
+    assert tables.status_code in (404, 200)
+    if tables.status_code == 200:
+        assert {"namespace": ["otel"], "name": "logs"} not in tables.json()["identifiers"]
