@@ -168,6 +168,17 @@ def test_the_sdks_exporters_send_logs_spans_and_metrics(floe, kind):
     catalog = floe.pyiceberg()
     read = catalog.load_table("otel.logs").scan(row_filter=f"service_name == '{service}'").to_arrow()
     assert read.num_rows == LOGS
+    # The span files carry bloom filters on their ids: one a file holds probes as maybe there,
+    # one it does not as surely not.
+    import duckdb
+
+    spans_table = catalog.load_table("otel.spans")
+    task = next(iter(spans_table.scan(row_filter=f"service_name == '{service}'").plan_files()))
+    path = task.file.file_path.removeprefix("file://")
+    held = rows(floe, f"SELECT trace_id FROM otel.spans {where} LIMIT 1")[0]["trace_id"]
+    probe = "SELECT bool_and(bloom_filter_excludes) FROM parquet_bloom_probe(?, 'trace_id', ?)"
+    assert duckdb.execute(probe, [path, held]).fetchone()[0] is False
+    assert duckdb.execute(probe, [path, "0" * 32]).fetchone()[0] is True
     from test_duckdb import attach
 
     con = attach(floe)
@@ -245,3 +256,90 @@ def test_a_principal_without_grants_writes_nothing(floe):
     assert tables.status_code in (404, 200)
     if tables.status_code == 200:
         assert {"namespace": ["otel"], "name": "logs"} not in tables.json()["identifiers"]
+
+
+def logs_request(ids: list[int]) -> bytes:
+    """An OTLP logs request (OpenTelemetry's own protobuf classes) of one record per id."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ProtoResource
+
+    now = time.time_ns()
+    records = [
+        LogRecord(
+            time_unix_nano=now,
+            severity_number=9,
+            body=AnyValue(string_value=f"event {i}"),
+            attributes=[KeyValue(key="id", value=AnyValue(int_value=i))],
+        )
+        for i in ids
+    ]
+    resource = ProtoResource(attributes=[KeyValue(key="service.name", value=AnyValue(string_value="storm"))])
+    request = ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(resource=resource, scope_logs=[ScopeLogs(log_records=records)])]
+    )
+    return request.SerializeToString()
+
+
+def test_acknowledged_records_survive_kill_9_exactly_once(tmp_path):
+    """A client sends OTLP log records with unique ids while Floe is killed with SIGKILL and
+    restarted over and over; every acknowledged record ends up in otel.logs exactly once."""
+    import random
+    import threading
+
+    from conftest import start_floe, stop_floe
+
+    args = ("--ingest-commit-interval-ms", "150")
+    state = {"floe": start_floe(tmp_path, extra_args=args), "stop": False}
+    acknowledged: list[int] = []
+    lock = threading.Lock()
+
+    def produce():
+        next_id = 0
+        while not state["stop"]:
+            batch = list(range(next_id, next_id + 100))
+            next_id += 100
+            with lock:
+                current = state["floe"]
+            try:
+                answer = otlp(current, f"/otlp/{current.warehouse}/v1/logs", logs_request(batch),
+                              "application/x-protobuf", current.token())
+            except requests.RequestException:
+                time.sleep(0.05)
+                continue
+            if answer.status_code == 200:
+                acknowledged.extend(batch)
+            else:
+                time.sleep(0.05)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    rng = random.Random(11)
+    try:
+        for _ in range(5):
+            time.sleep(rng.uniform(0.4, 1.2))
+            with lock:
+                state["floe"].process.kill()
+                state["floe"].process.wait()
+                state["floe"] = start_floe(tmp_path, extra_args=args)
+        time.sleep(0.5)
+    finally:
+        state["stop"] = True
+        producer.join()
+    floe = state["floe"]
+    try:
+        assert len(acknowledged) > 500, len(acknowledged)
+        count = "SELECT count(*) AS n, count(DISTINCT attributes['id']) AS ids FROM otel.logs WHERE service_name = 'storm'"
+        deadline = time.time() + 60
+        while True:
+            got = rows(floe, count)[0]
+            if got["ids"] >= len(set(acknowledged)) or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert got["n"] == got["ids"], f"a record was written twice: {got}"
+        present = {int(r["id"]) for r in rows(floe, "SELECT attributes['id'] AS id FROM otel.logs WHERE service_name = 'storm'")}
+        missing = [i for i in acknowledged if i not in present]
+        assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:5]}"
+    finally:
+        stop_floe(floe)

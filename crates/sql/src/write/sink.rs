@@ -347,8 +347,11 @@ pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec
 }
 
 /// Parquet writer settings: the table's `write.parquet.compression-codec` (`zstd`, `snappy`,
-/// `gzip`, `lz4`, `uncompressed`) and `write.parquet.compression-level`; uncompressed when
-/// unset.
+/// `gzip`, `lz4`, `uncompressed`) and `write.parquet.compression-level` (uncompressed when
+/// unset), and a bloom filter on each top-level column named by
+/// `write.parquet.bloom-filter-enabled.column.<name>` = `true` (false-positive rate
+/// `write.parquet.bloom-filter-fpp.column.<name>`, 0.01 by default), as Iceberg's own
+/// writers read them.
 pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterProperties {
     use parquet::basic::{Compression, GzipLevel, ZstdLevel};
     let properties = metadata.properties();
@@ -373,7 +376,24 @@ pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterPrope
         Some("lz4") => Compression::LZ4_RAW,
         _ => Compression::UNCOMPRESSED,
     };
-    WriterProperties::builder()
-        .set_compression(compression)
-        .build()
+    let mut builder = WriterProperties::builder().set_compression(compression);
+    const BLOOM: &str = "write.parquet.bloom-filter-enabled.column.";
+    for (key, value) in properties {
+        let Some(column) = key.strip_prefix(BLOOM) else {
+            continue;
+        };
+        if !value.eq_ignore_ascii_case("true") {
+            continue;
+        }
+        let path = parquet::schema::types::ColumnPath::from(column);
+        let fpp = properties
+            .get(&format!("write.parquet.bloom-filter-fpp.column.{column}"))
+            .and_then(|p| p.parse::<f64>().ok())
+            .filter(|p| *p > 0.0 && *p < 1.0)
+            .unwrap_or(0.01);
+        builder = builder
+            .set_column_bloom_filter_enabled(path.clone(), true)
+            .set_column_bloom_filter_fpp(path, fpp);
+    }
+    builder.build()
 }
