@@ -119,6 +119,18 @@ def eventually(floe, statement: str, expected, timeout: float = 30.0):
         time.sleep(0.3)
 
 
+def committed(floe, timeout: float = 30.0) -> None:
+    """Waits until the node's ingest log holds nothing uncommitted (Floe SQL sees acknowledged
+    rows before that; other engines read snapshots only)."""
+    deadline = time.time() + timeout
+    while True:
+        tables = floe.api("GET", "/api/v1/ingest/status").json()["tables"]
+        if all(t["pending-entries"] == 0 for t in tables):
+            return
+        assert time.time() < deadline, tables
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("kind", ["http-protobuf", "http-json", "grpc"])
 def test_the_sdks_exporters_send_logs_spans_and_metrics(floe, kind):
     token = floe.token()
@@ -164,7 +176,8 @@ def test_the_sdks_exporters_send_logs_spans_and_metrics(floe, kind):
     latency = rows(floe, f"SELECT count, sum, min, max FROM otel.metrics {where} AND metric_name = 'latency'")
     assert latency == [{"count": 4, "sum": 100.0, "min": 10.0, "max": 40.0}]
 
-    # Other engines read the same tables.
+    # Other engines read the same tables, once the log has committed them.
+    committed(floe)
     catalog = floe.pyiceberg()
     read = catalog.load_table("otel.logs").scan(row_filter=f"service_name == '{service}'").to_arrow()
     assert read.num_rows == LOGS
@@ -341,5 +354,66 @@ def test_acknowledged_records_survive_kill_9_exactly_once(tmp_path):
         present = {int(r["id"]) for r in rows(floe, "SELECT attributes['id'] AS id FROM otel.logs WHERE service_name = 'storm'")}
         missing = [i for i in acknowledged if i not in present]
         assert not missing, f"{len(missing)} acknowledged records lost, e.g. {missing[:5]}"
+    finally:
+        stop_floe(floe)
+
+
+def test_acknowledged_rows_are_queryable_before_their_commit_and_never_counted_twice(tmp_path):
+    """With commits three seconds apart, OTLP log records are answered by SQL on the node that
+    took them as soon as they are acknowledged, before any snapshot holds them; SQL read over
+    and over while the commit lands counts each exactly once; a reader without the table's
+    grant sees none of them."""
+    from conftest import start_floe, stop_floe
+
+    floe = start_floe(tmp_path, extra_args=("--ingest-commit-interval-ms", "3000"))
+    try:
+        count = "SELECT count(*) AS n, count(DISTINCT attributes['id']) AS ids FROM otel.logs"
+        sent = 0
+        for round_ in range(3):
+            ids = list(range(sent, sent + 200))
+            answer = otlp(floe, f"/otlp/{floe.warehouse}/v1/logs", logs_request(ids),
+                          "application/x-protobuf", floe.token())
+            assert answer.status_code == 200, answer.text
+            sent += len(ids)
+            # At once, from the log: no snapshot has these rows yet.
+            status = floe.api("GET", "/api/v1/ingest/status").json()["tables"]
+            logs = [t for t in status if t["table"] == "logs"][0]
+            if round_ == 0:
+                assert logs["committed-rows"] == 0 and logs["pending-entries"] == 1, logs
+            assert rows(floe, count) == [{"n": sent, "ids": sent}]
+        # Read again and again while the commit lands: never fewer, never doubled.
+        deadline = time.time() + 8
+        seen_commit = False
+        while time.time() < deadline:
+            assert rows(floe, count) == [{"n": sent, "ids": sent}]
+            status = floe.api("GET", "/api/v1/ingest/status").json()["tables"]
+            logs = [t for t in status if t["table"] == "logs"][0]
+            seen_commit = seen_commit or logs["pending-entries"] == 0
+        assert seen_commit, logs
+        assert rows(floe, count) == [{"n": sent, "ids": sent}]
+        # Filters, projections and aggregates apply to the fresh rows as to the committed ones.
+        ids = list(range(sent, sent + 10))
+        answer = otlp(floe, f"/otlp/{floe.warehouse}/v1/logs", logs_request(ids),
+                      "application/x-protobuf", floe.token())
+        assert answer.status_code == 200, answer.text
+        got = rows(floe, f"SELECT body FROM otel.logs WHERE attributes['id'] >= {sent} ORDER BY body")
+        assert got == [{"body": f"event {i}"} for i in sorted(ids, key=lambda i: f"event {i}")]
+        # Time travel reads the snapshot only, without the fresh rows.
+        latest = rows(floe, 'SELECT snapshot_id FROM otel."logs$snapshots" ORDER BY committed_at DESC LIMIT 1')
+        at = latest[0]["snapshot_id"]
+        travel = rows(floe, f'SELECT count(*) AS n FROM otel."logs@snapshot={at}"')[0]["n"]
+        status = floe.api("GET", "/api/v1/ingest/status").json()["tables"]
+        if [t for t in status if t["table"] == "logs"][0]["pending-entries"] == 1:
+            assert travel == sent, travel
+        assert travel in (sent, sent + len(ids)), travel
+
+        # A principal that may see the table but not read its rows reads none, fresh or not.
+        from test_governance import make_principal
+
+        on_logs = {"type": "table", "warehouse": floe.warehouse, "namespace": ["otel"], "name": "logs"}
+        looker = floe.token(*make_principal(floe, "fresh-looker", [("read-metadata", on_logs)]))
+        refused = floe.api("POST", "/api/v1/sql", token=looker,
+                           json={"sql": "SELECT count(*) FROM otel.logs", "warehouse": floe.warehouse})
+        assert refused.status_code == 403 and "read-data" in refused.text, refused.text
     finally:
         stop_floe(floe)

@@ -374,6 +374,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("open the ingest log in {}", ingest_dir.display()))?,
     );
+    if let Some(ingest) = &state.ingest {
+        // Floe SQL on this node reads what its log acknowledged before it is committed.
+        state
+            .sql
+            .set_pending_rows(Arc::new(floe_stream::core::FreshRows(Arc::downgrade(
+                ingest,
+            ))));
+    }
     state.orphan_age_floor_ms = (args.orphan_min_age_floor_secs as i64).saturating_mul(1000);
     let scheduler = Arc::new(floe_maintenance::scheduler::Scheduler::new(
         floe_maintenance::exec::Maintainer::new(state.catalog.clone(), state.sql.clone())

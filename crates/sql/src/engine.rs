@@ -326,6 +326,8 @@ pub struct SqlEngine {
     distributed_rules: crate::optimizer::Rules,
     /// The workers queries are distributed over, when this engine coordinates.
     cluster: Option<crate::distributed::Cluster>,
+    /// Rows this node acknowledged but has not committed yet, which its reads see too.
+    pending: std::sync::OnceLock<Arc<dyn crate::scan::PendingRows>>,
 }
 
 /// A dedicated Tokio runtime, shut down without blocking when the engine goes away.
@@ -386,6 +388,7 @@ impl SqlEngine {
             rules: crate::optimizer::Rules::new(&config.rewrites),
             distributed_rules: crate::optimizer::Rules::new(&config.rewrites.for_distribution()),
             cluster: None,
+            pending: std::sync::OnceLock::new(),
             service,
             runtime,
             cache,
@@ -394,6 +397,12 @@ impl SqlEngine {
             registered: Mutex::new(HashSet::new()),
             cpu: CpuRuntime(Some(cpu)),
         })
+    }
+
+    /// Reads see the rows `pending` holds for their tables (this node's ingestion log, which
+    /// is opened after the engine); set once.
+    pub fn set_pending_rows(&self, pending: Arc<dyn crate::scan::PendingRows>) {
+        let _ = self.pending.set(pending);
     }
 
     /// Queries planned from now on run over `cluster`'s workers whenever one is live (DDL and
@@ -816,6 +825,7 @@ impl SqlEngine {
                 .register_object_store(store_url.as_ref(), store);
         }
         Ok(TableAccess {
+            pending: self.pending.get().cloned(),
             service: self.service.clone(),
             caller: caller.clone(),
             warehouse: warehouse.to_string(),

@@ -61,6 +61,8 @@ pub struct TableAccess {
     pub store_url: ObjectStoreUrl,
     /// The warehouse's id, which names its object store.
     pub warehouse_id: uuid::Uuid,
+    /// Rows this node acknowledged but has not committed yet, which reads see too.
+    pub pending: Option<Arc<dyn super::pending::PendingRows>>,
 }
 
 impl TableAccess {
@@ -450,11 +452,55 @@ impl TableProvider for IcebergTableProvider {
                     .await?,
             );
         }
+        if let Some(pending) = self.pending_scan(state, projection).await? {
+            plans.push(pending);
+        }
         Ok(match plans.len() {
             0 => Arc::new(EmptyExec::new(projected)),
             1 => plans.pop().expect("one plan"),
             _ => UnionExec::try_new(plans)?,
         })
+    }
+}
+
+impl IcebergTableProvider {
+    /// The rows this node acknowledged but has not committed yet, when the read is of the
+    /// current snapshot and this node runs it (not time travel, not a compaction's input, not
+    /// a plan distributed to workers, which hold none).
+    async fn pending_scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(pending) = &self.access.pending else {
+            return Ok(None);
+        };
+        if self.snapshot_id.is_some()
+            || self.only_files.is_some()
+            || state
+                .config()
+                .get_extension::<crate::distributed::PlannedStages>()
+                .is_some()
+        {
+            return Ok(None);
+        }
+        let rows = pending
+            .rows_after(
+                &self.access.warehouse,
+                &self.loaded.ident,
+                &self.loaded.metadata,
+                &self.schema,
+            )
+            .await?;
+        if rows.iter().all(|b| b.num_rows() == 0) {
+            return Ok(None);
+        }
+        let scan = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+            &[rows],
+            self.schema.clone(),
+            projection.cloned(),
+        )?;
+        Ok(Some(scan))
     }
 }
 

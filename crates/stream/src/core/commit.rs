@@ -27,6 +27,9 @@ const ATTEMPTS: usize = 8;
 pub struct Appended {
     pub files: usize,
     pub rows: u64,
+    /// The table's last sequence number once the snapshot was committed: a metadata whose
+    /// last sequence number is at least this one has the rows.
+    pub sequence_number: i64,
 }
 
 /// Appends `batch` (rows of the table's current schema) to table `ident` of `warehouse` as
@@ -82,7 +85,13 @@ pub async fn append(
             .map_err(|e| IngestError::Invalid(e.to_string()))?;
         // On `table` exactly: the positions were made from it.
         match floe_sql::write::commit_transaction_on(&access, &table, transaction).await {
-            Ok(_) => return Ok(Appended { files: count, rows }),
+            Ok(committed) => {
+                return Ok(Appended {
+                    files: count,
+                    rows,
+                    sequence_number: committed.metadata().last_sequence_number(),
+                });
+            }
             Err(e) => match IngestError::of_write(&e) {
                 IngestError::Conflict(_) if attempt < ATTEMPTS => {
                     tracing::info!(table = %ident, attempt, "retry an ingest commit");

@@ -75,6 +75,8 @@ pub struct Ingest {
     tables: Mutex<HashMap<(String, TableIdent), Arc<TableLog>>>,
     /// Stops the committers.
     cancel: CancellationToken,
+    /// Bytes of entries every table keeps in memory for reads ([`super::fresh`]).
+    kept: AtomicU64,
 }
 
 /// What a table's log directory says about itself.
@@ -89,18 +91,30 @@ struct TableMarker {
 pub struct TableLog {
     warehouse: String,
     ident: TableIdent,
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     state: Mutex<LogState>,
     /// The last sequence a committed snapshot covers.
     committed: watch::Sender<u64>,
     wake: Notify,
     stats: LogStats,
+    /// The rows of entries acknowledged or committed lately, which reads on this node see.
+    pub(super) recent: super::fresh::Recent,
 }
 
 impl TableLog {
     /// Whether the entry `sequence` was moved to the dead-letter directory.
-    async fn dead_lettered(&self, sequence: u64) -> bool {
+    pub(super) async fn dead_lettered(&self, sequence: u64) -> bool {
         self.state.lock().await.dead.contains(&sequence)
+    }
+
+    /// The pending entries after `sequence`.
+    pub(super) async fn pending_after(&self, sequence: u64) -> Vec<u64> {
+        let state = self.state.lock().await;
+        state
+            .pending
+            .range(sequence + 1..)
+            .map(|(s, _)| *s)
+            .collect()
     }
 }
 
@@ -188,6 +202,7 @@ impl Ingest {
             sql,
             tables: Mutex::new(HashMap::new()),
             cancel,
+            kept: AtomicU64::new(0),
         });
         for entry in std::fs::read_dir(&ingest.config.dir)? {
             let dir = entry?.path();
@@ -317,6 +332,16 @@ impl Ingest {
         text
     }
 
+    /// The log of table `ident` of `warehouse`, when this node has one.
+    pub(super) async fn existing_log(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Option<Arc<TableLog>> {
+        let key = (warehouse.to_string(), ident.clone());
+        self.tables.lock().await.get(&key).cloned()
+    }
+
     /// Largest request body taken.
     pub fn max_body_bytes(&self) -> usize {
         self.config.max_body_bytes
@@ -391,6 +416,7 @@ impl Ingest {
             committed: committed_tx,
             wake: Notify::new(),
             stats: LogStats::default(),
+            recent: Default::default(),
         });
         log.stats.pending.store(
             log.state.lock().await.pending.len() as u64,
@@ -415,7 +441,7 @@ impl Ingest {
     }
 
     /// The last log sequence the table's current snapshot or an ancestor says it covers.
-    fn sequence_in(&self, metadata: &iceberg::spec::TableMetadata) -> u64 {
+    pub(super) fn sequence_in(&self, metadata: &iceberg::spec::TableMetadata) -> u64 {
         let key = self.sequence_key();
         let mut snapshot = metadata.current_snapshot();
         // Newest first; the first snapshot carrying our key has the highest sequence.
@@ -475,6 +501,7 @@ impl Ingest {
         state.writing.remove(&sequence);
         written?;
         state.pending.insert(sequence, size);
+        log.recent.keep(sequence, batches, size, &self.kept);
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         log.stats
             .accepted_rows
@@ -555,6 +582,8 @@ impl Ingest {
                 .collect()
         };
         if pending.is_empty() {
+            let committed = *log.committed.borrow();
+            log.recent.committed_through(committed, None, &self.kept);
             return Ok(());
         }
         // One read of the table serves both the check and the commit: entries a snapshot
@@ -569,6 +598,7 @@ impl Ingest {
         let committed = self.sequence_in(&loaded.metadata);
         let fresh: Vec<u64> = pending.iter().copied().filter(|s| *s > committed).collect();
         let mut done = committed;
+        let mut number = None;
         if let Some(&last) = fresh.last() {
             let schema = table_arrow_schema(loaded.metadata.current_schema())
                 .map_err(IngestError::Invalid)?;
@@ -599,6 +629,7 @@ impl Ingest {
                     "move ingest log entry to the dead-letter directory"
                 );
                 log.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                log.recent.forget(*sequence, &self.kept);
                 let mut state = log.state.lock().await;
                 state.pending.remove(sequence);
                 state.dead.insert(*sequence);
@@ -633,6 +664,7 @@ impl Ingest {
                     },
                 )
                 .await?;
+                number = Some(appended.sequence_number);
                 log.stats.commits.fetch_add(1, Ordering::Relaxed);
                 log.stats
                     .committed_rows
@@ -643,6 +675,7 @@ impl Ingest {
             }
             done = last;
         }
+        log.recent.committed_through(done, number, &self.kept);
         log.committed.send_replace(done);
         let mut state = log.state.lock().await;
         for sequence in pending.into_iter().filter(|s| *s <= done) {
@@ -657,24 +690,30 @@ impl Ingest {
 }
 
 /// Why a log entry is not written: it cannot be, or it could not be read now.
-enum Unfit {
+pub(super) enum Unfit {
     Misfit(String),
     Io(std::io::Error),
 }
 
 /// A log entry's batches, conformed to the table's current schema (`schema`).
 fn read_entry(dir: &Path, sequence: u64, schema: &SchemaRef) -> Result<Vec<RecordBatch>, Unfit> {
+    let batches = read_raw(dir, sequence)?;
+    batches
+        .iter()
+        .map(|batch| {
+            conform(batch, schema, Match::for_entry(&batch.schema())).map_err(Unfit::Misfit)
+        })
+        .collect()
+}
+
+/// A log entry's batches as they were written.
+pub(super) fn read_raw(dir: &Path, sequence: u64) -> Result<Vec<RecordBatch>, Unfit> {
     let bytes = std::fs::read(dir.join(format!("{sequence:020}.arrow"))).map_err(Unfit::Io)?;
     // Floe's own file, but decoded like any stream: a damaged one is a dead letter, not a
     // panic that would stop the committer for good.
     let decoded = crate::decode::ipc::decode_stream(&bytes::Bytes::from(bytes), usize::MAX)
         .map_err(|e| Unfit::Misfit(format!("the entry does not read: {e}")))?;
-    let by = Match::for_entry(&decoded.schema);
-    decoded
-        .batches
-        .iter()
-        .map(|batch| conform(batch, schema, by).map_err(Unfit::Misfit))
-        .collect()
+    Ok(decoded.batches)
 }
 
 /// A directory name for a table's log that any warehouse, namespace and table name map to.

@@ -14,7 +14,8 @@
 //!   source's positions — the positions commit in the same catalog transaction as the rows.
 //! - **Log** ([`log`]): one durable log for sources that cannot replay (HTTP, OTLP, remote
 //!   write): a request's rows are acknowledged once synced to it, and a committer per table
-//!   commits what it holds, exactly once.
+//!   commits what it holds, exactly once. Reads on the same node see what it acknowledged
+//!   before it is committed ([`fresh`]), counted once.
 //!
 //! Every failure is an [`IngestError`], told apart by its kind, never by its words.
 
@@ -22,11 +23,13 @@ pub mod commit;
 mod conform;
 mod dead_letter;
 pub mod evolve;
+mod fresh;
 pub mod infer;
 pub mod log;
 pub mod target;
 
 pub use conform::{Match, conform, leaf_count};
+pub use fresh::FreshRows;
 pub use log::{Ingest, IngestConfig, Receipt};
 
 use datafusion::error::DataFusionError;
