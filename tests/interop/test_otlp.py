@@ -52,12 +52,16 @@ def exporters(floe, kind: str, token: str):
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
+    from grpc import Compression
+
     grpc_headers = (("authorization", f"Bearer {token}"), ("x-scope-orgid", floe.warehouse))
     endpoint = f"127.0.0.1:{floe.otlp_grpc_port}"
+    # Gzip, as the OpenTelemetry Collector's exporters compress by default.
+    options = {"endpoint": endpoint, "insecure": True, "headers": grpc_headers, "compression": Compression.Gzip}
     return (
-        OTLPLogExporter(endpoint=endpoint, insecure=True, headers=grpc_headers),
-        OTLPSpanExporter(endpoint=endpoint, insecure=True, headers=grpc_headers),
-        OTLPMetricExporter(endpoint=endpoint, insecure=True, headers=grpc_headers),
+        OTLPLogExporter(**options),
+        OTLPSpanExporter(**options),
+        OTLPMetricExporter(**options),
     )
 
 

@@ -5,7 +5,7 @@
 //! The tenant (a warehouse) is the `x-scope-orgid` metadata, `default` when absent; the caller
 //! a bearer token in `authorization`. A request's bytes are taken as they arrive and decoded by
 //! the adapter within the request's budget (the bound every OTLP decoder has), not by tonic's
-//! codec: an answer is the signal's `Export…ServiceResponse` (with `partial_success` counting
+//! codec (gzip-compressed messages are inflated within the same size limit): an answer is the signal's `Export…ServiceResponse` (with `partial_success` counting
 //! records refused one by one), a failure a gRPC status (`INVALID_ARGUMENT`,
 //! `UNAUTHENTICATED`, `PERMISSION_DENIED`, `NOT_FOUND` for an unknown tenant,
 //! `RESOURCE_EXHAUSTED`, `UNAVAILABLE` when trying again helps).
@@ -169,7 +169,9 @@ where
                 .ingest
                 .as_ref()
                 .map_or(64 << 20, |i| i.config.max_body_bytes);
+            // Collectors compress with gzip by default; tonic inflates within `limit`.
             let mut grpc = tonic::server::Grpc::new(RawCodec)
+                .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
                 .apply_max_message_size_config(Some(limit), Some(1 << 20));
             let method = Export::<S> {
                 state,

@@ -73,7 +73,7 @@ pub(super) fn events(first: u64, rows: usize) -> Vec<u8> {
     body
 }
 
-async fn server_cpu_seconds(client: &Client) -> Option<f64> {
+pub(super) async fn server_cpu_seconds(client: &Client) -> Option<f64> {
     let text = client
         .request(reqwest::Method::GET, "/metrics")
         .send()
@@ -87,7 +87,7 @@ async fn server_cpu_seconds(client: &Client) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-async fn sql_count(client: &Client, warehouse: &str, sql: &str) -> anyhow::Result<i64> {
+pub(super) async fn sql_count(client: &Client, warehouse: &str, sql: &str) -> anyhow::Result<i64> {
     let answer = client
         .call(
             reqwest::Method::POST,

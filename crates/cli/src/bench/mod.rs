@@ -3,9 +3,11 @@
 
 mod catalog;
 mod compaction;
+mod duckdb;
 mod history;
 mod ingest;
 mod kafka;
+mod otlp;
 mod process;
 mod tpch;
 mod tpch_cache;
@@ -29,6 +31,9 @@ pub enum BenchCommand {
     /// Statement latency as a table's history grows (10, 100, 1,000 commits), with and
     /// without the per-manifest cache.
     History(history::HistoryBenchArgs),
+    /// OpenTelemetry logs over OTLP/HTTP into a running server: records/s per core, bytes on
+    /// disk per record, acknowledgement to queryable, queries beside DuckDB.
+    Otlp(otlp::OtlpBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -38,6 +43,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Ingest(args) => ingest::run(args).await,
         BenchCommand::Compaction(args) => compaction::run(args).await,
         BenchCommand::History(args) => history::run(args).await,
+        BenchCommand::Otlp(args) => otlp::run(args).await,
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::duckdb::DuckDb;
 use super::process::{memory_mib, reset_peak_memory};
 use anyhow::{Context, bail};
 use clap::Args;
@@ -235,7 +236,16 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     }
     let answers = dir.join("duckdb-answers");
     std::fs::create_dir_all(&answers)?;
-    let mut duckdb = DuckDb::start(&args, &parquet, &answers)?;
+    let views: Vec<String> = TABLES
+        .iter()
+        .map(|t| {
+            format!(
+                "CREATE VIEW {t} AS SELECT * FROM read_parquet('{}/{t}.parquet')",
+                parquet.display()
+            )
+        })
+        .collect();
+    let mut duckdb = DuckDb::start(args.duckdb_python.clone(), &views, &answers)?;
 
     // Then the timed runs, engine after engine within each iteration of each query, so that
     // the machine's drift (these shared cores speed up and slow down over minutes) falls on
@@ -1286,108 +1296,6 @@ pub(super) fn same_answer(
         }
     }
     Ok(())
-}
-
-/// DuckDB over the same Parquet files, in a Python process with the `duckdb` module that runs
-/// one query at a time as asked (a line of JSON in, a line out), so its runs can alternate
-/// with the other engines'.
-struct DuckDb {
-    child: std::process::Child,
-    to: std::process::ChildStdin,
-    from: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl DuckDb {
-    /// Started when a Python with `duckdb` is found (`--duckdb-python`, or the test venv's).
-    fn start(args: &TpchBenchArgs, parquet: &Path, answers: &Path) -> anyhow::Result<Option<Self>> {
-        let python = args.duckdb_python.clone().or_else(|| {
-            let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
-            venv.exists().then_some(venv)
-        });
-        let Some(python) = python else {
-            return Ok(None);
-        };
-        let script = r#"
-import json, re, sys, time, duckdb
-# The high-water mark survives exec; restart it so it measures this process alone.
-open("/proc/self/clear_refs", "w").write("5")
-parquet, answers = sys.argv[1], sys.argv[2]
-con = duckdb.connect()
-con.execute("SET enable_progress_bar = false")
-for t in ["region","nation","supplier","customer","part","partsupp","orders","lineitem"]:
-    con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{parquet}/{t}.parquet')")
-for line in sys.stdin:
-    ask = json.loads(line)
-    sql = ask["sql"]
-    if "answer" in ask:
-        rows = len(con.execute(sql).fetchall())
-        body = sql.strip().rstrip(";")
-        con.execute(f"COPY ({body}) TO '{answers}/q{ask['answer']}.parquet' (FORMAT parquet)")
-        reply = {"rows": rows}
-    else:
-        start = time.perf_counter()
-        con.execute(sql).fetchall()
-        reply = {"ms": (time.perf_counter() - start) * 1000}
-    print(json.dumps(reply), flush=True)
-peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
-print(json.dumps({"peak_mib": peak}), flush=True)
-"#;
-        let mut child = std::process::Command::new(&python)
-            .args(["-c", script])
-            .arg(parquet)
-            .arg(answers)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .with_context(|| format!("start {}", python.display()))?;
-        let to = child.stdin.take().expect("piped stdin");
-        let from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-        Ok(Some(DuckDb { child, to, from }))
-    }
-
-    fn ask(&mut self, ask: serde_json::Value) -> anyhow::Result<serde_json::Value> {
-        use std::io::{BufRead, Write};
-        writeln!(self.to, "{ask}").context("DuckDB side stopped (see its error above)")?;
-        self.to.flush()?;
-        let mut line = String::new();
-        if self.from.read_line(&mut line)? == 0 {
-            bail!("DuckDB side stopped (see its error above)");
-        }
-        Ok(serde_json::from_str(&line)?)
-    }
-
-    /// Runs query `q` once, writes its answer to `answers/q<q>.parquet`; its row count.
-    fn warm_up(&mut self, q: usize, sql: &str) -> anyhow::Result<usize> {
-        let reply = self.ask(serde_json::json!({ "sql": sql, "answer": q }))?;
-        reply["rows"]
-            .as_u64()
-            .map(|rows| rows as usize)
-            .context("DuckDB side gave no row count")
-    }
-
-    /// One timed run, in ms.
-    fn time(&mut self, sql: &str) -> anyhow::Result<f64> {
-        let reply = self.ask(serde_json::json!({ "sql": sql }))?;
-        reply["ms"].as_f64().context("DuckDB side gave no time")
-    }
-
-    /// Ends the process; its peak resident memory (MiB).
-    fn finish(self) -> anyhow::Result<Option<f64>> {
-        use std::io::BufRead;
-        let DuckDb {
-            mut child,
-            to,
-            mut from,
-        } = self;
-        drop(to);
-        let mut line = String::new();
-        from.read_line(&mut line)?;
-        if !child.wait()?.success() {
-            bail!("DuckDB side failed (see its error above)");
-        }
-        let reply: serde_json::Value = serde_json::from_str(&line)?;
-        Ok(reply["peak_mib"].as_f64())
-    }
 }
 
 #[cfg(test)]

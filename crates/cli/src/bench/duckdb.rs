@@ -1,0 +1,113 @@
+//! DuckDB beside Floe in benchmarks.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+/// DuckDB over the same Parquet files, in a Python process with the `duckdb` module that runs
+/// one query at a time as asked (a line of JSON in, a line out), so its runs can alternate
+/// with the other engines'.
+pub struct DuckDb {
+    child: std::process::Child,
+    to: std::process::ChildStdin,
+    from: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl DuckDb {
+    /// Started when a Python with `duckdb` is found (`python`, or the test venv's), after
+    /// running `setup` (views over the Parquet files).
+    pub fn start(
+        python: Option<PathBuf>,
+        setup: &[String],
+        answers: &Path,
+    ) -> anyhow::Result<Option<Self>> {
+        let python = python.or_else(|| {
+            let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
+            venv.exists().then_some(venv)
+        });
+        let Some(python) = python else {
+            return Ok(None);
+        };
+        let script = r#"
+import json, re, sys, time, duckdb
+# The high-water mark survives exec; restart it so it measures this process alone.
+open("/proc/self/clear_refs", "w").write("5")
+setup, answers = json.loads(sys.argv[1]), sys.argv[2]
+con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
+for statement in setup:
+    con.execute(statement)
+for line in sys.stdin:
+    ask = json.loads(line)
+    sql = ask["sql"]
+    if "answer" in ask:
+        rows = len(con.execute(sql).fetchall())
+        body = sql.strip().rstrip(";")
+        con.execute(f"COPY ({body}) TO '{answers}/q{ask['answer']}.parquet' (FORMAT parquet)")
+        reply = {"rows": rows}
+    else:
+        start = time.perf_counter()
+        con.execute(sql).fetchall()
+        reply = {"ms": (time.perf_counter() - start) * 1000}
+    print(json.dumps(reply), flush=True)
+peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
+print(json.dumps({"peak_mib": peak}), flush=True)
+"#;
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", script])
+            .arg(serde_json::to_string(setup)?)
+            .arg(answers)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("start {}", python.display()))?;
+        let to = child.stdin.take().expect("piped stdin");
+        let from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        Ok(Some(DuckDb { child, to, from }))
+    }
+
+    pub fn ask(&mut self, ask: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        use std::io::{BufRead, Write};
+        writeln!(self.to, "{ask}").context("DuckDB side stopped (see its error above)")?;
+        self.to.flush()?;
+        let mut line = String::new();
+        if self.from.read_line(&mut line)? == 0 {
+            bail!("DuckDB side stopped (see its error above)");
+        }
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// Runs query `q` once, writes its answer to `answers/q<q>.parquet`; its row count.
+    pub fn warm_up(&mut self, q: usize, sql: &str) -> anyhow::Result<usize> {
+        let reply = self.ask(serde_json::json!({ "sql": sql, "answer": q }))?;
+        reply["rows"]
+            .as_u64()
+            .map(|rows| rows as usize)
+            .context("DuckDB side gave no row count")
+    }
+
+    /// One timed run, in ms.
+    pub fn time(&mut self, sql: &str) -> anyhow::Result<f64> {
+        let reply = self.ask(serde_json::json!({ "sql": sql }))?;
+        reply["ms"].as_f64().context("DuckDB side gave no time")
+    }
+
+    /// Ends the process; its peak resident memory (MiB).
+    pub fn finish(self) -> anyhow::Result<Option<f64>> {
+        use std::io::BufRead;
+        let DuckDb {
+            mut child,
+            to,
+            mut from,
+        } = self;
+        drop(to);
+        let mut line = String::new();
+        from.read_line(&mut line)?;
+        if !child.wait()?.success() {
+            bail!("DuckDB side failed (see its error above)");
+        }
+        let reply: serde_json::Value = serde_json::from_str(&line)?;
+        Ok(reply["peak_mib"].as_f64())
+    }
+}
+
