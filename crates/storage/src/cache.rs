@@ -157,6 +157,12 @@ impl RangeCache {
         Some(bytes)
     }
 
+    /// Forgets a block (one that disagrees with its object).
+    fn forget(&self, key: &Key) {
+        self.memory.invalidate(key);
+        self.disk.invalidate(&Self::file_of(key));
+    }
+
     /// moka evicts lazily, a batch of writes at a time; with blocks of a mebibyte that could
     /// overshoot the bound by tens of them, so each insert settles the bound at once.
     fn keep_in_memory(&self, key: Key, bytes: Bytes) {
@@ -241,9 +247,51 @@ impl CachedStore {
     }
 
     /// Each of `ranges` of the object at `location`, from cached blocks and the blocks
-    /// missing, fetched in one call.
+    /// missing, fetched in one call. An answer that disagrees with what was asked (a size or
+    /// block remembered from an object that has changed since) is never returned: what the
+    /// cache holds of the object is forgotten and the ranges are read from the store.
     async fn ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let scoped = self.scoped(location);
+        let cached = self.cached_ranges(location, &scoped, ranges).await;
+        let agrees = |answer: &Vec<Bytes>, size: u64| {
+            answer.len() == ranges.len()
+                && answer
+                    .iter()
+                    .zip(ranges)
+                    .all(|(bytes, r)| bytes.len() as u64 == r.end.min(size).saturating_sub(r.start))
+        };
+        match cached {
+            Ok((answer, size)) if agrees(&answer, size) => return Ok(answer),
+            Err(e) if !matches!(&e, object_store::Error::Generic { store: "cache", .. }) => {
+                return Err(e);
+            }
+            _ => {}
+        }
+        tracing::warn!(%location, "cached size or blocks disagree with the object; read it again");
+        if let Some(size) = self.cache.sizes.get(&scoped) {
+            for block in 0..=size / BLOCK_BYTES {
+                self.cache.forget(&(scoped.clone(), block));
+            }
+        }
+        self.cache.sizes.invalidate(&scoped);
+        let (answer, size) = self.cached_ranges(location, &scoped, ranges).await?;
+        if !agrees(&answer, size) {
+            return Err(object_store::Error::Generic {
+                store: "cache",
+                source: format!("{location} changed while it was read").into(),
+            });
+        }
+        Ok(answer)
+    }
+
+    /// [`Self::ranges`] from the cache, with the object's size as the cache knows it.
+    async fn cached_ranges(
+        &self,
+        location: &Path,
+        scoped: &Arc<str>,
+        ranges: &[Range<u64>],
+    ) -> Result<(Vec<Bytes>, u64)> {
+        let scoped = scoped.clone();
         let size = self.size_of(location, &scoped).await?;
         if let Some(bad) = ranges.iter().find(|r| r.start > r.end || r.start > size) {
             return Err(object_store::Error::Generic {
@@ -282,7 +330,7 @@ impl CachedStore {
                 blocks.insert(block, bytes);
             }
         }
-        ranges
+        let answer: Result<Vec<Bytes>> = ranges
             .iter()
             .map(|range| {
                 let piece = |block: u64| -> Result<Bytes> {
@@ -311,7 +359,8 @@ impl CachedStore {
                     }
                 }
             })
-            .collect()
+            .collect();
+        Ok((answer?, size))
     }
 }
 
@@ -425,6 +474,32 @@ mod tests {
             cache.stats.disk_hits.load(Ordering::Relaxed),
             cache.stats.misses.load(Ordering::Relaxed),
         ]
+    }
+
+    #[tokio::test]
+    async fn an_object_read_while_it_was_shorter_is_read_again_not_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let a = Path::from("a");
+        let all = content();
+        // Seen with its first 10 bytes only: that size and that short block are remembered.
+        inner
+            .put(&a, PutPayload::from(all[..10].to_vec()))
+            .await
+            .unwrap();
+        let store = cache.wrap(inner.clone(), "w");
+        assert_eq!(store.get_range(&a, 0..10).await.unwrap(), &all[..10]);
+        inner.put(&a, PutPayload::from(all.clone())).await.unwrap();
+        // Ranges past what was remembered come whole, from the store.
+        let tail = SIZE as u64 - 100..SIZE as u64;
+        assert_eq!(
+            store.get_range(&a, tail.clone()).await.unwrap(),
+            &all[tail.start as usize..]
+        );
+        let ranges = store.get_ranges(&a, &[0..100, 5..50]).await.unwrap();
+        assert_eq!(ranges[0], &all[..100]);
+        assert_eq!(ranges[1], &all[5..50]);
     }
 
     #[tokio::test]

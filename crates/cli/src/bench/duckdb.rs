@@ -15,11 +15,13 @@ pub struct DuckDb {
 
 impl DuckDb {
     /// Started when a Python with `duckdb` is found (`python`, or the test venv's), after
-    /// running `setup` (views over the Parquet files).
+    /// running `setup` (views over the Parquet files); answers are fetched as Python rows, or
+    /// as an Arrow table with `arrow_results`.
     pub fn start(
         python: Option<PathBuf>,
         setup: &[String],
         answers: &Path,
+        arrow_results: bool,
     ) -> anyhow::Result<Option<Self>> {
         let python = python.or_else(|| {
             let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
@@ -33,6 +35,11 @@ import json, re, sys, time, duckdb
 # The high-water mark survives exec; restart it so it measures this process alone.
 open("/proc/self/clear_refs", "w").write("5")
 setup, answers = json.loads(sys.argv[1]), sys.argv[2]
+# Rows as Python tuples, or (for time zones without pytz) as one Arrow table.
+if sys.argv[3] == "arrow":
+    fetch = lambda result: result.fetch_arrow_table().num_rows
+else:
+    fetch = lambda result: len(result.fetchall())
 con = duckdb.connect()
 con.execute("SET enable_progress_bar = false")
 for statement in setup:
@@ -41,13 +48,13 @@ for line in sys.stdin:
     ask = json.loads(line)
     sql = ask["sql"]
     if "answer" in ask:
-        rows = len(con.execute(sql).fetchall())
+        rows = fetch(con.execute(sql))
         body = sql.strip().rstrip(";")
         con.execute(f"COPY ({body}) TO '{answers}/q{ask['answer']}.parquet' (FORMAT parquet)")
         reply = {"rows": rows}
     else:
         start = time.perf_counter()
-        con.execute(sql).fetchall()
+        fetch(con.execute(sql))
         reply = {"ms": (time.perf_counter() - start) * 1000}
     print(json.dumps(reply), flush=True)
 peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
@@ -57,6 +64,7 @@ print(json.dumps({"peak_mib": peak}), flush=True)
             .args(["-c", script])
             .arg(serde_json::to_string(setup)?)
             .arg(answers)
+            .arg(if arrow_results { "arrow" } else { "rows" })
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -110,4 +118,3 @@ print(json.dumps({"peak_mib": peak}), flush=True)
         Ok(reply["peak_mib"].as_f64())
     }
 }
-

@@ -59,6 +59,9 @@ pub struct OtlpBenchArgs {
     duckdb_python: Option<PathBuf>,
 }
 
+/// Distinct requests the benchmark builds (and sends again and again).
+const DISTINCT_REQUESTS: u64 = 128;
+
 /// splitmix64: reproducible data without a dependency.
 struct Rng(u64);
 
@@ -174,7 +177,12 @@ fn record(rng: &mut Rng, time: u64) -> LogRecord {
             text("http.request.method", method),
             text("http.route", route),
             int("http.response.status_code", status),
-            text("url.path", route.replace("{id}", &id.to_string()).replace("{sku}", "A-1042")),
+            text(
+                "url.path",
+                route
+                    .replace("{id}", &id.to_string())
+                    .replace("{sku}", "A-1042"),
+            ),
             text("user.id", format!("u{}", rng.below(50_000))),
             text(
                 "client.address",
@@ -262,7 +270,9 @@ async fn log_status(client: &Client, warehouse: &str) -> anyhow::Result<Option<V
         tables
             .iter()
             .find(|t| {
-                t["warehouse"] == warehouse && t["table"] == "logs" && t["namespace"] == json!(["otel"])
+                t["warehouse"] == warehouse
+                    && t["table"] == "logs"
+                    && t["namespace"] == json!(["otel"])
             })
             .cloned()
     }))
@@ -359,7 +369,7 @@ pub async fn run(args: OtlpBenchArgs) -> anyhow::Result<()> {
     let start = now_ns() - 3_600_000_000_000;
     let mut json_bytes = 0u64;
     let mut json_records = 0u64;
-    let bodies: Vec<(Vec<u8>, u64)> = (0..64)
+    let bodies: Vec<(Vec<u8>, u64)> = (0..DISTINCT_REQUESTS)
         .map(|i| {
             let request = request(
                 &mut rng,
@@ -375,8 +385,8 @@ pub async fn run(args: OtlpBenchArgs) -> anyhow::Result<()> {
         })
         .collect();
     let bodies = Arc::new(bodies);
-    let protobuf_per_record =
-        bodies.iter().map(|(b, _)| b.len() as f64).sum::<f64>() / (64 * args.batch_records) as f64;
+    let protobuf_per_record = bodies.iter().map(|(b, _)| b.len() as f64).sum::<f64>()
+        / (DISTINCT_REQUESTS as usize * args.batch_records) as f64;
     let json_per_record = json_bytes as f64 / json_records.max(1) as f64;
 
     // The table is created by the first request.
@@ -389,7 +399,37 @@ pub async fn run(args: OtlpBenchArgs) -> anyhow::Result<()> {
     if !first.status().is_success() {
         bail!("first OTLP request: {}", first.text().await?);
     }
+    // Bytes on disk, from every distinct record sent once (the phases after this one send
+    // them again, which would compress unrealistically well).
+    for (body, _) in &bodies[1..] {
+        let answer = client
+            .request(reqwest::Method::POST, &path)
+            .header("Content-Type", "application/x-protobuf")
+            .body(body.clone())
+            .send()
+            .await?;
+        if !answer.status().is_success() {
+            bail!("OTLP request: {}", answer.text().await?);
+        }
+    }
     drained(&client, &wh).await?;
+    let files = data_files(&client, &wh).await?;
+    let on_disk: i64 = files
+        .iter()
+        .filter_map(|f| f["file_size_in_bytes"].as_i64())
+        .sum();
+    let stored: i64 = files
+        .iter()
+        .filter_map(|f| f["record_count"].as_i64())
+        .sum();
+    let per_record = on_disk as f64 / stored.max(1) as f64;
+    let size_line = format!(
+        "  on disk: {stored} distinct records in {} data files, {:.1} B a record = {:.1} % of the raw OTLP JSON ({:.1} % of the protobuf)",
+        files.len(),
+        per_record,
+        100.0 * per_record / json_per_record,
+        100.0 * per_record / protobuf_per_record,
+    );
 
     // Throughput: durable acknowledgements for the phase, then the CPU of committing them.
     let cpu_before = server_cpu_seconds(&client).await;
@@ -495,33 +535,28 @@ pub async fn run(args: OtlpBenchArgs) -> anyhow::Result<()> {
         quantile(&mut committed, 0.99),
     );
 
-    // Bytes on disk.
+    println!("{size_line}");
+    let files = data_files(&client, &wh).await?;
+
+    if args.query_records == 0 {
+        return Ok(());
+    }
+    queries(&args, &client, &files, total).await
+}
+
+/// The table's data files: path, records, bytes.
+async fn data_files(client: &Client, warehouse: &str) -> anyhow::Result<Vec<Value>> {
     let files = client
         .call(
             reqwest::Method::POST,
             "/api/v1/sql",
             Some(json!({
                 "sql": "SELECT file_path, record_count, file_size_in_bytes FROM otel.\"logs$files\" WHERE content = 0",
-                "warehouse": wh,
+                "warehouse": warehouse,
             })),
         )
         .await?;
-    let files = files["rows"].as_array().cloned().unwrap_or_default();
-    let on_disk: i64 = files.iter().filter_map(|f| f["file_size_in_bytes"].as_i64()).sum();
-    let stored: i64 = files.iter().filter_map(|f| f["record_count"].as_i64()).sum();
-    let per_record = on_disk as f64 / stored.max(1) as f64;
-    println!(
-        "  on disk: {stored} records in {} data files, {:.1} B a record = {:.1} % of the raw OTLP JSON ({:.1} % of the protobuf)",
-        files.len(),
-        per_record,
-        100.0 * per_record / json_per_record,
-        100.0 * per_record / protobuf_per_record,
-    );
-
-    if args.query_records == 0 {
-        return Ok(());
-    }
-    queries(&args, &client, &files, total).await
+    Ok(files["rows"].as_array().cloned().unwrap_or_default())
 }
 
 /// A log search and aggregations over the table, Floe (over its HTTP SQL API) beside DuckDB
@@ -552,7 +587,7 @@ async fn queries(
     ];
     let answers = std::env::temp_dir().join(format!("floe-bench-otlp-{}", std::process::id()));
     std::fs::create_dir_all(&answers)?;
-    let duck = DuckDb::start(args.duckdb_python.clone(), &setup, &answers)?;
+    let duck = DuckDb::start(args.duckdb_python.clone(), &setup, &answers, true)?;
     let Some(mut duck) = duck else {
         bail!("no Python with the duckdb module (--duckdb-python)");
     };
@@ -597,10 +632,9 @@ async fn queries(
         ),
     ];
     println!(
-        "  queries over {records} records in {} files: median of {} runs, Floe (HTTP SQL API) beside DuckDB {} on the same Parquet files",
+        "  queries over {records} records in {} files: median of {} runs, Floe (HTTP SQL API) beside DuckDB (Python module) on the same Parquet files",
         paths.len(),
         args.runs,
-        "(Python module)"
     );
     let mut ratios = Vec::new();
     for (i, (name, sql)) in statements.iter().enumerate() {

@@ -245,7 +245,7 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
             )
         })
         .collect();
-    let mut duckdb = DuckDb::start(args.duckdb_python.clone(), &views, &answers)?;
+    let mut duckdb = DuckDb::start(args.duckdb_python.clone(), &views, &answers, false)?;
 
     // Then the timed runs, engine after engine within each iteration of each query, so that
     // the machine's drift (these shared cores speed up and slow down over minutes) falls on

@@ -26,7 +26,7 @@ use super::log::Ingest;
 
 /// How long an entry's rows stay in memory after the snapshot covering them is committed:
 /// longer than a query takes from loading the table to planning its scan.
-pub(crate) const RETAIN: Duration = Duration::from_secs(30);
+pub(crate) const RETAIN: Duration = Duration::from_secs(5);
 
 /// Most bytes (as written to the log) of rows all tables keep in memory.
 pub(crate) const MOST_KEPT_BYTES: u64 = 256 << 20;
@@ -99,6 +99,12 @@ impl Recent {
         {
             kept.fetch_sub(entry.bytes, Ordering::Relaxed);
         }
+    }
+
+    /// An entry's rows, when they are kept.
+    pub(crate) fn get(&self, sequence: u64) -> Option<Arc<Vec<RecordBatch>>> {
+        let entries = self.entries.lock().expect("recent entries");
+        entries.get(&sequence).map(|entry| entry.batches.clone())
     }
 
     /// The kept entries after `sequence` that a table state whose last sequence number is

@@ -605,7 +605,12 @@ impl Ingest {
             let mut conformed = Vec::new();
             let mut dead = Vec::new();
             for &sequence in &fresh {
-                match read_entry(&log.dir, sequence, &schema) {
+                // From memory when the entry is kept there, else from its file.
+                let entry = match log.recent.get(sequence) {
+                    Some(batches) => conform_entry(&batches, &schema),
+                    None => read_entry(&log.dir, sequence, &schema),
+                };
+                match entry {
                     Ok(batches) => conformed.extend(batches),
                     Err(Unfit::Misfit(reason)) => dead.push((sequence, reason)),
                     Err(Unfit::Io(e)) => {
@@ -697,7 +702,11 @@ pub(super) enum Unfit {
 
 /// A log entry's batches, conformed to the table's current schema (`schema`).
 fn read_entry(dir: &Path, sequence: u64, schema: &SchemaRef) -> Result<Vec<RecordBatch>, Unfit> {
-    let batches = read_raw(dir, sequence)?;
+    conform_entry(&read_raw(dir, sequence)?, schema)
+}
+
+/// An entry's batches conformed to the table's current schema (`schema`).
+fn conform_entry(batches: &[RecordBatch], schema: &SchemaRef) -> Result<Vec<RecordBatch>, Unfit> {
     batches
         .iter()
         .map(|batch| {

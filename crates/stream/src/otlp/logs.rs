@@ -9,7 +9,9 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 use super::layout;
-use super::values::{hex_id, micros, push_attributes, service_name, text, text_map};
+use super::values::{
+    hex_id, hex_in, micros, prepare, push_prepared, service_name, text_map, text_of,
+};
 use super::{Converted, Rejected};
 
 fn timestamps() -> TimestampMicrosecondBuilder {
@@ -44,12 +46,15 @@ pub fn convert(request: &ExportLogsServiceRequest, now: i64) -> Converted {
     let mut scope_attributes = text_map();
     let mut dropped = Int64Builder::new();
     let mut rejected = Vec::new();
+    let mut hex = [0u8; 64];
 
     for resource_logs in &request.resource_logs {
         let resource = resource_logs.resource.as_ref();
         let service_name = service_name(resource);
+        let resource_prepared = prepare(resource.map_or(&[][..], |r| &r.attributes));
         for scope_logs in &resource_logs.scope_logs {
             let scope = scope_logs.scope.as_ref();
+            let scope_prepared = prepare(scope.map_or(&[][..], |s| &s.attributes));
             for record in &scope_logs.log_records {
                 if let Some(error) = refusal(record) {
                     rejected.push(Rejected::of(&service_name, error, record));
@@ -65,24 +70,18 @@ pub fn convert(request: &ExportLogsServiceRequest, now: i64) -> Converted {
                 severity_text.append_option(
                     (!record.severity_text.is_empty()).then_some(&record.severity_text),
                 );
-                body.append_option(record.body.as_ref().and_then(text));
-                trace_id.append_option(hex_id(&record.trace_id, 16, "").ok().flatten());
-                span_id.append_option(hex_id(&record.span_id, 8, "").ok().flatten());
+                body.append_option(record.body.as_ref().and_then(text_of));
+                trace_id.append_option(hex_in(&record.trace_id, &mut hex));
+                span_id.append_option(hex_in(&record.span_id, &mut hex));
                 flags.append_value(i64::from(record.flags));
                 event_name
                     .append_option((!record.event_name.is_empty()).then_some(&record.event_name));
-                push_attributes(&mut attributes, &record.attributes);
-                push_attributes(
-                    &mut resource_attributes,
-                    resource.map_or(&[][..], |r| &r.attributes),
-                );
+                push_prepared(&mut attributes, &prepare(&record.attributes));
+                push_prepared(&mut resource_attributes, &resource_prepared);
                 scope_name.append_option(scope.map(|s| s.name.as_str()).filter(|n| !n.is_empty()));
                 scope_version
                     .append_option(scope.map(|s| s.version.as_str()).filter(|v| !v.is_empty()));
-                push_attributes(
-                    &mut scope_attributes,
-                    scope.map_or(&[][..], |s| &s.attributes),
-                );
+                push_prepared(&mut scope_attributes, &scope_prepared);
                 dropped.append_value(i64::from(record.dropped_attributes_count));
             }
         }

@@ -1,6 +1,8 @@
 //! OTLP values as table values: attributes as maps of text, any value as text, ids as hex,
 //! nanoseconds as microsecond timestamps.
 
+use std::borrow::Cow;
+
 use base64::Engine;
 use datafusion::arrow::array::{MapBuilder, MapFieldNames, StringBuilder};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -23,39 +25,72 @@ pub fn text_map() -> TextMap {
     MapBuilder::new(Some(names), StringBuilder::new(), StringBuilder::new())
 }
 
-/// Appends `attributes` as one map value (a key given twice keeps its last value).
-pub fn push_attributes(builder: &mut TextMap, attributes: &[KeyValue]) {
-    let mut seen = std::collections::HashSet::new();
+/// Attributes ready to be appended (duplicate keys dropped, values as text): a resource's or
+/// scope's are prepared once and appended to each of its records' rows.
+pub struct Prepared<'a>(Vec<(&'a str, Option<Cow<'a, str>>)>);
+
+/// `attributes` prepared: a key given twice keeps its last value.
+pub fn prepare(attributes: &[KeyValue]) -> Prepared<'_> {
+    fn entry(kv: &KeyValue) -> (&str, Option<Cow<'_, str>>) {
+        (kv.key.as_str(), kv.value.as_ref().and_then(text_of))
+    }
+    // Few attributes (the usual case) are checked for duplicates pairwise, without hashing.
+    let duplicated = if attributes.len() <= 32 {
+        attributes
+            .iter()
+            .enumerate()
+            .any(|(i, kv)| attributes[i + 1..].iter().any(|other| other.key == kv.key))
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(attributes.len());
+        !attributes.iter().all(|kv| seen.insert(kv.key.as_str()))
+    };
+    if !duplicated {
+        return Prepared(attributes.iter().map(entry).collect());
+    }
     // Last wins: walk from the end, keep the first of each key, then in their order.
-    let mut kept: Vec<&KeyValue> = attributes
+    let mut seen = std::collections::HashSet::new();
+    let mut kept: Vec<_> = attributes
         .iter()
         .rev()
         .filter(|kv| seen.insert(kv.key.as_str()))
+        .map(entry)
         .collect();
     kept.reverse();
-    for kv in kept {
-        builder.keys().append_value(&kv.key);
-        match kv.value.as_ref().and_then(text) {
-            Some(text) => builder.values().append_value(text),
-            None => builder.values().append_null(),
-        }
+    Prepared(kept)
+}
+
+/// Appends prepared attributes as one map value.
+pub fn push_prepared(builder: &mut TextMap, attributes: &Prepared<'_>) {
+    for (key, value) in &attributes.0 {
+        builder.keys().append_value(key);
+        builder.values().append_option(value.as_deref());
     }
     builder
         .append(true)
         .expect("keys and values are appended in pairs");
 }
 
+/// Appends `attributes` as one map value (a key given twice keeps its last value).
+pub fn push_attributes(builder: &mut TextMap, attributes: &[KeyValue]) {
+    push_prepared(builder, &prepare(attributes));
+}
+
 /// An OTLP value as text: strings as they are, numbers and booleans as written, bytes in
 /// base64, arrays and key-value lists as JSON; `None` for an empty value.
 pub fn text(value: &AnyValue) -> Option<String> {
+    text_of(value).map(Cow::into_owned)
+}
+
+/// [`text`], borrowing a string value.
+pub fn text_of(value: &AnyValue) -> Option<Cow<'_, str>> {
     Some(match value.value.as_ref()? {
-        Value::StringValue(s) => s.clone(),
-        Value::BoolValue(b) => b.to_string(),
-        Value::IntValue(i) => i.to_string(),
-        Value::DoubleValue(d) => d.to_string(),
-        Value::BytesValue(b) => base64::engine::general_purpose::STANDARD.encode(b),
-        Value::StringValueStrindex(i) => i.to_string(),
-        Value::ArrayValue(_) | Value::KvlistValue(_) => json(value).to_string(),
+        Value::StringValue(s) => Cow::Borrowed(s.as_str()),
+        Value::BoolValue(b) => Cow::Owned(b.to_string()),
+        Value::IntValue(i) => Cow::Owned(i.to_string()),
+        Value::DoubleValue(d) => Cow::Owned(d.to_string()),
+        Value::BytesValue(b) => Cow::Owned(base64::engine::general_purpose::STANDARD.encode(b)),
+        Value::StringValueStrindex(i) => Cow::Owned(i.to_string()),
+        Value::ArrayValue(_) | Value::KvlistValue(_) => Cow::Owned(json(value).to_string()),
     })
 }
 
@@ -107,6 +142,17 @@ pub fn hex_id(id: &[u8], length: usize, what: &str) -> Result<Option<String>, St
         n if n == length => Ok(Some(hex::encode(id))),
         n => Err(format!("{what} has {n} bytes; OTLP's have {length}")),
     }
+}
+
+/// An id of a record already checked by [`hex_id`] as lowercase hex in `buffer`; `None` for
+/// no id.
+pub fn hex_in<'b>(id: &[u8], buffer: &'b mut [u8; 64]) -> Option<&'b str> {
+    if id.is_empty() || id.len() > 32 {
+        return None;
+    }
+    let out = &mut buffer[..id.len() * 2];
+    hex::encode_to_slice(id, out).ok()?;
+    std::str::from_utf8(out).ok()
 }
 
 /// Nanoseconds since the epoch as microseconds; 0 (unset) is none.
