@@ -254,6 +254,7 @@ async fn root_credentials_file_is_written_private_when_not_configured() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
         .env("FLOE_PG_LISTEN", "127.0.0.1:0")
         .env("FLOE_OTLP_GRPC_LISTEN", "127.0.0.1:0")
+        .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
         .args([
             "serve",
             "--listen",
@@ -1877,6 +1878,7 @@ fn verify_audit_with(data_dir: &std::path::Path, args: &[&str]) -> std::process:
     std::process::Command::new(env!("CARGO_BIN_EXE_floe"))
         .env("FLOE_PG_LISTEN", "127.0.0.1:0")
         .env("FLOE_OTLP_GRPC_LISTEN", "127.0.0.1:0")
+        .env("FLOE_FLIGHT_LISTEN", "127.0.0.1:0")
         .args(["audit", "verify", "--data-dir"])
         .arg(data_dir)
         .args(args)
