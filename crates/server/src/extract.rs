@@ -11,6 +11,30 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 
+/// A request body of at most `limit` bytes (refused from its declared `Content-Length` before
+/// a byte is read); the error names the limit, for each door to answer in its own form.
+pub async fn body_within(
+    body: axum::body::Body,
+    headers: &axum::http::HeaderMap,
+    limit: usize,
+) -> Result<Bytes, String> {
+    let too_large = || {
+        format!(
+            "the body is larger than the {limit} bytes taken per request (--ingest-max-body-mb)"
+        )
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())
+}
+
 /// A JSON body. Malformed JSON, wrong types and unknown fields are 400s naming the problem;
 /// a body over the size limit is a 413.
 pub struct JsonBody<T>(pub T);

@@ -161,24 +161,9 @@ async fn read_body(
     headers: &HeaderMap,
     limit: usize,
 ) -> Result<Bytes, Failure> {
-    let too_large = || {
-        Failure::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the body is larger than the {limit} bytes taken per request (--ingest-max-body-mb)"
-            ),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(body, limit)
+    crate::extract::body_within(body, headers, limit)
         .await
-        .map_err(|_| too_large())
+        .map_err(|m| Failure::new(StatusCode::PAYLOAD_TOO_LARGE, m))
 }
 
 /// `Content-Encoding`, lowercased (`identity` when absent).

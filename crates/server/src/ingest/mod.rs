@@ -18,7 +18,6 @@
 //! dead-letter directory and the log goes on.
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -97,22 +96,9 @@ pub async fn ingest(
             ),
         ));
     }
-    let limit = ingest.config.max_body_bytes;
-    let too_large = || {
-        ApiError(CatalogError::PayloadTooLarge(format!(
-            "the body is larger than the {limit} bytes taken per request (--ingest-max-body-mb)"
-        )))
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    let body: Bytes = axum::body::to_bytes(body, limit)
+    let body = crate::extract::body_within(body, &headers, ingest.config.max_body_bytes)
         .await
-        .map_err(|_| too_large())?;
+        .map_err(|m| ApiError(CatalogError::PayloadTooLarge(m)))?;
     let namespace =
         NamespaceIdent::from_vec(namespace.split('\u{1f}').map(str::to_string).collect())
             .map_err(|e| bad_request(format!("namespace: {e}")))?;

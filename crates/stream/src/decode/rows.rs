@@ -381,9 +381,17 @@ pub fn infer_schema(media: &str, body: &Bytes, budget: usize) -> Result<Schema> 
 /// About what parsing a JSON row into values takes: a value per `{`, `[`, `,` and `:` outside
 /// strings, and the row's bytes.
 fn tree_cost(row: &[u8]) -> usize {
+    json_values(row)
+        .saturating_mul(VALUE_BYTES)
+        .saturating_add(row.len())
+}
+
+/// The values parsing JSON `bytes` makes, about: one, and one more per `{`, `[`, `,` and `:`
+/// outside strings (counted without parsing, so malformed JSON is counted too).
+pub fn json_values(bytes: &[u8]) -> usize {
     let mut values = 1usize;
     let (mut in_string, mut escaped) = (false, false);
-    for &b in row {
+    for &b in bytes {
         if in_string {
             match b {
                 _ if escaped => escaped = false,
@@ -399,7 +407,7 @@ fn tree_cost(row: &[u8]) -> usize {
             }
         }
     }
-    values.saturating_mul(VALUE_BYTES).saturating_add(row.len())
+    values
 }
 
 #[cfg(test)]

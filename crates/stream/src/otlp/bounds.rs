@@ -73,25 +73,7 @@ fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
 
 /// The memory decoding JSON `bytes` will take, about: every value charged as a message.
 pub fn json_cost(bytes: &[u8]) -> usize {
-    let mut values = 1usize;
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in bytes {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b'{' | b'[' | b',' | b':' => values += 1,
-                _ => {}
-            }
-        }
-    }
-    values
+    crate::decode::rows::json_values(bytes)
         .saturating_mul(MESSAGE_BYTES)
         .saturating_add(bytes.len())
 }
