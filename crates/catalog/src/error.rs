@@ -16,6 +16,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// The caller asks for more at once than it may; retrying later helps.
     TooManyRequests,
+    /// A quota is used up; waiting alone does not free it.
+    QuotaExceeded,
     /// The work ran past its time limit and was stopped.
     Timeout,
     Unavailable,
@@ -63,6 +65,10 @@ pub enum CatalogError {
     /// More work at once than the caller may have (a limit named in the message).
     #[error("{0}")]
     TooManyRequests(String),
+    /// A tenant's limit (or the server's overload guard) refused the work: which limit,
+    /// its value, the tenant, and when trying again can succeed.
+    #[error("{0}")]
+    Limited(crate::tenants::Refused),
     /// Stopped at its time limit (named in the message).
     #[error("{0}")]
     Timeout(String),
@@ -114,6 +120,7 @@ impl CatalogError {
             Unsupported(m) => Unsupported(m.clone()),
             PayloadTooLarge(m) => PayloadTooLarge(m.clone()),
             TooManyRequests(m) => TooManyRequests(m.clone()),
+            Limited(r) => Limited(r.clone()),
             Timeout(m) => Timeout(m.clone()),
             CommitStateUnknown(m) => CommitStateUnknown(m.clone()),
             Unavailable(m) => Unavailable(m.clone()),
@@ -198,6 +205,7 @@ impl CatalogError {
             CatalogError::Unsupported(_) => ErrorCode::Unsupported,
             CatalogError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             CatalogError::TooManyRequests(_) => ErrorCode::TooManyRequests,
+            CatalogError::Limited(r) => r.code(),
             CatalogError::Timeout(_) => ErrorCode::Timeout,
             CatalogError::CommitStateUnknown(_) => ErrorCode::CommitStateUnknown,
             CatalogError::Unavailable(_) => ErrorCode::Unavailable,
@@ -220,6 +228,7 @@ impl CatalogError {
             CatalogError::Unsupported(_) => "UnsupportedOperationException",
             CatalogError::PayloadTooLarge(_) => "PayloadTooLargeException",
             CatalogError::TooManyRequests(_) => "TooManyRequestsException",
+            CatalogError::Limited(_) => "LimitExceededException",
             CatalogError::Timeout(_) => "TimeoutException",
             CatalogError::CommitStateUnknown(_) => "CommitStateUnknownException",
             CatalogError::Unavailable(_) => "ServiceUnavailableException",

@@ -21,5 +21,6 @@ pub mod pipelines;
 pub mod registry;
 pub mod service;
 pub mod store;
+pub mod tenants;
 
 pub use error::{CatalogError, ErrorCode, Result};

@@ -8,6 +8,7 @@ mod maintenance;
 mod pipeline;
 mod serve;
 mod sql;
+mod tenant;
 mod warehouse;
 mod worker;
 
@@ -57,6 +58,9 @@ enum Command {
     /// Administer principals and signing keys of a running server.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Set and show tenants' (warehouses') limits on a running server.
+    #[command(subcommand)]
+    Tenant(tenant::TenantCommand),
     /// Verify and query the audit trail.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
@@ -103,6 +107,7 @@ fn main() -> anyhow::Result<()> {
             Command::Serve(args) => serve::run(*args).await,
             Command::Warehouse(command) => warehouse::run(command).await,
             Command::Admin(command) => admin::run(command).await,
+            Command::Tenant(command) => tenant::run(command).await,
             Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
             Command::Worker(args) => worker::run(args).await,

@@ -72,6 +72,14 @@ pub struct ServeArgs {
     /// Largest body `/ingest/v1/…` takes (MiB); larger ones get 413.
     #[arg(long, env = "FLOE_INGEST_MAX_BODY_MB", default_value_t = 64)]
     pub ingest_max_body_mb: usize,
+    /// Bytes (MiB) of acknowledged ingest not yet committed past which new ingest requests
+    /// are shed with 503 + `Retry-After` until the committers catch up.
+    #[arg(long, env = "FLOE_INGEST_MAX_BACKLOG_MB", default_value_t = 1024)]
+    pub ingest_max_backlog_mb: usize,
+    /// Bytes (MiB) of ingest request bodies decoded at once past which new requests are
+    /// shed with 503 + `Retry-After`.
+    #[arg(long, env = "FLOE_INGEST_MAX_INFLIGHT_MB", default_value_t = 512)]
+    pub ingest_max_inflight_mb: usize,
     /// Memory (MiB) decoding one request's rows may take — an `/ingest/v1/…` body, a Flight
     /// SQL `DoPut` stream or bound parameters — and no more than 64 times the request's
     /// size; more gets 413 (Flight: RESOURCE_EXHAUSTED).
@@ -245,6 +253,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     ensure_default_warehouse(&catalog, &data_dir).await?;
+    // Tenant limits are in force before the first request.
+    catalog.tenants().attach(Arc::new(store.clone()));
+    catalog
+        .tenants()
+        .refresh()
+        .await
+        .context("read tenant limits")?;
     let mut auth = AuthService::new(
         Arc::new(store.clone()),
         AuthConfig {
@@ -366,6 +381,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 ),
                 max_body_bytes: args.ingest_max_body_mb << 20,
                 wait_timeout: std::time::Duration::from_secs(60),
+                max_backlog_bytes: (args.ingest_max_backlog_mb as u64) << 20,
+                max_inflight_bytes: (args.ingest_max_inflight_mb as u64) << 20,
             },
             state.catalog.clone(),
             state.sql.clone(),
@@ -413,6 +430,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     );
     state.pipelines = Some(pipelines.clone());
     let supervisor = tokio::spawn(pipelines.supervise(shutdown.clone()));
+    tokio::spawn(floe_server::tenants::watch(
+        state.catalog.clone(),
+        shutdown.clone(),
+    ));
     let maintenance = if args.maintenance_workers > 0 {
         Some(
             scheduler

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::jobs::{JobOutcome, JobRecord, JobStore, NewJob};
-use floe_catalog::model::PageRequest;
 use floe_catalog::service::{CommittedTable, SecurableRef};
 use floe_catalog::{CatalogError, Result as CatalogResult};
+use iceberg::spec::TableMetadata;
 use iceberg::{NamespaceIdent, TableIdent};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -285,15 +285,31 @@ impl Scheduler {
             .collect())
     }
 
-    /// The table's effective policy.
+    /// The table's effective policy, with its tenant's retention over observability tables.
     pub async fn effective_policy(
         &self,
         warehouse: &str,
         ident: &TableIdent,
-        properties: &HashMap<String, String>,
+        metadata: &TableMetadata,
     ) -> CatalogResult<Effective> {
         let levels = self.policy_levels(warehouse, ident).await?;
-        Ok(Effective::resolve(&levels, properties))
+        let mut effective = Effective::resolve(&levels, metadata.properties());
+        let tenant_days = self
+            .maintainer
+            .catalog
+            .tenants()
+            .existing(warehouse)
+            .and_then(|t| t.limits().retention_days);
+        if let Some(days) = tenant_days
+            && ident.namespace().as_ref().as_slice() == [OBSERVABILITY_NAMESPACE]
+            && let Some(column) = day_partition_source(metadata)
+        {
+            effective.retention = Some(match effective.retention {
+                Some((own, own_days)) => (own, own_days.min(days)),
+                None => (column, days),
+            });
+        }
+        Ok(effective)
     }
 
     /// Runs until `shutdown`: the claim loop, the commit trigger and the schedule, on a
@@ -452,7 +468,7 @@ impl Scheduler {
             .await
             .map_err(|e| e.to_string())?;
         let policy = self
-            .effective_policy(warehouse, ident, loaded.metadata.properties())
+            .effective_policy(warehouse, ident, &loaded.metadata)
             .await
             .map_err(|e| e.to_string())?;
         if !policy.enabled && job.trigger != "request" {
@@ -591,7 +607,7 @@ impl Scheduler {
             Some(policy) => policy,
             None => {
                 let policy = self
-                    .effective_policy(&table.warehouse, &table.ident, table.metadata.properties())
+                    .effective_policy(&table.warehouse, &table.ident, &table.metadata)
                     .await?;
                 let mut checked = self.checked.lock().expect("checked tables");
                 if checked.len() > 10_000 {
@@ -647,12 +663,12 @@ impl Scheduler {
         let mut queued = 0;
         for warehouse in catalog.list_warehouses(&system).await? {
             let name = warehouse.name.clone();
-            for ident in self.tables_of(&name).await? {
+            for ident in self.maintainer.catalog.all_tables(&name).await? {
                 let Ok(loaded) = catalog.load_table(&system, &name, &ident).await else {
                     continue;
                 };
                 let policy = self
-                    .effective_policy(&name, &ident, loaded.metadata.properties())
+                    .effective_policy(&name, &ident, &loaded.metadata)
                     .await?;
                 if !policy.enabled {
                     continue;
@@ -682,60 +698,6 @@ impl Scheduler {
             }
         }
         Ok(queued)
-    }
-
-    /// Every table of a warehouse, walking its namespaces.
-    async fn tables_of(&self, warehouse: &str) -> CatalogResult<Vec<TableIdent>> {
-        let system = Caller::system();
-        let catalog = &self.maintainer.catalog;
-        let mut tables = Vec::new();
-        let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
-        while let Some(parent) = pending.pop() {
-            let mut token = None;
-            loop {
-                let page = catalog
-                    .list_namespaces(
-                        &system,
-                        warehouse,
-                        parent.as_ref(),
-                        &PageRequest {
-                            token: token.clone(),
-                            size: Some(1000),
-                        },
-                    )
-                    .await?;
-                for namespace in page.items {
-                    pending.push(Some(namespace));
-                }
-                token = page.next_token;
-                if token.is_none() {
-                    break;
-                }
-            }
-            let Some(namespace) = parent else { continue };
-            let mut token = None;
-            loop {
-                let page = catalog
-                    .list_tables(
-                        &system,
-                        warehouse,
-                        &namespace,
-                        &PageRequest {
-                            token: token.clone(),
-                            size: Some(1000),
-                        },
-                    )
-                    .await?;
-                for name in page.items {
-                    tables.push(TableIdent::new(namespace.clone(), name));
-                }
-                token = page.next_token;
-                if token.is_none() {
-                    break;
-                }
-            }
-        }
-        Ok(tables)
     }
 
     /// Prometheus text for `/metrics`.
@@ -791,4 +753,23 @@ impl Scheduler {
 
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+/// The namespace of a tenant's observability tables (`otel`, as OTLP ingestion creates them),
+/// which its `retention-days` limit applies to.
+const OBSERVABILITY_NAMESPACE: &str = "otel";
+
+/// The column the table's default spec partitions by day (or hour), if one: the time its
+/// rows are kept by.
+fn day_partition_source(metadata: &TableMetadata) -> Option<String> {
+    use iceberg::spec::Transform;
+    let spec = metadata.default_partition_spec();
+    let field = spec
+        .fields()
+        .iter()
+        .find(|f| matches!(f.transform, Transform::Day | Transform::Hour))?;
+    metadata
+        .current_schema()
+        .field_by_id(field.source_id)
+        .map(|f| f.name.clone())
 }

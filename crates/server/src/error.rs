@@ -42,6 +42,7 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         ErrorCode::Unsupported => StatusCode::NOT_ACCEPTABLE,
         ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::QuotaExceeded => StatusCode::INSUFFICIENT_STORAGE,
         // Not 408, which clients may resend on their own: a stopped statement is an answer.
         ErrorCode::Timeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -76,10 +77,16 @@ impl IntoResponse for ApiError {
         let status = status_for(self.0.code());
         let message = client_message(&self.0);
         let mut response = error_response(status, self.0.error_type(), &message);
-        if status == StatusCode::TOO_MANY_REQUESTS {
+        // A limit's refusal says when its bucket refills; other 429s and overload 503s ask
+        // for a second.
+        let retry_after = match &self.0 {
+            CatalogError::Limited(refused) => refused.retry_after_seconds(),
+            _ => (status == StatusCode::TOO_MANY_REQUESTS).then_some(1),
+        };
+        if let Some(seconds) = retry_after {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
+                axum::http::HeaderValue::from(seconds),
             );
         }
         if matches!(self.0, CatalogError::Hidden(_)) {

@@ -29,6 +29,7 @@ pub mod pg;
 pub mod pipelines;
 pub mod registry;
 pub mod rest;
+pub mod tenants;
 pub mod tls;
 
 use std::sync::Arc;

@@ -568,7 +568,7 @@ pub async fn get_policy(
                 .await?;
             Some(
                 scheduler
-                    .effective_policy(&query.warehouse, &ident, loaded.metadata.properties())
+                    .effective_policy(&query.warehouse, &ident, &loaded.metadata)
                     .await?,
             )
         }

@@ -114,6 +114,7 @@ pub async fn serve_metrics(
         if let Some(ingest) = &state.ingest {
             text.push_str(&ingest.render_metrics().await);
         }
+        text.push_str(&crate::tenants::render_metrics(&state.catalog));
     }
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }

@@ -23,9 +23,13 @@ use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use floe_catalog::ErrorCode;
+use std::time::Duration;
+
 use floe_catalog::governance::authz::Caller;
+use floe_catalog::tenants::Refused;
+use floe_catalog::{CatalogError, ErrorCode};
 use floe_stream::core::IngestError;
+use floe_stream::core::admit::admit;
 use floe_stream::otlp::opentelemetry_proto::tonic::collector;
 use floe_stream::otlp::{self, Encoding, Refusal, Signal, Taken};
 use prost::Message;
@@ -47,10 +51,12 @@ pub struct RpcStatus {
     pub message: String,
 }
 
-/// An OTLP error answer: HTTP status, gRPC code, message.
+/// An OTLP error answer: HTTP status, gRPC code, message, and when to try again.
 pub struct Failure {
     pub status: StatusCode,
     pub message: String,
+    /// When the same request can succeed (a limit's bucket refills, a backlog drains).
+    pub retry_after: Option<Duration>,
 }
 
 impl Failure {
@@ -58,7 +64,60 @@ impl Failure {
         Self {
             status,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// A refusal by a tenant's limit or the overload guard.
+    pub fn of_refused(refused: Refused) -> Self {
+        Self {
+            status: crate::error::status_for(refused.code()),
+            message: refused.to_string(),
+            retry_after: refused.retry_after,
+        }
+    }
+
+    /// `Retry-After` in whole seconds, for an answer the client should send again.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        if !self.retryable() {
+            return None;
+        }
+        Some(self.retry_after.map_or(1, |d| {
+            (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+        }))
+    }
+
+    /// The gRPC status: its code, and for a retryable answer `RetryInfo` (in the status
+    /// details and as `google.rpc.retryinfo-bin`, which OpenTelemetry's exporters read).
+    pub fn grpc_status(&self) -> tonic::Status {
+        let code = self.grpc_code();
+        if !self.retryable() {
+            return tonic::Status::new(code, self.message.clone());
+        }
+        let delay = self.retry_after.unwrap_or(Duration::from_secs(1));
+        let info = RetryInfo {
+            retry_delay: Some(prost_types_duration(delay)),
+        };
+        let info_bytes = info.encode_to_vec();
+        let details = RpcStatusWithDetails {
+            code: code as i32,
+            message: self.message.clone(),
+            details: vec![ProtoAny {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info_bytes.clone(),
+            }],
+        };
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        metadata.insert_bin(
+            "google.rpc.retryinfo-bin",
+            tonic::metadata::MetadataValue::from_bytes(&info_bytes),
+        );
+        tonic::Status::with_details_and_metadata(
+            code,
+            self.message.clone(),
+            details.encode_to_vec().into(),
+            metadata,
+        )
     }
 
     /// The gRPC status code OTLP pairs with this HTTP status.
@@ -70,9 +129,9 @@ impl Failure {
             StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
             StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
             StatusCode::NOT_FOUND => tonic::Code::NotFound,
-            StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => {
-                tonic::Code::ResourceExhausted
-            }
+            StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::INSUFFICIENT_STORAGE => tonic::Code::ResourceExhausted,
             StatusCode::CONFLICT => tonic::Code::Aborted,
             _ => tonic::Code::Unavailable,
         }
@@ -89,7 +148,7 @@ impl Failure {
         )
     }
 
-    fn of_refusal(refusal: Refusal) -> Self {
+    pub(crate) fn of_refusal(refusal: Refusal) -> Self {
         match refusal {
             Refusal::Malformed(m) => Failure::new(StatusCode::BAD_REQUEST, m),
             Refusal::TooLarge(m) => Failure::new(StatusCode::PAYLOAD_TOO_LARGE, m),
@@ -98,6 +157,9 @@ impl Failure {
 
     /// A core error: the catalog's own status, a retryable failure as 503.
     pub fn of_ingest(e: IngestError, tenant: &str) -> Self {
+        if let IngestError::Catalog(CatalogError::Limited(refused)) = e {
+            return Failure::of_refused(refused);
+        }
         if e.retryable() {
             return Failure::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         }
@@ -130,13 +192,56 @@ impl Failure {
                 .into_response(),
             Encoding::Json => (self.status, axum::Json(body)).into_response(),
         };
-        if self.retryable() {
+        if let Some(seconds) = self.retry_after_seconds() {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }
+}
+
+/// `google.rpc.RetryInfo`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<ProtoDuration>,
+}
+
+/// `google.protobuf.Duration`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+fn prost_types_duration(d: Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// `google.protobuf.Any`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoAny {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+/// `google.rpc.Status` with its details, as gRPC's `grpc-status-details-bin` carries it.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatusWithDetails {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<ProtoAny>,
 }
 
 /// The encoding a `Content-Type` names.
@@ -186,7 +291,10 @@ async fn tenant_of(state: &AppState, caller: &Caller, tenant: &str) -> Result<()
     }
 }
 
-/// A signal's rows taken from `body` as `caller` into `tenant`'s tables.
+/// A signal's rows taken from `body` (gzip-compressed when `gzip`) as `caller` into
+/// `tenant`'s tables: the tenant checked, the request admitted by the overload guard and the
+/// tenant's limits before it is inflated or decoded, its records counted against the
+/// tenant's records bucket, and records past a per-record limit refused one by one.
 pub async fn take(
     state: &AppState,
     caller: &Caller,
@@ -194,6 +302,7 @@ pub async fn take(
     signal: Signal,
     encoding: Encoding,
     body: &[u8],
+    gzip: bool,
 ) -> Result<Taken, Failure> {
     let Some(log) = state.ingest.clone() else {
         return Err(Failure::new(
@@ -203,14 +312,31 @@ pub async fn take(
     };
     // The tenant must be a warehouse the caller can see, whatever the request holds.
     tenant_of(state, caller, tenant).await?;
+    let admitted = admit(&log, state.catalog.tenants().get(tenant), body.len() as u64)
+        .map_err(Failure::of_refused)?;
+    let inflated;
+    let body = if gzip {
+        inflated =
+            otlp::gunzip(body, state.decode.budget(body.len())).map_err(Failure::of_refusal)?;
+        &inflated[..]
+    } else {
+        body
+    };
     let budget = state.decode.budget(body.len());
     let request = otlp::decode(signal, encoding, body, budget).map_err(Failure::of_refusal)?;
     let now = otlp::now_micros();
     let converted = otlp::convert(&request, now);
     drop(request);
-    otlp::ingest(&log, &state.catalog, caller, tenant, signal, converted, now)
+    let records = converted.batch.num_rows() + converted.rejected.len();
+    admitted
+        .records(records as u64)
+        .map_err(Failure::of_refused)?;
+    let converted = otlp::screen::screen(converted, admitted.tenant(), now);
+    let taken = otlp::ingest(&log, &state.catalog, caller, tenant, signal, converted, now)
         .await
-        .map_err(|e| Failure::of_ingest(e, tenant))
+        .map_err(|e| Failure::of_ingest(e, tenant))?;
+    admitted.taken(taken.accepted as u64);
+    Ok(taken)
 }
 
 /// The signal's `Export…ServiceResponse` for what was taken, as protobuf bytes and as JSON.
@@ -305,12 +431,9 @@ async fn export(
         .as_ref()
         .map_or(64 << 20, |i| i.config.max_body_bytes);
     let answered = async {
-        let body = read_body(body, &headers, limit).await?;
-        let body = match content_encoding(&headers).as_str() {
-            "identity" => body.to_vec(),
-            "gzip" => {
-                otlp::gunzip(&body, state.decode.budget(body.len())).map_err(Failure::of_refusal)?
-            }
+        let gzip = match content_encoding(&headers).as_str() {
+            "identity" => false,
+            "gzip" => true,
             other => {
                 return Err(Failure::new(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -318,7 +441,8 @@ async fn export(
                 ));
             }
         };
-        take(&state, &caller, &tenant, signal, encoding, &body).await
+        let body = read_body(body, &headers, limit).await?;
+        take(&state, &caller, &tenant, signal, encoding, &body, gzip).await
     }
     .await;
     match answered {
@@ -348,10 +472,10 @@ pub async fn remote_write(
 ) -> Response {
     let refuse = |failure: Failure| -> Response {
         let mut response = (failure.status, failure.message.clone()).into_response();
-        if failure.retryable() {
+        if let Some(seconds) = failure.retry_after_seconds() {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     };
@@ -381,13 +505,24 @@ pub async fn remote_write(
     let taken = async {
         let body = read_body(body, &headers, log.config.max_body_bytes).await?;
         tenant_of(&state, &caller, &tenant).await?;
+        let admitted = admit(
+            &log,
+            state.catalog.tenants().get(&tenant),
+            body.len() as u64,
+        )
+        .map_err(Failure::of_refused)?;
         let budget = state.decode.budget(body.len());
         let request =
             floe_stream::remote_write::decode(&body, budget).map_err(Failure::of_refusal)?;
         let now = otlp::now_micros();
         let converted = floe_stream::remote_write::convert(&request);
         drop(request);
-        otlp::ingest(
+        let records = converted.batch.num_rows() + converted.rejected.len();
+        admitted
+            .records(records as u64)
+            .map_err(Failure::of_refused)?;
+        let converted = otlp::screen::screen(converted, admitted.tenant(), now);
+        let taken = otlp::ingest(
             &log,
             &state.catalog,
             &caller,
@@ -397,7 +532,9 @@ pub async fn remote_write(
             now,
         )
         .await
-        .map_err(|e| Failure::of_ingest(e, &tenant))
+        .map_err(|e| Failure::of_ingest(e, &tenant))?;
+        admitted.taken(taken.accepted as u64);
+        Ok(taken)
     }
     .await;
     match taken {

@@ -8,7 +8,8 @@
 //! codec (gzip-compressed messages are inflated within the same size limit): an answer is the signal's `Export…ServiceResponse` (with `partial_success` counting
 //! records refused one by one), a failure a gRPC status (`INVALID_ARGUMENT`,
 //! `UNAUTHENTICATED`, `PERMISSION_DENIED`, `NOT_FOUND` for an unknown tenant,
-//! `RESOURCE_EXHAUSTED`, `UNAVAILABLE` when trying again helps).
+//! `RESOURCE_EXHAUSTED` for a tenant's limit, `UNAVAILABLE` when the server sheds load); a
+//! refusal that waiting helps carries `RetryInfo` with the delay its bucket computed.
 
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
@@ -134,13 +135,14 @@ impl<S: SignalService> tonic::server::UnaryService<Vec<u8>> for Export<S> {
                 S::SIGNAL,
                 Encoding::Protobuf,
                 &body,
+                false,
             )
             .await
             {
                 Ok(taken) => Ok(tonic::Response::new(
                     crate::otlp::answer(S::SIGNAL, &taken).0,
                 )),
-                Err(failure) => Err(tonic::Status::new(failure.grpc_code(), failure.message)),
+                Err(failure) => Err(failure.grpc_status()),
             }
         })
     }

@@ -420,7 +420,7 @@ impl SqlEngine {
     /// The runtime a worker runs every task in: the shared object stores, caches and spill
     /// directory, and one memory pool of a query's limit for all its tasks.
     pub(crate) fn worker_runtime(&self) -> Result<Arc<RuntimeEnv>, SqlError> {
-        self.query_runtime()
+        self.query_runtime(self.config.query_memory_limit)
     }
 
     /// The gRPC service workers take work units from, when this engine coordinates a
@@ -486,11 +486,12 @@ impl SqlEngine {
     }
 
     /// A runtime for one query: the shared object stores, caches and spill directory, and a
-    /// memory pool of the query's own limit (spilling operators share it fairly).
-    fn query_runtime(&self) -> Result<Arc<RuntimeEnv>, SqlError> {
+    /// memory pool of `memory` bytes, the query's own limit (spilling operators share it
+    /// fairly).
+    fn query_runtime(&self, memory: usize) -> Result<Arc<RuntimeEnv>, SqlError> {
         let mut env = RuntimeEnvBuilder::new()
             .with_object_store_registry(self.runtime.object_store_registry.clone())
-            .with_memory_pool(Arc::new(FairSpillPool::new(self.config.query_memory_limit)))
+            .with_memory_pool(Arc::new(FairSpillPool::new(memory)))
             .build()?;
         env.cache_manager = self.runtime.cache_manager.clone();
         env.disk_manager = self.runtime.disk_manager.clone();
@@ -537,14 +538,22 @@ impl SqlEngine {
         options: &QueryOptions,
     ) -> Result<QueryResult, SqlError> {
         // Wait in line; the ticket travels with the result stream.
-        let ticket = self.admission.admit(caller).await?;
+        // A statement counts against the tenant of its session's warehouse.
+        let tenant = self
+            .service
+            .tenants()
+            .existing(options.warehouse.as_deref().unwrap_or("default"));
+        let ticket = self.admission.admit(caller, tenant.as_deref()).await?;
+        let memory = tenant.as_ref().map_or(self.config.query_memory_limit, |t| {
+            t.query_memory(self.config.query_memory_limit)
+        });
         let deadline = ticket.deadline;
         let prepared = deadline
             .run(self.prepare(
                 caller,
                 sql,
                 options,
-                self.query_runtime()?,
+                self.query_runtime(memory)?,
                 Planning::AsConfigured,
             ))
             .await??;

@@ -13,6 +13,7 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use crate::error::{is_foreign_key_violation, is_unique_violation, query_error};
+use crate::now_ms;
 use crate::{Backend, SqlStore, StoreError};
 
 /// Scope separator (see `floe_catalog::governance::authz`).
@@ -20,10 +21,6 @@ const SEP: char = floe_catalog::governance::authz::SEP;
 
 /// Largest page a listing returns, whatever the client asks for.
 const MAX_PAGE: usize = 1000;
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
 
 fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid> {
     Uuid::parse_str(s).map_err(|e| {

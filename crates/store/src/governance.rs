@@ -10,11 +10,8 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use crate::error::{is_unique_violation, query_error};
+use crate::now_ms;
 use crate::{SqlStore, StoreError};
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
 
 const PRINCIPAL_COLUMNS: &str =
     "id, name, kind, client_id, is_root, disabled, created_at_ms, secret_salt, secret_hash";

@@ -14,6 +14,7 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use crate::error::{is_unique_violation, query_error};
+use crate::now_ms;
 use crate::{Backend, SqlStore, StoreError};
 
 /// Key of the PostgreSQL advisory lock that serializes claims across nodes.
@@ -30,10 +31,6 @@ const JOB_COLUMNS: &str = "id, warehouse_id, table_id, kind, status, priority, t
 /// A queued job that is due, or a running one whose lease expired (its node is gone).
 const CLAIMABLE: &str = "((status = 'queued' AND not_before_ms <= $1) \
      OR (status = 'running' AND lease_until_ms < $1))";
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
 
 fn corrupt(what: &'static str, detail: impl ToString) -> CatalogError {
     StoreError::Corrupt {

@@ -13,6 +13,7 @@ mod governance;
 mod jobs;
 mod pipelines;
 mod registry;
+mod tenants;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -24,6 +25,11 @@ use sqlx::{AnyPool, Executor};
 use tokio::sync::{Mutex, MutexGuard};
 
 pub use error::StoreError;
+
+/// Milliseconds since the epoch, now.
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
 
 /// Which database a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -69,6 +69,8 @@ pub struct CatalogService {
     config: CatalogConfig,
     /// Every successful table commit, for whoever listens (the maintenance scheduler).
     commits: tokio::sync::broadcast::Sender<CommittedTable>,
+    /// Tenants (warehouses) and their limits in force on this node.
+    tenants: Arc<crate::tenants::Tenants>,
 }
 
 /// A table as a commit left it.
@@ -87,7 +89,13 @@ impl CatalogService {
             warehouses: RwLock::new(HashMap::new()),
             config,
             commits: tokio::sync::broadcast::channel(1024).0,
+            tenants: Arc::default(),
         }
+    }
+
+    /// Tenants (warehouses) and their limits in force on this node.
+    pub fn tenants(&self) -> &Arc<crate::tenants::Tenants> {
+        &self.tenants
     }
 
     /// Tables as successful commits leave them, from now on. A receiver that falls more

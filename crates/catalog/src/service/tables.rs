@@ -389,6 +389,60 @@ impl CatalogService {
         ))
     }
 
+    /// Every table of a warehouse, walking its namespaces (as the system: for background work).
+    pub async fn all_tables(&self, warehouse: &str) -> Result<Vec<TableIdent>> {
+        let system = Caller::system();
+        let catalog = self;
+        let mut tables = Vec::new();
+        let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
+        while let Some(parent) = pending.pop() {
+            let mut token = None;
+            loop {
+                let page = catalog
+                    .list_namespaces(
+                        &system,
+                        warehouse,
+                        parent.as_ref(),
+                        &PageRequest {
+                            token: token.clone(),
+                            size: Some(1000),
+                        },
+                    )
+                    .await?;
+                for namespace in page.items {
+                    pending.push(Some(namespace));
+                }
+                token = page.next_token;
+                if token.is_none() {
+                    break;
+                }
+            }
+            let Some(namespace) = parent else { continue };
+            let mut token = None;
+            loop {
+                let page = catalog
+                    .list_tables(
+                        &system,
+                        warehouse,
+                        &namespace,
+                        &PageRequest {
+                            token: token.clone(),
+                            size: Some(1000),
+                        },
+                    )
+                    .await?;
+                for name in page.items {
+                    tables.push(TableIdent::new(namespace.clone(), name));
+                }
+                token = page.next_token;
+                if token.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(tables)
+    }
+
     pub async fn list_tables(
         &self,
         caller: &Caller,

@@ -25,6 +25,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::service::CreateTable;
 use floe_catalog::{CatalogError, ErrorCode};
+use floe_stream::core::admit::admit;
 use floe_stream::core::log::table_arrow_schema;
 use floe_stream::decode::rows::{self as body, ARROW_STREAM, JSON, NDJSON};
 use iceberg::{NamespaceIdent, TableIdent};
@@ -173,6 +174,13 @@ pub async fn ingest(
             "table {ident} has no columns: there is nothing rows could be written to"
         )));
     }
+    // The overload guard and the tenant's limits, before the body is decoded.
+    let admitted = admit(
+        &ingest,
+        state.catalog.tenants().get(&warehouse),
+        body.len() as u64,
+    )
+    .map_err(|r| ApiError(CatalogError::Limited(r)))?;
 
     let batches = match body::parse(&media, &body, &schema, budget) {
         Ok(batches) => batches,
@@ -195,10 +203,14 @@ pub async fn ingest(
     if rows == 0 {
         return Ok((StatusCode::OK, axum::Json(json!({"rows": 0}))).into_response());
     }
+    admitted
+        .records(rows as u64)
+        .map_err(|r| ApiError(CatalogError::Limited(r)))?;
     let receipt = ingest
         .append(&warehouse, &ident, &batches)
         .await
         .map_err(|e| ApiError(e.into()))?;
+    admitted.taken(rows as u64);
     let sequence = receipt.sequence;
     if params.wait.as_deref() == Some("commit") {
         // An entry the table could no longer take is not committed, though later ones are.

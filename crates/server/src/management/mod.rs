@@ -4,6 +4,7 @@ mod audit;
 mod grants;
 mod principals;
 pub mod sql;
+pub mod tenants;
 mod warehouses;
 
 use axum::Router;
@@ -26,6 +27,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route(
             "/principals",
             get(principals::list).post(principals::create),
+        )
+        .route(
+            "/tenants/{name}/limits",
+            get(tenants::get).put(tenants::put).delete(tenants::delete),
         )
         .route("/principals/{name}", get(principals::get))
         .route(

@@ -3,6 +3,9 @@
 //! - A principal runs (or waits for) at most `max_queries_per_principal` statements at once;
 //!   one more is refused at once with [`SqlErrorKind::TooManyStatements`], so no principal can
 //!   fill the line the others wait in.
+//! - A tenant (the statement's session warehouse) with `max-concurrent-queries` runs at most
+//!   that many at once; up to `max-queued-queries` more wait, and past those one more is
+//!   refused at once with [`SqlErrorKind::TooManyStatements`] naming the limit.
 //! - At most `max_concurrent_queries` statements run; the others wait in line.
 //! - Every statement has a deadline, its arrival plus the statement timeout: waiting, planning,
 //!   running and handing over rows all stop there with [`SqlErrorKind::Timeout`], so a
@@ -17,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floe_catalog::governance::authz::Caller;
+use floe_catalog::tenants::{QueryPlace, Tenant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -37,6 +41,8 @@ pub(super) struct Admission {
 #[derive(Debug)]
 pub(super) struct Ticket {
     _slot: Slot,
+    /// Its place in its tenant's line, when the tenant has one.
+    _place: Option<QueryPlace>,
     _permit: Option<OwnedSemaphorePermit>,
     pub deadline: Deadline,
 }
@@ -122,10 +128,25 @@ impl Admission {
         self.waiting.load(Ordering::Relaxed)
     }
 
-    /// A place to plan and run one statement of `caller`: its slot at once (or a refusal),
+    /// A place to plan and run one statement of `caller` for `tenant`: its slot at once (or
+    /// a refusal), then a place in its tenant's line (or a refusal when the line is full),
     /// then a permit once one is free, before the deadline.
-    pub async fn admit(&self, caller: &Caller) -> Result<Ticket, SqlError> {
+    pub async fn admit(
+        &self,
+        caller: &Caller,
+        tenant: Option<&Tenant>,
+    ) -> Result<Ticket, SqlError> {
         let mut ticket = self.plan_only(caller)?;
+        if let Some(tenant) = tenant {
+            let place = ticket
+                .deadline
+                .run(tenant.admit_query())
+                .await?
+                .map_err(|refused| {
+                    SqlError::new(SqlErrorKind::TooManyStatements, refused.to_string())
+                })?;
+            ticket._place = Some(place);
+        }
         let permit = {
             let _in_line = InLine::enter(&self.waiting);
             ticket
@@ -169,6 +190,7 @@ impl Admission {
                 running: self.running.clone(),
                 principal,
             },
+            _place: None,
             _permit: None,
             deadline,
         })
@@ -199,14 +221,14 @@ mod tests {
             ..EngineConfig::default()
         });
         let greedy = caller("greedy");
-        let first = admission.admit(&greedy).await.unwrap();
-        let _second = admission.admit(&greedy).await.unwrap();
-        let refused = admission.admit(&greedy).await.unwrap_err();
+        let first = admission.admit(&greedy, None).await.unwrap();
+        let _second = admission.admit(&greedy, None).await.unwrap();
+        let refused = admission.admit(&greedy, None).await.unwrap_err();
         assert_eq!(refused.kind, SqlErrorKind::TooManyStatements);
         assert!(refused.message.contains("greedy"), "{}", refused.message);
-        assert!(admission.admit(&caller("other")).await.is_ok());
+        assert!(admission.admit(&caller("other"), None).await.is_ok());
         drop(first);
-        assert!(admission.admit(&greedy).await.is_ok());
+        assert!(admission.admit(&greedy, None).await.is_ok());
         // The system is no principal: it is never refused.
         let system = Caller::system();
         let held: Vec<_> = (0..4)
@@ -223,11 +245,11 @@ mod tests {
             statement_timeout: Some(Duration::from_millis(50)),
             ..EngineConfig::default()
         });
-        let running = admission.admit(&caller("a")).await.unwrap();
-        let late = admission.admit(&caller("b")).await.unwrap_err();
+        let running = admission.admit(&caller("a"), None).await.unwrap();
+        let late = admission.admit(&caller("b"), None).await.unwrap_err();
         assert_eq!(late.kind, SqlErrorKind::Timeout);
         assert_eq!(admission.queued(), 0);
         drop(running);
-        assert!(admission.admit(&caller("b")).await.is_ok());
+        assert!(admission.admit(&caller("b"), None).await.is_ok());
     }
 }

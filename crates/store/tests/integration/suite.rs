@@ -14,9 +14,11 @@ use uuid::Uuid;
 mod jobs;
 mod pipelines;
 mod registry;
+mod tenants;
 pub use jobs::jobs;
 pub use pipelines::pipelines;
 pub use registry::registry;
+pub use tenants::tenants;
 
 fn ns(parts: &[&str]) -> NamespaceIdent {
     NamespaceIdent::from_strs(parts.iter().copied()).unwrap()

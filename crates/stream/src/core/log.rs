@@ -37,6 +37,8 @@ use tokio::sync::{Mutex, Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::conform::{Match, conform};
+use floe_catalog::tenants::{Limit, Refused};
+
 use super::{IngestError, commit, dead_letter};
 
 /// The longest wait between two commit attempts.
@@ -56,6 +58,11 @@ pub struct IngestConfig {
     pub max_body_bytes: usize,
     /// How long a wait for the commit waits before answering anyway.
     pub wait_timeout: Duration,
+    /// Bytes of acknowledged entries not yet committed past which new requests are shed
+    /// (503 + `Retry-After`) until the committers catch up.
+    pub max_backlog_bytes: u64,
+    /// Bytes of request bodies being decoded at once past which new requests are shed.
+    pub max_inflight_bytes: u64,
 }
 
 /// A table's schema as the writer takes it (plain string and binary types, field ids kept).
@@ -77,6 +84,22 @@ pub struct Ingest {
     cancel: CancellationToken,
     /// Bytes of entries every table keeps in memory for reads ([`super::fresh`]).
     kept: AtomicU64,
+    /// Bytes of entries acknowledged and not yet committed, over every table.
+    backlog: AtomicU64,
+    /// Bytes of request bodies being decoded now ([`Ingest::admit`]).
+    inflight: Arc<AtomicU64>,
+}
+
+/// A request's bytes counted as in flight until it is answered.
+pub struct InFlight {
+    bytes: u64,
+    inflight: Arc<AtomicU64>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.inflight.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// What a table's log directory says about itself.
@@ -203,6 +226,8 @@ impl Ingest {
             tables: Mutex::new(HashMap::new()),
             cancel,
             kept: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
+            inflight: Arc::default(),
         });
         for entry in std::fs::read_dir(&ingest.config.dir)? {
             let dir = entry?.path();
@@ -227,6 +252,37 @@ impl Ingest {
             }
         }
         Ok(ingest)
+    }
+
+    /// Room for one request of `bytes` (its body as received) from `tenant`, held while it is
+    /// decoded and logged: refused as [`Limit::Overload`] while the acknowledged backlog or
+    /// the bytes in flight are past their bounds, so the server sheds new work before its
+    /// disk or memory runs out and what it admitted completes.
+    pub fn admit(&self, bytes: u64, tenant: &str) -> Result<InFlight, Refused> {
+        let shed = |value: u64| Refused {
+            tenant: tenant.to_string(),
+            limit: Limit::Overload,
+            value,
+            retry_after: Some((self.config.commit_interval * 2).max(Duration::from_secs(1))),
+        };
+        if self.backlog.load(Ordering::Relaxed) > self.config.max_backlog_bytes {
+            return Err(shed(self.config.max_backlog_bytes));
+        }
+        let before = self.inflight.fetch_add(bytes, Ordering::Relaxed);
+        let admitted = InFlight {
+            bytes,
+            inflight: self.inflight.clone(),
+        };
+        // One request alone is always admitted, however large (its size has its own limit).
+        if before > 0 && before + bytes > self.config.max_inflight_bytes {
+            return Err(shed(self.config.max_inflight_bytes));
+        }
+        Ok(admitted)
+    }
+
+    /// Bytes acknowledged and not yet committed, over every table.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.backlog.load(Ordering::Relaxed)
     }
 
     /// Every table this node ingests into: its log and counters.
@@ -387,6 +443,7 @@ impl Ingest {
             {
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 pending.insert(sequence, size);
+                self.backlog.fetch_add(size, Ordering::Relaxed);
             }
         }
         // Sequences continue after what the log holds, what it dead-lettered and what was
@@ -501,6 +558,7 @@ impl Ingest {
         state.writing.remove(&sequence);
         written?;
         state.pending.insert(sequence, size);
+        self.backlog.fetch_add(size, Ordering::Relaxed);
         log.recent.keep(sequence, batches, size, &self.kept);
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         log.stats
@@ -636,7 +694,9 @@ impl Ingest {
                 log.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
                 log.recent.forget(*sequence, &self.kept);
                 let mut state = log.state.lock().await;
-                state.pending.remove(sequence);
+                if let Some(size) = state.pending.remove(sequence) {
+                    self.backlog.fetch_sub(size, Ordering::Relaxed);
+                }
                 state.dead.insert(*sequence);
                 log.stats
                     .pending
@@ -684,7 +744,9 @@ impl Ingest {
         log.committed.send_replace(done);
         let mut state = log.state.lock().await;
         for sequence in pending.into_iter().filter(|s| *s <= done) {
-            state.pending.remove(&sequence);
+            if let Some(size) = state.pending.remove(&sequence) {
+                self.backlog.fetch_sub(size, Ordering::Relaxed);
+            }
             let _ = std::fs::remove_file(log.dir.join(format!("{sequence:020}.arrow")));
         }
         log.stats

@@ -17,8 +17,12 @@
 //!   commits what it holds, exactly once. Reads on the same node see what it acknowledged
 //!   before it is committed ([`fresh`]), counted once.
 //!
+//! - **Admit** ([`admit`]): before a push door decodes a request, the server's overload guard
+//!   and the tenant's limits decide whether it is taken.
+//!
 //! Every failure is an [`IngestError`], told apart by its kind, never by its words.
 
+pub mod admit;
 pub mod commit;
 mod conform;
 mod dead_letter;
@@ -111,6 +115,12 @@ impl IngestError {
             SqlErrorKind::Invalid => IngestError::Invalid(e.message.clone()),
             _ => IngestError::Storage(e.message.clone()),
         }
+    }
+}
+
+impl From<floe_catalog::tenants::Refused> for IngestError {
+    fn from(refused: floe_catalog::tenants::Refused) -> Self {
+        IngestError::Catalog(CatalogError::Limited(refused))
     }
 }
 

@@ -12,6 +12,7 @@ pub mod bounds;
 pub mod layout;
 pub mod logs;
 pub mod metrics;
+pub mod screen;
 pub mod spans;
 pub mod values;
 
