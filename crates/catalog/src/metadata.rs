@@ -145,6 +145,14 @@ impl<T> MetadataCache<T> {
             .cloned()
     }
 
+    /// Forgets `location` (a file found broken behind the catalog's back).
+    pub fn remove(&self, location: &str) {
+        let mut inner = self.inner.lock().expect("cache lock");
+        if inner.map.remove(location).is_some() {
+            inner.order.retain(|l| l != location);
+        }
+    }
+
     pub fn insert(&self, location: &str, value: Arc<T>) {
         let mut inner = self.inner.lock().expect("cache lock");
         if inner.map.insert(location.to_string(), value).is_none() {
@@ -186,6 +194,28 @@ impl MetadataIo {
         location: &str,
     ) -> Result<Arc<TableMetadata>> {
         read_cached(&self.tables, storage, location).await
+    }
+
+    /// Reads and decodes the table metadata file at `location` from storage, never from
+    /// memory (a check of what storage holds): a file that no longer reads is forgotten, so
+    /// every later load sees it as it is.
+    pub async fn verify_table(
+        &self,
+        storage: &WarehouseStorage,
+        location: &str,
+    ) -> Result<Arc<TableMetadata>> {
+        let read = async {
+            let bytes = read_file(storage, location).await?;
+            decode::<TableMetadata>(&bytes, location)
+        }
+        .await;
+        match read {
+            Ok(metadata) => Ok(Arc::new(metadata)),
+            Err(e) => {
+                self.tables.remove(location);
+                Err(e)
+            }
+        }
     }
 
     pub async fn write_table(

@@ -8,6 +8,7 @@ mod maintenance;
 mod pipeline;
 mod serve;
 mod sql;
+mod table;
 mod tenant;
 mod warehouse;
 mod worker;
@@ -58,6 +59,9 @@ enum Command {
     /// Administer principals and signing keys of a running server.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Check a table's integrity and repair what is safe to, on a running server.
+    #[command(subcommand)]
+    Table(table::TableCommand),
     /// Set and show tenants' (warehouses') limits on a running server.
     #[command(subcommand)]
     Tenant(tenant::TenantCommand),
@@ -108,6 +112,7 @@ fn main() -> anyhow::Result<()> {
             Command::Warehouse(command) => warehouse::run(command).await,
             Command::Admin(command) => admin::run(command).await,
             Command::Tenant(command) => tenant::run(command).await,
+            Command::Table(command) => table::run(command).await,
             Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
             Command::Worker(args) => worker::run(args).await,

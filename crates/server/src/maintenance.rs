@@ -579,3 +579,77 @@ pub async fn get_policy(
     }
     Ok(Json(answer))
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct CheckRequest {
+    pub warehouse: String,
+    pub namespace: Vec<String>,
+    pub table: String,
+    /// Also read every live Parquet file's footer and compare its row count.
+    #[serde(default)]
+    pub deep: bool,
+    /// For a repair: only say what would be done (default true).
+    pub dry_run: Option<bool>,
+}
+
+/// `POST /api/v1/tables/check`: what the table's metadata references that storage no longer
+/// holds (or holds otherwise), and what storage holds that nothing references. Needs
+/// `manage-maintenance` on the table; reads its metadata from storage, so it works on a table
+/// whose current metadata no longer loads.
+pub async fn check_table(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<CheckRequest>,
+) -> ApiResult<Json<Value>> {
+    if request.dry_run.is_some() {
+        return Err(ApiError::bad_request("dry-run is an option of a repair"));
+    }
+    let ident = maintained_table(
+        &state,
+        &caller,
+        &request.warehouse,
+        &request.namespace,
+        &request.table,
+    )
+    .await?;
+    let report = floe_maintenance::exec::check::check_table(
+        &maintainer(&state),
+        &request.warehouse,
+        &ident,
+        request.deep,
+    )
+    .await
+    .map_err(maintenance_error)?;
+    Ok(Json(json!(report)))
+}
+
+/// `POST /api/v1/tables/repair`: mends what a check finds where that is safe, as new
+/// catalog commits — by default a dry run that says what it would do. Needs
+/// `manage-maintenance` on the table.
+pub async fn repair_table(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<CheckRequest>,
+) -> ApiResult<Json<Value>> {
+    if request.deep {
+        return Err(ApiError::bad_request("deep is an option of a check"));
+    }
+    let ident = maintained_table(
+        &state,
+        &caller,
+        &request.warehouse,
+        &request.namespace,
+        &request.table,
+    )
+    .await?;
+    let report = floe_maintenance::exec::repair::repair_table(
+        &maintainer(&state),
+        &request.warehouse,
+        &ident,
+        request.dry_run.unwrap_or(true),
+    )
+    .await
+    .map_err(maintenance_error)?;
+    Ok(Json(json!(report)))
+}

@@ -240,6 +240,16 @@ impl WarehouseStorage {
         }
     }
 
+    /// The size of the file at `location`, `None` when there is none.
+    pub async fn size(&self, location: &str) -> Result<Option<u64>> {
+        let path = self.object_path(location)?;
+        match self.store.head(&path).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(map_store_error(location, e)),
+        }
+    }
+
     pub async fn exists(&self, location: &str) -> Result<bool> {
         let path = self.object_path(location)?;
         match self.store.head(&path).await {

@@ -3,6 +3,7 @@
 mod credentials;
 mod namespaces;
 mod rebase;
+mod repair;
 mod securables;
 mod signing;
 mod tables;
@@ -22,6 +23,7 @@ use crate::store::CatalogStore;
 use crate::{CatalogError, Result};
 
 pub use credentials::TableCredentials;
+pub use repair::TableFiles;
 pub use securables::SecurableRef;
 pub use signing::SignRequest;
 pub use tables::{CreateTable, LoadedTable, TableCommitRequest};

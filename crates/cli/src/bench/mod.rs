@@ -9,6 +9,7 @@ mod ingest;
 mod kafka;
 mod otlp;
 mod process;
+mod tenants;
 mod tpch;
 mod tpch_cache;
 mod tpch_steal;
@@ -34,6 +35,9 @@ pub enum BenchCommand {
     /// OpenTelemetry logs over OTLP/HTTP into a running server: records/s per core, bytes on
     /// disk per record, acknowledgement to queryable, queries beside DuckDB.
     Otlp(otlp::OtlpBenchArgs),
+    /// Noisy-neighbour isolation: tenant B's ingest and query latency alone and beside
+    /// tenant A sending at ten times its limit.
+    Tenants(tenants::TenantsBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -44,6 +48,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Compaction(args) => compaction::run(args).await,
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
+        BenchCommand::Tenants(args) => tenants::run(args).await,
     }
 }
 

@@ -63,7 +63,7 @@ pub struct OtlpBenchArgs {
 const DISTINCT_REQUESTS: u64 = 128;
 
 /// splitmix64: reproducible data without a dependency.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -218,7 +218,12 @@ fn service_resource(service: &str, pod: u64) -> Resource {
 
 /// A request of `records` log records spread over `services`, as a collector batches them,
 /// timed from `start` (ns).
-fn request(rng: &mut Rng, records: usize, services: usize, start: u64) -> ExportLogsServiceRequest {
+pub(super) fn request(
+    rng: &mut Rng,
+    records: usize,
+    services: usize,
+    start: u64,
+) -> ExportLogsServiceRequest {
     let services = services.max(1);
     let per = records.div_ceil(services);
     let mut resource_logs = Vec::new();

@@ -663,7 +663,7 @@ fn dead_deletes(
 }
 
 /// `main` pointing at `snapshot_id`, keeping its retention settings.
-fn main_ref(metadata: &TableMetadata, snapshot_id: i64) -> SnapshotReference {
+pub(crate) fn main_ref(metadata: &TableMetadata, snapshot_id: i64) -> SnapshotReference {
     let kept = serde_json::to_value(metadata).ok().and_then(|json| {
         serde_json::from_value::<SnapshotReference>(json["refs"]["main"].clone()).ok()
     });

@@ -2,9 +2,11 @@
 //! system (whoever asked was authorized before), does its work and commits through Floe's own
 //! catalog, so every change is a normal, audited commit with the usual requirements.
 
+pub mod check;
 pub mod compact;
 pub mod expire;
 pub mod orphans;
+pub mod repair;
 pub mod retention;
 mod state;
 

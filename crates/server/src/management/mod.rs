@@ -72,6 +72,8 @@ pub fn router(state: AppState) -> Router<AppState> {
             get(crate::maintenance::list_jobs).post(crate::maintenance::run_job),
         )
         .route("/jobs/{id}", get(crate::maintenance::get_job))
+        .route("/tables/check", post(crate::maintenance::check_table))
+        .route("/tables/repair", post(crate::maintenance::repair_table))
         .route(
             "/pipelines",
             get(crate::pipelines::list).post(crate::pipelines::create),

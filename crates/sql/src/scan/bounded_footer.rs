@@ -387,6 +387,20 @@ impl Walker<'_, '_> {
     }
 }
 
+/// The rows the footer of the Parquet file at `path` (of `size` bytes) declares, read through
+/// the same checks as every scan's (table checks compare it with the manifest's count).
+pub async fn parquet_rows(
+    store: Arc<dyn object_store::ObjectStore>,
+    path: object_store::path::Path,
+    size: u64,
+) -> Result<i64> {
+    let reader = parquet::arrow::async_reader::ParquetObjectReader::new(store, path.clone())
+        .with_file_size(size);
+    let mut bounded = Bounded::new(reader, path.to_string(), size);
+    let metadata = bounded.get_metadata(None).await?;
+    Ok(metadata.file_metadata().num_rows())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
