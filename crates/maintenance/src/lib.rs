@@ -7,6 +7,7 @@ pub mod compaction;
 pub mod expiry;
 pub mod orphans;
 pub mod policy;
+pub mod rollup;
 
 pub mod exec;
 pub mod scheduler;

@@ -50,6 +50,10 @@ pub struct Policy {
     pub retention_column: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_days: Option<u32>,
+    /// Per-minute and per-hour rollups of the observability tables (`otel.logs`,
+    /// `otel.spans`, `otel.metrics`), kept by jobs after their commits (default false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollups: Option<bool>,
 }
 
 impl Policy {
@@ -73,6 +77,7 @@ impl Policy {
                 .clone()
                 .or_else(|| parent.retention_column.clone()),
             retention_days: self.retention_days.or(parent.retention_days),
+            rollups: self.rollups.or(parent.rollups),
         }
     }
 
@@ -121,6 +126,7 @@ pub struct Effective {
     pub orphan_min_age_ms: i64,
     pub metadata_files_to_keep: u64,
     pub retention: Option<(String, u32)>,
+    pub rollups: bool,
 }
 
 impl Effective {
@@ -153,6 +159,7 @@ impl Effective {
                 .or(merged.metadata_files_to_keep)
                 .unwrap_or(100),
             retention: merged.retention_column.zip(merged.retention_days),
+            rollups: merged.rollups.unwrap_or(false),
         }
     }
 

@@ -29,15 +29,17 @@ use crate::exec::compact::{CompactOptions, compact};
 use crate::exec::expire::{ExpireOptions, expire_snapshots};
 use crate::exec::orphans::{OrphanOptions, remove_orphan_files};
 use crate::exec::retention::enforce_retention;
+use crate::exec::rollup::roll_up;
 use crate::exec::{Maintainer, MaintenanceError};
 use crate::policy::{Effective, Policy};
 
 /// The kinds of job.
-pub const KINDS: [&str; 4] = [
+pub const KINDS: [&str; 5] = [
     "compact",
     "expire-snapshots",
     "remove-orphan-files",
     "retention",
+    "rollup",
 ];
 
 #[derive(Debug, Clone)]
@@ -557,6 +559,12 @@ impl Scheduler {
                         .map_err(error)?;
                 serde_json::to_value(report)
             }
+            "rollup" => {
+                let runs = roll_up(m, warehouse, ident, self.config.memory_limit)
+                    .await
+                    .map_err(error)?;
+                serde_json::to_value(runs)
+            }
             other => return Err(format!("unknown job kind {other}")),
         };
         value.map_err(|e| e.to_string())
@@ -617,6 +625,18 @@ impl Scheduler {
                 policy
             }
         };
+        if policy.enabled && policy.rollups && has_rollups(&table.ident) {
+            self.enqueue_after(
+                &table.warehouse,
+                &table.ident,
+                "rollup",
+                trigger,
+                20,
+                json!({}),
+                self.config.trigger_delay,
+            )
+            .await?;
+        }
         if policy.enabled && policy.wants_compaction(&snapshot.summary().additional_properties) {
             self.enqueue_after(
                 &table.warehouse,
@@ -676,6 +696,9 @@ impl Scheduler {
                 let mut kinds = vec!["expire-snapshots", "remove-orphan-files"];
                 if policy.retention.is_some() {
                     kinds.push("retention");
+                }
+                if policy.rollups && has_rollups(&ident) {
+                    kinds.push("rollup");
                 }
                 for kind in kinds {
                     if self
@@ -758,6 +781,12 @@ fn now_ms() -> i64 {
 /// The namespace of a tenant's observability tables (`otel`, as OTLP ingestion creates them),
 /// which its `retention-days` limit applies to.
 const OBSERVABILITY_NAMESPACE: &str = "otel";
+
+/// Whether `ident` is an observability table with rollups.
+fn has_rollups(ident: &TableIdent) -> bool {
+    ident.namespace().as_ref().as_slice() == [OBSERVABILITY_NAMESPACE]
+        && !crate::rollup::rollups_of(ident.name()).is_empty()
+}
 
 /// The column the table's default spec partitions by day (or hour), if one: the time its
 /// rows are kept by.

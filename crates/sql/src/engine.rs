@@ -517,7 +517,10 @@ impl SqlEngine {
         let config = config
             .with_target_partitions(partitions.max(1))
             .with_batch_size(self.config.batch_size);
-        Ok(SessionContext::new_with_config_rt(config, Arc::new(env)))
+        let context = SessionContext::new_with_config_rt(config, Arc::new(env));
+        let mut state = context.state();
+        crate::sketches::register(&mut state)?;
+        Ok(SessionContext::new_with_state(state))
     }
 
     /// The range cache's hits and misses, when a cache is configured.
@@ -789,7 +792,8 @@ impl SqlEngine {
         } else if planning == Planning::Distributable {
             state = crate::distributed::wrapping_scans(state);
         }
-        let state = state.build();
+        let mut state = state.build();
+        crate::sketches::register(&mut state)?;
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
             return Err(SqlError::new(

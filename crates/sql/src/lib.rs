@@ -30,6 +30,7 @@ pub mod distributed;
 mod engine;
 mod optimizer;
 pub mod scan;
+pub mod sketches;
 pub mod write;
 
 /// `PartialEq`, `Eq` and `Hash` for a physical expression that wraps another, `$field`, and

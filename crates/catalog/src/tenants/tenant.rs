@@ -225,6 +225,9 @@ impl Series {
 pub struct Tenant {
     pub name: String,
     applied: RwLock<Arc<Applied>>,
+    /// Until when the records bucket is known empty (its last refusal's wait): requests
+    /// before then are refused before they are decoded, so a flood costs little.
+    records_blocked_until: Mutex<Option<std::time::Instant>>,
     series: Mutex<Series>,
     /// Bytes of data files its tables' current snapshots hold, as last measured.
     storage_bytes: AtomicU64,
@@ -260,6 +263,7 @@ impl Tenant {
         Tenant {
             name: name.to_string(),
             applied: RwLock::new(Arc::new(Applied::new(limits, updated_at_ms))),
+            records_blocked_until: Mutex::new(None),
             series: Mutex::new(Series::default()),
             storage_bytes: AtomicU64::new(0),
             counters: Counters::default(),
@@ -284,6 +288,7 @@ impl Tenant {
     pub(super) fn apply(&self, limits: Limits, updated_at_ms: i64) {
         *self.applied.write().expect("tenant limits") =
             Arc::new(Applied::new(limits, updated_at_ms));
+        *self.records_blocked_until.lock().expect("tenant bucket") = None;
     }
 
     fn refuse(&self, refused: Refused) -> Refused {
@@ -292,7 +297,8 @@ impl Tenant {
     }
 
     /// A request of `bytes` as received, before it is decoded: its size, the tenant's
-    /// storage quota and its bytes bucket.
+    /// storage quota, its bytes bucket, and its records bucket while that is known empty
+    /// (until the wait its last records refusal gave).
     pub fn admit_request(&self, bytes: u64) -> Result<(), Refused> {
         let applied = self.applied();
         let limits = &applied.limits;
@@ -315,6 +321,18 @@ impl Tenant {
                 value: quota,
                 retry_after: None,
             }));
+        }
+        if let Some(bucket) = &applied.records {
+            let blocked = *self.records_blocked_until.lock().expect("tenant bucket");
+            let now = std::time::Instant::now();
+            if let Some(until) = blocked.filter(|until| *until > now) {
+                return Err(self.refuse(Refused {
+                    tenant: self.name.clone(),
+                    limit: Limit::IngestRecordsPerSecond,
+                    value: bucket.rate,
+                    retry_after: Some(until - now),
+                }));
+            }
         }
         if let Some(bucket) = &applied.bytes {
             bucket
@@ -342,7 +360,13 @@ impl Tenant {
                     Limit::IngestBurstRecords,
                     &self.name,
                 )
-                .map_err(|r| self.refuse(r))?;
+                .map_err(|r| {
+                    if let Some(wait) = r.retry_after {
+                        *self.records_blocked_until.lock().expect("tenant bucket") =
+                            Some(std::time::Instant::now() + wait);
+                    }
+                    self.refuse(r)
+                })?;
         }
         Ok(())
     }
@@ -470,6 +494,10 @@ mod tests {
                 .contains("ingest-records-per-second limit of 10"),
             "{refused}"
         );
+        // While the records bucket is known empty, requests are refused before decoding.
+        let early = a.admit_request(10).unwrap_err();
+        assert_eq!(early.limit, Limit::IngestRecordsPerSecond);
+        assert!(early.retry_after.unwrap() <= wait);
         // New limits take effect at once, with a full bucket.
         a.apply(
             Limits {

@@ -27,8 +27,9 @@ pub struct TenantsBenchArgs {
     /// when it creates them (a directory the server can write).
     #[arg(long, default_value = "./floe-bench-tenants")]
     dir: PathBuf,
-    /// Tenant A's `ingest-records-per-second` limit (its burst is one second's worth).
-    #[arg(long, default_value_t = 20_000)]
+    /// Tenant A's `ingest-records-per-second` limit (its burst is one second's worth);
+    /// by default what B sends.
+    #[arg(long, default_value_t = 10_000)]
     noisy_limit: u64,
     /// Tenant B's requests per second.
     #[arg(long, default_value_t = 20)]

@@ -8,6 +8,7 @@ pub mod expire;
 pub mod orphans;
 pub mod repair;
 pub mod retention;
+pub mod rollup;
 mod state;
 
 use std::sync::Arc;

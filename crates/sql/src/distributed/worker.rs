@@ -113,7 +113,7 @@ impl WorkerSessionBuilder for WorkerSession {
         let rules = self.rules.clone();
         let client = self.filters.clone();
         let filters_on = self.engine.config().rewrites.runtime_filters;
-        Ok(builder
+        let mut state = builder
             .with_distributed_user_codec(FloeCodec)
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_worker_plan_rewrite_handler(move |ev: WorkerPlanRewriteEvent| {
@@ -134,7 +134,10 @@ impl WorkerSessionBuilder for WorkerSession {
                 let plan = super::overlay::keep_shape(plan, &planned);
                 Ok(WorkerPlanRewriteEventResponse::new(plan))
             })
-            .build())
+            .build();
+        // Tasks may aggregate with sketches.
+        crate::sketches::register(&mut state)?;
+        Ok(state)
     }
 }
 
