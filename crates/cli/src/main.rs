@@ -4,6 +4,7 @@ mod admin;
 mod audit;
 mod bench;
 mod client;
+mod ingest;
 mod maintenance;
 mod pipeline;
 mod serve;
@@ -59,6 +60,9 @@ enum Command {
     /// Administer principals and signing keys of a running server.
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Replay a table's write-ahead log entries on a running server.
+    #[command(subcommand)]
+    Ingest(ingest::IngestCommand),
     /// Check a table's integrity and repair what is safe to, on a running server.
     #[command(subcommand)]
     Table(table::TableCommand),
@@ -113,6 +117,7 @@ fn main() -> anyhow::Result<()> {
             Command::Admin(command) => admin::run(command).await,
             Command::Tenant(command) => tenant::run(command).await,
             Command::Table(command) => table::run(command).await,
+            Command::Ingest(command) => ingest::run(command).await,
             Command::Audit(command) => audit::run(command).await,
             Command::Bench(command) => bench::run(command).await,
             Command::Worker(args) => worker::run(args).await,

@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// shed with 503 + `Retry-After`.
     #[arg(long, env = "FLOE_INGEST_MAX_INFLIGHT_MB", default_value_t = 512)]
     pub ingest_max_inflight_mb: usize,
+    /// How long committed ingest log entries are kept for `floe ingest replay` (seconds; 0
+    /// deletes them once committed).
+    #[arg(long, env = "FLOE_INGEST_RETAIN_SECS", default_value_t = 3600)]
+    pub ingest_retain_secs: u64,
     /// Memory (MiB) decoding one request's rows may take — an `/ingest/v1/…` body, a Flight
     /// SQL `DoPut` stream or bound parameters — and no more than 64 times the request's
     /// size; more gets 413 (Flight: RESOURCE_EXHAUSTED).
@@ -383,6 +387,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 wait_timeout: std::time::Duration::from_secs(60),
                 max_backlog_bytes: (args.ingest_max_backlog_mb as u64) << 20,
                 max_inflight_bytes: (args.ingest_max_inflight_mb as u64) << 20,
+                retain_committed: Duration::from_secs(args.ingest_retain_secs),
             },
             state.catalog.clone(),
             state.sql.clone(),

@@ -9,6 +9,7 @@ mod ingest;
 mod kafka;
 mod otlp;
 mod process;
+mod rollup;
 mod tenants;
 mod tpch;
 mod tpch_cache;
@@ -38,6 +39,9 @@ pub enum BenchCommand {
     /// Noisy-neighbour isolation: tenant B's ingest and query latency alone and beside
     /// tenant A sending at ten times its limit.
     Tenants(tenants::TenantsBenchArgs),
+    /// A month of logs with rollups on: the rollup jobs' cost per raw row, and a month-long
+    /// dashboard query over the raw table beside the hourly rollup.
+    Rollup(rollup::RollupBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -49,6 +53,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
         BenchCommand::Tenants(args) => tenants::run(args).await,
+        BenchCommand::Rollup(args) => rollup::run(args).await,
     }
 }
 

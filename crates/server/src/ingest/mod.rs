@@ -68,6 +68,59 @@ pub async fn status(
     Ok(axum::Json(json!({ "tables": tables })))
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ReplayRequest {
+    pub warehouse: String,
+    pub namespace: Vec<String>,
+    pub table: String,
+    pub from_sequence: u64,
+    pub to_sequence: u64,
+    /// Only say what would be taken again (default true).
+    pub dry_run: Option<bool>,
+}
+
+/// `POST /api/v1/ingest/replay`: takes entries `from-sequence..=to-sequence` of a table's log
+/// on this node again — committed entries still retained that the table no longer holds
+/// (rolled back), and dead letters — each once ([`floe_stream::core::replay`]). Needs
+/// `manage-pipelines` on the server and `write-data` on the table; a dry run by default.
+pub async fn replay(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    crate::extract::JsonBody(request): crate::extract::JsonBody<ReplayRequest>,
+) -> ApiResult<axum::Json<Value>> {
+    crate::auth::require_server(&caller, Privilege::ManagePipelines)?;
+    let Some(ingest) = state.ingest.clone() else {
+        return Err(ApiError(CatalogError::Unavailable(
+            "HTTP ingestion is not enabled on this server".into(),
+        )));
+    };
+    if request.from_sequence > request.to_sequence {
+        return Err(bad_request(
+            "from-sequence must not be greater than to-sequence",
+        ));
+    }
+    let namespace = NamespaceIdent::from_vec(request.namespace.clone())
+        .map_err(|e| bad_request(format!("namespace: {e}")))?;
+    let ident = TableIdent::new(namespace, request.table.clone());
+    state
+        .catalog
+        .authorize_table(&caller, &request.warehouse, &ident, Privilege::WriteData)
+        .await?;
+    let dry_run = request.dry_run.unwrap_or(true);
+    let entries = ingest
+        .replay(
+            &request.warehouse,
+            &ident,
+            request.from_sequence,
+            request.to_sequence,
+            dry_run,
+        )
+        .await
+        .map_err(|e| ApiError(e.into()))?;
+    Ok(axum::Json(json!({"dry-run": dry_run, "entries": entries})))
+}
+
 /// `POST /ingest/v1/{warehouse}/{namespace}/{table}`.
 pub async fn ingest(
     State(state): State<AppState>,

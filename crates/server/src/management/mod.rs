@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/sql", post(sql::run))
         .route("/workers", get(crate::cluster::list))
         .route("/ingest/status", get(crate::ingest::status))
+        .route("/ingest/replay", post(crate::ingest::replay))
         .route(
             "/maintenance/expire-snapshots",
             post(crate::maintenance::expire_snapshots),

@@ -63,6 +63,9 @@ pub struct IngestConfig {
     pub max_backlog_bytes: u64,
     /// Bytes of request bodies being decoded at once past which new requests are shed.
     pub max_inflight_bytes: u64,
+    /// How long committed entries are kept beside the log for replay
+    /// ([`super::replay`]); zero deletes them at once.
+    pub retain_committed: Duration,
 }
 
 /// A table's schema as the writer takes it (plain string and binary types, field ids kept).
@@ -485,6 +488,31 @@ impl Ingest {
     }
 
     /// The last log sequence a snapshot of the table says it covers (0 when none does).
+    /// The directory of table `ident`'s log on this node.
+    pub(super) async fn log_dir(
+        self: &Arc<Self>,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<PathBuf, IngestError> {
+        Ok(self
+            .table_log(warehouse, ident)
+            .await
+            .map_err(IngestError::of_catalog)?
+            .dir
+            .clone())
+    }
+
+    /// The last sequence of this log that `main`'s history of the table covers.
+    pub(super) async fn covered_sequence(
+        &self,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<u64, IngestError> {
+        self.committed_sequence(warehouse, ident)
+            .await
+            .map_err(IngestError::of_catalog)
+    }
+
     async fn committed_sequence(
         &self,
         warehouse: &str,
@@ -743,11 +771,16 @@ impl Ingest {
         log.recent.committed_through(done, number, &self.kept);
         log.committed.send_replace(done);
         let mut state = log.state.lock().await;
+        let mut retained = false;
         for sequence in pending.into_iter().filter(|s| *s <= done) {
             if let Some(size) = state.pending.remove(&sequence) {
                 self.backlog.fetch_sub(size, Ordering::Relaxed);
             }
-            let _ = std::fs::remove_file(log.dir.join(format!("{sequence:020}.arrow")));
+            super::replay::retain(&log.dir, sequence, self.config.retain_committed);
+            retained = true;
+        }
+        if retained {
+            super::replay::prune(&log.dir, self.config.retain_committed);
         }
         log.stats
             .pending

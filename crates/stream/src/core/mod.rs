@@ -17,6 +17,8 @@
 //!   commits what it holds, exactly once. Reads on the same node see what it acknowledged
 //!   before it is committed ([`fresh`]), counted once.
 //!
+//! - **Replay** ([`replay`]): committed entries are kept a while, dead letters until removed;
+//!   either can be taken again after a bad deploy, never twice.
 //! - **Admit** ([`admit`]): before a push door decodes a request, the server's overload guard
 //!   and the tenant's limits decide whether it is taken.
 //!
@@ -30,6 +32,7 @@ pub mod evolve;
 mod fresh;
 pub mod infer;
 pub mod log;
+pub mod replay;
 pub mod target;
 
 pub use conform::{Match, conform, leaf_count};

@@ -1,0 +1,166 @@
+//! Replay: entries of a table's log taken again after a bad deploy, without duplicating what
+//! the table already holds.
+//!
+//! Committed entries are kept beside the log for `retain_committed` (`retained/`), dead
+//! letters until an operator removes them (`dead-letter/`). A replay of sequences `from..=to`
+//! takes each such entry that the table does not hold:
+//! - a retained entry is held when `main`'s history still covers its sequence (the table's
+//!   snapshot summaries record the last sequence each commit covered): one rolled back or
+//!   dropped with a bad commit is not, and is taken again;
+//! - a dead letter was never committed, so it is taken again (and goes back to the dead
+//!   letters if the table still cannot take it).
+//!
+//! An entry taken again is appended to the log as a new entry — acknowledged, committed
+//! exactly once like any other — and moved to `replayed/`, so a second replay of the same
+//! range takes nothing twice. A dry run says what it would take.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use iceberg::TableIdent;
+use serde::Serialize;
+
+use super::IngestError;
+use super::dead_letter;
+use super::log::{Ingest, Unfit, read_raw};
+
+/// Committed entries kept for replay, beside the log.
+pub(super) const RETAINED: &str = "retained";
+/// Entries taken again by a replay.
+const REPLAYED: &str = "replayed";
+
+/// What a replay did (or would do) with one entry.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Replayed {
+    pub sequence: u64,
+    /// `retained` or `dead-letter`.
+    pub kept_as: &'static str,
+    pub rows: usize,
+    /// `replayed`, `would-replay`, `in-table` (the table holds it) or `unreadable`.
+    pub outcome: &'static str,
+    /// The entry it was appended as.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_sequence: Option<u64>,
+}
+
+/// Keeps the committed entry `sequence` of the log in `log_dir` for replay (or deletes it
+/// when nothing is retained), and forgets retained entries older than `retain`.
+pub(super) fn retain(log_dir: &Path, sequence: u64, retain: Duration) {
+    let name = format!("{sequence:020}.arrow");
+    if retain.is_zero() {
+        let _ = std::fs::remove_file(log_dir.join(&name));
+        return;
+    }
+    let dir = log_dir.join(RETAINED);
+    if std::fs::create_dir_all(&dir).is_err()
+        || std::fs::rename(log_dir.join(&name), dir.join(&name)).is_err()
+    {
+        let _ = std::fs::remove_file(log_dir.join(&name));
+    }
+}
+
+/// Forgets retained entries of the log in `log_dir` older than `retain`.
+pub(super) fn prune(log_dir: &Path, retain: Duration) {
+    let Ok(entries) = std::fs::read_dir(log_dir.join(RETAINED)) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > retain);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The sequences kept in `dir` (entries named `<sequence>.arrow`), in order.
+fn kept(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut sequences: Vec<u64> = entries
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".arrow"))
+                .and_then(|n| n.parse().ok())
+        })
+        .collect();
+    sequences.sort_unstable();
+    sequences
+}
+
+impl Ingest {
+    /// Replays entries `from..=to` of table `ident`'s log on this node (see the module).
+    pub async fn replay(
+        self: &Arc<Self>,
+        warehouse: &str,
+        ident: &TableIdent,
+        from: u64,
+        to: u64,
+        dry_run: bool,
+    ) -> Result<Vec<Replayed>, IngestError> {
+        let log_dir = self.log_dir(warehouse, ident).await?;
+        let covered = self.covered_sequence(warehouse, ident).await?;
+        let mut candidates: Vec<(u64, &'static str, std::path::PathBuf)> = Vec::new();
+        for (kept_as, dir) in [
+            ("retained", log_dir.join(RETAINED)),
+            ("dead-letter", dead_letter::dir(&log_dir)),
+        ] {
+            for sequence in kept(&dir) {
+                if (from..=to).contains(&sequence) {
+                    candidates.push((sequence, kept_as, dir.clone()));
+                }
+            }
+        }
+        candidates.sort_by_key(|(sequence, _, _)| *sequence);
+        let mut report = Vec::new();
+        for (sequence, kept_as, dir) in candidates {
+            let mut line = Replayed {
+                sequence,
+                kept_as,
+                rows: 0,
+                outcome: "in-table",
+                new_sequence: None,
+            };
+            let batches = match read_raw(&dir, sequence) {
+                Ok(batches) => batches,
+                Err(Unfit::Misfit(_)) | Err(Unfit::Io(_)) => {
+                    line.outcome = "unreadable";
+                    report.push(line);
+                    continue;
+                }
+            };
+            line.rows = batches.iter().map(|b| b.num_rows()).sum();
+            let held = kept_as == "retained" && sequence <= covered;
+            if held {
+                report.push(line);
+                continue;
+            }
+            if dry_run {
+                line.outcome = "would-replay";
+                report.push(line);
+                continue;
+            }
+            let receipt = self.append(warehouse, ident, &batches).await?;
+            line.new_sequence = Some(receipt.sequence);
+            line.outcome = "replayed";
+            let replayed = log_dir.join(REPLAYED);
+            let name = format!("{sequence:020}.arrow");
+            std::fs::create_dir_all(&replayed)
+                .and_then(|_| std::fs::rename(dir.join(&name), replayed.join(&name)))
+                .map_err(|e| IngestError::Storage(format!("set entry {sequence} aside: {e}")))?;
+            let _ = std::fs::remove_file(dir.join(format!("{sequence:020}.json")));
+            report.push(line);
+        }
+        Ok(report)
+    }
+}
