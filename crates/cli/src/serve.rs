@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// deletes them once committed).
     #[arg(long, env = "FLOE_INGEST_RETAIN_SECS", default_value_t = 3600)]
     pub ingest_retain_secs: u64,
+    /// The most MiB of committed entries one table's ingest log keeps for replay (the oldest
+    /// are dropped first).
+    #[arg(long, env = "FLOE_INGEST_RETAIN_MB", default_value_t = 256)]
+    pub ingest_retain_mb: usize,
     /// Memory (MiB) decoding one request's rows may take — an `/ingest/v1/…` body, a Flight
     /// SQL `DoPut` stream or bound parameters — and no more than 64 times the request's
     /// size; more gets 413 (Flight: RESOURCE_EXHAUSTED).
@@ -388,6 +392,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 max_backlog_bytes: (args.ingest_max_backlog_mb as u64) << 20,
                 max_inflight_bytes: (args.ingest_max_inflight_mb as u64) << 20,
                 retain_committed: Duration::from_secs(args.ingest_retain_secs),
+                retain_committed_bytes: (args.ingest_retain_mb as u64) << 20,
             },
             state.catalog.clone(),
             state.sql.clone(),

@@ -66,6 +66,9 @@ pub struct IngestConfig {
     /// How long committed entries are kept beside the log for replay
     /// ([`super::replay`]); zero deletes them at once.
     pub retain_committed: Duration,
+    /// The most bytes of committed entries one table's log keeps for replay (the oldest go
+    /// first).
+    pub retain_committed_bytes: u64,
 }
 
 /// A table's schema as the writer takes it (plain string and binary types, field ids kept).
@@ -780,7 +783,11 @@ impl Ingest {
             retained = true;
         }
         if retained {
-            super::replay::prune(&log.dir, self.config.retain_committed);
+            super::replay::prune(
+                &log.dir,
+                self.config.retain_committed,
+                self.config.retain_committed_bytes,
+            );
         }
         log.stats
             .pending

@@ -1,7 +1,8 @@
 //! Replay: entries of a table's log taken again after a bad deploy, without duplicating what
 //! the table already holds.
 //!
-//! Committed entries are kept beside the log for `retain_committed` (`retained/`), dead
+//! Committed entries are kept beside the log for `retain_committed`, at most
+//! `retain_committed_bytes` a table (`retained/`, oldest dropped first), dead
 //! letters until an operator removes them (`dead-letter/`). A replay of sequences `from..=to`
 //! takes each such entry that the table does not hold:
 //! - a retained entry is held when `main`'s history still covers its sequence (the table's
@@ -61,22 +62,32 @@ pub(super) fn retain(log_dir: &Path, sequence: u64, retain: Duration) {
     }
 }
 
-/// Forgets retained entries of the log in `log_dir` older than `retain`.
-pub(super) fn prune(log_dir: &Path, retain: Duration) {
+/// Forgets retained entries of the log in `log_dir` older than `retain`, then the oldest
+/// while they hold more than `most_bytes`.
+pub(super) fn prune(log_dir: &Path, retain: Duration, most_bytes: u64) {
     let Ok(entries) = std::fs::read_dir(log_dir.join(RETAINED)) else {
         return;
     };
     let now = SystemTime::now();
+    let mut kept: Vec<(SystemTime, u64, std::path::PathBuf)> = Vec::new();
     for entry in entries.flatten() {
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| now.duration_since(t).ok())
-            .is_some_and(|age| age > retain);
+        let Ok(meta) = entry.metadata() else { continue };
+        let modified = meta.modified().unwrap_or(now);
+        let old = now.duration_since(modified).is_ok_and(|age| age > retain);
         if old {
             let _ = std::fs::remove_file(entry.path());
+        } else {
+            kept.push((modified, meta.len(), entry.path()));
         }
+    }
+    kept.sort();
+    let mut total: u64 = kept.iter().map(|(_, size, _)| size).sum();
+    for (_, size, path) in kept {
+        if total <= most_bytes {
+            break;
+        }
+        let _ = std::fs::remove_file(path);
+        total -= size;
     }
 }
 
