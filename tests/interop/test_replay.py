@@ -101,6 +101,10 @@ def test_rows_a_rollback_dropped_are_replayed_from_the_retained_log(floe):
     # The bad deploy: the table rolled back to its first commit (rows 2 and 3 gone).
     table.manage_snapshots().rollback_to_snapshot(history[0]).commit()
     assert eventually_ids(floe, [1]) == [1]
+    # Writes go on after the rollback: their commit covers later sequences only.
+    later = post(floe, [{"id": 4, "name": "n4"}])
+    assert later["committed"], later
+    assert eventually_ids(floe, [1, 4]) == [1, 4]
 
     sequences = [a["sequence"] for a in answers]
     dry = replay(floe, sequences[0], sequences[-1], apply=False)
@@ -108,11 +112,11 @@ def test_rows_a_rollback_dropped_are_replayed_from_the_retained_log(floe):
     assert outcomes == {sequences[0]: "in-table", sequences[1]: "would-replay", sequences[2]: "would-replay"}, dry
     applied = replay(floe, sequences[0], sequences[-1], apply=True)
     assert sorted(e["outcome"] for e in applied["entries"]) == ["in-table", "replayed", "replayed"], applied
-    assert eventually_ids(floe, [1, 2, 3]) == [1, 2, 3]
-    again = replay(floe, sequences[0], sequences[-1], apply=True)
-    assert [e["outcome"] for e in again["entries"]] == ["in-table"], again
+    assert eventually_ids(floe, [1, 2, 3, 4]) == [1, 2, 3, 4]
+    again = replay(floe, sequences[0], later["sequence"], apply=True)
+    assert [e["outcome"] for e in again["entries"]] == ["in-table", "in-table"], again
     time.sleep(1.5)
-    assert ids(floe) == [1, 2, 3]
+    assert ids(floe) == [1, 2, 3, 4]
     # Only an operator replays: a principal without manage-pipelines is refused.
     from test_governance import make_principal
 

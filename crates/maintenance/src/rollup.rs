@@ -131,6 +131,10 @@ pub fn plan(source: &TableMetadata, covered: Option<i64>) -> Plan {
         let Some(snapshot) = at else {
             return Plan::Lost(covered);
         };
+        // Parent links that loop never reach the covered snapshot.
+        if newer.len() > source.snapshots().count() {
+            return Plan::Lost(covered);
+        }
         if snapshot.snapshot_id() == covered {
             break;
         }

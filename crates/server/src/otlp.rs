@@ -291,6 +291,27 @@ async fn tenant_of(state: &AppState, caller: &Caller, tenant: &str) -> Result<()
     }
 }
 
+/// Checks that `caller` may write `signal`'s table of `tenant` (creating it on first write,
+/// with `create-table`).
+async fn may_write(
+    state: &AppState,
+    caller: &Caller,
+    tenant: &str,
+    signal: Signal,
+) -> Result<(), Failure> {
+    let ident = otlp::table_ident(signal.table());
+    floe_stream::core::target::ensure(
+        &state.catalog,
+        caller,
+        tenant,
+        &ident,
+        &otlp::layout::layout(signal.table()),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| Failure::of_ingest(e, tenant))
+}
+
 /// A signal's rows taken from `body` (gzip-compressed when `gzip`) as `caller` into
 /// `tenant`'s tables: the tenant checked, the request admitted by the overload guard and the
 /// tenant's limits before it is inflated or decoded, its records counted against the
@@ -310,8 +331,11 @@ pub async fn take(
             "ingestion is not enabled on this server",
         ));
     };
-    // The tenant must be a warehouse the caller can see, whatever the request holds.
+    // The tenant must be a warehouse the caller can see, whatever the request holds, and the
+    // caller must be able to write the signal's table before the request costs the tenant
+    // anything of its limits.
     tenant_of(state, caller, tenant).await?;
+    may_write(state, caller, tenant, signal).await?;
     let admitted = admit(&log, state.catalog.tenants().get(tenant), body.len() as u64)
         .map_err(Failure::of_refused)?;
     let inflated;
@@ -505,6 +529,7 @@ pub async fn remote_write(
     let taken = async {
         let body = read_body(body, &headers, log.config.max_body_bytes).await?;
         tenant_of(&state, &caller, &tenant).await?;
+        may_write(&state, &caller, &tenant, Signal::Metrics).await?;
         let admitted = admit(
             &log,
             state.catalog.tenants().get(&tenant),

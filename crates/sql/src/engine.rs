@@ -142,6 +142,21 @@ fn session_config(engine: &EngineConfig) -> Result<SessionConfig, SqlError> {
         .with_extension(Arc::new(engine.rewrites)))
 }
 
+/// The warehouses (catalogs) `plan` names in its table scans; bare names read the session's.
+fn read_warehouses(plan: &LogicalPlan) -> std::collections::BTreeSet<String> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut names = std::collections::BTreeSet::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Some(catalog) = scan.table_name.catalog()
+        {
+            names.insert(catalog.to_string());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    names
+}
+
 /// Plans `plan` again preferring sort-merge joins (they spill; hash joins' build sides do not)
 /// and starts it.
 async fn without_hash_joins(
@@ -541,12 +556,23 @@ impl SqlEngine {
         options: &QueryOptions,
     ) -> Result<QueryResult, SqlError> {
         // Wait in line; the ticket travels with the result stream.
-        // A statement counts against the tenant of its session's warehouse.
-        let tenant = self
-            .service
-            .tenants()
-            .existing(options.warehouse.as_deref().unwrap_or("default"));
-        let ticket = self.admission.admit(caller, tenant.as_deref()).await?;
+        // A statement counts against the tenant of its session's warehouse — one the caller
+        // can see (a name it cannot see reads nothing, so holds nobody's places) — and,
+        // once planned, against every other warehouse it reads.
+        let session = options.warehouse.as_deref().unwrap_or("default");
+        let tenant = match self.service.tenants().existing(session) {
+            Some(tenant)
+                if self
+                    .service
+                    .visible_warehouse(caller, session)
+                    .await
+                    .is_ok() =>
+            {
+                Some(tenant)
+            }
+            _ => None,
+        };
+        let mut ticket = self.admission.admit(caller, tenant.as_deref()).await?;
         let memory = tenant.as_ref().map_or(self.config.query_memory_limit, |t| {
             t.query_memory(self.config.query_memory_limit)
         });
@@ -569,6 +595,20 @@ impl SqlEngine {
             warehouse,
             namespace,
         } = prepared;
+        for name in read_warehouses(&plan) {
+            if name == session {
+                continue;
+            }
+            if let Some(other) = self.service.tenants().existing(&name) {
+                let place = deadline
+                    .run(other.admit_query())
+                    .await?
+                    .map_err(|refused| {
+                        SqlError::new(SqlErrorKind::TooManyStatements, refused.to_string())
+                    })?;
+                ticket.hold(place);
+            }
+        }
         if let LogicalPlan::Ddl(ddl) = &plan {
             let access = |name: &str| {
                 catalogs_access(&context, name).ok_or_else(|| {

@@ -17,8 +17,10 @@
 //! values. Merging sketches keeps these bounds.
 //!
 //! Sketch bytes come from tables, so from whoever could write them: each is refused past
-//! [`MAX_SKETCH_BYTES`] and decoded by the library's bounded readers; a sketch that does not
-//! decode is an error naming the function, never a crash.
+//! [`MAX_SKETCH_BYTES`], an HLL sketch of a larger lg k than [`HLL_LG_K`] is refused before it
+//! is read (the library's hash-set reader is quadratic in a crafted image's size), and the
+//! rest are decoded by the library's bounded readers; a sketch that does not decode is an
+//! error naming the function, never a crash.
 
 use std::sync::Arc;
 
@@ -161,6 +163,17 @@ fn sketch_bytes<'a>(array: &'a ArrayRef, row: usize, function: &str) -> Result<O
 }
 
 fn decode_hll(bytes: &[u8], function: &str) -> Result<HllSketch> {
+    // Byte 3 is the sketch's lg k. Larger sketches than the ones written here are refused
+    // before the library reads them: a crafted hash-set image of a large lg k makes its
+    // insertion quadratic (minutes of CPU per row); at lg k 12 a set holds at most 512.
+    if let Some(&lg_k) = bytes.get(3)
+        && lg_k > HLL_LG_K
+    {
+        return exec_err!(
+            "{function}: an HLL sketch of lg k {lg_k} is larger than the lg k {HLL_LG_K} sketches \
+             Floe reads"
+        );
+    }
     HllSketch::deserialize(bytes).or_else(|e| exec_err!("{function}: not an HLL sketch: {e}"))
 }
 
@@ -441,6 +454,8 @@ mod tests {
             "SELECT kll_quantile(X'ffffffffffffffffffff', 0.5)",
             "SELECT hll_estimate(hll_merge(X'0201070c03'))",
             "SELECT kll_quantile(kll_sketch(1.0), 2.0)",
+            // lg k 18 in the header: refused before the library reads the image.
+            "SELECT hll_estimate(X'0301071205080100000000000000')",
         ] {
             let answer = ctx.sql(sql).await.unwrap().collect().await;
             assert!(answer.is_err(), "{sql}");

@@ -50,8 +50,8 @@ impl CatalogService {
     /// Points the table from its current metadata file `expected` back at `earlier`, one of
     /// its own earlier metadata files, if it is still at `expected` (409 otherwise): the
     /// repair of a current metadata file that no longer reads. `earlier` must lie in the
-    /// table's metadata directory, read as valid metadata of this table, and name only paths
-    /// inside it.
+    /// table's metadata directory, be of an earlier version, read as valid metadata of this
+    /// table's location, and name only paths inside it.
     pub async fn repoint_table(
         &self,
         caller: &Caller,
@@ -68,6 +68,16 @@ impl CatalogService {
         if !Location::parse(earlier)?.is_within(&metadata_dir) {
             return Err(CatalogError::bad_request(format!(
                 "{earlier} is not in the metadata directory of table {ident}"
+            )));
+        }
+        let earlier_version = crate::metadata::metadata_version(earlier);
+        let current_version = crate::metadata::metadata_version(expected);
+        if earlier_version
+            .zip(current_version)
+            .is_none_or(|(earlier, current)| earlier >= current)
+        {
+            return Err(CatalogError::bad_request(format!(
+                "{earlier} is not an earlier metadata version of table {ident} than {expected}"
             )));
         }
         let metadata = self.verify_table_metadata(&files, earlier).await?;

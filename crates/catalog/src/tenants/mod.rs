@@ -122,11 +122,14 @@ impl Tenants {
             if tenant.updated_at_ms() == record.updated_at_ms {
                 continue;
             }
-            match serde_json::from_value::<Limits>(record.limits.clone()) {
+            let parsed = serde_json::from_value::<Limits>(record.limits.clone())
+                .map_err(|e| e.to_string())
+                .and_then(|limits| limits.validate().map(|()| limits));
+            match parsed {
                 Ok(limits) => tenant.apply(limits, record.updated_at_ms),
                 Err(e) => tracing::warn!(
                     tenant = %record.warehouse, error = %e,
-                    "skip stored limits that do not parse"
+                    "skip stored limits that do not parse or break a rule"
                 ),
             }
         }

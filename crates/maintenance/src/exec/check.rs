@@ -81,6 +81,9 @@ pub struct CheckReport {
     pub findings: Vec<Finding>,
     /// Nothing found but unreferenced files (which are harmless).
     pub healthy: bool,
+    /// `main`'s current snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_snapshot: Option<i64>,
     /// Snapshots whose manifest list and manifests read (`main`'s history, newest first).
     #[serde(skip)]
     pub readable_snapshots: Vec<i64>,
@@ -145,11 +148,22 @@ pub async fn check_table(
         unreferenced_not_listed: None,
         findings: Vec::new(),
         healthy: true,
+        current_snapshot: None,
         readable_snapshots: Vec::new(),
     };
     let catalog = &maintainer.catalog;
     let metadata = match catalog.verify_table_metadata(&files, &current).await {
         Ok(metadata) => metadata,
+        // Only a file that is gone or does not decode is damage; storage that fails for now
+        // is an error of the check (a repair must never act on it).
+        Err(e)
+            if !matches!(
+                e.code(),
+                floe_catalog::ErrorCode::NotFound | floe_catalog::ErrorCode::InvalidArgument
+            ) =>
+        {
+            return Err(e.into());
+        }
         Err(e) => {
             report.findings.push(Finding {
                 damage: Damage::UnreadableMetadata,
@@ -157,8 +171,14 @@ pub async fn check_table(
                 snapshot_id: None,
                 detail: e.to_string(),
             });
+            // The newest metadata file of an earlier version than the current one (files of
+            // the same or a later version were never committed: a commit that lost its race).
+            let version = floe_catalog::metadata::metadata_version(&current);
             for earlier in metadata_files(&files).await {
-                if earlier != current
+                let older = floe_catalog::metadata::metadata_version(&earlier)
+                    .zip(version)
+                    .is_some_and(|(v, current)| v < current);
+                if older
                     && catalog
                         .verify_table_metadata(&files, &earlier)
                         .await
@@ -243,6 +263,7 @@ async fn check_snapshots(
 ) -> Result<()> {
     let target = maintainer.load(warehouse, ident).await?;
     let table = &target.table;
+    report.current_snapshot = metadata.current_snapshot().map(|s| s.snapshot_id());
     // `main`'s history newest first, then the other snapshots.
     let mut order: Vec<i64> = Vec::new();
     let mut next = metadata.current_snapshot().map(|s| s.snapshot_id());
@@ -264,6 +285,8 @@ async fn check_snapshots(
     others.sort();
     order.extend(others);
     let mut seen_manifests = HashSet::new();
+    // Manifests that did not read: every snapshot naming one is unreadable too.
+    let mut bad_manifests: HashSet<String> = HashSet::new();
     for (at, id) in order.iter().enumerate() {
         let Some(snapshot) = metadata.snapshot_by_id(*id) else {
             continue;
@@ -288,6 +311,15 @@ async fn check_snapshots(
         };
         let mut readable = true;
         for manifest in list.entries() {
+            if bad_manifests.contains(&manifest.manifest_path) {
+                readable = false;
+                report.findings.push(finding(
+                    Damage::UnreadableManifest,
+                    &manifest.manifest_path,
+                    "does not read (as found for a newer snapshot naming it too)".into(),
+                ));
+                continue;
+            }
             if !seen_manifests.insert(manifest.manifest_path.clone()) {
                 continue;
             }
@@ -303,6 +335,7 @@ async fn check_snapshots(
                 Ok(m) => m.into_parts().0,
                 Err(e) => {
                     readable = false;
+                    bad_manifests.insert(manifest.manifest_path.clone());
                     report.findings.push(finding(
                         Damage::UnreadableManifest,
                         &manifest.manifest_path,
@@ -361,7 +394,7 @@ async fn check_snapshots(
         && report.readable_snapshots.first() == Some(&current.snapshot_id())
     {
         let state = read_snapshot(table, current).await?;
-        check_files(files, &state, current.snapshot_id(), deep, report).await;
+        check_files(files, &state, current.snapshot_id(), deep, report).await?;
     }
     Ok(())
 }
@@ -373,7 +406,7 @@ async fn check_files(
     snapshot_id: i64,
     deep: bool,
     report: &mut CheckReport,
-) {
+) -> Result<()> {
     let live: Vec<_> = state.live_data().chain(state.live_deletes()).collect();
     for file in live {
         report.files_checked += 1;
@@ -397,8 +430,9 @@ async fn check_files(
                 continue;
             }
             Err(e) => {
-                finding(Damage::MissingFile, format!("cannot be reached: {e}"));
-                continue;
+                // Storage failing for now is not a lost file: the check fails instead, so a
+                // repair never drops a file it could not reach.
+                return Err(super::io(format!("reach {path}"), e));
             }
         };
         if size != data.file_size_in_bytes() {
@@ -431,4 +465,5 @@ async fn check_files(
             }
         }
     }
+    Ok(())
 }

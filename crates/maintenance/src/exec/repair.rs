@@ -154,18 +154,9 @@ pub async fn repair_table(
 
 /// The current snapshot, when its manifest list or a manifest does not read.
 fn broken_head(report: &CheckReport) -> Option<i64> {
-    report
-        .findings
-        .iter()
-        .filter(|f| {
-            matches!(
-                f.damage,
-                Damage::UnreadableManifestList | Damage::UnreadableManifest
-            )
-        })
-        .filter_map(|f| f.snapshot_id)
-        .next()
-        .filter(|id| report.readable_snapshots.first() != Some(id))
+    let head = report.current_snapshot?;
+    (!report.readable_snapshots.contains(&head) && unreadable_snapshots(report).contains(&head))
+        .then_some(head)
 }
 
 /// Snapshots whose manifest list or a manifest does not read.
@@ -196,29 +187,18 @@ async fn remove_snapshots(
 ) -> Result<()> {
     let target = maintainer.load(warehouse, ident).await?;
     let metadata = target.table.metadata();
-    maintainer
-        .catalog
-        .commit_table(
-            &Caller::system(),
-            warehouse,
-            TableCommitRequest {
-                ident: ident.clone(),
-                requirements: vec![
-                    TableRequirement::UuidMatch {
-                        uuid: metadata.uuid(),
-                    },
-                    TableRequirement::RefSnapshotIdMatch {
-                        r#ref: "main".into(),
-                        snapshot_id: metadata.current_snapshot_id(),
-                    },
-                ],
-                updates: vec![TableUpdate::RemoveSnapshots {
-                    snapshot_ids: snapshots,
-                }],
-            },
-        )
-        .await?;
-    Ok(())
+    let updates = vec![TableUpdate::RemoveSnapshots {
+        snapshot_ids: snapshots,
+    }];
+    commit_on_main(
+        maintainer,
+        warehouse,
+        ident,
+        metadata,
+        metadata.current_snapshot_id(),
+        updates,
+    )
+    .await
 }
 
 /// Points `main` from `broken` at `good`, if it is still at `broken`, and removes
@@ -233,6 +213,35 @@ async fn roll_back(
 ) -> Result<()> {
     let target = maintainer.load(warehouse, ident).await?;
     let metadata = target.table.metadata();
+    let updates = vec![
+        TableUpdate::SetSnapshotRef {
+            ref_name: "main".into(),
+            reference: main_ref(metadata, good),
+        },
+        TableUpdate::RemoveSnapshots {
+            snapshot_ids: unreadable,
+        },
+    ];
+    commit_on_main(
+        maintainer,
+        warehouse,
+        ident,
+        metadata,
+        Some(broken),
+        updates,
+    )
+    .await
+}
+
+/// Commits `updates` as the system, if the table is still this one with `main` at `main`.
+async fn commit_on_main(
+    maintainer: &Maintainer,
+    warehouse: &str,
+    ident: &TableIdent,
+    metadata: &iceberg::spec::TableMetadata,
+    main: Option<i64>,
+    updates: Vec<TableUpdate>,
+) -> Result<()> {
     maintainer
         .catalog
         .commit_table(
@@ -246,18 +255,10 @@ async fn roll_back(
                     },
                     TableRequirement::RefSnapshotIdMatch {
                         r#ref: "main".into(),
-                        snapshot_id: Some(broken),
+                        snapshot_id: main,
                     },
                 ],
-                updates: vec![
-                    TableUpdate::SetSnapshotRef {
-                        ref_name: "main".into(),
-                        reference: main_ref(metadata, good),
-                    },
-                    TableUpdate::RemoveSnapshots {
-                        snapshot_ids: unreadable,
-                    },
-                ],
+                updates,
             },
         )
         .await?;

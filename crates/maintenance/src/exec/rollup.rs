@@ -62,7 +62,13 @@ pub async fn roll_up(
 /// The source snapshot the rollup table's newest snapshot that records one covers.
 fn covered(metadata: &TableMetadata) -> Option<i64> {
     let mut at = metadata.current_snapshot();
+    // At most every snapshot once, whatever parent links the metadata holds.
+    let mut steps = metadata.snapshots().count();
     while let Some(snapshot) = at {
+        if steps == 0 {
+            return None;
+        }
+        steps -= 1;
         if let Some(id) = snapshot
             .summary()
             .additional_properties
@@ -97,6 +103,18 @@ async fn run_one(
         Err(e) => return Err(e.into()),
     };
     let covered_before = existing.as_ref().and_then(|l| covered(&l.metadata));
+    // Rows in the rollup table but no record of what they cover: starting over would count
+    // them twice.
+    if covered_before.is_none()
+        && existing
+            .as_ref()
+            .is_some_and(|l| l.metadata.current_snapshot().is_some())
+    {
+        return Err(MaintenanceError::Unsupported(format!(
+            "rollup table {rollup_ident} holds rows but no snapshot records the source snapshot \
+             they cover: drop it to build it again"
+        )));
+    }
     let source = maintainer.load(warehouse, source_ident).await?;
     let mut run = RollupRun {
         rollup: format!("{warehouse}.{rollup_ident}"),
@@ -272,10 +290,21 @@ async fn create(
         .await;
     match created {
         Ok(loaded) => Ok(loaded),
-        Err(CatalogError::AlreadyExists { .. }) => Ok(maintainer
-            .catalog
-            .load_table(&Caller::system(), warehouse, ident)
-            .await?),
+        Err(CatalogError::AlreadyExists { .. }) => {
+            // Another run created it first; if that run committed, this one's rows are
+            // already counted there.
+            let loaded = maintainer
+                .catalog
+                .load_table(&Caller::system(), warehouse, ident)
+                .await?;
+            if loaded.metadata.current_snapshot().is_some() {
+                return Err(CatalogError::CommitFailed(format!(
+                    "another run created rollup {ident} meanwhile; the next run goes on from it"
+                ))
+                .into());
+            }
+            Ok(loaded)
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -43,8 +43,17 @@ pub(super) struct Ticket {
     _slot: Slot,
     /// Its place in its tenant's line, when the tenant has one.
     _place: Option<QueryPlace>,
+    /// Its places in the lines of the other warehouses it reads.
+    _more: Vec<QueryPlace>,
     _permit: Option<OwnedSemaphorePermit>,
     pub deadline: Deadline,
+}
+
+impl Ticket {
+    /// Holds `place` (in another tenant's line) as long as the statement runs.
+    pub fn hold(&mut self, place: QueryPlace) {
+        self._more.push(place);
+    }
 }
 
 /// When a statement must be done by.
@@ -191,6 +200,7 @@ impl Admission {
                 principal,
             },
             _place: None,
+            _more: Vec::new(),
             _permit: None,
             deadline,
         })

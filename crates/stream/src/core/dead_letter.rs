@@ -39,7 +39,12 @@ pub(super) fn move_aside(log_dir: &Path, sequence: u64, reason: &str) -> std::io
 
 /// The sequences of the entries dead-lettered in the log in `log_dir`.
 pub(super) fn sequences(log_dir: &Path) -> Vec<u64> {
-    let Ok(entries) = std::fs::read_dir(log_dir.join(DIR)) else {
+    entries_in(&log_dir.join(DIR))
+}
+
+/// The sequences of the log entries (`<sequence>.arrow`) in `dir`, in order.
+pub(super) fn entries_in(dir: &Path) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut sequences: Vec<u64> = entries

@@ -94,6 +94,8 @@ pub struct Ingest {
     backlog: AtomicU64,
     /// Bytes of request bodies being decoded now ([`Ingest::admit`]).
     inflight: Arc<AtomicU64>,
+    /// One replay at a time on this node ([`super::replay`]).
+    pub(super) replays: Mutex<()>,
 }
 
 /// A request's bytes counted as in flight until it is answered.
@@ -234,6 +236,7 @@ impl Ingest {
             kept: AtomicU64::new(0),
             backlog: AtomicU64::new(0),
             inflight: Arc::default(),
+            replays: Mutex::new(()),
         });
         for entry in std::fs::read_dir(&ingest.config.dir)? {
             let dir = entry?.path();
@@ -413,6 +416,38 @@ impl Ingest {
         format!("floe.ingest.{}.sequence", self.log_id)
     }
 
+    fn first_sequence_key(&self) -> String {
+        format!("floe.ingest.{}.first-sequence", self.log_id)
+    }
+
+    /// Whether `main`'s history of the table holds log entry `sequence`: a snapshot of it
+    /// committed the entries from its first to its last sequence (a snapshot written before
+    /// first sequences were recorded holds every entry up to its last).
+    pub(super) fn holds(&self, metadata: &iceberg::spec::TableMetadata, sequence: u64) -> bool {
+        let (key, first_key) = (self.sequence_key(), self.first_sequence_key());
+        let mut snapshot = metadata.current_snapshot();
+        let mut steps = metadata.snapshots().count();
+        while let Some(current) = snapshot {
+            if steps == 0 {
+                break;
+            }
+            steps -= 1;
+            let summary = &current.summary().additional_properties;
+            let number = |k: &str| summary.get(k).and_then(|v| v.parse::<u64>().ok());
+            if let Some(last) = number(&key) {
+                match number(&first_key) {
+                    Some(first) if (first..=last).contains(&sequence) => return true,
+                    None if sequence <= last => return true,
+                    _ => {}
+                }
+            }
+            snapshot = current
+                .parent_snapshot_id()
+                .and_then(|id| metadata.snapshot_by_id(id));
+        }
+        false
+    }
+
     /// The log of a table, created (and its committer started) on first use.
     async fn table_log(
         self: &Arc<Self>,
@@ -449,21 +484,33 @@ impl Ingest {
             {
                 let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 pending.insert(sequence, size);
-                self.backlog.fetch_add(size, Ordering::Relaxed);
             }
         }
-        // Sequences continue after what the log holds, what it dead-lettered and what was
-        // committed, so a new entry is never mistaken for one already in the table.
+        // Sequences continue after what the log holds, what it dead-lettered, retained and
+        // replayed, and what was committed, so a new entry is never mistaken for one already
+        // in the table nor takes the name of one kept beside the log.
         let committed = self.committed_sequence(warehouse, ident).await?;
-        let dead = dead_letter::sequences(&dir);
+        let kept = [
+            dead_letter::sequences(&dir),
+            dead_letter::entries_in(&dir.join(super::replay::RETAINED)),
+            dead_letter::entries_in(&dir.join(super::replay::REPLAYED)),
+        ];
         let next = pending
             .keys()
             .next_back()
             .copied()
             .unwrap_or(0)
-            .max(dead.last().copied().unwrap_or(0))
+            .max(
+                kept.iter()
+                    .filter_map(|k| k.last().copied())
+                    .max()
+                    .unwrap_or(0),
+            )
             .max(committed)
             + 1;
+        // Counted once the log is installed (a failed attempt above counts nothing).
+        self.backlog
+            .fetch_add(pending.values().sum::<u64>(), Ordering::Relaxed);
         let (committed_tx, _) = watch::channel(committed);
         let log = Arc::new(TableLog {
             warehouse: warehouse.to_string(),
@@ -490,7 +537,6 @@ impl Ingest {
         Ok(log)
     }
 
-    /// The last log sequence a snapshot of the table says it covers (0 when none does).
     /// The directory of table `ident`'s log on this node.
     pub(super) async fn log_dir(
         self: &Arc<Self>,
@@ -505,17 +551,21 @@ impl Ingest {
             .clone())
     }
 
-    /// The last sequence of this log that `main`'s history of the table covers.
-    pub(super) async fn covered_sequence(
+    /// The table's metadata now, as the system.
+    pub(super) async fn table_metadata(
         &self,
         warehouse: &str,
         ident: &TableIdent,
-    ) -> Result<u64, IngestError> {
-        self.committed_sequence(warehouse, ident)
+    ) -> Result<Arc<iceberg::spec::TableMetadata>, IngestError> {
+        Ok(self
+            .catalog
+            .load_table(&Caller::system(), warehouse, ident)
             .await
-            .map_err(IngestError::of_catalog)
+            .map_err(IngestError::of_catalog)?
+            .metadata)
     }
 
+    /// The last log sequence a snapshot of the table says it covers (0 when none does).
     async fn committed_sequence(
         &self,
         warehouse: &str,
@@ -637,6 +687,14 @@ impl Ingest {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     pause
                 }
+                Err(IngestError::Catalog(e)) if e.code() == floe_catalog::ErrorCode::NotFound => {
+                    // The table (or its warehouse) is gone: its entries become dead letters,
+                    // so they neither wait forever nor count against the server's backlog.
+                    self.set_aside_all(&log, &format!("the table is gone: {e}"))
+                        .await;
+                    backoff = MAX_BACKOFF;
+                    backoff
+                }
                 Err(e) => {
                     tracing::error!(
                         table = %log.ident,
@@ -652,6 +710,33 @@ impl Ingest {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+
+    /// Moves every durable pending entry of `log` to its dead letters with `reason`.
+    async fn set_aside_all(&self, log: &TableLog, reason: &str) {
+        let mut state = log.state.lock().await;
+        let durable: Vec<u64> = state
+            .pending
+            .keys()
+            .copied()
+            .filter(|s| !state.writing.contains(s))
+            .collect();
+        for sequence in durable {
+            if let Err(e) = dead_letter::move_aside(&log.dir, sequence, reason) {
+                tracing::warn!(table = %log.ident, sequence, error = %e, "dead-letter a log entry");
+                continue;
+            }
+            log.recent.forget(sequence, &self.kept);
+            if let Some(size) = state.pending.remove(&sequence) {
+                self.backlog.fetch_sub(size, Ordering::Relaxed);
+            }
+            state.dead.insert(sequence);
+            log.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+        }
+        log.stats
+            .pending
+            .store(state.pending.len() as u64, Ordering::Relaxed);
+        tracing::warn!(table = %log.ident, reason, "set the ingest log's entries aside");
     }
 
     async fn commit_pending(&self, log: &TableLog) -> Result<(), IngestError> {
@@ -740,6 +825,9 @@ impl Ingest {
                     .map_err(|e| IngestError::Invalid(format!("gather the log's rows: {e}")))?;
                 drop(conformed);
                 let key = self.sequence_key();
+                // The first sequence too, so a replay knows which entries this commit holds.
+                let first_key = self.first_sequence_key();
+                let first = fresh.first().copied().unwrap_or(last);
                 let started = std::time::Instant::now();
                 let appended = commit::append(
                     &self.catalog,
@@ -756,7 +844,10 @@ impl Ingest {
                                 "the table already covers log entry {last}"
                             )));
                         }
-                        Ok(HashMap::from([(key.clone(), last.to_string())]))
+                        Ok(HashMap::from([
+                            (key.clone(), last.to_string()),
+                            (first_key.clone(), first.to_string()),
+                        ]))
                     },
                 )
                 .await?;
@@ -783,11 +874,13 @@ impl Ingest {
             retained = true;
         }
         if retained {
-            super::replay::prune(
-                &log.dir,
-                self.config.retain_committed,
-                self.config.retain_committed_bytes,
-            );
+            for kept in [super::replay::RETAINED, super::replay::REPLAYED] {
+                super::replay::prune(
+                    &log.dir.join(kept),
+                    self.config.retain_committed,
+                    self.config.retain_committed_bytes,
+                );
+            }
         }
         log.stats
             .pending

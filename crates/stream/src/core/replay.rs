@@ -5,15 +5,17 @@
 //! `retain_committed_bytes` a table (`retained/`, oldest dropped first), dead
 //! letters until an operator removes them (`dead-letter/`). A replay of sequences `from..=to`
 //! takes each such entry that the table does not hold:
-//! - a retained entry is held when `main`'s history still covers its sequence (the table's
-//!   snapshot summaries record the last sequence each commit covered): one rolled back or
-//!   dropped with a bad commit is not, and is taken again;
+//! - a retained entry is held when a snapshot of `main`'s history committed it (each commit's
+//!   summary records the first and last sequence it covers): one rolled back or dropped with
+//!   a bad commit is not, and is taken again;
 //! - a dead letter was never committed, so it is taken again (and goes back to the dead
 //!   letters if the table still cannot take it).
 //!
 //! An entry taken again is appended to the log as a new entry — acknowledged, committed
 //! exactly once like any other — and moved to `replayed/`, so a second replay of the same
-//! range takes nothing twice. A dry run says what it would take.
+//! range takes nothing twice; replays on a node run one at a time. (A crash between an
+//! entry's append and its move leaves it to be taken once more by the next replay.) A dry
+//! run says what it would take.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +31,7 @@ use super::log::{Ingest, Unfit, read_raw};
 /// Committed entries kept for replay, beside the log.
 pub(super) const RETAINED: &str = "retained";
 /// Entries taken again by a replay.
-const REPLAYED: &str = "replayed";
+pub(super) const REPLAYED: &str = "replayed";
 
 /// What a replay did (or would do) with one entry.
 #[derive(Debug, Clone, Serialize)]
@@ -62,10 +64,10 @@ pub(super) fn retain(log_dir: &Path, sequence: u64, retain: Duration) {
     }
 }
 
-/// Forgets retained entries of the log in `log_dir` older than `retain`, then the oldest
-/// while they hold more than `most_bytes`.
-pub(super) fn prune(log_dir: &Path, retain: Duration, most_bytes: u64) {
-    let Ok(entries) = std::fs::read_dir(log_dir.join(RETAINED)) else {
+/// Forgets entries kept in `dir` older than `retain`, then the oldest while they hold more
+/// than `most_bytes`.
+pub(super) fn prune(dir: &Path, retain: Duration, most_bytes: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     let now = SystemTime::now();
@@ -91,24 +93,6 @@ pub(super) fn prune(log_dir: &Path, retain: Duration, most_bytes: u64) {
     }
 }
 
-/// The sequences kept in `dir` (entries named `<sequence>.arrow`), in order.
-fn kept(dir: &Path) -> Vec<u64> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut sequences: Vec<u64> = entries
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".arrow"))
-                .and_then(|n| n.parse().ok())
-        })
-        .collect();
-    sequences.sort_unstable();
-    sequences
-}
-
 impl Ingest {
     /// Replays entries `from..=to` of table `ident`'s log on this node (see the module).
     pub async fn replay(
@@ -119,14 +103,15 @@ impl Ingest {
         to: u64,
         dry_run: bool,
     ) -> Result<Vec<Replayed>, IngestError> {
+        let _one_at_a_time = self.replays.lock().await;
         let log_dir = self.log_dir(warehouse, ident).await?;
-        let covered = self.covered_sequence(warehouse, ident).await?;
+        let metadata = self.table_metadata(warehouse, ident).await?;
         let mut candidates: Vec<(u64, &'static str, std::path::PathBuf)> = Vec::new();
         for (kept_as, dir) in [
             ("retained", log_dir.join(RETAINED)),
             ("dead-letter", dead_letter::dir(&log_dir)),
         ] {
-            for sequence in kept(&dir) {
+            for sequence in dead_letter::entries_in(&dir) {
                 if (from..=to).contains(&sequence) {
                     candidates.push((sequence, kept_as, dir.clone()));
                 }
@@ -151,7 +136,7 @@ impl Ingest {
                 }
             };
             line.rows = batches.iter().map(|b| b.num_rows()).sum();
-            let held = kept_as == "retained" && sequence <= covered;
+            let held = kept_as == "retained" && self.holds(&metadata, sequence);
             if held {
                 report.push(line);
                 continue;
