@@ -2,7 +2,8 @@
 added by mistake) are dead letters, and rows a bad commit dropped (the table rolled back) are
 still retained beside the log; once the table is fixed, a replay takes each again exactly
 once — a dry run first, a second replay takes nothing, rows the table still holds are never
-taken twice."""
+taken twice. A Kafka pipeline's table rolled back over bad commits rewinds the pipeline, which
+reads those records again once."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 
 import requests
 from conftest import FLOE_BIN, ROOT_ID, ROOT_SECRET, start_floe, stop_floe
+from test_pipelines import broker  # noqa: F401 (the mock Kafka broker fixture)
 from pyiceberg.types import StringType
 
 
@@ -126,3 +128,35 @@ def test_rows_a_rollback_dropped_are_replayed_from_the_retained_log(floe):
         "warehouse": floe.warehouse, "namespace": ["fix"], "table": "events",
         "from-sequence": 0, "to-sequence": 100, "dry-run": False})
     assert refused.status_code == 403, refused.text
+
+
+def test_a_rolled_back_table_rewinds_its_kafka_pipeline_which_reads_again_once(tmp_path, broker):
+    """Kafka pipelines keep their offsets in the table's snapshot summaries: rolling the table
+    back over bad commits rewinds the pipeline to the offsets the kept snapshot records, and
+    it reads those records again — each exactly once."""
+    from test_pipelines import produce, spec, table_ids, wait_for_rows
+
+    floe = start_floe(tmp_path, extra_args=("--pipeline-lease-secs", "3"))
+    try:
+        catalog = floe.pyiceberg()
+        catalog.create_namespace("stream")
+        assert floe.api("POST", "/api/v1/pipelines", json=spec(floe, broker)).status_code == 201
+        produce(broker, range(0, 300))
+        assert wait_for_rows(floe, 300) == list(range(300))
+        time.sleep(1.0)
+        kept = catalog.load_table("stream.clicks").current_snapshot().snapshot_id
+        produce(broker, range(300, 600))
+        assert wait_for_rows(floe, 600) == list(range(600))
+        # The bad deploy's commits are rolled back: the table holds 0..299 again.
+        catalog.load_table("stream.clicks").manage_snapshots().rollback_to_snapshot(kept).commit()
+        assert table_ids(floe) == list(range(300))
+        # The pipeline's next commit finds the offsets changed and stops; started again from
+        # the table, it reads 300.. once more.
+        produce(broker, range(600, 700))
+        deadline = time.time() + 120
+        while (got := table_ids(floe)) != list(range(700)) and time.time() < deadline:
+            assert len(got) == len(set(got)), "a record was taken twice"
+            time.sleep(0.5)
+        assert got == list(range(700)), (len(got), sorted(set(range(700)) - set(got))[:10])
+    finally:
+        stop_floe(floe)
