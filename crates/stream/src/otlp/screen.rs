@@ -5,7 +5,8 @@
 //! taken. Rows are screened as the layouts hold them, so every door (OTLP over HTTP and
 //! gRPC, remote write) is screened alike.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::LazyLock;
 
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, MapArray, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
@@ -22,6 +23,10 @@ const MAPS: [(&str, bool); 3] = [
     ("resource_attributes", false),
     ("scope_attributes", false),
 ];
+
+/// Series hashes are keyed per process, so a client cannot craft attribute sets that collide
+/// into one series to slip past `max-active-series`.
+static SERIES_KEYS: LazyLock<RandomState> = LazyLock::new(RandomState::new);
 
 /// `converted` with the records `tenant`'s limits refuse moved to its refused records;
 /// `now` in microseconds.
@@ -151,7 +156,7 @@ fn series_of(batch: &RecordBatch) -> Option<Vec<u64>> {
     Some(
         (0..batch.num_rows())
             .map(|row| {
-                let mut hasher = DefaultHasher::new();
+                let mut hasher = SERIES_KEYS.build_hasher();
                 name.value(row).hash(&mut hasher);
                 service.value(row).hash(&mut hasher);
                 let mut pairs = 0u64;
@@ -163,7 +168,7 @@ fn series_of(batch: &RecordBatch) -> Option<Vec<u64>> {
                     let keys = map.keys().as_string::<i32>();
                     let values = map.values().as_string::<i32>();
                     for entry in offsets[row] as usize..offsets[row + 1] as usize {
-                        let mut pair = DefaultHasher::new();
+                        let mut pair = SERIES_KEYS.build_hasher();
                         at.hash(&mut pair);
                         keys.value(entry).hash(&mut pair);
                         values
