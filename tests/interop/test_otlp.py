@@ -299,43 +299,46 @@ def logs_request(ids: list[int]) -> bytes:
     return request.SerializeToString()
 
 
-def test_acknowledged_records_survive_kill_9_exactly_once(tmp_path):
-    """A client sends OTLP log records with unique ids while Floe is killed with SIGKILL and
-    restarted over and over; every acknowledged record ends up in otel.logs exactly once."""
+def kill_storm(tmp_path, args: tuple[str, ...], batch: int, pauses: tuple[float, float], seed: int,
+               before=None):
+    """Starts Floe, sends OTLP log records with unique ids (`batch` a request) while Floe is
+    killed with SIGKILL and restarted five times (`pauses` seconds apart, drawn with `seed`);
+    returns the last Floe and the ids acknowledged. `before(floe)` runs once Floe is up."""
     import random
     import threading
 
-    from conftest import start_floe, stop_floe
+    from conftest import start_floe
 
-    args = ("--ingest-commit-interval-ms", "150")
     state = {"floe": start_floe(tmp_path, extra_args=args), "stop": False}
+    if before:
+        before(state["floe"])
     acknowledged: list[int] = []
     lock = threading.Lock()
 
     def produce():
         next_id = 0
         while not state["stop"]:
-            batch = list(range(next_id, next_id + 100))
-            next_id += 100
+            ids = list(range(next_id, next_id + batch))
+            next_id += batch
             with lock:
                 current = state["floe"]
             try:
-                answer = otlp(current, f"/otlp/{current.warehouse}/v1/logs", logs_request(batch),
+                answer = otlp(current, f"/otlp/{current.warehouse}/v1/logs", logs_request(ids),
                               "application/x-protobuf", current.token())
             except requests.RequestException:
                 time.sleep(0.05)
                 continue
             if answer.status_code == 200:
-                acknowledged.extend(batch)
+                acknowledged.extend(ids)
             else:
                 time.sleep(0.05)
 
     producer = threading.Thread(target=produce)
     producer.start()
-    rng = random.Random(11)
+    rng = random.Random(seed)
     try:
         for _ in range(5):
-            time.sleep(rng.uniform(0.4, 1.2))
+            time.sleep(rng.uniform(*pauses))
             with lock:
                 state["floe"].process.kill()
                 state["floe"].process.wait()
@@ -344,7 +347,15 @@ def test_acknowledged_records_survive_kill_9_exactly_once(tmp_path):
     finally:
         state["stop"] = True
         producer.join()
-    floe = state["floe"]
+    return state["floe"], acknowledged
+
+
+def test_acknowledged_records_survive_kill_9_exactly_once(tmp_path):
+    """A client sends OTLP log records with unique ids while Floe is killed with SIGKILL and
+    restarted over and over; every acknowledged record ends up in otel.logs exactly once."""
+    from conftest import stop_floe
+
+    floe, acknowledged = kill_storm(tmp_path, ("--ingest-commit-interval-ms", "150"), 100, (0.4, 1.2), 11)
     try:
         assert len(acknowledged) > 500, len(acknowledged)
         count = "SELECT count(*) AS n, count(DISTINCT attributes['id']) AS ids FROM otel.logs WHERE service_name = 'storm'"

@@ -6,10 +6,8 @@ again while rollups run (no row counted twice, none missed)."""
 from __future__ import annotations
 
 import random
-import threading
 import time
 
-import requests
 from conftest import start_floe, stop_floe
 from test_otlp import logs_request, otlp, rows
 
@@ -114,44 +112,9 @@ def test_rollups_answer_within_their_documented_error(tmp_path):
 
 
 def test_rollups_count_every_row_once_across_kill_9(tmp_path):
-    state = {"floe": start_floe(tmp_path, extra_args=ROLLUP_ARGS), "stop": False}
-    enable_rollups(state["floe"])
-    acknowledged: list[int] = []
-    lock = threading.Lock()
+    from test_otlp import kill_storm
 
-    def produce():
-        next_id = 0
-        while not state["stop"]:
-            batch = list(range(next_id, next_id + 200))
-            next_id += 200
-            with lock:
-                current = state["floe"]
-            try:
-                answer = otlp(current, f"/otlp/{current.warehouse}/v1/logs", logs_request(batch),
-                              "application/x-protobuf", current.token())
-            except requests.RequestException:
-                time.sleep(0.05)
-                continue
-            if answer.status_code == 200:
-                acknowledged.extend(batch)
-            else:
-                time.sleep(0.05)
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    rng = random.Random(5)
-    try:
-        for _ in range(5):
-            time.sleep(rng.uniform(0.6, 1.8))
-            with lock:
-                state["floe"].process.kill()
-                state["floe"].process.wait()
-                state["floe"] = start_floe(tmp_path, extra_args=ROLLUP_ARGS)
-        time.sleep(1.0)
-    finally:
-        state["stop"] = True
-        producer.join()
-    floe = state["floe"]
+    floe, acknowledged = kill_storm(tmp_path, ROLLUP_ARGS, 200, (0.6, 1.8), 5, before=enable_rollups)
     try:
         assert len(acknowledged) > 1000, len(acknowledged)
         expected = [{"n": len(acknowledged)}]
