@@ -71,131 +71,113 @@ pub async fn measure_tenant(catalog: &CatalogService, tenant: &Tenant) {
     tenant.set_storage_bytes(bytes);
 }
 
+/// A series' `# HELP` and `# TYPE` lines.
+fn header(text: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(text, "# HELP {name} {help}");
+    let _ = writeln!(text, "# TYPE {name} {kind}");
+}
+
+/// A per-tenant series: its name, kind, help, and its value for a tenant.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Tenant) -> String,
+);
+
+/// The series with one value per tenant.
+const PER_TENANT: [Series; 5] = [
+    (
+        "floe_tenant_accepted_records_total",
+        "counter",
+        "Records a tenant's requests had taken durably.",
+        |t| {
+            t.counters
+                .accepted_records
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+    ),
+    (
+        "floe_tenant_accepted_bytes_total",
+        "counter",
+        "Bytes of a tenant's requests admitted (as received).",
+        |t| {
+            t.counters
+                .accepted_bytes
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+    ),
+    (
+        "floe_tenant_queries_queued",
+        "gauge",
+        "A tenant's statements waiting in its line now.",
+        |t| t.counters.queued.load(Ordering::Relaxed).to_string(),
+    ),
+    (
+        "floe_tenant_active_series",
+        "gauge",
+        "Metric series a tenant with a series limit wrote lately.",
+        |t| t.active_series().to_string(),
+    ),
+    (
+        "floe_tenant_storage_bytes",
+        "gauge",
+        "Bytes a tenant with a storage quota holds in its tables' current snapshots.",
+        |t| t.storage_bytes().to_string(),
+    ),
+];
+
 /// Every tenant's counters, in Prometheus text (tenant-named: for privileged scrapers).
 pub fn render_metrics(catalog: &CatalogService) -> String {
     let tenants = catalog.tenants().all();
     let mut text = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, lines: &mut dyn FnMut(&mut String)| {
-        let _ = writeln!(text, "# HELP {name} {help}");
-        let _ = writeln!(text, "# TYPE {name} {kind}");
-        lines(&mut text);
-    };
-    family(
-        "floe_tenant_accepted_records_total",
-        "counter",
-        "Records a tenant's requests had taken durably.",
-        &mut |text| {
-            for t in &tenants {
-                let value = t.counters.accepted_records.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    text,
-                    "floe_tenant_accepted_records_total{{tenant={:?}}} {value}",
-                    t.name
-                );
-            }
-        },
-    );
-    family(
-        "floe_tenant_accepted_bytes_total",
-        "counter",
-        "Bytes of a tenant's requests admitted (as received).",
-        &mut |text| {
-            for t in &tenants {
-                let value = t.counters.accepted_bytes.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    text,
-                    "floe_tenant_accepted_bytes_total{{tenant={:?}}} {value}",
-                    t.name
-                );
-            }
-        },
-    );
-    family(
+    for (name, kind, about, value) in PER_TENANT {
+        header(&mut text, name, kind, about);
+        for t in &tenants {
+            let _ = writeln!(text, "{name}{{tenant={:?}}} {}", t.name, value(t));
+        }
+    }
+    header(
+        &mut text,
         "floe_tenant_refused_total",
         "counter",
         "Requests (or records, for per-record limits) refused, by the limit that refused them.",
-        &mut |text| {
-            for t in &tenants {
-                for limit in Limit::ALL {
-                    let value = t.counters.refused(limit);
-                    if value > 0 {
-                        let _ = writeln!(
-                            text,
-                            "floe_tenant_refused_total{{tenant={:?},limit={:?}}} {value}",
-                            t.name,
-                            limit.name()
-                        );
-                    }
-                }
-            }
-        },
     );
-    family(
-        "floe_tenant_queries_queued",
-        "gauge",
-        "A tenant's statements waiting in its line now.",
-        &mut |text| {
-            for t in &tenants {
-                let value = t.counters.queued.load(Ordering::Relaxed);
+    for t in &tenants {
+        for limit in Limit::ALL {
+            let value = t.counters.refused(limit);
+            if value > 0 {
                 let _ = writeln!(
                     text,
-                    "floe_tenant_queries_queued{{tenant={:?}}} {value}",
-                    t.name
+                    "floe_tenant_refused_total{{tenant={:?},limit={:?}}} {value}",
+                    t.name,
+                    limit.name()
                 );
             }
-        },
-    );
-    family(
+        }
+    }
+    header(
+        &mut text,
         "floe_tenant_query_queue_seconds",
         "summary",
         "Time a tenant's statements waited in its line.",
-        &mut |text| {
-            for t in &tenants {
-                let waits = t.counters.queue_waits.load(Ordering::Relaxed);
-                let micros = t.counters.queue_micros.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    text,
-                    "floe_tenant_query_queue_seconds_sum{{tenant={:?}}} {}",
-                    t.name,
-                    micros as f64 / 1e6
-                );
-                let _ = writeln!(
-                    text,
-                    "floe_tenant_query_queue_seconds_count{{tenant={:?}}} {waits}",
-                    t.name
-                );
-            }
-        },
     );
-    family(
-        "floe_tenant_active_series",
-        "gauge",
-        "Metric series a tenant with a series limit wrote lately.",
-        &mut |text| {
-            for t in &tenants {
-                let _ = writeln!(
-                    text,
-                    "floe_tenant_active_series{{tenant={:?}}} {}",
-                    t.name,
-                    t.active_series()
-                );
-            }
-        },
-    );
-    family(
-        "floe_tenant_storage_bytes",
-        "gauge",
-        "Bytes a tenant with a storage quota holds in its tables' current snapshots.",
-        &mut |text| {
-            for t in &tenants {
-                let _ = writeln!(
-                    text,
-                    "floe_tenant_storage_bytes{{tenant={:?}}} {}",
-                    t.name,
-                    t.storage_bytes()
-                );
-            }
-        },
-    );
+    for t in &tenants {
+        let waits = t.counters.queue_waits.load(Ordering::Relaxed);
+        let micros = t.counters.queue_micros.load(Ordering::Relaxed);
+        let _ = writeln!(
+            text,
+            "floe_tenant_query_queue_seconds_sum{{tenant={:?}}} {}",
+            t.name,
+            micros as f64 / 1e6
+        );
+        let _ = writeln!(
+            text,
+            "floe_tenant_query_queue_seconds_count{{tenant={:?}}} {waits}",
+            t.name
+        );
+    }
     text
 }

@@ -19,8 +19,6 @@ use std::time::Instant;
 
 use datafusion::prelude::SessionContext;
 use floe_catalog::CatalogError;
-use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::TableCommitRequest;
 use floe_sql::scan::IcebergTableProvider;
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestFile,
@@ -28,11 +26,11 @@ use iceberg::spec::{
     SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, SortDirection, Summary,
     TableMetadata, Transform,
 };
-use iceberg::{TableIdent, TableRequirement, TableUpdate};
+use iceberg::{TableIdent, TableUpdate};
 use serde::Serialize;
 
 use super::state::{DeleteIndex, LiveFile, SnapshotState, read_snapshot, referenced_file};
-use super::{Maintainer, MaintenanceError, Result, Target, io};
+use super::{Maintainer, MaintenanceError, Result, Target, commit_on_main, io};
 use crate::compaction::{CompactionPolicy, DataFileInfo, RewriteGroup, plan_compaction};
 
 /// Manifests smaller than this are merged with their like.
@@ -587,32 +585,22 @@ async fn commit(
         None => builder.build(),
     };
     let reference = main_ref(metadata, snapshot_id);
-    maintainer
-        .catalog
-        .commit_table(
-            &Caller::system(),
-            warehouse,
-            TableCommitRequest {
-                ident: target.ident.clone(),
-                requirements: vec![
-                    TableRequirement::UuidMatch {
-                        uuid: metadata.uuid(),
-                    },
-                    TableRequirement::RefSnapshotIdMatch {
-                        r#ref: "main".into(),
-                        snapshot_id: Some(head.snapshot_id()),
-                    },
-                ],
-                updates: vec![
-                    TableUpdate::AddSnapshot { snapshot },
-                    TableUpdate::SetSnapshotRef {
-                        ref_name: "main".into(),
-                        reference,
-                    },
-                ],
-            },
-        )
-        .await?;
+    let updates = vec![
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: "main".into(),
+            reference,
+        },
+    ];
+    commit_on_main(
+        maintainer,
+        warehouse,
+        &target.ident,
+        metadata,
+        Some(head.snapshot_id()),
+        updates,
+    )
+    .await?;
     Ok(Committed {
         snapshot_id,
         removed_delete_files: removed_deletes.len(),

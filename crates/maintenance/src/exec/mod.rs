@@ -97,6 +97,39 @@ pub(crate) async fn delete_each<'a, F, Fut, E>(
     }
 }
 
+/// Commits `updates` as the system, if the table is still `metadata`'s (same uuid) with
+/// `main` at `main`: how every executor commits what it decided from one read of the table.
+pub(crate) async fn commit_on_main(
+    maintainer: &Maintainer,
+    warehouse: &str,
+    ident: &TableIdent,
+    metadata: &iceberg::spec::TableMetadata,
+    main: Option<i64>,
+    updates: Vec<iceberg::TableUpdate>,
+) -> Result<()> {
+    maintainer
+        .catalog
+        .commit_table(
+            &Caller::system(),
+            warehouse,
+            floe_catalog::service::TableCommitRequest {
+                ident: ident.clone(),
+                requirements: vec![
+                    iceberg::TableRequirement::UuidMatch {
+                        uuid: metadata.uuid(),
+                    },
+                    iceberg::TableRequirement::RefSnapshotIdMatch {
+                        r#ref: "main".into(),
+                        snapshot_id: main,
+                    },
+                ],
+                updates,
+            },
+        )
+        .await?;
+    Ok(())
+}
+
 /// A table loaded as the system, with iceberg's view of it and how to reach its files.
 pub struct Target {
     pub ident: TableIdent,

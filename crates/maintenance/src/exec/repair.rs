@@ -18,16 +18,15 @@
 use std::collections::HashSet;
 
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::TableCommitRequest;
 use iceberg::TableIdent;
+use iceberg::TableUpdate;
 use iceberg::spec::Operation;
-use iceberg::{TableRequirement, TableUpdate};
 use serde::Serialize;
 
 use super::check::{CheckReport, Damage, check_table};
 use super::compact::{CompactReport, Rewritten, commit_groups, main_ref};
 use super::state::read_snapshot;
-use super::{Maintainer, MaintenanceError, Result};
+use super::{Maintainer, MaintenanceError, Result, commit_on_main};
 use crate::compaction::RewriteGroup;
 
 /// One mend, done or (in a dry run) planned.
@@ -231,38 +230,6 @@ async fn roll_back(
         updates,
     )
     .await
-}
-
-/// Commits `updates` as the system, if the table is still this one with `main` at `main`.
-async fn commit_on_main(
-    maintainer: &Maintainer,
-    warehouse: &str,
-    ident: &TableIdent,
-    metadata: &iceberg::spec::TableMetadata,
-    main: Option<i64>,
-    updates: Vec<TableUpdate>,
-) -> Result<()> {
-    maintainer
-        .catalog
-        .commit_table(
-            &Caller::system(),
-            warehouse,
-            TableCommitRequest {
-                ident: ident.clone(),
-                requirements: vec![
-                    TableRequirement::UuidMatch {
-                        uuid: metadata.uuid(),
-                    },
-                    TableRequirement::RefSnapshotIdMatch {
-                        r#ref: "main".into(),
-                        snapshot_id: main,
-                    },
-                ],
-                updates,
-            },
-        )
-        .await?;
-    Ok(())
 }
 
 /// Commits a `delete` snapshot without the live files at `missing`.
