@@ -15,6 +15,7 @@ pub mod governance;
 pub mod ident;
 pub mod jobs;
 pub mod metadata;
+pub mod migrations;
 pub mod model;
 pub mod paths;
 pub mod pipelines;

@@ -6,6 +6,7 @@ mod bench;
 mod client;
 mod ingest;
 mod maintenance;
+mod migrate;
 mod pipeline;
 mod serve;
 mod sql;
@@ -77,6 +78,9 @@ enum Command {
     /// Maintain tables of a running server.
     #[command(subcommand)]
     Maintenance(maintenance::MaintenanceCommand),
+    /// Migrate tables onto a running server from Hive Metastore and other catalogs.
+    #[command(subcommand)]
+    Migrate(migrate::MigrateCommand),
     /// Manage stream pipelines of a running server.
     #[command(subcommand)]
     Pipeline(pipeline::PipelineCommand),
@@ -123,6 +127,7 @@ fn main() -> anyhow::Result<()> {
             Command::Worker(args) => worker::run(args).await,
             Command::Sql(args) => sql::run(args).await,
             Command::Maintenance(command) => maintenance::run(command).await,
+            Command::Migrate(command) => migrate::run(command).await,
             Command::Pipeline(command) => pipeline::run(command).await,
             Command::KafkaMock(args) => pipeline::kafka_mock(args).await,
         }

@@ -374,6 +374,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         engine.clone(),
     );
     state.cluster = Some(Arc::new(store.clone()));
+    state.migrations = Some(Arc::new(store.clone()));
     state.decode = floe_server::bounded_ipc::DecodeLimits {
         max_bytes: args.decode_memory_mb.max(1) << 20,
         ..Default::default()

@@ -73,6 +73,8 @@ pub struct AppState {
     pub registry: Option<floe_stream::registry::Registry>,
     /// Where the cluster's workers are registered, when this node knows of a cluster.
     pub cluster: Option<Arc<dyn floe_catalog::cluster::ClusterStore>>,
+    /// Where `floe migrate` keeps its records, when the store keeps them.
+    pub migrations: Option<Arc<dyn floe_catalog::migrations::MigrationStore>>,
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
@@ -136,6 +138,7 @@ impl AppState {
             orphan_age_floor_ms: floe_maintenance::exec::orphans::DEFAULT_MIN_AGE_FLOOR_MS,
             registry: None,
             cluster: None,
+            migrations: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
         }
     }

@@ -27,7 +27,7 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::JsonBody;
 
-fn maintenance_error(e: MaintenanceError) -> ApiError {
+pub(crate) fn maintenance_error(e: MaintenanceError) -> ApiError {
     match e {
         MaintenanceError::Catalog(e) => ApiError(e),
         MaintenanceError::Unsupported(message) | MaintenanceError::Invalid(message) => {
@@ -61,7 +61,7 @@ async fn maintained_table(
     Ok(ident)
 }
 
-fn maintainer(state: &AppState) -> Maintainer {
+pub(crate) fn maintainer(state: &AppState) -> Maintainer {
     Maintainer::new(state.catalog.clone(), state.sql.clone())
         .with_orphan_age_floor(state.orphan_age_floor_ms)
 }

@@ -11,6 +11,7 @@ mod cluster;
 mod error;
 mod governance;
 mod jobs;
+mod migrations;
 mod pipelines;
 mod registry;
 mod tenants;

@@ -701,6 +701,38 @@ impl CatalogService {
         })
     }
 
+    /// Reads a table metadata file inside `warehouse` as registering it would, without
+    /// registering anything: how a migration compares a source table with what Floe holds.
+    /// Needs `manage-warehouses` on the server (the file may belong to no table yet).
+    pub async fn read_table_metadata(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        metadata_location: &str,
+    ) -> Result<Arc<TableMetadata>> {
+        caller.require(
+            Privilege::ManageWarehouses,
+            &crate::governance::authz::Scope::server(),
+            || {
+                CatalogError::PermissionDenied(format!(
+                    "principal {} lacks the manage-warehouses privilege on the server",
+                    caller.principal.name
+                ))
+            },
+        )?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        wh.storage.require_inside(metadata_location)?;
+        self.metadata
+            .read_table(&wh.storage, metadata_location)
+            .await
+            .map_err(|e| match e {
+                CatalogError::Internal { .. } => CatalogError::bad_request(format!(
+                    "cannot read metadata file {metadata_location}"
+                )),
+                other => other,
+            })
+    }
+
     /// Removes a table from the catalog, leaving its files, and returns its last metadata.
     pub async fn unregister_table(
         &self,

@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod compact;
+pub mod convert;
 pub mod expire;
 pub mod orphans;
 pub mod repair;

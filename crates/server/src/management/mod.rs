@@ -2,6 +2,7 @@
 
 mod audit;
 mod grants;
+mod migrations;
 mod principals;
 pub mod sql;
 pub mod tenants;
@@ -9,7 +10,7 @@ mod warehouses;
 
 use axum::Router;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 
 use crate::AppState;
 
@@ -75,6 +76,14 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/jobs/{id}", get(crate::maintenance::get_job))
         .route("/tables/check", post(crate::maintenance::check_table))
         .route("/tables/repair", post(crate::maintenance::repair_table))
+        .route("/tables/convert", post(migrations::convert))
+        .route("/migrations", get(migrations::list))
+        .route("/migrations/read-metadata", post(migrations::read_metadata))
+        .route(
+            "/migrations/{name}",
+            get(migrations::get).delete(migrations::forget),
+        )
+        .route("/migrations/{name}/tables", put(migrations::put_table))
         .route(
             "/pipelines",
             get(crate::pipelines::list).post(crate::pipelines::create),

@@ -21,6 +21,7 @@ async fn sqlite_store_conforms() {
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
     suite::tenants(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::migrations(Arc::new(store.clone())).await;
     // Reopening runs no migration twice and keeps the data.
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
@@ -50,6 +51,7 @@ async fn postgres_store_conforms() {
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
     suite::tenants(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::migrations(Arc::new(store.clone())).await;
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
         .await

@@ -12,10 +12,12 @@ use iceberg::NamespaceIdent;
 use uuid::Uuid;
 
 mod jobs;
+mod migrations;
 mod pipelines;
 mod registry;
 mod tenants;
 pub use jobs::jobs;
+pub use migrations::migrations;
 pub use pipelines::pipelines;
 pub use registry::registry;
 pub use tenants::tenants;
