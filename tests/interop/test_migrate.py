@@ -219,6 +219,13 @@ def test_a_killed_wave_completes_on_the_next_run_with_nothing_doubled(floe, tmp_
     report = migrate_json(floe, "verify", "--plan", str(plan))
     assert report["passed"] and len(report["tables"]) == 60
 
+    # The rollback returns both sides to their state before the wave.
+    source_locations = {n: legacy.load_table(n).metadata_location for n in names}
+    rolled = migrate_json(floe, "rollback", "--wave", "1", "--plan", str(plan))
+    assert len(rolled) == 60 and {o["step"] for o in rolled} == {"rolled-back"}
+    assert ["bulk"] not in [list(n) for n in catalog.list_namespaces()]
+    assert {n: legacy.load_table(n).metadata_location for n in names} == source_locations
+
 
 def test_postgres_jdbc_catalog_is_a_source(floe, tmp_path):
     if not PG_URL:

@@ -183,6 +183,39 @@ impl Plan {
     }
 }
 
+/// `uri` without a password: `scheme://user:secret@host` becomes `scheme://user:***@host`, and
+/// `password=` / `secret=` query values `***` — for reports and records.
+pub fn redacted(uri: &str) -> String {
+    let mut out = uri.to_string();
+    if let Some(start) = out.find("://").map(|i| i + 3) {
+        let end = out[start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| start + i);
+        if let Some(at) = out[start..end].rfind('@').map(|i| start + i)
+            && let Some(colon) = out[start..at].find(':').map(|i| start + i)
+        {
+            out.replace_range(colon + 1..at, "***");
+        }
+    }
+    if let Some(query) = out.find('?') {
+        let (head, tail) = out.split_at(query + 1);
+        let pairs: Vec<String> = tail
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _))
+                    if k.to_ascii_lowercase().contains("password")
+                        || k.to_ascii_lowercase().contains("secret") =>
+                {
+                    format!("{k}=***")
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        out = format!("{head}{}", pairs.join("&"));
+    }
+    out
+}
+
 /// `*` matches any run of characters (dots included); everything else matches itself.
 pub fn glob(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
@@ -213,6 +246,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redacted("postgres://u:pw@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redacted("sqlite:/tmp/c.db"), "sqlite:/tmp/c.db");
+        assert_eq!(
+            redacted("postgres://h/db?password=x&a=b"),
+            "postgres://h/db?password=***&a=b"
+        );
+    }
+
+    #[test]
     fn globs_match_runs_of_characters() {
         assert!(glob("sales.*", "sales.orders"));
         assert!(glob("*.orders", "sales.orders"));
@@ -239,7 +285,7 @@ mod tests {
             exclude = ["sales.tmp_*"]
             sync = ["sales.orders"]
             [[waves]]
-            tables = ["*"]
+            tables = ["*.*"]
             "#,
         )
         .unwrap();

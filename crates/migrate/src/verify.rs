@@ -110,7 +110,7 @@ impl Migration {
         }
         Ok(Report {
             migration: self.plan.name.clone(),
-            source: self.plan.source.uri.clone(),
+            source: crate::plan::redacted(&self.plan.source.uri),
             target_warehouse: self.plan.target.warehouse.clone(),
             verified_at: chrono::Utc::now().to_rfc3339(),
             deep,

@@ -16,7 +16,7 @@
 //! claimed by no other table (the catalog's create), every partition location inside the
 //! table's, the caller's `create-table` / `write-data` (the catalog's create and commit).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::{Caller, Privilege};
@@ -46,6 +46,10 @@ const HIVE_NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 const CONCURRENCY: usize = 16;
 /// Most files one conversion takes (a larger table is converted partition range by range).
 pub const MAX_FILES: usize = 200_000;
+/// Most partitions, partition columns and bytes of a partition value one request names.
+pub const MAX_PARTITIONS: usize = 100_000;
+pub const MAX_PARTITION_COLUMNS: usize = 32;
+pub const MAX_VALUE_BYTES: usize = 1024;
 
 /// One Hive partition: its values (in partition-column order, as Hive spells them) and
 /// where its files lie.
@@ -159,6 +163,16 @@ pub async fn convert_table(
         Err(e) => return Err(e.into()),
     };
     if let Some(loaded) = &existing {
+        // Everything below is listed under the request's location: it must be the table's own.
+        let own = Location::parse(loaded.metadata.location())
+            .map_err(|e| MaintenanceError::Invalid(format!("the table's location: {e}")))?;
+        if own != root {
+            return Err(MaintenanceError::Invalid(format!(
+                "location {} is not table {ident}'s location {}",
+                request.location,
+                loaded.metadata.location()
+            )));
+        }
         let marker = loaded.metadata.properties().get(SOURCE_PROPERTY);
         if marker != Some(&request.source) {
             return Err(CatalogError::already_exists(format!(
@@ -179,47 +193,90 @@ pub async fn convert_table(
         return Err(CatalogError::no_such_table(&ident).into());
     }
 
-    // Everything is read before anything is created: a file that is not Parquet fails the
-    // conversion with nothing left behind.
     let storage = maintainer
         .catalog
         .visible_warehouse(caller, &request.warehouse)
         .await?
         .storage
-        .for_table(&request.location)
+        .for_table(&root.to_string())
         .map_err(|e| MaintenanceError::Invalid(format!("location: {e}")))?;
-    let listed = list_files(&storage, &dirs).await?;
-
+    // The table is created (its location claimed, so no other table's directory is listed)
+    // before any file is read; a conversion that fails takes the empty table away again.
     let created = existing.is_none();
     let loaded = match existing {
         Some(loaded) => loaded,
         None => create(maintainer, caller, request, &ident, schema.clone()).await?,
     };
+    match fill(
+        maintainer, caller, request, &ident, &root, &storage, &dirs, loaded, created,
+    )
+    .await
+    {
+        Ok(report) => Ok(report),
+        Err(e) => {
+            if created {
+                // The empty table this call created goes again (as the system: the caller
+                // may not hold drop-table), so a failed conversion leaves no claim behind.
+                let _ = maintainer
+                    .catalog
+                    .unregister_table(&Caller::system(), &request.warehouse, &ident)
+                    .await;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Lists and reads the files and commits them to the table.
+#[allow(clippy::too_many_arguments)]
+async fn fill(
+    maintainer: &Maintainer,
+    caller: &Caller,
+    request: &ConvertRequest,
+    ident: &TableIdent,
+    root: &Location,
+    storage: &floe_storage::WarehouseStorage,
+    dirs: &[(String, usize)],
+    loaded: floe_catalog::service::LoadedTable,
+    created: bool,
+) -> Result<ConvertReport> {
+    maintainer
+        .catalog
+        .authorize_table(caller, &request.warehouse, ident, Privilege::WriteData)
+        .await?;
+    let listed = list_files(storage, root, dirs).await?;
     let access = maintainer
         .sql
         .access(caller, &request.warehouse)
         .await
         .map_err(|e| io("storage access", e.message))?;
-    maintainer
-        .catalog
-        .authorize_table(caller, &request.warehouse, &ident, Privilege::WriteData)
-        .await?;
     let table = floe_sql::write::table_of(&access, loaded).map_err(|e| io("table", e))?;
 
-    let held: BTreeSet<String> = match table.metadata().current_snapshot() {
-        Some(head) => read_snapshot(&table, head)
-            .await?
-            .live_data()
-            .map(|f| f.path().to_string())
-            .collect(),
-        None => BTreeSet::new(),
-    };
-    let lost: Vec<&String> = held.iter().filter(|p| !listed.contains_key(*p)).collect();
+    let mut held: BTreeMap<String, u64> = BTreeMap::new();
+    if let Some(head) = table.metadata().current_snapshot() {
+        // Sync follows the source only while convert and sync are the table's only writers:
+        // a rewrite in Floe (compaction, a delete) would make files it replaced look new.
+        if head.summary().additional_properties.get(SOURCE_PROPERTY) != Some(&request.source) {
+            return Err(MaintenanceError::Unsupported(format!(
+                "table {ident} was written by something else than its sync since it was                  converted; it no longer follows {} (cut over, or roll it back and migrate it                  again)",
+                request.source
+            )));
+        }
+        for file in read_snapshot(&table, head).await?.live_data() {
+            held.insert(
+                file.path().to_string(),
+                file.entry.data_file().file_size_in_bytes(),
+            );
+        }
+    }
+    let lost: Vec<&String> = held
+        .iter()
+        .filter(|(p, size)| listed.get(*p).is_none_or(|f| f.size != **size))
+        .map(|(p, _)| p)
+        .collect();
     if !lost.is_empty() {
         return Err(MaintenanceError::Unsupported(format!(
-            "the source no longer holds {} file(s) table {ident} has (an overwrite or a dropped \
-             partition), {} among them: sync only adds files; roll the table back and migrate \
-             it again",
+            "the source no longer holds {} file(s) table {ident} has as they were (an overwrite              or a dropped partition), {} among them: sync only adds files; roll the table back              and migrate it again",
             lost.len(),
             lost[0]
         )));
@@ -229,18 +286,29 @@ pub async fn convert_table(
     let table_types = partition_types(&table_schema, &request.partition_columns)?;
     let new: Vec<(&String, &ListedFile)> = listed
         .iter()
-        .filter(|(path, _)| !held.contains(*path))
+        .filter(|(path, _)| !held.contains_key(*path))
         .collect();
     let files: Vec<DataFile> = new
         .iter()
-        .map(|(path, file)| data_file(path, file, &table_types, spec_id))
+        .map(|(path, file)| {
+            let values = request
+                .partitions
+                .get(file.partition)
+                .map(|p| p.values.as_slice())
+                .unwrap_or(&[]);
+            data_file(path, file, values, &table_types, spec_id)
+        })
         .collect::<Result<_>>()?;
 
     let mut report = ConvertReport {
         created,
         added_files: files.len(),
-        added_records: new.iter().map(|(_, f)| f.rows).sum(),
-        added_bytes: new.iter().map(|(_, f)| f.size).sum(),
+        added_records: new
+            .iter()
+            .fold(0u64, |sum, (_, f)| sum.saturating_add(f.rows)),
+        added_bytes: new
+            .iter()
+            .fold(0u64, |sum, (_, f)| sum.saturating_add(f.size)),
         ..ConvertReport::default()
     };
     let mut transaction = Transaction::new(&table);
@@ -299,65 +367,97 @@ fn partition_types(schema: &Schema, columns: &[String]) -> Result<Vec<(i32, Prim
         .collect()
 }
 
-/// The directories to list, each with its partition values, all inside `root`.
+/// The directories to list, each with the index of its partition in the request (0 for an
+/// unpartitioned table), all inside `root`, none twice or inside another.
 fn partition_dirs(
     root: &Location,
     request: &ConvertRequest,
     types: &[(i32, PrimitiveType)],
-) -> Result<Vec<(String, Vec<String>)>> {
+) -> Result<Vec<(String, usize)>> {
     if request.partition_columns.is_empty() {
         if !request.partitions.is_empty() {
             return Err(MaintenanceError::Invalid(
                 "partitions given for a table without partition columns".into(),
             ));
         }
-        return Ok(vec![(request.location.clone(), Vec::new())]);
+        return Ok(vec![(root.to_string(), 0)]);
     }
-    request
-        .partitions
-        .iter()
-        .map(|partition| {
-            if partition.values.len() != types.len() {
+    if request.partition_columns.len() > MAX_PARTITION_COLUMNS {
+        return Err(MaintenanceError::Invalid(format!(
+            "more than {MAX_PARTITION_COLUMNS} partition columns"
+        )));
+    }
+    if request.partitions.len() > MAX_PARTITIONS {
+        return Err(MaintenanceError::Invalid(format!(
+            "more than {MAX_PARTITIONS} partitions; convert the table in several runs"
+        )));
+    }
+    let mut dirs: Vec<(Location, usize)> = Vec::with_capacity(request.partitions.len());
+    for (index, partition) in request.partitions.iter().enumerate() {
+        if partition.values.len() != types.len() {
+            return Err(MaintenanceError::Invalid(format!(
+                "partition {} has {} values for {} partition columns",
+                partition.location,
+                partition.values.len(),
+                types.len()
+            )));
+        }
+        let location = Location::parse(&partition.location)
+            .map_err(|e| MaintenanceError::Invalid(format!("partition location: {e}")))?;
+        if !location.is_within(root) || location == *root {
+            return Err(MaintenanceError::Invalid(format!(
+                "partition location {} lies outside the table's location {}; Floe converts \
+                 only files below the table's location",
+                partition.location, request.location
+            )));
+        }
+        for (value, (_, ty)) in partition.values.iter().zip(types) {
+            if value.len() > MAX_VALUE_BYTES {
                 return Err(MaintenanceError::Invalid(format!(
-                    "partition {} has {} values for {} partition columns",
-                    partition.location,
-                    partition.values.len(),
-                    types.len()
+                    "a partition value is longer than {MAX_VALUE_BYTES} bytes"
                 )));
             }
-            let location = Location::parse(&partition.location)
-                .map_err(|e| MaintenanceError::Invalid(format!("partition location: {e}")))?;
-            if !location.is_within(root) || location == *root {
-                return Err(MaintenanceError::Invalid(format!(
-                    "partition location {} lies outside the table's location {}; Floe converts \
-                     only files below the table's location",
-                    partition.location, request.location
-                )));
-            }
-            for (value, (_, ty)) in partition.values.iter().zip(types) {
-                partition_literal(value, ty)?;
-            }
-            Ok((partition.location.clone(), partition.values.clone()))
-        })
-        .collect()
+            partition_literal(value, ty)?;
+        }
+        dirs.push((location, index));
+    }
+    // Sorted, a partition inside another follows it directly.
+    // (With a trailing slash, everything between a directory and one inside it is inside it.)
+    dirs.sort_by_key(|(location, _)| format!("{}/", location.to_string().trim_end_matches('/')));
+    for pair in dirs.windows(2) {
+        if pair[1].0.is_within(&pair[0].0) {
+            return Err(MaintenanceError::Invalid(format!(
+                "partition location {} is listed twice or lies inside partition {}",
+                pair[1].0, pair[0].0
+            )));
+        }
+    }
+    Ok(dirs.into_iter().map(|(l, i)| (l.to_string(), i)).collect())
 }
 
 /// A file found below a partition's location.
 struct ListedFile {
     size: u64,
     rows: u64,
-    values: Vec<String>,
+    /// Its partition's index in the request.
+    partition: usize,
 }
 
 /// Lists every data file below `dirs` (names beginning with `_` or `.` skipped at any depth,
 /// as Hive and Spark skip them) and reads each footer.
 async fn list_files(
     storage: &floe_storage::WarehouseStorage,
-    dirs: &[(String, Vec<String>)],
+    root: &Location,
+    dirs: &[(String, usize)],
 ) -> Result<BTreeMap<String, ListedFile>> {
-    let mut found: Vec<(String, Vec<String>)> = Vec::new();
-    for (dir, values) in dirs {
-        let prefix = format!("{}/", dir.trim_end_matches('/'));
+    // Floe's own files of the table: iceberg writes manifests to `<location>/metadata/` and
+    // new data to `<location>/data/`, whatever `write.metadata.path` says.
+    let own: Vec<Location> = ["metadata", "data"].iter().map(|d| root.join(d)).collect();
+    let mut found: Vec<(String, usize)> = Vec::new();
+    for (dir, partition) in dirs {
+        // Listed locations come back in canonical spelling (`file:///…` for `file:/…`).
+        let canonical = Location::parse(dir).map_err(|e| io(format!("location {dir}"), e))?;
+        let prefix = format!("{}/", canonical.to_string().trim_end_matches('/'));
         let listed = storage
             .list(&prefix)
             .await
@@ -370,7 +470,10 @@ async fn list_files(
             {
                 continue;
             }
-            found.push((path, values.clone()));
+            if Location::parse(&path).is_ok_and(|p| own.iter().any(|o| p.is_within(o))) {
+                continue;
+            }
+            found.push((path, *partition));
             if found.len() > MAX_FILES {
                 return Err(MaintenanceError::Unsupported(format!(
                     "more than {MAX_FILES} files below the table's partitions; convert it in \
@@ -381,7 +484,7 @@ async fn list_files(
     }
     let object_store = storage.object_store();
     futures::stream::iter(found)
-        .map(|(path, values)| {
+        .map(|(path, partition)| {
             let object_store = object_store.clone();
             let storage = storage.clone();
             async move {
@@ -406,7 +509,7 @@ async fn list_files(
                     ListedFile {
                         size,
                         rows: rows.max(0) as u64,
-                        values,
+                        partition,
                     },
                 ))
             }
@@ -461,11 +564,12 @@ async fn create(
 fn data_file(
     path: &str,
     file: &ListedFile,
+    values: &[String],
     types: &[(i32, PrimitiveType)],
     spec_id: i32,
 ) -> Result<DataFile> {
     let partition = Struct::from_iter(
-        file.values
+        values
             .iter()
             .zip(types)
             .map(|(value, (_, ty))| partition_literal(value, ty))

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use iceberg::TableIdent;
 use serde::Serialize;
 
-use super::{Maintainer, Result, io};
+use super::{Maintainer, MaintenanceError, Result, io};
 use crate::orphans::{ListedFile, plan_orphans};
 
 /// Files younger than this are never orphans by default (a writer may not have committed
@@ -67,6 +67,17 @@ pub async fn remove_orphan_files(
     }
     let target = maintainer.load(warehouse, ident).await?;
     let metadata = target.table.metadata();
+    if !options.dry_run
+        && let Some(source) = metadata.properties().get(super::convert::SOURCE_PROPERTY)
+    {
+        // A table converted in place shares its directory with the Hive table it came from,
+        // whose writers go on adding files there until the cut-over: none of those is Floe's
+        // to delete.
+        return Err(MaintenanceError::Invalid(format!(
+            "table {ident} was converted in place from {source} and shares its directory with              it; orphan cleanup does not run on it (unset {} once the source is retired)",
+            super::convert::SOURCE_PROPERTY
+        )));
+    }
     let mut referenced: HashSet<String> = super::expire::reachable_files(&target.table)
         .await?
         .into_values()

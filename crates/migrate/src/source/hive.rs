@@ -251,10 +251,19 @@ impl Source for HiveSource {
 
     async fn restore(&self, name: &str, saved: &Saved) -> anyhow::Result<()> {
         let mut table = self.table(name).await?;
+        // Only the parameters a cut-over sets are put back, whatever else the record holds.
         let values: BTreeMap<String, Option<String>> = saved
             .as_object()
             .context("saved parameters are not an object")?
             .iter()
+            .filter(|(k, _)| {
+                [
+                    MIGRATED_TO,
+                    "metadata_location",
+                    "previous_metadata_location",
+                ]
+                .contains(&k.as_str())
+            })
             .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string)))
             .collect();
         set_parameters(&mut table, &values);
