@@ -86,6 +86,15 @@ def test_hive_metastore_tables_move_sync_cut_over_and_roll_back(floe, hms, tmp_p
     duck = con.execute("SELECT id, name, amount, day FROM floe.old.events ORDER BY id").fetchall()
     assert [list(r) for r in duck] == before["legacy.events"]
 
+    # The converted table's files are the Hive table's too: Floe deletes none of them.
+    converted = catalog.load_table("old.events")
+    assert converted.properties["gc.enabled"] == "false"
+    assert converted.properties["floe.migration.source"] == "legacy.events"
+    refused = floe.api("POST", "/api/v1/maintenance/remove-orphan-files",
+                       json={"warehouse": floe.warehouse, "namespace": ["old"], "table": "events",
+                             "older-than-ms": 10**12, "dry-run": False})
+    assert refused.status_code == 400 and "gc.enabled=false" in refused.text, refused.text
+
     report = migrate_json(floe, "verify", "--deep", "--plan", str(plan))
     assert report["passed"], report
     events = next(t for t in report["tables"] if t["source"] == "legacy.events")

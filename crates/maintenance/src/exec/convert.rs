@@ -8,6 +8,9 @@
 //! Files written by Hive or Spark carry no Iceberg field ids: the table gets a name mapping
 //! (`schema.name-mapping.default`) so every Iceberg reader finds the columns by name.
 //!
+//! The table is created with `gc.enabled=false`: expiry, orphan cleanup and purge delete none
+//! of its files, which the Hive table still reads.
+//!
 //! `sync` takes the files the source gained since (new partitions, appends) as one more
 //! snapshot; a source that lost files the table holds (an overwrite, a dropped partition) is
 //! refused by name, since adding alone would double rows.
@@ -538,6 +541,9 @@ async fn create(
     }
     let mut properties = request.properties.clone();
     properties.insert(SOURCE_PROPERTY.into(), request.source.clone());
+    // Iceberg's mark of a table whose files belong to another system too: no expiry, orphan
+    // cleanup or purge deletes any of them (the Hive table keeps reading them).
+    properties.insert(super::GC_ENABLED.into(), "false".into());
     properties.insert(
         floe_catalog::metadata::METADATA_PATH_PROPERTY.into(),
         format!("{}/{METADATA_DIR}", request.location.trim_end_matches('/')),

@@ -161,10 +161,15 @@ pub async fn expire_snapshots(
     );
     let file_io = target.table.file_io();
     let files_of = reachable_files(&target.table).await?;
-    let freed: BTreeSet<String> = expiry::freed_files(&plan, &files_of)
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    // gc.enabled=false: snapshots expire, their files stay (they may belong to others).
+    let freed: BTreeSet<String> = if super::gc_enabled(metadata) {
+        expiry::freed_files(&plan, &files_of)
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
     let old_metadata = fallen_out_metadata(&target, options).await?;
 
     let mut deleted = 0usize;

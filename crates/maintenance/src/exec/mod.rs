@@ -56,6 +56,18 @@ pub(crate) fn io(what: impl Into<String>, e: impl std::fmt::Display) -> Maintena
     }
 }
 
+/// The table property Iceberg uses to say a table's files may be shared with others
+/// (`false`: never delete them).
+pub const GC_ENABLED: &str = "gc.enabled";
+
+/// Whether Floe may delete files the table no longer references (`gc.enabled` is not `false`).
+pub fn gc_enabled(metadata: &iceberg::spec::TableMetadata) -> bool {
+    !metadata
+        .properties()
+        .get(GC_ENABLED)
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+}
+
 /// Refuses to read `path` for `table` unless it lies below the table's location (the
 /// table's `FileIO` would refuse too, but as an IO failure): a manifest list or manifest
 /// that points elsewhere is the table's metadata at fault, named in a 400.

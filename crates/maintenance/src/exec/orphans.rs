@@ -67,15 +67,13 @@ pub async fn remove_orphan_files(
     }
     let target = maintainer.load(warehouse, ident).await?;
     let metadata = target.table.metadata();
-    if !options.dry_run
-        && let Some(source) = metadata.properties().get(super::convert::SOURCE_PROPERTY)
-    {
-        // A table converted in place shares its directory with the Hive table it came from,
-        // whose writers go on adding files there until the cut-over: none of those is Floe's
-        // to delete.
+    if !options.dry_run && !super::gc_enabled(metadata) {
+        // gc.enabled=false: the table's directory holds files of another system too (a table
+        // converted in place shares it with the Hive table its writers still add to).
         return Err(MaintenanceError::Invalid(format!(
-            "table {ident} was converted in place from {source} and shares its directory with              it; orphan cleanup does not run on it (unset {} once the source is retired)",
-            super::convert::SOURCE_PROPERTY
+            "table {ident} has gc.enabled=false (its files may belong to others, as a table \
+             converted in place shares its directory with its source); orphan cleanup does \
+             not run on it"
         )));
     }
     let mut referenced: HashSet<String> = super::expire::reachable_files(&target.table)
