@@ -643,16 +643,7 @@ impl CatalogService {
         )?;
         wh.storage.require_inside(metadata_location)?;
         self.require_namespace(&wh, &ident.namespace).await?;
-        let metadata = self
-            .metadata
-            .read_table(&wh.storage, metadata_location)
-            .await
-            .map_err(|e| match e {
-                CatalogError::Internal { .. } => CatalogError::bad_request(format!(
-                    "cannot read metadata file {metadata_location}"
-                )),
-                other => other,
-            })?;
+        let metadata = self.read_offered_metadata(&wh, metadata_location).await?;
         // The metadata must be the table's own: below its location, as everything it names.
         let table_location = floe_storage::Location::parse(metadata.location())?;
         if !floe_storage::Location::parse(metadata_location)?.is_within(&table_location) {
@@ -722,6 +713,16 @@ impl CatalogService {
         )?;
         let wh = self.visible_warehouse(caller, warehouse).await?;
         wh.storage.require_inside(metadata_location)?;
+        self.read_offered_metadata(&wh, metadata_location).await
+    }
+
+    /// Reads a metadata file a client named (registering it, or comparing it): a file that
+    /// does not read is the client's mistake, named in a 400.
+    async fn read_offered_metadata(
+        &self,
+        wh: &WarehouseHandle,
+        metadata_location: &str,
+    ) -> Result<Arc<TableMetadata>> {
         self.metadata
             .read_table(&wh.storage, metadata_location)
             .await
