@@ -149,9 +149,13 @@ def test_sqlite_jdbc_catalog_moves_in_waves_verified_and_rolled_back(floe, tmp_p
     assert report["passed"], report
     orders = next(t for t in report["tables"] if t["source"] == "sales.orders")
     names = {c["name"]: c for c in orders["checks"]}
-    assert {"snapshot", "schema", "partition-spec", "total-records", "rows-read"} <= set(names)
-    assert orders["read"]["rows"] == 30
-    assert set(orders["read"]["columns"]) == {"id", "name", "region"}
+    assert {"snapshot", "schema", "partition-spec", "total-records", "rows-read", "rows-source",
+            "column-checksums"} <= set(names)
+    # Both sides read every row: Floe through its SQL, the source from its own metadata file.
+    assert orders["read"]["floe"]["rows"] == orders["read"]["source"]["rows"] == 30
+    assert [c["name"] for c in orders["read"]["floe"]["columns"]] == ["id", "name", "region"]
+    assert orders["read"]["floe"]["columns"] == orders["read"]["source"]["columns"]
+    assert orders["read"]["floe"]["columns"][0]["non-null"] == 30
     text = (tmp_path / "report.txt").read_text()
     assert "PASS sales.orders -> default.finance.sales.orders" in text
     assert json.loads((tmp_path / "report.json").read_text())["passed"]

@@ -1,6 +1,6 @@
 //! The Floe server a migration writes to, through its public APIs only: the Iceberg REST
 //! catalog (namespaces, register, unregister, load), `/api/v1/tables/convert`,
-//! `/api/v1/migrations…` (the migration's records) and `/api/v1/sql`. Every call is the
+//! `/api/v1/migrations…` (the migration's records and the deep read of both sides). Every call is the
 //! operator's principal's, authorized and audited by the server like any other.
 
 use anyhow::{Context, bail};
@@ -192,10 +192,19 @@ impl Floe {
         Ok(Ok(value))
     }
 
-    /// A metadata file inside the target warehouse, as Floe reads it.
-    pub async fn read_metadata(&self, metadata_location: &str) -> anyhow::Result<Value> {
+    /// A metadata file inside the target warehouse, as Floe reads it; `table` (namespace and
+    /// name) when the file lies in that Floe table's location.
+    pub async fn read_metadata(
+        &self,
+        metadata_location: &str,
+        table: Option<(&[String], &str)>,
+    ) -> anyhow::Result<Value> {
         let url = format!("{}/api/v1/migrations/read-metadata", self.base);
-        let body = json!({"warehouse": self.warehouse, "metadata-location": metadata_location});
+        let mut body = json!({"warehouse": self.warehouse, "metadata-location": metadata_location});
+        if let Some((namespace, name)) = table {
+            body["namespace"] = json!(namespace);
+            body["table"] = json!(name);
+        }
         Ok(self.call(Method::POST, &url, Some(&body)).await?["metadata"].clone())
     }
 
@@ -222,29 +231,17 @@ impl Floe {
         self.call(Method::PUT, &url, Some(&body)).await.map(|_| ())
     }
 
-    /// One row of a query's answer, as JSON.
-    pub async fn query_row(&self, sql: &str) -> anyhow::Result<Value> {
-        let url = format!("{}/api/v1/sql", self.base);
-        let body = json!({"sql": sql, "warehouse": self.warehouse});
-        let answer = self.call(Method::POST, &url, Some(&body)).await?;
-        let rows = answer["rows"].as_array().cloned().unwrap_or_default();
-        let columns: Vec<String> = answer["columns"]
-            .as_array()
-            .map(|c| {
-                c.iter()
-                    .map(|c| c["name"].as_str().or(c.as_str()).unwrap_or("").to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        match rows.first() {
-            Some(Value::Array(values)) => Ok(columns
-                .into_iter()
-                .zip(values.iter().cloned())
-                .collect::<serde_json::Map<_, _>>()
-                .into()),
-            Some(other) => Ok(other.clone()),
-            None => bail!("the query returned no row: {sql}"),
-        }
+    /// Every row of table `ns.name` read through Floe and from `source` (as the source's
+    /// own engine reads it): row counts and per-column checksums of both sides.
+    pub async fn digest(&self, ns: &[String], name: &str, source: &Value) -> anyhow::Result<Value> {
+        let url = format!("{}/api/v1/migrations/digest", self.base);
+        let body = json!({
+            "warehouse": self.warehouse,
+            "namespace": ns,
+            "table": name,
+            "source": source,
+        });
+        self.call(Method::POST, &url, Some(&body)).await
     }
 }
 

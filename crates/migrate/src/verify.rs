@@ -4,8 +4,11 @@
 //! Floe's `main`; its schema and partition spec are Floe's of the same ids; its file and row
 //! counts (from metadata) equal Floe's at that snapshot. For a Hive source: Floe's columns and
 //! identity partitions are the Hive table's, in order, and Floe holds a file in every Hive
-//! partition. `deep` also reads every row through Floe: the row count must equal the
-//! metadata's, and a checksum of every column is reported for the source's engine to match.
+//! partition. `deep` also reads every row on both sides — through Floe's SQL, and from the
+//! source as its own engine reads it (a Hive table's Parquet files with the metastore's
+//! partition values, an Iceberg source's snapshot from its own metadata file): Floe's row
+//! count must equal its metadata's and the source's, and each column's non-null count and
+//! order-independent checksum the source's.
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -29,7 +32,7 @@ pub struct TableReport {
     pub wave: usize,
     pub passed: bool,
     pub checks: Vec<Check>,
-    /// Deep only: rows read through Floe and a checksum per column.
+    /// Deep only: each side's rows, and per column its non-null count and checksum.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read: Option<Value>,
 }
@@ -75,9 +78,17 @@ impl Migration {
                 None => checks.push(check("present", false, "Floe does not hold the table")),
                 Some(floe) => {
                     checks.push(check("present", true, floe.metadata_location.clone()));
-                    match self.source.describe(&source).await {
+                    let described = self.source.describe(&source).await;
+                    match &described {
                         Ok(SourceTable::Iceberg { metadata_location }) => {
-                            match self.floe.read_metadata(&metadata_location).await {
+                            // A source registered in place keeps its metadata in the
+                            // Floe table's location: read as that table's.
+                            let inside = floe.metadata["location"].as_str().is_some_and(|l| {
+                                metadata_location
+                                    .starts_with(&format!("{}/", l.trim_end_matches('/')))
+                            });
+                            let table = inside.then_some((ns.as_slice(), name.as_str()));
+                            match self.floe.read_metadata(metadata_location, table).await {
                                 Ok(src) => iceberg_checks(&src, &floe.metadata, &mut checks),
                                 Err(e) => {
                                     checks.push(check("source-metadata", false, format!("{e:#}")))
@@ -85,17 +96,17 @@ impl Migration {
                             }
                         }
                         Ok(SourceTable::Hive(hive)) => {
-                            hive_checks(&hive, &floe.metadata, &mut checks)?
+                            hive_checks(hive, &floe.metadata, &mut checks)?
                         }
                         Ok(SourceTable::Unsupported { reason }) => {
-                            checks.push(check("source", false, reason))
+                            checks.push(check("source", false, reason.clone()))
                         }
                         Err(e) => checks.push(check("source", false, format!("{e:#}"))),
                     }
-                    if deep {
-                        let (c, r) = self.deep(&ns, &name, &floe.metadata).await;
-                        checks.push(c);
-                        read = r;
+                    if deep && let Ok(described) = &described {
+                        read = self
+                            .deep(&ns, &name, described, &floe.metadata, &mut checks)
+                            .await;
                     }
                 }
             }
@@ -119,62 +130,88 @@ impl Migration {
         })
     }
 
-    /// Reads every row of the table through Floe: the count against the metadata's, and a
-    /// checksum per column.
-    async fn deep(&self, ns: &[String], name: &str, metadata: &Value) -> (Check, Option<Value>) {
-        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        let table = format!(
-            "{}.{}.{}",
-            quote(&self.plan.target.warehouse),
-            quote(&ns.join(".")),
-            quote(name)
-        );
-        let schema_id = &metadata["current-schema-id"];
-        let columns: Vec<String> = by_id(&metadata["schemas"], "schema-id", schema_id)
-            .and_then(|s| s["fields"].as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f["name"].as_str().map(str::to_string))
-            .collect();
-        let rows = match self
-            .floe
-            .query_row(&format!("SELECT count(*) AS \"rows\" FROM {table}"))
-            .await
-        {
-            Ok(row) => row["rows"].as_i64().unwrap_or(-1),
-            Err(e) => return (check("rows-read", false, format!("{e:#}")), None),
-        };
-        // One scan per column (of that column only): an ordered aggregate each, and DataFusion
-        // takes one ordering per query.
-        let mut checksums = serde_json::Map::new();
-        for column in &columns {
-            let text = format!("md5(CAST({} AS VARCHAR))", quote(column));
-            let sql = format!(
-                "SELECT count({}) AS n, md5(string_agg({text}, '' ORDER BY {text})) AS c FROM {table}",
-                quote(column)
-            );
-            match self.floe.query_row(&sql).await {
-                Ok(row) => {
-                    checksums.insert(
-                        column.clone(),
-                        json!({"non-null": row["n"], "checksum": row["c"]}),
-                    );
-                }
-                Err(e) => return (check("rows-read", false, format!("{column}: {e:#}")), None),
+    /// Reads every row on both sides (Floe's server reads the source too, as the source's
+    /// engine would): Floe's count against its metadata's, the source's against Floe's, and
+    /// each column's non-null count and checksum against the source's.
+    async fn deep(
+        &self,
+        ns: &[String],
+        name: &str,
+        source: &SourceTable,
+        metadata: &Value,
+        checks: &mut Vec<Check>,
+    ) -> Option<Value> {
+        let source = match source {
+            SourceTable::Iceberg { metadata_location } => {
+                json!({"kind": "iceberg", "metadata-location": metadata_location})
             }
-        }
-        let expected: i64 = current_snapshot(metadata)
+            SourceTable::Hive(hive) => json!({
+                "kind": "hive",
+                "location": hive.location,
+                "partition-columns": hive.partition_keys.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+                "partitions": hive.partitions.iter()
+                    .map(|p| json!({"values": p.values, "location": p.location}))
+                    .collect::<Vec<_>>(),
+            }),
+            SourceTable::Unsupported { .. } => return None,
+        };
+        let read = match self.floe.digest(ns, name, &source).await {
+            Ok(read) => read,
+            Err(e) => {
+                checks.push(check("rows-read", false, format!("{e:#}")));
+                return None;
+            }
+        };
+        let (floe, source) = (&read["floe"], &read["source"]);
+        // Floe's side at the snapshot it read: the source's, or its current one.
+        let snapshot = by_id(&metadata["snapshots"], "snapshot-id", &floe["snapshot-id"]);
+        let expected = snapshot
             .and_then(|s| s["summary"]["total-records"].as_str())
-            .and_then(|s| s.parse().ok())
+            .and_then(|s| s.parse::<u64>().ok())
             .unwrap_or(0);
-        (
-            check(
-                "rows-read",
-                rows == expected,
-                format!("{rows} rows read through Floe, {expected} in the metadata"),
+        let rows = floe["rows"].as_u64().unwrap_or(0);
+        checks.push(check(
+            "rows-read",
+            rows == expected,
+            format!(
+                "{rows} rows read through Floe at snapshot {}, {expected} in its metadata",
+                floe["snapshot-id"]
             ),
-            Some(json!({"rows": rows, "columns": checksums})),
-        )
+        ));
+        let source_rows = source["rows"].as_u64().unwrap_or(0);
+        checks.push(check(
+            "rows-source",
+            source_rows == rows,
+            format!("{source_rows} rows read from the source, {rows} through Floe"),
+        ));
+        let empty = Vec::new();
+        let theirs = source["columns"].as_array().unwrap_or(&empty);
+        let ours = floe["columns"].as_array().unwrap_or(&empty);
+        let differing: Vec<String> = ours
+            .iter()
+            .filter(|c| {
+                theirs
+                    .iter()
+                    .find(|t| t["name"] == c["name"])
+                    .is_none_or(|t| {
+                        t["non-null"] != c["non-null"] || t["checksum"] != c["checksum"]
+                    })
+            })
+            .map(|c| c["name"].as_str().unwrap_or("").to_string())
+            .collect();
+        checks.push(check(
+            "column-checksums",
+            differing.is_empty() && !ours.is_empty(),
+            if differing.is_empty() {
+                format!(
+                    "{} columns: non-null counts and checksums identical on both sides",
+                    ours.len()
+                )
+            } else {
+                format!("differ on the two sides: {}", differing.join(", "))
+            },
+        ));
+        Some(read)
     }
 }
 

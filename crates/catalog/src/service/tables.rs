@@ -692,14 +692,17 @@ impl CatalogService {
         })
     }
 
-    /// Reads a table metadata file inside `warehouse` as registering it would, without
-    /// registering anything: how a migration compares a source table with what Floe holds.
-    /// Needs `manage-warehouses` on the server (the file may belong to no table yet).
+    /// Reads a metadata file inside a warehouse (a migration compares what a source holds
+    /// with what Floe holds): `manage-warehouses` on the server, and the file is no other
+    /// table's to show. Named with `table`, the file must lie inside that table's location and
+    /// the caller hold `read-metadata` on it; unnamed, a file inside any table's location needs
+    /// `read-metadata` on the whole warehouse.
     pub async fn read_table_metadata(
         &self,
         caller: &Caller,
         warehouse: &str,
         metadata_location: &str,
+        table: Option<&TableIdent>,
     ) -> Result<Arc<TableMetadata>> {
         caller.require(
             Privilege::ManageWarehouses,
@@ -712,7 +715,34 @@ impl CatalogService {
             },
         )?;
         let wh = self.visible_warehouse(caller, warehouse).await?;
-        wh.storage.require_inside(metadata_location)?;
+        let file = wh.storage.require_inside(metadata_location)?;
+        if let Some(ident) = table {
+            validate_ident(ident, "table")?;
+            let record = self
+                .table_record(caller, &wh, ident, Privilege::ReadMetadata)
+                .await?;
+            let own = floe_storage::Location::parse(&record.location)?;
+            if !file.is_within(&own) {
+                return Err(CatalogError::bad_request(format!(
+                    "{metadata_location} lies outside table {ident}'s location {}",
+                    record.location
+                )));
+            }
+        } else if !caller
+            .grants
+            .allows(Privilege::ReadMetadata, &Scope::warehouse(wh.warehouse.id))
+            && self
+                .store
+                .location_in_use(wh.warehouse.id, &file.to_string(), None)
+                .await?
+                .is_some()
+        {
+            // Which table holds the file is not said: the caller may not see it.
+            return Err(CatalogError::PermissionDenied(format!(
+                "{metadata_location} lies in a table's location: name the table (read-metadata \
+                 on it) or hold read-metadata on warehouse {warehouse}"
+            )));
+        }
         self.read_offered_metadata(&wh, metadata_location).await
     }
 

@@ -44,7 +44,7 @@ pub const SOURCE_PROPERTY: &str = "floe.migration.source";
 /// Where a converted table's metadata goes, below its location.
 pub const METADATA_DIR: &str = "_floe_metadata";
 /// Hive's name for a partition whose value is null.
-const HIVE_NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+pub(super) const HIVE_NULL_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 /// Footers read at once.
 const CONCURRENCY: usize = 16;
 /// Most files one conversion takes (a larger table is converted partition range by range).
@@ -130,7 +130,12 @@ pub async fn convert_table(
     let types = partition_types(&schema, &request.partition_columns)?;
     let root = Location::parse(&request.location)
         .map_err(|e| MaintenanceError::Invalid(format!("location: {e}")))?;
-    let dirs = partition_dirs(&root, request, &types)?;
+    let dirs = partition_dirs(
+        &root,
+        &request.partition_columns,
+        &request.partitions,
+        &types,
+    )?;
 
     // Authorized before anything is listed or read: creating needs `create-table` in the
     // namespace, syncing `write-data` on the table.
@@ -346,7 +351,10 @@ async fn fill(
 }
 
 /// The type of each partition column (identity partitions of primitive columns only).
-fn partition_types(schema: &Schema, columns: &[String]) -> Result<Vec<(i32, PrimitiveType)>> {
+pub(super) fn partition_types(
+    schema: &Schema,
+    columns: &[String],
+) -> Result<Vec<(i32, PrimitiveType)>> {
     columns
         .iter()
         .map(|name| {
@@ -372,31 +380,32 @@ fn partition_types(schema: &Schema, columns: &[String]) -> Result<Vec<(i32, Prim
 
 /// The directories to list, each with the index of its partition in the request (0 for an
 /// unpartitioned table), all inside `root`, none twice or inside another.
-fn partition_dirs(
+pub(super) fn partition_dirs(
     root: &Location,
-    request: &ConvertRequest,
+    columns: &[String],
+    partitions: &[HivePartition],
     types: &[(i32, PrimitiveType)],
 ) -> Result<Vec<(String, usize)>> {
-    if request.partition_columns.is_empty() {
-        if !request.partitions.is_empty() {
+    if columns.is_empty() {
+        if !partitions.is_empty() {
             return Err(MaintenanceError::Invalid(
                 "partitions given for a table without partition columns".into(),
             ));
         }
         return Ok(vec![(root.to_string(), 0)]);
     }
-    if request.partition_columns.len() > MAX_PARTITION_COLUMNS {
+    if columns.len() > MAX_PARTITION_COLUMNS {
         return Err(MaintenanceError::Invalid(format!(
             "more than {MAX_PARTITION_COLUMNS} partition columns"
         )));
     }
-    if request.partitions.len() > MAX_PARTITIONS {
+    if partitions.len() > MAX_PARTITIONS {
         return Err(MaintenanceError::Invalid(format!(
             "more than {MAX_PARTITIONS} partitions; convert the table in several runs"
         )));
     }
-    let mut dirs: Vec<(Location, usize)> = Vec::with_capacity(request.partitions.len());
-    for (index, partition) in request.partitions.iter().enumerate() {
+    let mut dirs: Vec<(Location, usize)> = Vec::with_capacity(partitions.len());
+    for (index, partition) in partitions.iter().enumerate() {
         if partition.values.len() != types.len() {
             return Err(MaintenanceError::Invalid(format!(
                 "partition {} has {} values for {} partition columns",
@@ -411,7 +420,7 @@ fn partition_dirs(
             return Err(MaintenanceError::Invalid(format!(
                 "partition location {} lies outside the table's location {}; Floe converts \
                  only files below the table's location",
-                partition.location, request.location
+                partition.location, root
             )));
         }
         for (value, (_, ty)) in partition.values.iter().zip(types) {
@@ -447,12 +456,13 @@ struct ListedFile {
 }
 
 /// Lists every data file below `dirs` (names beginning with `_` or `.` skipped at any depth,
-/// as Hive and Spark skip them) and reads each footer.
-async fn list_files(
+/// as Hive and Spark skip them), each with its partition's index: the files a Hive reader of
+/// the table reads.
+pub(super) async fn list_paths(
     storage: &floe_storage::WarehouseStorage,
     root: &Location,
     dirs: &[(String, usize)],
-) -> Result<BTreeMap<String, ListedFile>> {
+) -> Result<Vec<(String, usize)>> {
     // Floe's own files of the table: iceberg writes manifests to `<location>/metadata/` and
     // new data to `<location>/data/`, whatever `write.metadata.path` says.
     let own: Vec<Location> = ["metadata", "data"].iter().map(|d| root.join(d)).collect();
@@ -485,6 +495,16 @@ async fn list_files(
             }
         }
     }
+    Ok(found)
+}
+
+/// [`list_paths`], each file's footer read for its row count.
+async fn list_files(
+    storage: &floe_storage::WarehouseStorage,
+    root: &Location,
+    dirs: &[(String, usize)],
+) -> Result<BTreeMap<String, ListedFile>> {
+    let found = list_paths(storage, root, dirs).await?;
     let object_store = storage.object_store();
     futures::stream::iter(found)
         .map(|(path, partition)| {
@@ -708,7 +728,13 @@ mod tests {
         let schema: Schema = serde_json::from_value(request.schema.clone()).unwrap();
         let types = partition_types(&schema, &request.partition_columns).unwrap();
         let root = Location::parse(&request.location).unwrap();
-        let err = partition_dirs(&root, &request, &types).unwrap_err();
+        let err = partition_dirs(
+            &root,
+            &request.partition_columns,
+            &request.partitions,
+            &types,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("lies outside"), "{err}");
     }
 }

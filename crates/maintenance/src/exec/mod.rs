@@ -5,6 +5,7 @@
 pub mod check;
 pub mod compact;
 pub mod convert;
+pub mod digest;
 pub mod expire;
 pub mod orphans;
 pub mod repair;

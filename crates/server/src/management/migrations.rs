@@ -6,6 +6,8 @@
 //! - `PUT /migrations/{name}/tables`: records one source table's step (each a line in the
 //!   audit trail); `DELETE /migrations/{name}`: forgets the migration's records.
 //!   All need `manage-warehouses` on the server: a migration moves whole catalogs.
+//! - `POST /migrations/digest`: a migrated table read on both sides, see
+//!   [`floe_maintenance::exec::digest`] (`manage-warehouses`, and `read-data` on the table).
 //! - `POST /tables/convert`: see [`floe_maintenance::exec::convert`]; needs `create-table` in
 //!   the namespace (or `write-data` on the table for `"mode": "sync"`).
 
@@ -18,6 +20,8 @@ use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::migrations::{MAX_NAME_BYTES, MAX_STATE_BYTES, MigrationStore, MigrationTable};
 use floe_maintenance::exec::convert::{ConvertRequest, convert_table};
+use floe_maintenance::exec::digest::{DigestRequest, digest_table};
+use iceberg::TableIdent;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -129,6 +133,11 @@ pub async fn convert(
 pub struct ReadMetadata {
     warehouse: String,
     metadata_location: String,
+    /// The table the file is to belong to (`namespace` and `table` together).
+    #[serde(default)]
+    namespace: Option<Vec<String>>,
+    #[serde(default)]
+    table: Option<String>,
 }
 
 /// `POST /api/v1/migrations/read-metadata`: a table metadata file inside a warehouse, as
@@ -138,12 +147,43 @@ pub async fn read_metadata(
     Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<ReadMetadata>,
 ) -> ApiResult<Json<Value>> {
+    let table = match (&request.namespace, &request.table) {
+        (Some(ns), Some(name)) => Some(
+            TableIdent::from_strs(ns.iter().map(String::as_str).chain([name.as_str()]))
+                .map_err(|e| ApiError::bad_request(format!("table name: {e}")))?,
+        ),
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::bad_request(
+                "name the table with both namespace and table, or neither",
+            ));
+        }
+    };
     let metadata = state
         .catalog
-        .read_table_metadata(&caller, &request.warehouse, &request.metadata_location)
+        .read_table_metadata(
+            &caller,
+            &request.warehouse,
+            &request.metadata_location,
+            table.as_ref(),
+        )
         .await?;
     Ok(Json(json!({
         "metadata-location": request.metadata_location,
         "metadata": metadata.as_ref(),
     })))
+}
+
+/// `POST /api/v1/migrations/digest`: every row of a migrated table read through Floe and from
+/// its source, each side's row count and per-column checksums.
+pub async fn digest(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<DigestRequest>,
+) -> ApiResult<Json<Value>> {
+    crate::auth::require_server(&caller, Privilege::ManageWarehouses)?;
+    let report = digest_table(&crate::maintenance::maintainer(&state), &caller, &request)
+        .await
+        .map_err(crate::maintenance::maintenance_error)?;
+    Ok(Json(json!(report)))
 }

@@ -79,6 +79,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/tables/convert", post(migrations::convert))
         .route("/migrations", get(migrations::list))
         .route("/migrations/read-metadata", post(migrations::read_metadata))
+        .route("/migrations/digest", post(migrations::digest))
         .route(
             "/migrations/{name}",
             get(migrations::get).delete(migrations::forget),

@@ -401,6 +401,27 @@ pub async fn parquet_rows(
     Ok(metadata.file_metadata().num_rows())
 }
 
+/// The rows of the Parquet file at `path` (of `size` bytes) as Arrow batches of up to
+/// `batch_size` rows in the file's own schema, its footer checked as every scan's is: how a
+/// migration reads a source's files the way the source's own engine would, without Iceberg
+/// metadata in between.
+pub async fn parquet_batches(
+    store: Arc<dyn object_store::ObjectStore>,
+    path: object_store::path::Path,
+    size: u64,
+    batch_size: usize,
+) -> Result<futures::stream::BoxStream<'static, Result<datafusion::arrow::array::RecordBatch>>> {
+    use futures::StreamExt;
+    let reader = parquet::arrow::async_reader::ParquetObjectReader::new(store, path.clone())
+        .with_file_size(size);
+    let bounded = Bounded::new(reader, path.to_string(), size);
+    let stream = parquet::arrow::ParquetRecordBatchStreamBuilder::new(bounded)
+        .await?
+        .with_batch_size(batch_size.max(1))
+        .build()?;
+    Ok(stream.boxed())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

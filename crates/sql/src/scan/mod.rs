@@ -21,7 +21,7 @@ pub(crate) mod position_deletes;
 pub(crate) mod predicate;
 pub(crate) mod provider;
 
-pub use bounded_footer::parquet_rows;
+pub use bounded_footer::{parquet_batches, parquet_rows};
 pub use manifests::forget_manifests;
 pub use pending::PendingRows;
 pub use position_deletes::delete_files_read;
