@@ -22,6 +22,9 @@ ARTIFACTS=(
   "org.apache.iceberg:iceberg-spark-runtime-${SPARK_MINOR}_${SCALA_BINARY}:${ICEBERG_VERSION}"
   "org.apache.iceberg:iceberg-aws-bundle:${ICEBERG_VERSION}"
 )
+# Downloaded beside them but not printed: the first Iceberg runtime whose REST client plans
+# scans on the server (tests/interop/test_scan_planning.py starts its own Spark with it).
+PLANNING_RUNTIME="org.apache.iceberg:iceberg-spark-runtime-${SPARK_MINOR}_${SCALA_BINARY}:1.11.0"
 
 mkdir -p "$JARS_DIR"
 
@@ -32,7 +35,7 @@ fetch() {  # fetch URL DEST
 }
 
 paths=()
-for coord in "${ARTIFACTS[@]}"; do
+for coord in "${ARTIFACTS[@]}" "$PLANNING_RUNTIME"; do
   IFS=: read -r group artifact version <<<"$coord"
   jar="${artifact}-${version}.jar"
   dest="$JARS_DIR/$jar"
@@ -66,4 +69,5 @@ for coord in "${ARTIFACTS[@]}"; do
   paths+=("$dest")
 done
 
+unset 'paths[-1]'  # the planning runtime
 (IFS=,; echo "${paths[*]}")

@@ -130,6 +130,14 @@ pub struct ServeArgs {
     /// asks: younger files may belong to a commit still in flight.
     #[arg(long, env = "FLOE_ORPHAN_MIN_AGE_FLOOR_SECS", default_value_t = 3600)]
     pub orphan_min_age_floor_secs: u64,
+    /// Server-side scan planning: snapshots with more data files than this are planned in the
+    /// background (the client polls the plan id).
+    #[arg(long, env = "FLOE_SCAN_PLAN_SYNC_FILES", default_value_t = 10_000)]
+    pub scan_plan_sync_files: u64,
+    /// Server-side scan planning: file scan tasks per answer (the rest as plan tasks).
+    #[arg(long, env = "FLOE_SCAN_PLAN_PAGE_FILES", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub scan_plan_page_files: u64,
     /// Lease of a running stream pipeline (seconds): a pipeline whose node stops renewing
     /// it is taken over by another node this long after.
     #[arg(long, env = "FLOE_PIPELINE_LEASE_SECS", default_value_t = 15)]
@@ -411,6 +419,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ))));
     }
     state.orphan_age_floor_ms = (args.orphan_min_age_floor_secs as i64).saturating_mul(1000);
+    state.plans = Arc::new(floe_server::rest::planning::PlanStore::new(
+        floe_server::rest::planning::PlanLimits {
+            sync_files: args.scan_plan_sync_files,
+            page_files: args.scan_plan_page_files as usize,
+        },
+    ));
     let scheduler = Arc::new(floe_maintenance::scheduler::Scheduler::new(
         floe_maintenance::exec::Maintainer::new(state.catalog.clone(), state.sql.clone())
             .with_orphan_age_floor(state.orphan_age_floor_ms),

@@ -78,6 +78,8 @@ pub struct AppState {
     /// Serialized `LoadTableResult` bodies by metadata location and snapshot mode: metadata
     /// files never change, so neither does their JSON.
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
+    /// Server-side scan plans this node holds for their clients.
+    pub plans: Arc<rest::planning::PlanStore>,
 }
 
 impl AppState {
@@ -140,6 +142,7 @@ impl AppState {
             cluster: None,
             migrations: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
+            plans: Arc::default(),
         }
     }
 }

@@ -3,6 +3,7 @@
 mod config;
 mod namespaces;
 mod oauth;
+pub mod planning;
 mod tables;
 mod transactions;
 mod types;
@@ -60,6 +61,15 @@ pub fn router(state: AppState) -> Router<AppState> {
             &format!("{ns}/tables/{{table}}/metrics"),
             post(tables::report_metrics),
         )
+        .route(&format!("{ns}/tables/{{table}}/plan"), post(planning::plan))
+        .route(
+            &format!("{ns}/tables/{{table}}/plan/{{plan_id}}"),
+            get(planning::fetch).delete(planning::cancel),
+        )
+        .route(
+            &format!("{ns}/tables/{{table}}/tasks"),
+            post(planning::tasks),
+        )
         .route("/v1/{prefix}/tables/rename", post(tables::rename))
         .route(
             "/v1/{prefix}/transactions/commit",
@@ -108,6 +118,10 @@ pub const ENDPOINTS: &[&str] = &[
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks",
     "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",
     "GET /v1/{prefix}/namespaces/{namespace}/views",

@@ -23,7 +23,7 @@ use crate::extract::{JsonBody, PathParams, QueryParams, parse_namespace};
 
 type TablePath = PathParams<(String, String, String)>;
 
-fn ident(namespace: &str, table: &str) -> ApiResult<TableIdent> {
+pub(super) fn ident(namespace: &str, table: &str) -> ApiResult<TableIdent> {
     Ok(TableIdent::new(
         parse_namespace(namespace)?,
         table.to_string(),
@@ -119,7 +119,7 @@ fn wants_delegation(headers: &HeaderMap, mode: &str) -> bool {
         .any(|v| v.trim().eq_ignore_ascii_case(mode))
 }
 
-fn wants_vended_credentials(headers: &HeaderMap) -> bool {
+pub(super) fn wants_vended_credentials(headers: &HeaderMap) -> bool {
     wants_delegation(headers, "vended-credentials")
 }
 
@@ -176,7 +176,7 @@ async fn remote_signing_config(
     }))
 }
 
-fn storage_credentials(credentials: Option<&TableCredentials>) -> Value {
+pub(super) fn storage_credentials(credentials: Option<&TableCredentials>) -> Value {
     match credentials {
         Some(c) => json!([{ "prefix": c.prefix, "config": c.config }]),
         None => json!([]),

@@ -3,7 +3,8 @@
 //! query after a commit reads only the manifest the commit added.
 //!
 //! Every answer errs towards reading: a file is skipped only when its bounds or null counts
-//! prove that no row of it can match. Anything this does not reason about (`NOT`, `!=`,
+//! prove that no row of it can match (`!=` and `NOT IN` skip a file only when its bounds are
+//! both the value). Anything this does not reason about (`NOT` not pushed to the leaves,
 //! prefixes, NaN tests, floating-point columns, whose bounds leave NaN out) might match.
 //! Iceberg's bounds of strings and binaries may be truncated, the lower one down and the upper
 //! one up, which keeps them bounds.
@@ -45,6 +46,7 @@ pub(crate) fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
                 PredicateOperator::LessThanOrEq => column.min_is(value, |o| o.is_le()),
                 PredicateOperator::GreaterThan => column.max_is(value, |o| o.is_gt()),
                 PredicateOperator::GreaterThanOrEq => column.max_is(value, |o| o.is_ge()),
+                PredicateOperator::NotEq => !column.only(value),
                 _ => true,
             }
         }
@@ -54,6 +56,7 @@ pub(crate) fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
             };
             match set.op() {
                 PredicateOperator::In => set.literals().iter().any(|v| column.may_hold(v)),
+                PredicateOperator::NotIn => !set.literals().iter().any(|v| column.only(v)),
                 _ => true,
             }
         }
@@ -98,6 +101,15 @@ impl<'a> Column<'a> {
 
     fn may_hold(&self, value: &Datum) -> bool {
         self.min_is(value, |o| o.is_le()) && self.max_is(value, |o| o.is_ge())
+    }
+
+    /// Whether every row holds `value` or null (neither of which `!=` / `NOT IN` accepts):
+    /// both bounds equal it. Truncated bounds never do: a truncated upper bound is the
+    /// lower's prefix with its last character raised.
+    fn only(&self, value: &Datum) -> bool {
+        self.all_null
+            || (compare(self.lower, value) == Some(Ordering::Equal)
+                && compare(self.upper, value) == Some(Ordering::Equal))
     }
 }
 
@@ -189,8 +201,33 @@ mod tests {
                 .or(s().equal_to(Datum::string("c"))),
             &f
         ));
-        // What is not reasoned about might match.
+        // `!=` and `NOT IN` skip only a file whose every value is the one excluded.
         assert!(matches(k().not_equal_to(Datum::long(15)), &f));
+        assert!(matches(k().not_equal_to(Datum::long(10)), &f));
+        let constant = DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path("t/data/b.parquet".into())
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::empty())
+            .record_count(100)
+            .file_size_in_bytes(1000)
+            .null_value_counts(HashMap::from([(1, 3)]))
+            .lower_bounds(HashMap::from([(1, Datum::long(7))]))
+            .upper_bounds(HashMap::from([(1, Datum::long(7))]))
+            .partition_spec_id(0)
+            .build()
+            .unwrap();
+        assert!(!matches(k().not_equal_to(Datum::long(7)), &constant));
+        assert!(matches(k().not_equal_to(Datum::long(8)), &constant));
+        assert!(!matches(
+            k().is_not_in([Datum::long(1), Datum::long(7)]),
+            &constant
+        ));
+        assert!(matches(
+            k().is_not_in([Datum::long(1), Datum::long(8)]),
+            &constant
+        ));
+        // What is not reasoned about might match.
         assert!(matches(!k().equal_to(Datum::long(15)), &f));
         assert!(matches(
             Reference::new("f").greater_than(Datum::double(9.0)),

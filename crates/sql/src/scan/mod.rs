@@ -20,6 +20,7 @@ pub(crate) mod planning;
 pub(crate) mod position_deletes;
 pub(crate) mod predicate;
 pub(crate) mod provider;
+pub mod server_plan;
 
 pub use bounded_footer::{parquet_batches, parquet_rows};
 pub use manifests::forget_manifests;

@@ -53,35 +53,7 @@ impl<'a> Deletes<'a> {
 
     /// The delete files that apply to the data file `path` of `data`.
     fn applying(&self, path: &str, data: &DataFileEntry) -> Vec<FileScanTaskDeleteFile> {
-        // A data file without a sequence number is older than any delete file.
-        let later = |delete: &DataFileEntry| match data.sequence {
-            Some(sequence) => delete.sequence > Some(sequence),
-            None => true,
-        };
-        let not_earlier = |delete: &DataFileEntry| match data.sequence {
-            Some(sequence) => delete.sequence >= Some(sequence),
-            None => true,
-        };
-        let key = (data.spec_id, data.file.partition());
-        let equality = self
-            .global_equality
-            .iter()
-            .chain(self.equality.get(&key).into_iter().flatten())
-            .filter(|delete| later(delete));
-        let position = self
-            .position
-            .get(&key)
-            .into_iter()
-            .flatten()
-            .filter(|delete| not_earlier(delete))
-            .filter(|delete| {
-                delete
-                    .file
-                    .referenced_data_file()
-                    .is_none_or(|referenced| referenced == path)
-            });
-        equality
-            .chain(position)
+        self.entries_applying(path, data)
             .map(|delete| FileScanTaskDeleteFile {
                 file_path: delete.file.file_path().to_string(),
                 file_size_in_bytes: delete.file.file_size_in_bytes(),
@@ -91,6 +63,80 @@ impl<'a> Deletes<'a> {
             })
             .collect()
     }
+
+    /// The manifest entries of the delete files that apply to the data file `path` of `data`.
+    fn entries_applying<'s>(
+        &'s self,
+        path: &'s str,
+        data: &'s DataFileEntry,
+    ) -> impl Iterator<Item = &'s DataFileEntry> + 's {
+        // A data file without a sequence number is older than any delete file.
+        let later = move |delete: &DataFileEntry| match data.sequence {
+            Some(sequence) => delete.sequence > Some(sequence),
+            None => true,
+        };
+        let not_earlier = move |delete: &DataFileEntry| match data.sequence {
+            Some(sequence) => delete.sequence >= Some(sequence),
+            None => true,
+        };
+        let key = (data.spec_id, data.file.partition());
+        let equality = self
+            .global_equality
+            .iter()
+            .chain(self.equality.get(&key).into_iter().flatten())
+            .filter(move |delete| later(delete));
+        let position = self
+            .position
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter(move |delete| not_earlier(delete))
+            .filter(move |delete| {
+                delete
+                    .file
+                    .referenced_data_file()
+                    .is_none_or(|referenced| referenced == path)
+            });
+        equality.chain(position).copied()
+    }
+}
+
+/// The live data files of `index` that `filter` might match (every one without a filter), by
+/// path in order.
+pub(crate) fn matching<'a>(
+    index: &'a ManifestIndex,
+    filter: Option<&BoundPredicate>,
+) -> Vec<&'a String> {
+    let mut paths: Vec<&String> = index
+        .data
+        .iter()
+        .filter(|(_, entry)| filter.is_none_or(|filter| might_match(filter, &entry.file)))
+        .map(|(path, _)| path)
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// For each of `paths` (live data files of `index`), the positions in `index.deletes` of the
+/// delete files that apply to it.
+pub(crate) fn deletes_applying(index: &ManifestIndex, paths: &[&str]) -> Vec<Vec<usize>> {
+    let deletes = Deletes::of(index);
+    let position: HashMap<*const DataFileEntry, usize> = index
+        .deletes
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| (entry as *const DataFileEntry, i))
+        .collect();
+    paths
+        .iter()
+        .map(|path| match index.data.get(*path) {
+            Some(entry) => deletes
+                .entries_applying(path, entry)
+                .filter_map(|delete| position.get(&(delete as *const DataFileEntry)).copied())
+                .collect(),
+            None => Vec::new(),
+        })
+        .collect()
 }
 
 /// A scan task per live data file of `index` that `filter` might match (every one without a
@@ -103,14 +149,7 @@ pub(crate) fn tasks(
     let schema = metadata.current_schema().clone();
     let field_ids: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
     let deletes = Deletes::of(index);
-    let mut paths: Vec<&String> = index
-        .data
-        .iter()
-        .filter(|(_, entry)| filter.is_none_or(|filter| might_match(filter, &entry.file)))
-        .map(|(path, _)| path)
-        .collect();
-    paths.sort();
-    paths
+    matching(index, filter)
         .into_iter()
         .map(|path| {
             let entry = &index.data[path];
