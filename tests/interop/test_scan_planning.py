@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from attack_helpers import assert_alive, assert_victim_untouched, make_victim
+from attack_helpers import (
+    assert_alive,
+    assert_victim_untouched,
+    create_table,
+    make_sandboxer,
+    make_victim,
+    plant_victim_data_files,
+)
 from conftest import start_floe, stop_floe
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, Not
 from test_governance import make_principal
@@ -240,9 +247,38 @@ def test_plans_belong_to_their_principal_and_table(background_floe):
     incremental = floe.api("POST", plan_url(floe), json={"start-snapshot-id": 1, "end-snapshot-id": 2})
     assert incremental.status_code == 400 and "incremental" in incremental.text
 
-    # Plans in flight are bounded per principal: the 33rd is refused, not kept.
-    answers = [floe.api("POST", plan_url(floe), json={}).status_code for _ in range(40)]
-    assert 429 in answers, answers
+    # Plans kept are bounded per principal: beyond eight, the oldest finished one goes.
+    kept = []
+    for _ in range(10):
+        answer = floe.api("POST", plan_url(floe), json={})
+        assert answer.status_code == 200, answer.text
+        kept.append(answer.json()["plan-id"])
+        for _ in range(200):
+            if floe.api("GET", f"{plan_url(floe)}/{kept[-1]}").json()["status"] != "submitted":
+                break
+            time.sleep(0.05)
+    assert floe.api("GET", f"{plan_url(floe)}/{kept[0]}").status_code == 404
+    assert floe.api("GET", f"{plan_url(floe)}/{kept[-1]}").status_code == 200
+    too_big = floe.api("POST", plan_url(floe), json={"filter": {"type": "eq", "term": "city", "value": "x" * 100_000}})
+    assert too_big.status_code == 400 and "bytes of JSON" in too_big.text, too_big.text
+
+    # A table whose manifest names the victim's data files plans nothing of them.
+    attacker = make_sandboxer(floe)
+    assert create_table(floe, attacker.token, "sandbox", "att").status_code == 200
+    plant_victim_data_files(floe, attacker, "att")
+    planted = floe.api("POST", plan_url(floe, "att", "sandbox"), token=attacker.token, json={})
+    if planted.status_code == 200:
+        plan_id = planted.json()["plan-id"]
+        for _ in range(200):
+            planted = floe.api("GET", f"{plan_url(floe, 'att', 'sandbox')}/{plan_id}", token=attacker.token)
+            if planted.json()["status"] != "submitted":
+                break
+            time.sleep(0.05)
+        assert planted.json()["status"] == "failed", planted.text
+        assert "outside the table" in planted.json()["error"]["message"], planted.text
+    else:
+        assert planted.status_code == 400 and "outside the table" in planted.text, planted.text
+    assert "file-scan-tasks" not in planted.text
     assert_victim_untouched(floe, victim)
     assert_alive(floe)
 

@@ -83,7 +83,18 @@ impl CatalogService {
         caller.require_visible(&Scope::namespace(wh.warehouse.id, ns), || {
             CatalogError::no_such_namespace(ns.join("."))
         })?;
-        self.require_namespace(&wh, ns).await
+        let mut record = self.require_namespace(&wh, ns).await?;
+        // A namespace created without a location says where its tables go by default, as
+        // engines that place tables themselves (Trino) expect; it is not stored.
+        if !record.properties.contains_key("location") {
+            let path: Vec<String> = ns
+                .iter()
+                .map(|p| super::tables::sanitize_segment(p))
+                .collect();
+            let location = wh.storage.root().join(&path.join("/")).to_string();
+            record.properties.insert("location".into(), location);
+        }
+        Ok(record)
     }
 
     /// Direct children of `parent`: all of them for a caller holding `list-namespaces` on the

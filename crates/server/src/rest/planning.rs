@@ -8,13 +8,16 @@
 //! polled by plan id). Either way the answer carries at most [`PlanLimits::page_files`] file
 //! scan tasks, the rest as plan tasks the client fetches a page at a time.
 //!
-//! Planning needs `read-data` on the table (a plan names its data files and their statistics);
-//! a plan, and every plan task of it, belongs to the principal that asked for it and to that
-//! table: another principal, or the same one through another table's path, is told it does not
-//! exist. Credentials in a plan are the table's vended credentials, asked for and scoped as a
-//! load's are. Plans are kept in memory on the node that made them, for
-//! [`PLAN_TTL`] at most, and only so many at once ([`MAX_PLANS`], [`MAX_PLANS_PER_PRINCIPAL`]).
-//! Every request is audited as every catalog request is.
+//! Planning needs `read-data` on the table (a plan names its data files and their statistics),
+//! and so does every later fetch. A plan, and every plan task of it, belongs to the principal
+//! that asked for it (by id) and to that table (by its uuid, so a table renamed away and another
+//! created under the name is not it): anyone else is told it does not exist. Credentials in an
+//! answer are the table's vended credentials, vended afresh for each answer that asks for
+//! them, as a load's are. Plans are kept in memory on the node that made them, for
+//! [`PLAN_TTL`] at most, and only so many at once ([`MAX_PLANS`], [`MAX_PLANS_PER_PRINCIPAL`]);
+//! at most [`PLANNING_AT_ONCE`] are being planned at a time, and a cancelled or expired plan's
+//! background work stops. Every request is audited as every catalog request is, and none is
+//! replayed by `Idempotency-Key` (each answer is checked anew).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,8 +42,10 @@ use crate::extract::{JsonBody, PathParams};
 /// How long a plan is kept after it was asked for.
 pub const PLAN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Most plans kept on a node, and per principal.
-pub const MAX_PLANS: usize = 1024;
-pub const MAX_PLANS_PER_PRINCIPAL: usize = 32;
+pub const MAX_PLANS: usize = 256;
+pub const MAX_PLANS_PER_PRINCIPAL: usize = 8;
+/// Scans planned at once on a node (each reads manifests); the rest wait their turn.
+pub const PLANNING_AT_ONCE: usize = 4;
 
 /// When a plan is made in the background, and how many file scan tasks one answer carries.
 #[derive(Debug, Clone, Copy)]
@@ -68,19 +73,35 @@ enum PlanState {
 }
 
 struct Plan {
-    owner: String,
+    owner: uuid::Uuid,
     warehouse: String,
     table: TableIdent,
+    table_uuid: uuid::Uuid,
     made: Instant,
     state: PlanState,
-    credentials: Option<Value>,
+    /// The background planning, stopped when the plan goes.
+    work: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        if let Some(work) = &self.work {
+            work.abort();
+        }
+    }
 }
 
 /// The plans this node holds, by plan id.
-#[derive(Default)]
 pub struct PlanStore {
     pub limits: PlanLimits,
     plans: Mutex<HashMap<String, Plan>>,
+    planning: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for PlanStore {
+    fn default() -> Self {
+        Self::new(PlanLimits::default())
+    }
 }
 
 impl PlanStore {
@@ -88,47 +109,109 @@ impl PlanStore {
         Self {
             limits,
             plans: Mutex::default(),
+            planning: Arc::new(tokio::sync::Semaphore::new(PLANNING_AT_ONCE)),
         }
     }
 
-    /// Keeps a new plan of `owner`'s; refused when too many are kept already.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Plan>> {
+        // Nothing panics while holding it; a poisoned map is still a map of plans.
+        self.plans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps a new plan of `owner`'s. Beyond the limits the oldest finished plan (the
+    /// principal's own first) is forgotten — clients rarely cancel the plans they are done
+    /// with; only plans still being planned are never dropped, and with the limit full of
+    /// those the new one is refused.
     fn admit(&self, plan: Plan) -> ApiResult<String> {
-        let mut plans = self.plans.lock().expect("plans");
+        let mut plans = self.lock();
         plans.retain(|_, p| p.made.elapsed() < PLAN_TTL);
-        let owned = plans.values().filter(|p| p.owner == plan.owner).count();
-        if owned >= MAX_PLANS_PER_PRINCIPAL || plans.len() >= MAX_PLANS {
-            return Err(ApiError(CatalogError::TooManyRequests(format!(
-                "too many scan plans in flight ({owned} of this principal's); cancel finished \
-                 ones (DELETE …/plan/{{plan-id}}) or wait {} minutes",
-                PLAN_TTL.as_secs() / 60
-            ))));
+        let finished = |p: &Plan| !matches!(p.state, PlanState::Submitted);
+        let oldest = |plans: &HashMap<String, Plan>, owner: Option<uuid::Uuid>| {
+            plans
+                .iter()
+                .filter(|(_, p)| finished(p) && owner.is_none_or(|o| p.owner == o))
+                .min_by_key(|(_, p)| p.made)
+                .map(|(id, _)| id.clone())
+        };
+        while plans.values().filter(|p| p.owner == plan.owner).count() >= MAX_PLANS_PER_PRINCIPAL
+            || plans.len() >= MAX_PLANS
+        {
+            let mine = plans.values().filter(|p| p.owner == plan.owner).count();
+            let victim = if mine >= MAX_PLANS_PER_PRINCIPAL {
+                oldest(&plans, Some(plan.owner))
+            } else {
+                oldest(&plans, None)
+            };
+            let Some(victim) = victim else {
+                return Err(ApiError(CatalogError::TooManyRequests(format!(
+                    "too many scans being planned ({mine} of this principal's); wait for them \
+                     or cancel them (DELETE …/plan/{{plan-id}})"
+                ))));
+            };
+            plans.remove(&victim);
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
         plans.insert(id.clone(), plan);
         Ok(id)
     }
 
-    /// `f` over the plan `id` if it is the caller's and the table's.
+    /// `f` over the plan `id` if it is the caller's and the table's (`table` as the caller
+    /// names it, `table_uuid` what that name is now).
     fn with<T>(
         &self,
         id: &str,
         caller: &Caller,
         warehouse: &str,
         table: &TableIdent,
+        table_uuid: uuid::Uuid,
         f: impl FnOnce(&mut Plan) -> T,
     ) -> Option<T> {
-        let mut plans = self.plans.lock().expect("plans");
+        let mut plans = self.lock();
         let plan = plans.get_mut(id)?;
-        let mine = plan.owner == caller.principal.name
+        let mine = plan.owner == caller.principal.id
             && plan.warehouse == warehouse
             && &plan.table == table
+            && plan.table_uuid == table_uuid
             && plan.made.elapsed() < PLAN_TTL;
         mine.then(|| f(plan))
     }
 
     fn remove(&self, id: &str) {
-        self.plans.lock().expect("plans").remove(id);
+        let removed = self.lock().remove(id);
+        drop(removed);
     }
+}
+
+/// The table the caller names, once it may read it: its uuid.
+async fn readable_table(
+    state: &AppState,
+    caller: &Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+) -> ApiResult<floe_catalog::service::LoadedTable> {
+    state
+        .catalog
+        .authorize_table(caller, warehouse, ident, Privilege::ReadData)
+        .await?;
+    Ok(state.catalog.load_table(caller, warehouse, ident).await?)
+}
+
+/// The table's vended credentials when the client asked for them (`None` otherwise).
+async fn credentials(
+    state: &AppState,
+    caller: &Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    headers: &HeaderMap,
+) -> ApiResult<Option<Value>> {
+    if !wants_vended_credentials(headers) {
+        return Ok(None);
+    }
+    let vended = state
+        .catalog
+        .vend_credentials(caller, warehouse, ident)
+        .await?;
+    Ok(Some(storage_credentials(vended.as_ref())))
 }
 
 fn no_such_plan(id: &str) -> ApiError {
@@ -166,20 +249,8 @@ pub async fn plan(
     JsonBody(request): JsonBody<PlanRequest>,
 ) -> ApiResult<Json<Value>> {
     let ident = ident(&namespace, &table)?;
-    state
-        .catalog
-        .authorize_table(&caller, &prefix, &ident, Privilege::ReadData)
-        .await?;
-    let loaded = state.catalog.load_table(&caller, &prefix, &ident).await?;
-    let credentials = if wants_vended_credentials(&headers) {
-        let vended = state
-            .catalog
-            .vend_credentials(&caller, &prefix, &ident)
-            .await?;
-        Some(storage_credentials(vended.as_ref()))
-    } else {
-        None
-    };
+    let loaded = readable_table(&state, &caller, &prefix, &ident).await?;
+    let credentials = credentials(&state, &caller, &prefix, &ident, &headers).await?;
     let access = state
         .sql
         .access(&caller, &prefix)
@@ -192,38 +263,45 @@ pub async fn plan(
     let store = state.plans.clone();
     let files = snapshot_files(&loaded.metadata, request.snapshot_id);
     let plan = Plan {
-        owner: caller.principal.name.clone(),
+        owner: caller.principal.id,
         warehouse: prefix.clone(),
         table: ident.clone(),
+        table_uuid: loaded.metadata.uuid(),
         made: Instant::now(),
         state: PlanState::Submitted,
-        credentials,
+        work: None,
     };
     if files <= store.limits.sync_files {
-        let planned = Arc::new(prepared.plan().await.map_err(plan_error)?);
-        let pages = planned.files().div_ceil(store.limits.page_files);
-        let mut answer = completed(&planned, &plan.credentials, store.limits.page_files)?;
+        let planned = {
+            let _turn = store.planning.acquire().await.map_err(|_| {
+                ApiError(CatalogError::Unavailable("the server is stopping".into()))
+            })?;
+            Arc::new(prepared.plan().await.map_err(plan_error)?)
+        };
+        let page = planned.page_size(store.limits.page_files);
+        let pages = planned.files().div_ceil(page);
+        let mut answer = completed(&planned, credentials, page)?;
         if pages > 1 {
             // The rest is fetched by plan task: the plan is kept for that.
-            let credentials = plan.credentials.clone();
-            let id = store.admit(Plan {
-                state: PlanState::Completed(planned),
-                ..plan
-            })?;
+            let mut plan = plan;
+            plan.state = PlanState::Completed(planned);
+            let id = store.admit(plan)?;
             answer["plan-id"] = json!(id);
             answer["plan-tasks"] = json!(plan_tasks(&id, pages));
-            if let Some(credentials) = credentials {
-                answer["storage-credentials"] = credentials;
-            }
         }
         return Ok(Json(answer));
     }
     let id = store.admit(plan)?;
     let background = id.clone();
-    tokio::spawn(async move {
-        let outcome = prepared.plan().await;
-        let mut plans = store.plans.lock().expect("plans");
+    let work_store = store.clone();
+    let work = tokio::spawn(async move {
+        let outcome = match work_store.planning.clone().acquire_owned().await {
+            Ok(_turn) => prepared.plan().await,
+            Err(_) => return,
+        };
+        let mut plans = work_store.lock();
         if let Some(plan) = plans.get_mut(&background) {
+            plan.work = None;
             plan.state = match outcome {
                 Ok(planned) => PlanState::Completed(Arc::new(planned)),
                 Err(e) => {
@@ -238,6 +316,9 @@ pub async fn plan(
             };
         }
     });
+    if let Some(plan) = store.lock().get_mut(&id) {
+        plan.work = Some(work.abort_handle());
+    }
     Ok(Json(json!({ "status": "submitted", "plan-id": id })))
 }
 
@@ -261,13 +342,13 @@ fn snapshot_files(metadata: &iceberg::spec::TableMetadata, snapshot: Option<i64>
 
 /// A completed answer: the first page of tasks (plan tasks for the rest are added by the
 /// caller, which keeps the plan).
-fn completed(plan: &ScanPlan, credentials: &Option<Value>, page: usize) -> ApiResult<Value> {
+fn completed(plan: &ScanPlan, credentials: Option<Value>, page: usize) -> ApiResult<Value> {
     let mut answer = plan
         .page(0..page)
         .map_err(|e| plan_error(PlanError::Read(e)))?;
     answer["status"] = json!("completed");
     if let Some(credentials) = credentials {
-        answer["storage-credentials"] = credentials.clone();
+        answer["storage-credentials"] = credentials;
     }
     Ok(answer)
 }
@@ -284,27 +365,43 @@ pub async fn fetch(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table, id)): PlanPath,
+    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     let ident = ident(&namespace, &table)?;
     // Grants revoked since the plan was made take effect at once.
-    state
-        .catalog
-        .authorize_table(&caller, &prefix, &ident, Privilege::ReadData)
-        .await?;
-    let page = state.plans.limits.page_files;
-    let answer = state
+    let loaded = readable_table(&state, &caller, &prefix, &ident).await?;
+    enum Seen {
+        Submitted,
+        Failed(Value),
+        Completed(Arc<ScanPlan>),
+    }
+    let seen = state
         .plans
-        .with(&id, &caller, &prefix, &ident, |plan| match &plan.state {
-            PlanState::Submitted => Ok::<Value, ApiError>(json!({ "status": "submitted" })),
-            PlanState::Failed(error) => Ok(json!({ "status": "failed", "error": error })),
-            PlanState::Completed(planned) => {
-                let mut answer = completed(planned, &plan.credentials, page)?;
-                let pages = planned.files().div_ceil(page);
-                answer["plan-tasks"] = json!(plan_tasks(&id, pages));
-                Ok(answer)
-            }
-        })
-        .ok_or_else(|| no_such_plan(&id))??;
+        .with(
+            &id,
+            &caller,
+            &prefix,
+            &ident,
+            loaded.metadata.uuid(),
+            |plan| match &plan.state {
+                PlanState::Submitted => Seen::Submitted,
+                PlanState::Failed(error) => Seen::Failed(error.clone()),
+                PlanState::Completed(planned) => Seen::Completed(planned.clone()),
+            },
+        )
+        .ok_or_else(|| no_such_plan(&id))?;
+    // The page is written outside the plans' lock.
+    let answer = match seen {
+        Seen::Submitted => json!({ "status": "submitted" }),
+        Seen::Failed(error) => json!({ "status": "failed", "error": error }),
+        Seen::Completed(planned) => {
+            let credentials = credentials(&state, &caller, &prefix, &ident, &headers).await?;
+            let page = planned.page_size(state.plans.limits.page_files);
+            let mut answer = completed(&planned, credentials, page)?;
+            answer["plan-tasks"] = json!(plan_tasks(&id, planned.files().div_ceil(page)));
+            answer
+        }
+    };
     Ok(Json(answer))
 }
 
@@ -315,9 +412,17 @@ pub async fn cancel(
     PathParams((prefix, namespace, table, id)): PlanPath,
 ) -> ApiResult<StatusCode> {
     let ident = ident(&namespace, &table)?;
+    let loaded = readable_table(&state, &caller, &prefix, &ident).await?;
     state
         .plans
-        .with(&id, &caller, &prefix, &ident, |_| ())
+        .with(
+            &id,
+            &caller,
+            &prefix,
+            &ident,
+            loaded.metadata.uuid(),
+            |_| (),
+        )
         .ok_or_else(|| no_such_plan(&id))?;
     state.plans.remove(&id);
     Ok(StatusCode::NO_CONTENT)
@@ -342,20 +447,26 @@ pub async fn tasks(
         .split_once('.')
         .and_then(|(id, page)| Some((id, page.parse::<usize>().ok()?)))
         .ok_or_else(no_such_task)?;
-    state
-        .catalog
-        .authorize_table(&caller, &prefix, &ident, Privilege::ReadData)
-        .await?;
-    let size = state.plans.limits.page_files;
+    let loaded = readable_table(&state, &caller, &prefix, &ident).await?;
     let planned = state
         .plans
-        .with(id, &caller, &prefix, &ident, |plan| match &plan.state {
-            PlanState::Completed(planned) => Some(planned.clone()),
-            _ => None,
-        })
+        .with(
+            id,
+            &caller,
+            &prefix,
+            &ident,
+            loaded.metadata.uuid(),
+            |plan| match &plan.state {
+                PlanState::Completed(planned) => Some(planned.clone()),
+                _ => None,
+            },
+        )
         .flatten()
-        .filter(|planned| page >= 1 && page < planned.files().div_ceil(size))
         .ok_or_else(no_such_task)?;
+    let size = planned.page_size(state.plans.limits.page_files);
+    if page == 0 || page >= planned.files().div_ceil(size) {
+        return Err(no_such_task());
+    }
     let start = page * size;
     let answer = planned
         .page(start..start + size)

@@ -4,7 +4,7 @@
 //!
 //! Every answer errs towards reading: a file is skipped only when its bounds or null counts
 //! prove that no row of it can match (`!=` and `NOT IN` skip a file only when its bounds are
-//! both the value). Anything this does not reason about (`NOT` not pushed to the leaves,
+//! both the value and it has no nulls, which Iceberg counts as matching them). Anything this does not reason about (`NOT` not pushed to the leaves,
 //! prefixes, NaN tests, floating-point columns, whose bounds leave NaN out) might match.
 //! Iceberg's bounds of strings and binaries may be truncated, the lower one down and the upper
 //! one up, which keeps them bounds.
@@ -67,6 +67,8 @@ pub(crate) fn might_match(predicate: &BoundPredicate, file: &DataFile) -> bool {
 struct Column<'a> {
     lower: Option<&'a Datum>,
     upper: Option<&'a Datum>,
+    /// How many rows are null, when the file says.
+    nulls: Option<u64>,
     /// Every value of the column in the file is null: no comparison holds.
     all_null: bool,
 }
@@ -85,6 +87,7 @@ impl<'a> Column<'a> {
         Some(Self {
             lower: file.lower_bounds().get(&id),
             upper: file.upper_bounds().get(&id),
+            nulls: file.null_value_counts().get(&id).copied(),
             all_null: file.record_count() > 0
                 && file.null_value_counts().get(&id) == Some(&file.record_count()),
         })
@@ -103,13 +106,14 @@ impl<'a> Column<'a> {
         self.min_is(value, |o| o.is_le()) && self.max_is(value, |o| o.is_ge())
     }
 
-    /// Whether every row holds `value` or null (neither of which `!=` / `NOT IN` accepts):
-    /// both bounds equal it. Truncated bounds never do: a truncated upper bound is the
-    /// lower's prefix with its last character raised.
+    /// Whether every row holds `value` — which `!=` and `NOT IN` reject, while they accept a
+    /// null, as Iceberg evaluates them — : both bounds equal it and no row is null. Truncated
+    /// bounds never equal each other: a truncated upper bound is the lower's prefix with its
+    /// last character raised.
     fn only(&self, value: &Datum) -> bool {
-        self.all_null
-            || (compare(self.lower, value) == Some(Ordering::Equal)
-                && compare(self.upper, value) == Some(Ordering::Equal))
+        self.nulls == Some(0)
+            && compare(self.lower, value) == Some(Ordering::Equal)
+            && compare(self.upper, value) == Some(Ordering::Equal)
     }
 }
 
@@ -211,7 +215,7 @@ mod tests {
             .partition(Struct::empty())
             .record_count(100)
             .file_size_in_bytes(1000)
-            .null_value_counts(HashMap::from([(1, 3)]))
+            .null_value_counts(HashMap::from([(1, 0)]))
             .lower_bounds(HashMap::from([(1, Datum::long(7))]))
             .upper_bounds(HashMap::from([(1, Datum::long(7))]))
             .partition_spec_id(0)

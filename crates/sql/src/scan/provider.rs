@@ -179,6 +179,11 @@ impl IcebergTableProvider {
         &self.loaded.metadata
     }
 
+    /// What this table's reads may reach: its location.
+    pub(crate) fn files(&self) -> &WarehouseStorage {
+        &self.files
+    }
+
     /// The sort order all of `tasks`' data files say they were written in (their manifest
     /// entries' `sort_order_id`), as far as DataFusion can order rows by it ([`sort_columns`]).
     fn written_order(

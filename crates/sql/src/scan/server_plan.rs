@@ -33,6 +33,11 @@ use super::provider::IcebergTableProvider;
 const MAX_DEPTH: usize = 64;
 /// Most nodes and literals a filter may hold.
 const MAX_NODES: usize = 10_000;
+/// Largest filter, as JSON: every task carries it back as its residual.
+pub const MAX_FILTER_BYTES: usize = 64 << 10;
+/// About the most bytes of residual filters one page carries: a page shrinks below the
+/// configured size for a large filter.
+const PAGE_RESIDUAL_BYTES: usize = 8 << 20;
 
 /// A `PlanTableScanRequest`.
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +94,7 @@ pub struct ScanPlan {
     paths: Vec<String>,
     /// Every task's residual: the client's filter as it sent it (`true` without one).
     residual: Value,
+    residual_bytes: usize,
     /// Columns whose statistics the client asked for.
     stats: Vec<i32>,
 }
@@ -97,6 +103,13 @@ impl ScanPlan {
     /// How many data files the scan reads.
     pub fn files(&self) -> usize {
         self.paths.len()
+    }
+
+    /// The file scan tasks one page carries: `wanted`, fewer for a large filter.
+    pub fn page_size(&self, wanted: usize) -> usize {
+        wanted
+            .min(PAGE_RESIDUAL_BYTES / self.residual_bytes.max(1))
+            .max(1)
     }
 
     /// `file-scan-tasks` and the `delete-files` they refer to, for the data files `range`.
@@ -116,16 +129,14 @@ impl ScanPlan {
                 let next = numbered.len();
                 let number = *numbered.entry(position).or_insert(next);
                 if number == next {
-                    delete_files.push(content_file(
-                        &self.index.deletes[position],
-                        &self.metadata,
-                        &[],
-                    )?);
+                    delete_files.push(guarded(|| {
+                        content_file(&self.index.deletes[position], &self.metadata, &[])
+                    })?);
                 }
                 references.push(number);
             }
             tasks.push(json!({
-                "data-file": content_file(entry, &self.metadata, &self.stats)?,
+                "data-file": guarded(|| content_file(entry, &self.metadata, &self.stats))?,
                 "delete-file-references": references,
                 "residual-filter": self.residual,
             }));
@@ -134,14 +145,27 @@ impl ScanPlan {
     }
 }
 
+/// Runs `f` (writing a file's JSON), turning a panic of the writer — iceberg's value
+/// serialization panics on some out-of-range dates and timestamps — into an error.
+fn guarded(f: impl FnOnce() -> Result<Value>) -> Result<Value> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(DataFusionError::Execution(
+            "a file's statistics or partition values are out of range".into(),
+        ))
+    })
+}
+
 /// A scan request checked against its table, ready to be planned: everything wrong with the
 /// request is found here, before any file is read.
 pub struct PreparedScan {
     table: iceberg::table::Table,
+    /// What the table's reads may reach: every file the plan names must lie there.
+    files: floe_storage::WarehouseStorage,
     metadata: Arc<TableMetadata>,
     snapshot_id: Option<i64>,
     filter: Option<iceberg::expr::BoundPredicate>,
     residual: Value,
+    residual_bytes: usize,
     stats: Vec<i32>,
 }
 
@@ -187,12 +211,24 @@ pub fn prepare_scan(
             "select names more than {MAX_NODES} columns"
         )));
     }
-    let stats = request
+    let stats: std::collections::BTreeSet<i32> = request
         .stats_fields
         .iter()
         .flatten()
         .map(|name| field(name).map(|f| f.id))
-        .collect::<std::result::Result<Vec<i32>, _>>()?;
+        .collect::<std::result::Result<_, _>>()?;
+    let stats: Vec<i32> = stats.into_iter().collect();
+    let residual_bytes = match &request.filter {
+        None => 4,
+        Some(filter) => serde_json::to_vec(filter)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX),
+    };
+    if residual_bytes > MAX_FILTER_BYTES {
+        return Err(invalid(format!(
+            "the filter is {residual_bytes} bytes of JSON; at most {MAX_FILTER_BYTES} are taken"
+        )));
+    }
     let filter = match &request.filter {
         None => None,
         Some(value) => {
@@ -214,6 +250,8 @@ pub fn prepare_scan(
     };
     Ok(PreparedScan {
         table: provider.table().map_err(PlanError::Read)?,
+        files: provider.files().clone(),
+        residual_bytes,
         metadata: Arc::new(metadata.clone()),
         snapshot_id: snapshot.map(|s| s.snapshot_id()),
         filter,
@@ -232,15 +270,34 @@ impl PreparedScan {
                 .await
                 .map_err(PlanError::Read)?,
         };
-        let paths = matching(&index, self.filter.as_ref())
+        let paths: Vec<String> = matching(&index, self.filter.as_ref())
             .into_iter()
             .cloned()
             .collect();
+        // Every file a plan names lies in the table, as every file a scan reads does: a
+        // manifest naming another table's files gives no one that table's rows.
+        let reach = self.files.reach();
+        let referenced = index
+            .deletes
+            .iter()
+            .flat_map(|d| {
+                [
+                    Some(d.file.file_path().to_string()),
+                    d.file.referenced_data_file(),
+                ]
+            })
+            .flatten();
+        for path in paths.iter().cloned().chain(referenced) {
+            reach
+                .check(&path)
+                .map_err(|e| invalid(format!("table file {path}: {e}")))?;
+        }
         Ok(ScanPlan {
             index,
             metadata: self.metadata,
             paths,
             residual: self.residual,
+            residual_bytes: self.residual_bytes,
             stats: self.stats,
         })
     }
@@ -367,10 +424,12 @@ impl FilterParser<'_> {
         let (term, value, flipped) = match (object.get("term"), object.get("value")) {
             (Some(term), Some(value)) => (term, value, false),
             _ => match (object.get("left"), object.get("right")) {
+                // In this form a bare value is a literal; a column is a reference object.
                 (Some(left), Some(right)) if is_reference(right) && !is_reference(left) => {
                     (right, left, true)
                 }
-                (Some(left), Some(right)) => (left, right, false),
+                (Some(left), Some(right)) if is_reference(left) => (left, right, false),
+                (Some(_), Some(_)) => return Ok(None),
                 _ => {
                     return Err(invalid(format!(
                         "filter: a {kind:?} expression without \"left\" and \"right\""
@@ -458,8 +517,12 @@ impl FilterParser<'_> {
     }
 }
 
+/// A reference object (or a transform of one) in the `left`/`right` form.
 fn is_reference(value: &Value) -> bool {
-    value.is_string() || value.get("type") == Some(&json!("reference"))
+    matches!(
+        value.get("type").and_then(Value::as_str),
+        Some("reference" | "transform")
+    )
 }
 
 /// A literal in `ty`: `None` when the type has no exact reading here (pruning goes without
@@ -629,28 +692,33 @@ fn partition_values(entry: &DataFileEntry, metadata: &TableMetadata) -> Result<V
                 entry.spec_id
             ))
         })?;
-    // The spec's source columns may have been dropped since: any schema that has them all.
-    let partition_type = std::iter::once(metadata.current_schema())
-        .chain(metadata.schemas_iter())
-        .find_map(|schema| spec.partition_type(schema).ok())
-        .ok_or_else(|| {
-            DataFusionError::Execution(format!(
-                "partition spec {} names columns no schema has",
-                entry.spec_id
-            ))
-        })?;
-    let values = partition
-        .iter()
-        .zip(partition_type.fields())
-        .map(|(value, field)| match value {
-            None => Ok(Value::Null),
-            Some(literal) => literal
-                .clone()
-                .try_into_json(&field.field_type)
-                .map_err(|e| DataFusionError::Execution(format!("a partition value: {e}"))),
-        })
-        .collect::<Result<Vec<Value>>>()?;
-    Ok(Value::Array(values))
+    // The spec's source columns may have been dropped or promoted since: the first schema
+    // whose partition types take every value.
+    let fields = partition.fields();
+    for schema in std::iter::once(metadata.current_schema()).chain(metadata.schemas_iter()) {
+        let Ok(partition_type) = spec.partition_type(schema) else {
+            continue;
+        };
+        if partition_type.fields().len() != fields.len() {
+            continue;
+        }
+        let values: Option<Vec<Value>> = fields
+            .iter()
+            .zip(partition_type.fields())
+            .map(|(value, field)| match value {
+                None => Some(Value::Null),
+                Some(literal) => literal.clone().try_into_json(&field.field_type).ok(),
+            })
+            .collect();
+        if let Some(values) = values {
+            return Ok(Value::Array(values));
+        }
+    }
+    Err(DataFusionError::Execution(format!(
+        "{}: its partition values do not fit partition spec {}",
+        entry.file.file_path(),
+        entry.spec_id
+    )))
 }
 
 #[cfg(test)]
@@ -694,8 +762,15 @@ mod tests {
         assert_eq!(old, new);
         assert!(old.unwrap().unwrap().contains("id >= 5"));
         // `5 <= id` is `id >= 5`.
-        let flipped = parse(json!({"type": "lt-eq", "left": 5, "right": "id"}));
+        let flipped = parse(
+            json!({"type": "lt-eq", "left": 5, "right": {"type": "reference", "name": "id"}}),
+        );
         assert_eq!(flipped.unwrap().unwrap(), "id >= 5");
+        // In that form a bare string is a literal: "m" < city.
+        let literal = parse(
+            json!({"type": "lt", "left": "m", "right": {"type": "reference", "name": "city"}}),
+        );
+        assert_eq!(literal.unwrap().unwrap(), "city > \"m\"");
         assert_eq!(
             parse(json!({"type": "eq", "term": "day", "value": "2026-12-04"}))
                 .unwrap()
