@@ -140,7 +140,24 @@ pub async fn expire_snapshots(
     ident: &TableIdent,
     options: &ExpireOptions,
 ) -> Result<ExpireReport> {
-    let target = maintainer.load(warehouse, ident).await?;
+    let mut attempts = 0;
+    let (target, files_of) = loop {
+        let target = maintainer.load(warehouse, ident).await?;
+        match reachable_files(&target.table).await {
+            Ok(files_of) => break (target, files_of),
+            Err(e) => {
+                // Another expiry (or a drop and re-create) may have removed snapshots, and
+                // their files, since the load: on a table that moved on, try again as it is
+                // now; on one that did not, its files are missing and that is the answer.
+                attempts += 1;
+                let now = maintainer.load(warehouse, ident).await?;
+                if attempts >= 3 || now.loaded.metadata_location == target.loaded.metadata_location
+                {
+                    return Err(e);
+                }
+            }
+        }
+    };
     let metadata = target.table.metadata();
     let snapshots: Vec<SnapshotInfo> = metadata
         .snapshots()
@@ -160,7 +177,6 @@ pub async fn expire_snapshots(
         now,
     );
     let file_io = target.table.file_io();
-    let files_of = reachable_files(&target.table).await?;
     // gc.enabled=false: snapshots expire, their files stay (they may belong to others).
     let freed: BTreeSet<String> = if super::gc_enabled(metadata) {
         expiry::freed_files(&plan, &files_of)
