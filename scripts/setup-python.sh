@@ -39,6 +39,8 @@ OPENAPI_SPEC_VALIDATOR_VERSION="0.9.0"
 OTEL_SDK_VERSION="1.45.2"
 OTEL_EXPORTER_VERSION="1.45.1"
 OTEL_JSON_EXPORTER_VERSION="0.66b1"
+# Selenium drives Debian's headless Chromium (scripts/setup-chromium.sh) in the console tests.
+SELENIUM_VERSION="4.50.0"
 
 PINS=(
   "pyiceberg[pyarrow,sql-sqlite,pyiceberg-core]==${PYICEBERG_VERSION}"
@@ -65,6 +67,7 @@ PINS=(
   "opentelemetry-exporter-otlp-proto-http==${OTEL_EXPORTER_VERSION}"
   "opentelemetry-exporter-otlp-proto-grpc==${OTEL_EXPORTER_VERSION}"
   "opentelemetry-exporter-otlp-json-http==${OTEL_JSON_EXPORTER_VERSION}"
+  "selenium==${SELENIUM_VERSION}"
 )
 
 VENV="${FLOE_VENV:-$HOME/.cache/floe-venv}"

@@ -200,6 +200,14 @@ pub struct ServeArgs {
     /// The claim of external tokens that names the Floe principal.
     #[arg(long, env = "FLOE_OIDC_PRINCIPAL_CLAIM", default_value = "sub")]
     pub oidc_principal_claim: String,
+    /// The client id the web console signs in with at the OpenID Connect issuer (a public
+    /// client allowed the redirect URI `<this server>/console/`); unset, the console offers
+    /// client credentials only.
+    #[arg(long, env = "FLOE_CONSOLE_OIDC_CLIENT_ID", requires = "oidc_issuer")]
+    pub console_oidc_client_id: Option<String>,
+    /// The scopes the web console asks the OpenID Connect issuer for.
+    #[arg(long, env = "FLOE_CONSOLE_OIDC_SCOPE", default_value = "openid")]
+    pub console_oidc_scope: String,
     /// Largest number of database connections (default: 4 per core, at most 16; more
     /// connections than the machine can serve only lengthen the latency tail).
     #[arg(long, env = "FLOE_DB_MAX_CONNECTIONS")]
@@ -284,6 +292,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ..AuthConfig::default()
         },
     );
+    let mut console = floe_server::console::ConsoleConfig::default();
     if let Some(issuer) = &args.oidc_issuer {
         let verifier = floe_server::oidc::OidcVerifier::discover(floe_server::oidc::OidcConfig {
             issuer: issuer.clone(),
@@ -293,6 +302,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("OpenID Connect issuer {issuer}: {e}"))?;
         tracing::info!(issuer, "accepting tokens from the OpenID Connect issuer");
+        if let Some(client_id) = &args.console_oidc_client_id {
+            let (authorization_endpoint, token_endpoint) =
+                verifier.browser_endpoints().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "OpenID Connect issuer {issuer} names no authorization_endpoint and \
+                         token_endpoint, which --console-oidc-client-id needs"
+                    )
+                })?;
+            console.oidc = Some(floe_server::console::ConsoleOidc {
+                issuer: verifier.issuer().to_string(),
+                client_id: client_id.clone(),
+                scope: args.console_oidc_scope.clone(),
+                authorization_endpoint,
+                token_endpoint,
+            });
+        }
         auth = auth.with_external(Arc::new(verifier));
     }
     let auth = Arc::new(auth);
@@ -381,6 +406,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Arc::new(store.clone()),
         engine.clone(),
     );
+    state.console = Arc::new(console);
     state.cluster = Some(Arc::new(store.clone()));
     state.migrations = Some(Arc::new(store.clone()));
     state.decode = floe_server::bounded_ipc::DecodeLimits {

@@ -2,6 +2,7 @@
 //!
 //! - `/catalog/v1/…`: the Iceberg REST catalog ([`rest`]).
 //! - `/api/v1/…`: the management API ([`management`]), described at `/api/v1/openapi.json`.
+//! - `/console/`: the web console ([`console`]).
 //! - `/health` and `/metrics`.
 //!
 //! Handlers are thin: they parse the request, call [`floe_catalog::service::CatalogService`]
@@ -13,6 +14,7 @@ mod auth;
 /// The bounded Arrow IPC decoder every door shares (it lives with the ingestion core).
 pub use floe_stream::decode::ipc as bounded_ipc;
 pub mod cluster;
+pub mod console;
 pub mod error;
 mod extract;
 pub mod flight;
@@ -80,6 +82,8 @@ pub struct AppState {
     load_bodies: Arc<floe_catalog::metadata::MetadataCache<bytes::Bytes>>,
     /// Server-side scan plans this node holds for their clients.
     pub plans: Arc<rest::planning::PlanStore>,
+    /// What the web console offers at sign-in.
+    pub console: Arc<console::ConsoleConfig>,
 }
 
 impl AppState {
@@ -143,6 +147,7 @@ impl AppState {
             migrations: None,
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
             plans: Arc::default(),
+            console: Arc::default(),
         }
     }
 }
@@ -163,6 +168,8 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             audit::record,
         ))
+        // The console's files are public and not audited; the API calls it makes are.
+        .merge(console::router(state.clone()))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -30,6 +30,10 @@ pub struct OidcConfig {
 pub struct OidcVerifier {
     config: OidcConfig,
     jwks_uri: String,
+    /// Where a browser signs in (authorization code flow), if the issuer names it.
+    authorization_endpoint: Option<String>,
+    /// Where a browser trades its code for tokens, if the issuer names it.
+    token_endpoint: Option<String>,
     http: reqwest::Client,
     keys: RwLock<(HashMap<String, RsaPublicKey>, Option<Instant>)>,
 }
@@ -58,14 +62,30 @@ impl OidcVerifier {
             .as_str()
             .ok_or_else(|| format!("{url} has no jwks_uri"))?
             .to_string();
+        let endpoint = |name: &str| discovery[name].as_str().map(str::to_string);
         let verifier = OidcVerifier {
             config,
             jwks_uri,
+            authorization_endpoint: endpoint("authorization_endpoint"),
+            token_endpoint: endpoint("token_endpoint"),
             http,
             keys: RwLock::new((HashMap::new(), None)),
         };
         verifier.refresh_keys().await?;
         Ok(verifier)
+    }
+
+    /// The issuer's browser sign-in endpoints (authorization, token), when it publishes both.
+    pub fn browser_endpoints(&self) -> Option<(String, String)> {
+        Some((
+            self.authorization_endpoint.clone()?,
+            self.token_endpoint.clone()?,
+        ))
+    }
+
+    /// The issuer URL tokens must name.
+    pub fn issuer(&self) -> &str {
+        &self.config.issuer
     }
 
     async fn refresh_keys(&self) -> Result<(), String> {

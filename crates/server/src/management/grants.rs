@@ -4,8 +4,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use floe_catalog::governance::auth::not_found_principal;
-use floe_catalog::governance::authz::{Caller, Privilege};
+use floe_catalog::governance::authz::{Caller, GrantRecord, Privilege, SEP};
+use floe_catalog::model::{PageRequest, TabularKind};
 use floe_catalog::service::SecurableRef;
+use iceberg::NamespaceIdent;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -126,9 +128,73 @@ pub async fn role_grants(
     PathParams(role): PathParams<String>,
 ) -> ApiResult<Json<Value>> {
     require_server(&caller, Privilege::ManageGrants)?;
-    Ok(Json(
-        json!({"grants": state.authz.store().role_grants(&role).await?}),
-    ))
+    let mut grants = Vec::new();
+    for record in state.authz.store().role_grants(&role).await? {
+        let on = name_securable(&state, &record).await?;
+        let mut grant = json!(record);
+        if let Some(on) = on {
+            grant["on"] = on;
+        }
+        grants.push(grant);
+    }
+    Ok(Json(json!({ "grants": grants })))
+}
+
+/// The most tables and views of one namespace searched for a granted table's name.
+const NAME_SEARCH_LIMIT: usize = 1_000;
+
+/// A grant's securable as a request names it (`{"type": "table", "warehouse": …}`), so that
+/// the answer can be revoked as it reads; None when it no longer exists or (a table in a
+/// namespace of more than 1,000) was not searched for.
+async fn name_securable(state: &AppState, record: &GrantRecord) -> ApiResult<Option<Value>> {
+    if record.securable_kind == "server" {
+        return Ok(Some(json!({"type": "server"})));
+    }
+    let mut parts = record.scope.split(SEP);
+    let Some(warehouse_id) = parts.next().and_then(|id| uuid::Uuid::parse_str(id).ok()) else {
+        return Ok(None);
+    };
+    let store = state.catalog.store();
+    let Some(warehouse) = store.get_warehouse_by_id(warehouse_id).await? else {
+        return Ok(None);
+    };
+    let mut levels: Vec<String> = parts.map(str::to_string).collect();
+    let kind = match record.securable_kind.as_str() {
+        "warehouse" => {
+            return Ok(Some(
+                json!({"type": "warehouse", "warehouse": warehouse.name}),
+            ));
+        }
+        "namespace" => {
+            return Ok(Some(json!({
+                "type": "namespace", "warehouse": warehouse.name, "namespace": levels,
+            })));
+        }
+        "table" => TabularKind::Table,
+        "view" => TabularKind::View,
+        _ => return Ok(None),
+    };
+    levels.pop(); // the `t:<id>` element
+    let Ok(namespace) = NamespaceIdent::from_vec(levels.clone()) else {
+        return Ok(None);
+    };
+    let page = PageRequest {
+        token: None,
+        size: Some(NAME_SEARCH_LIMIT),
+    };
+    let names = store
+        .list_tabulars(warehouse.id, &namespace, kind, &page, None)
+        .await?;
+    for name in names.items {
+        let found = store.get_tabular(warehouse.id, &namespace, &name).await?;
+        if found.is_some_and(|t| t.id.to_string() == record.securable_id) {
+            return Ok(Some(json!({
+                "type": record.securable_kind, "warehouse": warehouse.name,
+                "namespace": levels, "name": name,
+            })));
+        }
+    }
+    Ok(None)
 }
 
 /// Who may grant on a securable: holders of `manage-grants` on it (or above).

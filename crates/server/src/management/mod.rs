@@ -34,6 +34,7 @@ management_routes! {
     "/principals" => get principals::list, post principals::create;
     "/tenants/{name}/limits" => get tenants::get, put tenants::put, delete tenants::delete;
     "/principals/{name}" => get principals::get;
+    "/whoami" => get principals::whoami;
     "/principals/{name}/rotate-credentials" => post principals::rotate_credentials;
     "/principals/{name}/disable" => post principals::disable;
     "/principals/{name}/enable" => post principals::enable;

@@ -63,6 +63,11 @@ pub async fn list(
     Ok(Json(json!({ "principals": principals })))
 }
 
+/// The principal the caller's token names (what the console shows as signed in).
+pub async fn whoami(Extension(caller): Extension<Caller>) -> Json<Value> {
+    Json(json!(caller.principal))
+}
+
 pub async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
