@@ -65,6 +65,8 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
         ns: &NamespaceIdent,
         name: &str,
     ) -> Result<Option<TabularRecord>>;
+    /// The table or view with that id, wherever it is.
+    async fn get_tabular_by_id(&self, id: Uuid) -> Result<Option<TabularRecord>>;
     async fn list_tabulars(
         &self,
         warehouse: Uuid,

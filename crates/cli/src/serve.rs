@@ -310,6 +310,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                          token_endpoint, which --console-oidc-client-id needs"
                     )
                 })?;
+            for endpoint in [&authorization_endpoint, &token_endpoint] {
+                if !floe_server::console::browser_endpoint_ok(endpoint) {
+                    anyhow::bail!(
+                        "OpenID Connect issuer {issuer} names the browser endpoint {endpoint}; \
+                         the console signs in only through https (or http on loopback)"
+                    );
+                }
+            }
+            tracing::info!(%authorization_endpoint, %token_endpoint, "the console signs in through the OpenID Connect issuer");
             console.oidc = Some(floe_server::console::ConsoleOidc {
                 issuer: verifier.issuer().to_string(),
                 client_id: client_id.clone(),

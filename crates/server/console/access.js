@@ -61,7 +61,7 @@ export async function accessPage(ctx) {
                   name: "",
                   render: (g) =>
                     g.on
-                      ? h("button", { type: "button", class: "danger revoke", onclick: () => change("revoke", role, g.privilege, g.on) }, "Revoke")
+                      ? h("button", { type: "button", class: "danger revoke", onclick: () => change("revoke", role, g.privilege, g.on, g["securable-id"]) }, "Revoke")
                       : "",
                 },
               ],
@@ -75,9 +75,13 @@ export async function accessPage(ctx) {
     }
   };
 
-  const change = async (verb, role, privilege, on) => {
+  // A revoke from a listed grant names the securable's id too, so a table renamed or replaced
+  // since the list was read is refused (409) instead of revoking on another.
+  const change = async (verb, role, privilege, on, securableId) => {
     try {
-      await api("POST", verb === "grant" ? "/api/v1/grants" : "/api/v1/grants/revoke", { role, privilege, on });
+      const body = { role, privilege, on };
+      if (securableId) body["securable-id"] = securableId;
+      await api("POST", verb === "grant" ? "/api/v1/grants" : "/api/v1/grants/revoke", body);
       done(`${verb === "grant" ? "Granted" : "Revoked"} ${privilege} on ${securableText(on)} ${verb === "grant" ? "to" : "from"} ${role}.`);
       roleSelect.value = role;
       await showGrants(role);

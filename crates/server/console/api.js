@@ -4,6 +4,8 @@
 // make the browser spend it), and every call names it in an Authorization header.
 
 const SESSION = "floe.console.session";
+/** Each warehouse's catalog prefix, from /catalog/v1/config. */
+const prefixes = new Map();
 const PENDING_OIDC = "floe.console.oidc";
 
 export class ApiError extends Error {
@@ -16,7 +18,12 @@ export class ApiError extends Error {
 export function session() {
   try {
     const s = JSON.parse(sessionStorage.getItem(SESSION));
-    return s && typeof s.token === "string" ? s : null;
+    if (!s || typeof s.token !== "string") return null;
+    if (typeof s.expires === "number" && s.expires <= Date.now()) {
+      signOut();
+      return null;
+    }
+    return s;
   } catch {
     return null;
   }
@@ -27,8 +34,12 @@ function saveSession(token, via, expiresIn) {
   sessionStorage.setItem(SESSION, JSON.stringify({ token, via, expires }));
 }
 
+/** Forgets the token and everything this tab kept for it (last statement, warehouse, …). */
 export function signOut() {
-  sessionStorage.removeItem(SESSION);
+  for (const key of Object.keys(sessionStorage)) {
+    if (key.startsWith("floe.console.") && key !== PENDING_OIDC) sessionStorage.removeItem(key);
+  }
+  prefixes.clear();
 }
 
 /** The message of an error answer: Iceberg's ErrorModel, OAuth's error, or the text. */
@@ -145,12 +156,14 @@ export async function finishOidc(oidc, params) {
   const pending = JSON.parse(sessionStorage.getItem(PENDING_OIDC) || "null");
   sessionStorage.removeItem(PENDING_OIDC);
   history.replaceState(null, "", "/console/");
-  if (params.get("error")) {
-    throw new ApiError(400, `the issuer refused: ${params.get("error")} ${params.get("error_description") || ""}`.trim());
-  }
+  // Nothing in an answer this tab did not ask for is shown or used (not even its error text).
   if (!oidc) throw new ApiError(400, "this server does not offer OpenID Connect sign-in");
   if (!pending || params.get("state") !== pending.state) {
     throw new ApiError(400, "the sign-in answer does not belong to a sign-in started in this tab");
+  }
+  if (params.get("error")) {
+    const code = /^[a-z_]{1,64}$/.test(params.get("error")) ? params.get("error") : "an unnamed error";
+    throw new ApiError(400, `the issuer refused the sign-in (${code})`);
   }
   const answer = await tokenRequest(oidc["token-endpoint"], {
     grant_type: "authorization_code",
@@ -163,7 +176,6 @@ export async function finishOidc(oidc, params) {
 }
 
 // Iceberg REST paths: a namespace's levels travel joined by the unit separator.
-const prefixes = new Map();
 
 export async function catalogPrefix(warehouse) {
   if (!prefixes.has(warehouse)) {

@@ -227,6 +227,11 @@ function snapshotsTab(m) {
 const CONTENT = { 0: "data", 1: "position deletes", 2: "equality deletes" };
 
 async function filesTab(warehouse, levels, name) {
+  // SQL names a nested namespace by joining its levels with dots, so a level holding a dot
+  // would name another namespace: list nothing rather than another table's files.
+  if (levels.some((level) => level.includes("."))) {
+    return h("p", { class: "muted" }, "Files are listed through SQL, which cannot name a namespace level containing a dot.");
+  }
   const statement =
     `SELECT content, file_path, file_format, "partition", record_count, file_size_in_bytes ` +
     `FROM ${quoteIdent(levels.join("."))}.${quoteIdent(`${name}$files`)} LIMIT 1000`;

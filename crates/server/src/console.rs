@@ -99,7 +99,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/console/", get(|| serve("index.html")))
         .route("/console/config.json", get(config))
         .route(
-            "/console/{file}",
+            "/console/{*file}",
             get(|Path(file): Path<String>| serve_owned(file)),
         )
         .layer(axum::middleware::from_fn_with_state(state, headers))
@@ -147,21 +147,8 @@ async fn headers(
     next: axum::middleware::Next,
 ) -> Response {
     let mut response = next.run(request).await;
-    let token_origin = state
-        .console
-        .oidc
-        .as_ref()
-        .and_then(|o| origin(&o.token_endpoint))
-        .unwrap_or_default();
-    let policy = format!(
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-         connect-src 'self' {token_origin}; base-uri 'none'; form-action 'self'; \
-         frame-ancestors 'none'"
-    );
     let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(policy.trim()) {
-        headers.insert(header::CONTENT_SECURITY_POLICY, value);
-    }
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy(&state.console));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -172,6 +159,47 @@ async fn headers(
         HeaderValue::from_static("no-referrer"),
     );
     response
+}
+
+/// The Content-Security-Policy: scripts, styles and connections from this origin only (and
+/// the OpenID Connect token endpoint's, when sign-in there is offered).
+fn policy(console: &ConsoleConfig) -> HeaderValue {
+    const BASE: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+        img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+    let connect = match console
+        .oidc
+        .as_ref()
+        .and_then(|o| origin(&o.token_endpoint))
+    {
+        Some(token_origin) => format!("connect-src 'self' {token_origin}"),
+        None => "connect-src 'self'".to_string(),
+    };
+    // `origin` admits only header-safe characters; should that ever fail, the policy goes out
+    // without the token endpoint rather than not at all.
+    HeaderValue::from_str(&format!("{BASE}; {connect}")).unwrap_or_else(|_| {
+        HeaderValue::from_static(concat!(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; ",
+            "base-uri 'none'; form-action 'self'; frame-ancestors 'none'; connect-src 'self'"
+        ))
+    })
+}
+
+/// Whether the browser may be sent to (or post its code to) this issuer endpoint: https, or
+/// http on a loopback address only (a code or verifier must not cross a network in clear).
+pub fn browser_endpoint_ok(url: &str) -> bool {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return false;
+    };
+    match parsed.scheme() {
+        "https" => parsed.host().is_some(),
+        "http" => match parsed.host() {
+            Some(url::Host::Domain(d)) => d == "localhost",
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        },
+        _ => false,
+    }
 }
 
 /// `scheme://host[:port]` of an http(s) URL, or None for anything else (which the policy then
@@ -214,5 +242,41 @@ mod tests {
             origin("http://127.0.0.1:9/t?x=';script-src *").as_deref(),
             Some("http://127.0.0.1:9")
         );
+    }
+
+    #[test]
+    fn issuer_endpoints_are_https_or_loopback() {
+        assert!(browser_endpoint_ok("https://id.example.com/authorize"));
+        assert!(browser_endpoint_ok("http://127.0.0.1:8080/token"));
+        assert!(browser_endpoint_ok("http://localhost/token"));
+        assert!(browser_endpoint_ok("http://[::1]:9/token"));
+        assert!(!browser_endpoint_ok("http://id.example.com/token"));
+        assert!(!browser_endpoint_ok("javascript:alert(1)"));
+        assert!(!browser_endpoint_ok("data:text/html,x"));
+    }
+
+    #[test]
+    fn the_policy_names_the_token_endpoint_origin_only() {
+        let mut console = ConsoleConfig::default();
+        assert!(
+            policy(&console)
+                .to_str()
+                .unwrap()
+                .ends_with("connect-src 'self'")
+        );
+        console.oidc = Some(ConsoleOidc {
+            issuer: "https://id.example.com".into(),
+            client_id: "c".into(),
+            scope: "openid".into(),
+            authorization_endpoint: "https://id.example.com/a".into(),
+            token_endpoint: "https://tokens.example.com:8443/t?x=1".into(),
+        });
+        let policy = policy(&console);
+        let text = policy.to_str().unwrap();
+        assert!(
+            text.ends_with("connect-src 'self' https://tokens.example.com:8443"),
+            "{text}"
+        );
+        assert!(!text.contains("unsafe"));
     }
 }

@@ -483,6 +483,21 @@ impl CatalogStore for SqlStore {
             .transpose()
     }
 
+    async fn get_tabular_by_id(&self, id: Uuid) -> Result<Option<TabularRecord>> {
+        let sql = format!(
+            "SELECT {TABULAR_COLUMNS} FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
+             WHERE t.id = $1"
+        );
+        sqlx::query(&sql)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error)?
+            .as_ref()
+            .map(tabular_from_row)
+            .transpose()
+    }
+
     async fn list_tabulars(
         &self,
         warehouse: Uuid,

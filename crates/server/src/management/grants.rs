@@ -5,9 +5,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use floe_catalog::governance::auth::not_found_principal;
 use floe_catalog::governance::authz::{Caller, GrantRecord, Privilege, SEP};
-use floe_catalog::model::{PageRequest, TabularKind};
 use floe_catalog::service::SecurableRef;
-use iceberg::NamespaceIdent;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -34,6 +32,10 @@ pub struct GrantRequest {
     pub role: String,
     pub privilege: String,
     pub on: SecurableRef,
+    /// The id `on` must still name (as a role's grants list it): a revoke or grant refuses
+    /// (409) when the name has come to mean another securable since it was read.
+    #[serde(rename = "securable-id", default)]
+    pub securable_id: Option<String>,
 }
 
 fn parse_privilege(name: &str) -> ApiResult<Privilege> {
@@ -130,71 +132,64 @@ pub async fn role_grants(
     require_server(&caller, Privilege::ManageGrants)?;
     let mut grants = Vec::new();
     for record in state.authz.store().role_grants(&role).await? {
-        let on = name_securable(&state, &record).await?;
         let mut grant = json!(record);
-        if let Some(on) = on {
-            grant["on"] = on;
+        match name_securable(&state, &record).await {
+            Ok(Some(on)) => grant["on"] = on,
+            Ok(None) => {}
+            // One grant whose securable cannot be named (dropped meanwhile, a store hiccup)
+            // does not hide the others.
+            Err(e) => {
+                tracing::warn!(error = %e.0, id = %record.securable_id, "name a granted securable")
+            }
         }
         grants.push(grant);
     }
     Ok(Json(json!({ "grants": grants })))
 }
 
-/// The most tables and views of one namespace searched for a granted table's name.
-const NAME_SEARCH_LIMIT: usize = 1_000;
-
 /// A grant's securable as a request names it (`{"type": "table", "warehouse": …}`), so that
-/// the answer can be revoked as it reads; None when it no longer exists or (a table in a
-/// namespace of more than 1,000) was not searched for.
+/// the answer can be revoked as it reads; None when it no longer exists. One lookup by id.
 async fn name_securable(state: &AppState, record: &GrantRecord) -> ApiResult<Option<Value>> {
     if record.securable_kind == "server" {
         return Ok(Some(json!({"type": "server"})));
     }
+    let store = state.catalog.store();
+    let warehouse_name = |id: uuid::Uuid| async move {
+        ApiResult::Ok(store.get_warehouse_by_id(id).await?.map(|w| w.name))
+    };
     let mut parts = record.scope.split(SEP);
     let Some(warehouse_id) = parts.next().and_then(|id| uuid::Uuid::parse_str(id).ok()) else {
         return Ok(None);
     };
-    let store = state.catalog.store();
-    let Some(warehouse) = store.get_warehouse_by_id(warehouse_id).await? else {
-        return Ok(None);
-    };
-    let mut levels: Vec<String> = parts.map(str::to_string).collect();
-    let kind = match record.securable_kind.as_str() {
-        "warehouse" => {
-            return Ok(Some(
-                json!({"type": "warehouse", "warehouse": warehouse.name}),
-            ));
-        }
+    match record.securable_kind.as_str() {
+        "warehouse" => Ok(warehouse_name(warehouse_id)
+            .await?
+            .map(|w| json!({"type": "warehouse", "warehouse": w}))),
         "namespace" => {
-            return Ok(Some(json!({
-                "type": "namespace", "warehouse": warehouse.name, "namespace": levels,
-            })));
+            let levels: Vec<&str> = parts.collect();
+            Ok(warehouse_name(warehouse_id)
+                .await?
+                .map(|w| json!({"type": "namespace", "warehouse": w, "namespace": levels})))
         }
-        "table" => TabularKind::Table,
-        "view" => TabularKind::View,
-        _ => return Ok(None),
-    };
-    levels.pop(); // the `t:<id>` element
-    let Ok(namespace) = NamespaceIdent::from_vec(levels.clone()) else {
-        return Ok(None);
-    };
-    let page = PageRequest {
-        token: None,
-        size: Some(NAME_SEARCH_LIMIT),
-    };
-    let names = store
-        .list_tabulars(warehouse.id, &namespace, kind, &page, None)
-        .await?;
-    for name in names.items {
-        let found = store.get_tabular(warehouse.id, &namespace, &name).await?;
-        if found.is_some_and(|t| t.id.to_string() == record.securable_id) {
-            return Ok(Some(json!({
-                "type": record.securable_kind, "warehouse": warehouse.name,
-                "namespace": levels, "name": name,
-            })));
+        "table" | "view" => {
+            let Ok(id) = uuid::Uuid::parse_str(&record.securable_id) else {
+                return Ok(None);
+            };
+            let Some(tabular) = store.get_tabular_by_id(id).await? else {
+                return Ok(None);
+            };
+            if tabular.kind.as_str() != record.securable_kind {
+                return Ok(None);
+            }
+            Ok(warehouse_name(tabular.warehouse_id).await?.map(|w| {
+                json!({
+                    "type": record.securable_kind, "warehouse": w,
+                    "namespace": tabular.namespace.inner(), "name": tabular.name,
+                })
+            }))
         }
+        _ => Ok(None),
     }
-    Ok(None)
 }
 
 /// Who may grant on a securable: holders of `manage-grants` on it (or above).
@@ -244,6 +239,14 @@ async fn change_grant(
     }));
     let privilege = parse_privilege(&request.privilege)?;
     let securable = authorized_securable(state, caller, &request.on).await?;
+    if let Some(expected) = &request.securable_id
+        && *expected != securable.id
+    {
+        return Err(ApiError(floe_catalog::CatalogError::CommitFailed(format!(
+            "the securable named is no longer {expected} (it was renamed or replaced); \
+             read the grants again"
+        ))));
+    }
     let store = state.authz.store();
     if grant {
         store.grant(&request.role, privilege, &securable).await?;

@@ -145,6 +145,19 @@ async fn locations(store: &Arc<dyn CatalogStore>) {
         .unwrap();
     assert_eq!(unchanged.metadata_location, mover.metadata_location);
     assert_eq!(unchanged.location, mover.location);
+    // The same record by id, wherever it is; an unknown id is none.
+    let by_id = store.get_tabular_by_id(mover.id).await.unwrap().unwrap();
+    assert_eq!(
+        (by_id.name.as_str(), by_id.namespace.clone()),
+        ("mover", ns(&["n"]))
+    );
+    assert!(
+        store
+            .get_tabular_by_id(Uuid::now_v7())
+            .await
+            .unwrap()
+            .is_none()
+    );
     // Concurrent creates of nested locations: exactly one wins.
     let mut handles = Vec::new();
     for i in 0..6 {
