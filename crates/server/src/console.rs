@@ -100,13 +100,13 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/console/config.json", get(config))
         .route(
             "/console/{*file}",
-            get(|Path(file): Path<String>| serve_owned(file)),
+            get(|Path(file): Path<String>| async move { serve(&file).await }),
         )
-        .layer(axum::middleware::from_fn_with_state(state, headers))
-}
-
-async fn serve_owned(file: String) -> Response {
-    serve(&file).await
+        // The policy depends only on the configuration: built once, not per answer.
+        .layer(axum::middleware::from_fn_with_state(
+            policy(&state.console),
+            headers,
+        ))
 }
 
 async fn serve(file: &str) -> Response {
@@ -142,13 +142,13 @@ async fn config(State(state): State<AppState>) -> Response {
 
 /// Adds the console's security headers to every answer under `/console`.
 async fn headers(
-    State(state): State<AppState>,
+    State(policy): State<HeaderValue>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_SECURITY_POLICY, policy(&state.console));
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy);
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
