@@ -278,3 +278,35 @@ def test_concurrent_appends_keep_every_row(floe_matrix):
     expected = sorted(w * 1000 + b * 10 + i for w in range(writers) for b in range(batches) for i in range(3))
     assert sorted(ids) == expected, "every committed append is in the table exactly once"
     assert len(table.snapshots()) == writers * batches
+
+
+def test_tags_and_branches_of_format_version_1_tables_are_kept(floe):
+    """The spec allows refs in v1 metadata; iceberg-rust's v1 form drops them, Floe keeps them."""
+    import json
+    from urllib.parse import urlparse
+
+    catalog = floe.pyiceberg()
+    catalog.create_namespace("v1")
+    table = catalog.create_table("v1.tagged", schema=SCHEMA, properties={"format-version": "1"})
+    assert table.metadata.format_version == 1
+    table.append(rows([1, 2]))
+    first = table.current_snapshot().snapshot_id
+    table.append(rows([3]))
+    table.manage_snapshots().create_tag(first, "release").create_branch(first, "audit").commit()
+
+    again = floe.pyiceberg().load_table("v1.tagged")
+    assert again.metadata.format_version == 1
+    assert again.metadata.refs["release"].snapshot_id == first
+    assert again.metadata.refs["release"].snapshot_ref_type == "tag"
+    assert again.metadata.refs["audit"].snapshot_ref_type == "branch"
+    assert sorted(again.scan(snapshot_id=again.metadata.refs["release"].snapshot_id).to_arrow()["id"].to_pylist()) == [1, 2]
+    # The file Floe wrote holds them, for every other reader.
+    written = json.loads(open(urlparse(again.metadata_location).path).read())
+    assert written["format-version"] == 1
+    assert written["refs"]["release"] == {"snapshot-id": first, "type": "tag"}
+    # A later commit keeps them, and Floe's SQL sees them.
+    again.append(rows([4]))
+    assert floe.pyiceberg().load_table("v1.tagged").metadata.refs["release"].snapshot_id == first
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT name, type FROM v1.\"tagged$refs\" ORDER BY name", "warehouse": floe.warehouse})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["rows"] == [{"name": "audit", "type": "BRANCH"}, {"name": "main", "type": "BRANCH"}, {"name": "release", "type": "TAG"}]

@@ -315,3 +315,25 @@ def test_floe_reads_equality_deletes_written_by_icebergs_java_writers(spark_floe
     )
     spark_answer = spark.sql(f"SELECT kind, count(*) FROM floe.{events} GROUP BY kind ORDER BY kind").collect()
     assert [(r["kind"], r["n"]) for r in answer.json()["rows"]] == [tuple(r) for r in spark_answer]
+
+
+def test_spark_tags_on_format_version_1_tables_survive_floe(spark_floe):
+    """Tags and branches Spark makes on a v1 table are in the metadata Floe writes and serves."""
+    spark, floe = spark_floe
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS floe.v1s")
+    spark.sql("CREATE TABLE floe.v1s.events (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='1')")
+    spark.sql("INSERT INTO floe.v1s.events VALUES (1), (2)")
+    first = spark.sql("SELECT snapshot_id FROM floe.v1s.events.snapshots ORDER BY committed_at").collect()[0][0]
+    spark.sql("INSERT INTO floe.v1s.events VALUES (3)")
+    spark.sql(f"ALTER TABLE floe.v1s.events CREATE TAG `release` AS OF VERSION {first}")
+    spark.sql(f"ALTER TABLE floe.v1s.events CREATE BRANCH `audit` AS OF VERSION {first}")
+    # A fresh read through Floe: PyIceberg sees what Spark committed.
+    loaded = floe.pyiceberg().load_table("v1s.events")
+    assert loaded.metadata.format_version == 1
+    assert loaded.metadata.refs["release"].snapshot_id == first
+    assert loaded.metadata.refs["release"].snapshot_ref_type == "tag"
+    assert loaded.metadata.refs["audit"].snapshot_ref_type == "branch"
+    spark.sql("REFRESH TABLE floe.v1s.events")
+    assert rows_of(spark.sql("SELECT id FROM floe.v1s.events VERSION AS OF 'release'")) == [(1,), (2,)]
+    names = {r[0]: r[1] for r in spark.sql("SELECT name, type FROM floe.v1s.events.refs").collect()}
+    assert names == {"main": "BRANCH", "release": "TAG", "audit": "BRANCH"}, names

@@ -81,9 +81,22 @@ def test_a_deleted_data_file_is_found_and_its_reference_dropped(floe):
 
     con = attach(floe)
     assert con.execute("SELECT count(*) FROM floe.fix.lost_file").fetchone()[0] == 20
-    # The repair is on the audit trail, with its outcome.
+    # The repair is on the audit trail, with its outcome, and its records say what it was
+    # about: the table, whether it was a dry run, and what it changed.
     audit = floe.api("GET", "/api/v1/audit?limit=1000").json()["records"]
-    assert any(r["resource"].endswith("/api/v1/tables/repair") and r["status"] == 200 for r in audit), audit[-3:]
+    repairs = [r for r in audit if r["resource"].endswith("/api/v1/tables/repair")]
+    assert any(r["status"] == 200 for r in repairs), audit[-3:]
+    details = [json.loads(r["details"]) for r in repairs]
+    assert all(d.get("table") == "fix.lost_file" for d in details), details
+    dry_records = [d for d in details if d["dry-run"]]
+    assert dry_records and all(a["action"] == "drop-missing-files" for a in dry_records[0]["actions"]), details
+    applied_records = [d for d in details if not d["dry-run"]]
+    # The record committed with the change, and the one that follows it with what changed.
+    assert any("follows-record" not in d for d in applied_records), details
+    assert any(
+        [a["action"] for a in d.get("actions", [])] == ["drop-missing-files"] and "follows-record" in d
+        for d in applied_records
+    ), details
 
 
 def test_a_deleted_manifest_rolls_main_back_to_the_last_readable_snapshot(floe):

@@ -180,13 +180,11 @@ fn requirement_failure(
     }
 }
 
-/// `branch` or `tag`, read from the serialized refs (only on the failure path).
+/// `branch` or `tag` (only on the failure path).
 fn ref_kind(base: &TableMetadata, name: &str) -> &'static str {
-    let kind = serde_json::to_value(base)
-        .ok()
-        .and_then(|v| v["refs"][name]["type"].as_str().map(str::to_string));
-    match kind.as_deref() {
-        Some("tag") => "tag",
+    let refs = crate::metadata::table_refs(base).unwrap_or_default();
+    match refs.get(name).map(|r| &r.retention) {
+        Some(iceberg::spec::SnapshotRetention::Tag { .. }) => "tag",
         _ => "branch",
     }
 }

@@ -131,6 +131,11 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// taken over: the owner must stop and not report).
     async fn renew_job_lease(&self, id: Uuid, owner: &str, until_ms: i64) -> Result<bool>;
 
+    /// Gives back a job `owner` holds but stops running because its node is stopping: queued
+    /// again, claimable at `now_ms`, the attempt not counted (the job did not fail). False
+    /// when `owner` no longer holds it.
+    async fn release_job(&self, id: Uuid, owner: &str, now_ms: i64) -> Result<bool>;
+
     /// Makes a queued job claimable at `now_ms` (if it was due later) with at least
     /// `priority`: a request that finds a delayed triggered job waiting runs it now. False
     /// when the job is not queued.

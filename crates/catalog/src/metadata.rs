@@ -1,12 +1,12 @@
 //! Metadata files: naming, encoding, and an immutable-file cache.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use floe_storage::WarehouseStorage;
-use iceberg::spec::{TableMetadata, ViewMetadata};
+use iceberg::spec::{FormatVersion, SnapshotReference, TableMetadata, ViewMetadata};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
@@ -65,6 +65,84 @@ pub fn to_sorted_json<T: Serialize>(value: &T) -> Result<serde_json::Value> {
     Ok(json)
 }
 
+/// A table's branches and tags by name, `main` included.
+///
+/// iceberg 0.10 keeps the map private and its format-version 1 form has no `refs` at all (it
+/// writes none and reads none), though the spec allows them in v1 and Iceberg's Java writers
+/// keep them there. The v2 form of the same metadata carries them.
+pub fn table_refs(metadata: &TableMetadata) -> Result<BTreeMap<String, SnapshotReference>> {
+    let json = if metadata.format_version() == FormatVersion::V1 {
+        let as_v2 = metadata
+            .clone()
+            .into_builder(None)
+            .upgrade_format_version(FormatVersion::V2)
+            .and_then(|builder| builder.build())
+            .map_err(|e| CatalogError::internal("read the refs of v1 metadata", e))?
+            .metadata;
+        serde_json::to_value(&as_v2)
+    } else {
+        serde_json::to_value(metadata)
+    }
+    .map_err(|e| CatalogError::internal("encode metadata", e))?;
+    let refs = json.get("refs").cloned().unwrap_or(serde_json::Value::Null);
+    if refs.is_null() {
+        return Ok(BTreeMap::new());
+    }
+    serde_json::from_value(refs).map_err(|e| CatalogError::internal("decode refs", e))
+}
+
+/// Table metadata as Floe writes and serves it: [`to_sorted_json`], with `refs` kept in
+/// format-version 1 too ([`table_refs`]).
+pub fn table_json(metadata: &TableMetadata) -> Result<serde_json::Value> {
+    let mut json = to_sorted_json(metadata)?;
+    if metadata.format_version() == FormatVersion::V1
+        && let Some(object) = json.as_object_mut()
+    {
+        let refs = serde_json::to_value(table_refs(metadata)?)
+            .map_err(|e| CatalogError::internal("encode refs", e))?;
+        object.insert("refs".into(), refs);
+    }
+    Ok(json)
+}
+
+/// Decodes a table metadata file, keeping the branches and tags of a format-version 1 file
+/// that iceberg's own v1 reader drops. A ref to a snapshot the file does not hold is left out,
+/// as Iceberg's readers refuse it.
+pub fn decode_table(bytes: &[u8], location: &str) -> Result<TableMetadata> {
+    let metadata: TableMetadata = decode(bytes, location)?;
+    if metadata.format_version() != FormatVersion::V1 {
+        return Ok(metadata);
+    }
+    #[derive(serde::Deserialize)]
+    struct Refs {
+        #[serde(default)]
+        refs: Option<BTreeMap<String, SnapshotReference>>,
+    }
+    let refs = decode::<Refs>(bytes, location)?.refs.unwrap_or_default();
+    let others: Vec<_> = refs
+        .into_iter()
+        .filter(|(name, reference)| {
+            name != "main" && metadata.snapshot_by_id(reference.snapshot_id).is_some()
+        })
+        .collect();
+    if others.is_empty() {
+        return Ok(metadata);
+    }
+    let mut builder = metadata.into_builder(None);
+    for (name, reference) in others {
+        builder = builder.set_ref(&name, reference).map_err(|e| {
+            CatalogError::bad_request(format!(
+                "metadata file {location} has a bad ref {name}: {e}"
+            ))
+        })?;
+    }
+    builder.build().map(|built| built.metadata).map_err(|e| {
+        CatalogError::bad_request(format!(
+            "metadata file {location} is not valid Iceberg metadata: {e}"
+        ))
+    })
+}
+
 /// The version number of a metadata file named `NNNNN-<uuid>.metadata.json` (or `vN...`).
 pub fn metadata_version(metadata_location: &str) -> Option<u64> {
     let file = metadata_location.rsplit('/').next()?;
@@ -73,8 +151,17 @@ pub fn metadata_version(metadata_location: &str) -> Option<u64> {
 }
 
 pub fn encode<T: Serialize>(value: &T, location: &str) -> Result<Bytes> {
-    let json = serde_json::to_vec(&to_sorted_json(value)?)
-        .map_err(|e| CatalogError::internal("encode metadata", e))?;
+    encode_json(&to_sorted_json(value)?, location)
+}
+
+/// Encodes table metadata as [`table_json`] has it.
+pub fn encode_table(metadata: &TableMetadata, location: &str) -> Result<Bytes> {
+    encode_json(&table_json(metadata)?, location)
+}
+
+fn encode_json(json: &serde_json::Value, location: &str) -> Result<Bytes> {
+    let json =
+        serde_json::to_vec(json).map_err(|e| CatalogError::internal("encode metadata", e))?;
     if location.ends_with(".gz.metadata.json") {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder
@@ -193,7 +280,7 @@ impl MetadataIo {
         storage: &WarehouseStorage,
         location: &str,
     ) -> Result<Arc<TableMetadata>> {
-        read_cached(&self.tables, storage, location).await
+        read_cached(&self.tables, storage, location, decode_table).await
     }
 
     /// Reads and decodes the table metadata file at `location` from storage, never from
@@ -206,7 +293,7 @@ impl MetadataIo {
     ) -> Result<Arc<TableMetadata>> {
         let read = async {
             let bytes = read_file(storage, location).await?;
-            decode::<TableMetadata>(&bytes, location)
+            decode_table(&bytes, location)
         }
         .await;
         match read {
@@ -224,7 +311,7 @@ impl MetadataIo {
         location: &str,
         metadata: Arc<TableMetadata>,
     ) -> Result<()> {
-        write_cached(&self.tables, storage, location, metadata).await
+        write_cached(&self.tables, storage, location, metadata, encode_table).await
     }
 
     pub async fn read_view(
@@ -232,7 +319,7 @@ impl MetadataIo {
         storage: &WarehouseStorage,
         location: &str,
     ) -> Result<Arc<ViewMetadata>> {
-        read_cached(&self.views, storage, location).await
+        read_cached(&self.views, storage, location, decode).await
     }
 
     pub async fn write_view(
@@ -241,14 +328,15 @@ impl MetadataIo {
         location: &str,
         metadata: Arc<ViewMetadata>,
     ) -> Result<()> {
-        write_cached(&self.views, storage, location, metadata).await
+        write_cached(&self.views, storage, location, metadata, encode).await
     }
 }
 
-async fn read_cached<T: DeserializeOwned>(
+async fn read_cached<T>(
     cache: &MetadataCache<T>,
     storage: &WarehouseStorage,
     location: &str,
+    decode: fn(&[u8], &str) -> Result<T>,
 ) -> Result<Arc<T>> {
     if let Some(hit) = cache.get(location) {
         // The file can be removed behind the catalog's back; never serve it from memory then.
@@ -263,11 +351,12 @@ async fn read_cached<T: DeserializeOwned>(
     Ok(metadata)
 }
 
-async fn write_cached<T: Serialize>(
+async fn write_cached<T>(
     cache: &MetadataCache<T>,
     storage: &WarehouseStorage,
     location: &str,
     metadata: Arc<T>,
+    encode: fn(&T, &str) -> Result<Bytes>,
 ) -> Result<()> {
     storage
         .write(location, encode(&*metadata, location)?)

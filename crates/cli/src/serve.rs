@@ -41,6 +41,12 @@ pub struct ServeArgs {
     /// SQL queries running at once; more wait in line.
     #[arg(long, env = "FLOE_MAX_CONCURRENT_QUERIES", default_value_t = 8)]
     pub max_concurrent_queries: usize,
+    /// Longest a graceful stop (SIGTERM or Ctrl-C) takes, in seconds. In-flight requests and
+    /// background work get the first half to finish; then whatever is left is abandoned (every
+    /// unit of work rolls back when cut, see docs/cancellation.md) and the process exits,
+    /// with status 1 if it had to be forced.
+    #[arg(long, env = "FLOE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    pub shutdown_timeout_secs: u64,
     /// Longest a SQL statement may take, waiting in line included, in seconds (0: no limit).
     #[arg(long, env = "FLOE_SQL_STATEMENT_TIMEOUT_SECS", default_value_t = 300)]
     pub sql_statement_timeout_secs: u64,
@@ -338,7 +344,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listen on {}", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "floe is serving");
     let shutdown = CancellationToken::new();
-    tokio::spawn(wait_for_signal(shutdown.clone()));
+    let stop_bound = Duration::from_secs(args.shutdown_timeout_secs.max(2));
+    tokio::spawn(wait_for_signal(shutdown.clone(), stop_bound));
     let audit_shutdown = CancellationToken::new();
     let (audit, audit_writer) =
         floe_server::audit::AuditSink::start(Arc::new(store.clone()), audit_shutdown.clone());
@@ -554,22 +561,34 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ),
             None => None,
         };
-    floe_server::serve(listener, state, shutdown).await?;
-    if let Some(worker) = worker {
-        worker.stopped().await;
-    }
-    if let Some(otlp_grpc) = otlp_grpc {
-        let _ = otlp_grpc.await;
-    }
-    if let Some(flight) = flight {
-        let _ = flight.await;
-    }
-    if let Some(pg) = pg {
-        let _ = pg.await;
-    }
-    let _ = supervisor.await;
-    if let Some(maintenance) = maintenance {
-        let _ = tokio::task::spawn_blocking(move || maintenance.join()).await;
+    // Doors and background work get half the bound to finish what they hold; the rest is
+    // for the audit writer, the last checkpoint and the store.
+    let drain = stop_bound / 2;
+    floe_server::serve(listener, state, shutdown.clone(), drain).await?;
+    let deadline = tokio::time::Instant::now() + drain;
+    let stopped = async {
+        if let Some(worker) = worker {
+            worker.stopped().await;
+        }
+        if let Some(otlp_grpc) = otlp_grpc {
+            let _ = otlp_grpc.await;
+        }
+        if let Some(flight) = flight {
+            let _ = flight.await;
+        }
+        if let Some(pg) = pg {
+            let _ = pg.await;
+        }
+        let _ = supervisor.await;
+        if let Some(maintenance) = maintenance {
+            let _ = tokio::task::spawn_blocking(move || maintenance.join()).await;
+        }
+    };
+    if tokio::time::timeout_at(deadline, stopped).await.is_err() {
+        tracing::warn!(
+            seconds = drain.as_secs(),
+            "stop waiting for front doors and background work still running"
+        );
     }
     // Every answered request's audit record is written before the process exits.
     audit_shutdown.cancel();
@@ -701,7 +720,9 @@ async fn ensure_default_warehouse(catalog: &CatalogService, data_dir: &Path) -> 
     Ok(())
 }
 
-pub(crate) async fn wait_for_signal(shutdown: CancellationToken) {
+/// Waits for SIGTERM or Ctrl-C, then cancels `shutdown` and starts the watchdog that ends the
+/// process if the graceful stop has not finished within `bound`.
+pub(crate) async fn wait_for_signal(shutdown: CancellationToken, bound: Duration) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -714,6 +735,15 @@ pub(crate) async fn wait_for_signal(shutdown: CancellationToken) {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-    tracing::info!("shutting down");
+    tracing::info!(bound_secs = bound.as_secs(), "shutting down");
     shutdown.cancel();
+    // A thread, not a task: it must fire even when every runtime thread is stuck.
+    std::thread::spawn(move || {
+        std::thread::sleep(bound);
+        tracing::error!(
+            bound_secs = bound.as_secs(),
+            "the graceful stop did not finish in time; exiting"
+        );
+        std::process::exit(1);
+    });
 }

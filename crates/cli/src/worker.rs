@@ -165,7 +165,10 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {} for the worker service", args.listen))?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(crate::serve::wait_for_signal(shutdown.clone()));
+    tokio::spawn(crate::serve::wait_for_signal(
+        shutdown.clone(),
+        std::time::Duration::from_secs(30),
+    ));
     let serving = WorkerServing {
         advertise: args.advertise,
         tls,

@@ -372,8 +372,13 @@ impl Scheduler {
                 _ = tokio::time::sleep(self.config.poll) => {}
             }
         }
-        // Jobs in flight stop with the runtime; their leases run out and another node (or
-        // this one, restarted) takes them again.
+        // Jobs in flight see the stop too and give themselves back to the queue; any still
+        // busy after a moment stop with the runtime, their leases run out and another node
+        // (or this one, restarted) takes them again.
+        let _ = tokio::time::timeout(Duration::from_secs(3), async {
+            while running.join_next().await.is_some() {}
+        })
+        .await;
         running.abort_all();
     }
 
@@ -404,6 +409,8 @@ impl Scheduler {
             })
         };
         let started = Instant::now();
+        // The job's steps are each a catalog commit or an idempotent deletion, so a job
+        // stopped between two of them is run again whole by whoever claims it next.
         let outcome = tokio::select! {
             outcome = self.execute(&job) => Some(outcome),
             _ = lost.cancelled() => None,
@@ -413,7 +420,24 @@ impl Scheduler {
         self.counters.running.fetch_sub(1, Ordering::Relaxed);
         let Some(outcome) = outcome else {
             self.count(&job.kind, 3);
-            tracing::warn!(job = %job.id, kind = %job.kind, "stop a job whose lease was lost");
+            if lost.is_cancelled() {
+                tracing::warn!(job = %job.id, kind = %job.kind, "stop a job whose lease was lost");
+            } else {
+                // Stopping: the job goes back to the queue at once, its attempt not spent,
+                // instead of waiting for its lease to run out.
+                match self
+                    .jobs
+                    .release_job(job.id, &self.config.node_id, now_ms())
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(job = %job.id, kind = %job.kind, "give back a job as the node stops")
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %job.id, error = %e, "give back a job as the node stops")
+                    }
+                }
+            }
             return;
         };
         let outcome = match outcome {

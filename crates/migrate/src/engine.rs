@@ -609,7 +609,12 @@ impl Migration {
             }
         }
         let detail = notes.join("; ");
-        for key in ["floe-metadata-location", "floe-snapshot-id", "saved"] {
+        for key in [
+            "floe-metadata-location",
+            "floe-snapshot-id",
+            "floe-sequence-number",
+            "saved",
+        ] {
             state.as_object_mut().map(|o| o.remove(key));
         }
         advance(&mut state, ROLLED_BACK, &detail);
@@ -680,14 +685,50 @@ pub fn current_snapshot(metadata: &Value) -> Option<&Value> {
         .find(|s| s["snapshot-id"].as_i64() == Some(id))
 }
 
-/// The snapshots Floe's table gained after the migration recorded its sequence number.
+/// The snapshots Floe's table gained after the migration recorded it: those numbered after the
+/// sequence number it had, and — for format-version 1, which numbers nothing — those that
+/// descend from the snapshot it was at (every snapshot, when it had none).
 fn writes_since(state: &Value, metadata: &Value) -> Vec<String> {
-    let since = state["floe-sequence-number"].as_i64().unwrap_or(i64::MAX);
-    metadata["snapshots"]
+    let since = state["floe-sequence-number"].as_i64();
+    // A record from before the migration noted Floe's table has no baseline to compare with.
+    let Some(recorded) = state.get("floe-snapshot-id").map(Value::as_i64) else {
+        return Vec::new();
+    };
+    let snapshots: Vec<&Value> = metadata["snapshots"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|s| s["sequence-number"].as_i64().unwrap_or(0) > since)
+        .collect();
+    let parent_of = |id: i64| {
+        snapshots
+            .iter()
+            .find(|s| s["snapshot-id"].as_i64() == Some(id))
+            .and_then(|s| s["parent-snapshot-id"].as_i64())
+    };
+    let descends = |snapshot: &Value| {
+        let Some(mut id) = snapshot["snapshot-id"].as_i64() else {
+            return false;
+        };
+        let Some(recorded) = recorded else {
+            // The table had no snapshot when it was recorded: every snapshot is newer.
+            return true;
+        };
+        // Bounded by the number of snapshots: a cycle in crafted metadata ends the walk.
+        for _ in 0..snapshots.len() {
+            match parent_of(id) {
+                Some(parent) if parent == recorded => return true,
+                Some(parent) => id = parent,
+                None => return false,
+            }
+        }
+        false
+    };
+    snapshots
+        .iter()
+        .filter(|s| match (since, s["sequence-number"].as_i64()) {
+            (Some(since), Some(sequence)) if sequence > 0 => sequence > since || descends(s),
+            _ => descends(s),
+        })
         .map(|s| {
             format!(
                 "snapshot {} ({} at {} ms, {} records added)",
@@ -698,4 +739,53 @@ fn writes_since(state: &Value, metadata: &Value) -> Vec<String> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod writes_since_tests {
+    use super::*;
+
+    fn snapshot(id: i64, parent: Option<i64>, sequence: Option<i64>) -> Value {
+        let mut s =
+            json!({"snapshot-id": id, "timestamp-ms": id, "summary": {"operation": "append"}});
+        if let Some(parent) = parent {
+            s["parent-snapshot-id"] = json!(parent);
+        }
+        if let Some(sequence) = sequence {
+            s["sequence-number"] = json!(sequence);
+        }
+        s
+    }
+
+    #[test]
+    fn v1_writes_are_the_recorded_snapshots_descendants() {
+        let metadata = json!({"snapshots": [
+            snapshot(1, None, None), snapshot(2, Some(1), None), snapshot(3, Some(2), None),
+        ]});
+        let state = json!({"floe-snapshot-id": 2, "floe-sequence-number": null});
+        let writes = writes_since(&state, &metadata);
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert!(writes[0].starts_with("snapshot 3 "), "{writes:?}");
+        let empty_at_migration = json!({"floe-snapshot-id": null});
+        assert_eq!(writes_since(&empty_at_migration, &metadata).len(), 3);
+        assert!(writes_since(&json!({}), &metadata).is_empty());
+    }
+
+    #[test]
+    fn v2_writes_are_numbered_after_the_record() {
+        let metadata = json!({"snapshots": [
+            snapshot(1, None, Some(1)), snapshot(2, Some(1), Some(2)), snapshot(9, None, Some(3)),
+        ]});
+        let state = json!({"floe-snapshot-id": 2, "floe-sequence-number": 2});
+        let writes = writes_since(&state, &metadata);
+        assert_eq!(writes.len(), 1, "{writes:?}");
+        assert!(writes[0].starts_with("snapshot 9 "), "{writes:?}");
+    }
+
+    #[test]
+    fn a_cycle_in_crafted_metadata_ends() {
+        let metadata =
+            json!({"snapshots": [snapshot(1, Some(2), None), snapshot(2, Some(1), None)]});
+        assert!(writes_since(&json!({"floe-snapshot-id": 5}), &metadata).is_empty());
+    }
 }

@@ -280,13 +280,24 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         // The change committed, but the response differs from the record committed with it
         // (a failure after the commit): a second record says what the client saw.
         Some((seq, _)) => {
-            event.details = format!("{{\"follows-record\":{seq}}}");
+            event.details = follows_record(&event.details, seq);
             state.audit.send(event).await;
         }
         // Nothing changed: the writer appends the record in its next batch.
         None => state.audit.send(event).await,
     }
     response
+}
+
+/// The details of a record that follows the one committed with the change (record `seq`):
+/// what the request noted, and which record it follows.
+fn follows_record(details: &str, seq: i64) -> String {
+    let mut value = serde_json::from_str::<serde_json::Value>(details)
+        .ok()
+        .filter(serde_json::Value::is_object)
+        .unwrap_or_else(|| serde_json::json!({}));
+    value["follows-record"] = serde_json::json!(seq);
+    value.to_string()
 }
 
 /// The status a route answers with when it succeeds, which the record committed together

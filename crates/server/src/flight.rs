@@ -374,53 +374,22 @@ impl FloeFlightSql {
 
     /// Runs a statement once per parameter row (each audited); the rows it affected in all
     /// (a statement answering no count, DDL say, affects none).
+    ///
+    /// The rows run on a task of their own: a client that goes away mid-way does not stop
+    /// the sequence between two of its statements.
     async fn update(
         &self,
         caller: &Caller,
         metadata: &MetadataMap,
-        handle: &Handle,
+        handle: Handle,
         rows: Vec<Vec<ScalarValue>>,
     ) -> Result<i64, Status> {
-        let mut affected = 0i64;
-        for params in rows {
-            let options = QueryOptions {
-                params,
-                ..handle.options(&self.state.decode)?
-            };
-            let outcome = self.state.sql.query(caller, &handle.sql, &options).await;
-            self.audit(
-                caller,
-                metadata,
-                &handle.sql,
-                crate::audit::outcome_of(&outcome),
-            )
-            .await;
-            let result = outcome.map_err(status)?;
-            let batches: Vec<RecordBatch> = result
-                .stream
-                .try_collect()
-                .await
-                .map_err(|e| status(SqlError::from(e)))?;
-            if let Some(count) = batches
-                .iter()
-                .find(|b| b.num_rows() > 0 && b.num_columns() == 1)
-                .and_then(|b| {
-                    datafusion::arrow::compute::cast(
-                        b.column(0),
-                        &datafusion::arrow::datatypes::DataType::Int64,
-                    )
-                    .ok()
-                })
-                .and_then(|c| {
-                    c.as_any()
-                        .downcast_ref::<datafusion::arrow::array::Int64Array>()
-                        .map(|c| c.value(0))
-                })
-            {
-                affected += count;
-            }
-        }
-        Ok(affected)
+        let state = self.state.clone();
+        let caller = caller.clone();
+        let metadata = metadata.clone();
+        tokio::spawn(async move { update_rows(&state, &caller, &metadata, &handle, rows).await })
+            .await
+            .map_err(|e| Status::internal(format!("the statement's task failed: {e}")))?
     }
 
     async fn audit(
@@ -430,18 +399,79 @@ impl FloeFlightSql {
         sql: &str,
         outcome: crate::audit::Outcome<'_>,
     ) {
-        self.state
-            .audit
-            .send(crate::audit::statement_event(
-                &caller.principal.name,
-                "SQL (Flight SQL)",
-                "flightsql".into(),
-                client_address(metadata),
-                sql,
-                outcome,
-            ))
-            .await;
+        audit_statement(&self.state, caller, metadata, sql, outcome).await;
     }
+}
+
+/// [`FloeFlightSql::update`]'s statements, one per parameter row.
+async fn update_rows(
+    state: &AppState,
+    caller: &Caller,
+    metadata: &MetadataMap,
+    handle: &Handle,
+    rows: Vec<Vec<ScalarValue>>,
+) -> Result<i64, Status> {
+    let mut affected = 0i64;
+    for params in rows {
+        let options = QueryOptions {
+            params,
+            ..handle.options(&state.decode)?
+        };
+        let outcome = state.sql.query(caller, &handle.sql, &options).await;
+        audit_statement(
+            state,
+            caller,
+            metadata,
+            &handle.sql,
+            crate::audit::outcome_of(&outcome),
+        )
+        .await;
+        let result = outcome.map_err(status)?;
+        let batches: Vec<RecordBatch> = result
+            .stream
+            .try_collect()
+            .await
+            .map_err(|e| status(SqlError::from(e)))?;
+        if let Some(count) = batches
+            .iter()
+            .find(|b| b.num_rows() > 0 && b.num_columns() == 1)
+            .and_then(|b| {
+                datafusion::arrow::compute::cast(
+                    b.column(0),
+                    &datafusion::arrow::datatypes::DataType::Int64,
+                )
+                .ok()
+            })
+            .and_then(|c| {
+                c.as_any()
+                    .downcast_ref::<datafusion::arrow::array::Int64Array>()
+                    .map(|c| c.value(0))
+            })
+        {
+            affected += count;
+        }
+    }
+    Ok(affected)
+}
+
+async fn audit_statement(
+    state: &AppState,
+    caller: &Caller,
+    metadata: &MetadataMap,
+    sql: &str,
+    outcome: crate::audit::Outcome<'_>,
+) {
+    state
+        .audit
+        .send(crate::audit::statement_event(
+            &caller.principal.name,
+            "SQL (Flight SQL)",
+            "flightsql".into(),
+            client_address(metadata),
+            sql,
+            outcome,
+        ))
+        .await;
 }
 
 const HANDSHAKE: &str = "HANDSHAKE (Flight SQL)";
@@ -670,7 +700,7 @@ impl FlightSqlService for FloeFlightSql {
     ) -> Result<i64, Status> {
         let caller = self.caller(request.metadata()).await?;
         let handle = Handle::new(command.query, request.metadata());
-        self.update(&caller, request.metadata(), &handle, vec![Vec::new()])
+        self.update(&caller, request.metadata(), handle, vec![Vec::new()])
             .await
     }
 
@@ -709,7 +739,7 @@ impl FlightSqlService for FloeFlightSql {
         if rows.is_empty() {
             rows.push(handle.options(&self.state.decode)?.params);
         }
-        self.update(&caller, &metadata, &handle, rows).await
+        self.update(&caller, &metadata, handle, rows).await
     }
 
     async fn do_put_prepared_statement_query(

@@ -8,6 +8,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use floe_catalog::model::IdempotentResponse;
 use sha2::Digest;
+use std::sync::Arc;
 
 use crate::AppState;
 use crate::error::{ApiError, error_response};
@@ -69,6 +70,9 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
     );
     let request = Request::from_parts(parts, Body::from(body));
     let store = state.catalog.store().clone();
+    // A retry that arrives while the first attempt still runs (its client timed out; the
+    // request finishes detached) waits for that attempt's answer instead of running again.
+    let _turn = KEY_TURNS.take(&key).await;
     match store.get_idempotent(&key).await {
         Ok(Some(stored)) if stored.fingerprint == fingerprint => return replay(&stored),
         Ok(Some(_)) => {
@@ -108,6 +112,49 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
         tracing::warn!(error = %e, "store idempotency record");
     }
     Response::from_parts(parts, Body::from(bytes))
+}
+
+/// One turn at a time per idempotency key on this node.
+static KEY_TURNS: std::sync::LazyLock<KeyTurns> = std::sync::LazyLock::new(KeyTurns::default);
+
+#[derive(Default)]
+struct KeyTurns {
+    keys: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A key's turn; the key is forgotten when no one holds or waits for it.
+struct KeyTurn {
+    key: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl KeyTurns {
+    async fn take(&'static self, key: &str) -> KeyTurn {
+        let lock = self
+            .keys
+            .lock()
+            .expect("idempotency keys lock")
+            .entry(key.to_string())
+            .or_default()
+            .clone();
+        KeyTurn {
+            key: key.to_string(),
+            guard: Some(lock.lock_owned().await),
+        }
+    }
+}
+
+impl Drop for KeyTurn {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut keys = KEY_TURNS.keys.lock().expect("idempotency keys lock");
+        if keys
+            .get(&self.key)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
+            keys.remove(&self.key);
+        }
+    }
 }
 
 fn replay(stored: &IdempotentResponse) -> Response {

@@ -15,6 +15,7 @@ mod auth;
 pub use floe_stream::decode::ipc as bounded_ipc;
 pub mod cluster;
 pub mod console;
+pub mod detach;
 pub mod error;
 mod extract;
 pub mod flight;
@@ -84,6 +85,8 @@ pub struct AppState {
     pub plans: Arc<rest::planning::PlanStore>,
     /// What the web console offers at sign-in.
     pub console: Arc<console::ConsoleConfig>,
+    /// Requests finishing on tasks of their own after their clients hung up ([`detach`]).
+    pub detached: detach::Detached,
 }
 
 impl AppState {
@@ -148,6 +151,7 @@ impl AppState {
             load_bodies: Arc::new(floe_catalog::metadata::MetadataCache::new(256)),
             plans: Arc::default(),
             console: Arc::default(),
+            detached: detach::Detached::default(),
         }
     }
 }
@@ -167,6 +171,12 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             audit::record,
+        ))
+        // Outside the audit layer: a request whose client hangs up still finishes and is
+        // audited ([`detach`]).
+        .layer(axum::middleware::from_fn_with_state(
+            state.detached.clone(),
+            detach::detach_writes,
         ))
         // The console's files are public and not audited; the API calls it makes are.
         .merge(console::router(state.clone()))
@@ -235,18 +245,21 @@ async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
     )
 }
 
-/// Serves HTTP/1.1 until `shutdown` is cancelled, then drains in-flight requests. A client
+/// Serves HTTP/1.1 until `shutdown` is cancelled, then drains in-flight requests for up to
+/// `drain` (a request still running after that is abandoned with its connection). A client
 /// gets [`listen::FIRST_BYTES_TIMEOUT`] to send its request headers (and as long between
 /// requests on a kept-alive connection); failed accepts are retried ([`listen`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: CancellationToken,
+    drain: Duration,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
 
     spawn_idempotency_sweeper(state.clone(), shutdown.clone());
+    let detached = state.detached.clone();
     let app = router(state);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -275,7 +288,17 @@ pub async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let drained = async {
+        graceful.shutdown().await;
+        // Requests whose clients hung up may still be finishing.
+        detached.idle().await;
+    };
+    if tokio::time::timeout(drain, drained).await.is_err() {
+        tracing::warn!(
+            seconds = drain.as_secs(),
+            "stop waiting for HTTP requests still in flight"
+        );
+    }
     Ok(())
 }
 

@@ -643,13 +643,29 @@ pub async fn repair_table(
         &request.table,
     )
     .await?;
+    let dry_run = request.dry_run.unwrap_or(true);
+    // The record says which table and whether anything was to change; its first commit
+    // carries this much, and the record of the answer adds what changed.
+    let details = |actions: Option<&[floe_maintenance::exec::repair::Action]>| {
+        let mut details = json!({
+            "warehouse": request.warehouse,
+            "table": ident.to_string(),
+            "dry-run": dry_run,
+        });
+        if let Some(actions) = actions {
+            details["actions"] = json!(actions);
+        }
+        details
+    };
+    crate::audit::note_details(details(None));
     let report = floe_maintenance::exec::repair::repair_table(
         &maintainer(&state),
         &request.warehouse,
         &ident,
-        request.dry_run.unwrap_or(true),
+        dry_run,
     )
     .await
     .map_err(maintenance_error)?;
+    crate::audit::note_details(details(Some(&report.actions)));
     Ok(Json(json!(report)))
 }

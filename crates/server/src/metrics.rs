@@ -103,6 +103,12 @@ pub async fn serve_metrics(
     headers: axum::http::HeaderMap,
 ) -> Response {
     let mut text = state.metrics.render();
+    text.push_str(&format!(
+        "# HELP floe_http_requests_detached Requests that change state still running on their \
+         own tasks (some after their clients hung up)\n\
+         # TYPE floe_http_requests_detached gauge\nfloe_http_requests_detached {}\n",
+        state.detached.running()
+    ));
     text.push_str(&sql_metrics(&state.sql));
     if let Some(scheduler) = &state.scheduler {
         text.push_str(&scheduler.render_metrics());

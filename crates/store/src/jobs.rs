@@ -312,6 +312,26 @@ impl JobStore for SqlStore {
         Ok(renewed)
     }
 
+    async fn release_job(&self, id: Uuid, owner: &str, now_ms: i64) -> Result<bool> {
+        let mut tx = self.write().await.map_err(query_error)?;
+        let released = sqlx::query(
+            "UPDATE maintenance_jobs SET status = 'queued', lease_owner = NULL, \
+             lease_until_ms = NULL, not_before_ms = $1, \
+             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END \
+             WHERE id = $2 AND lease_owner = $3 AND status = 'running'",
+        )
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(owner)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error)?
+        .rows_affected()
+            == 1;
+        tx.commit().await.map_err(query_error)?;
+        Ok(released)
+    }
+
     async fn expedite_job(&self, id: Uuid, now_ms: i64, priority: i32) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
         let changed = sqlx::query(

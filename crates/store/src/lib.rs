@@ -133,7 +133,8 @@ impl SqlStore {
                 Backend::Sqlite => options.max_connections.min(8),
                 Backend::Postgres => options.max_connections,
             })
-            .acquire_timeout(options.acquire_timeout);
+            .acquire_timeout(options.acquire_timeout)
+            .after_release(move |conn, _| Box::pin(release_outside_transaction(backend, conn)));
         let pool = match backend {
             Backend::Sqlite => {
                 pool_options
@@ -206,13 +207,24 @@ impl SqlStore {
     /// (`BEGIN IMMEDIATE`), waiting out another connection's write under the busy timeout,
     /// where a plain `BEGIN` would read first and could then fail to upgrade its lock with
     /// "database is locked" when another connection wrote in between.
+    ///
+    /// The begin runs on a task of its own, so it always finishes: sqlx acknowledges `BEGIN`
+    /// before it builds the [`sqlx::Transaction`] whose drop rolls back, and a caller dropped
+    /// in between (a client that hung up) would otherwise strand the connection inside a
+    /// transaction. If the caller is gone, the task's transaction is dropped and rolled back.
     pub(crate) async fn begin_write(
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
-        match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
-        }
+        let pool = self.pool.clone();
+        let backend = self.backend;
+        tokio::spawn(async move {
+            match backend {
+                Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+                Backend::Postgres => pool.begin().await,
+            }
+        })
+        .await
+        .map_err(|e| sqlx::Error::Io(std::io::Error::other(format!("begin a transaction: {e}"))))?
     }
 
     /// Checks that the database answers.
@@ -227,6 +239,32 @@ impl SqlStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Whether a connection coming back to the pool may be handed out again: only outside a
+/// transaction.
+///
+/// A caller that vanishes at the wrong moment must never hand back a connection still inside a
+/// transaction: it would hold SQLite's write lock (or PostgreSQL's row locks) with no owner,
+/// fail every later `BEGIN IMMEDIATE` on it and swallow later writes into a transaction nobody
+/// commits. [`SqlStore::begin_write`] closes the one window sqlx leaves open; this is the net
+/// under every other path. On SQLite the ping first runs the rollback a dropped
+/// [`sqlx::Transaction`] queued (its worker counts the depth when it runs it); PostgreSQL counts
+/// the depth as it queues. A connection still in a transaction is closed, which rolls the
+/// transaction back in the database.
+async fn release_outside_transaction(
+    backend: Backend,
+    conn: &mut sqlx::AnyConnection,
+) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    if backend == Backend::Sqlite && conn.is_in_transaction() {
+        conn.ping().await?;
+    }
+    if conn.is_in_transaction() {
+        tracing::warn!("discard a pooled connection left inside a transaction");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// Turns `sqlite:PATH` into a URL that creates the file, creating its directory too.

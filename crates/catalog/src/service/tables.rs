@@ -528,6 +528,33 @@ impl CatalogService {
         Ok(())
     }
 
+    /// Takes back a table the caller has just created whose first rows could not be written
+    /// (a `CREATE TABLE AS SELECT` that failed or was abandoned): dropped and purged only
+    /// while its metadata is still the file the create wrote, so a writer that reached the
+    /// table in between keeps it. No privilege beyond the create's is needed: nothing but the
+    /// create is undone.
+    pub async fn undo_create_table(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        created: &LoadedTable,
+    ) -> Result<()> {
+        let Some(location) = created.metadata_location.as_deref() else {
+            return Ok(());
+        };
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let Some(record) = self.find_tabular(&wh, &created.ident).await? else {
+            return Ok(());
+        };
+        if record.kind != TabularKind::Table || record.metadata_location != location {
+            return Ok(());
+        }
+        if self.store.drop_tabular_at(record.id, location).await? {
+            self.purge_table(&wh, &created.ident, &record).await;
+        }
+        Ok(())
+    }
+
     /// Deletes a dropped table's files: everything below its location, which belongs to it
     /// alone (locations never overlap). Runs after the drop is committed, so failures are
     /// logged, not returned.

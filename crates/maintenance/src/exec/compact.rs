@@ -652,9 +652,9 @@ fn dead_deletes(
 
 /// `main` pointing at `snapshot_id`, keeping its retention settings.
 pub(crate) fn main_ref(metadata: &TableMetadata, snapshot_id: i64) -> SnapshotReference {
-    let kept = serde_json::to_value(metadata).ok().and_then(|json| {
-        serde_json::from_value::<SnapshotReference>(json["refs"]["main"].clone()).ok()
-    });
+    let kept = floe_catalog::metadata::table_refs(metadata)
+        .ok()
+        .and_then(|mut refs| refs.remove("main"));
     match kept {
         Some(mut reference) => {
             reference.snapshot_id = snapshot_id;

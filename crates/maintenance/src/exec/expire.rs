@@ -56,7 +56,9 @@ fn policy_of(metadata: &TableMetadata, options: &ExpireOptions) -> ExpiryPolicy 
 /// Branches and tags with their retention settings (iceberg keeps the map private; its JSON
 /// form is public).
 fn refs_of(metadata: &TableMetadata) -> Result<Vec<RefInfo>> {
-    let json = serde_json::to_value(metadata).map_err(|e| io("table metadata", e))?;
+    let json = serde_json::json!({
+        "refs": floe_catalog::metadata::table_refs(metadata).map_err(|e| io("table metadata", e))?
+    });
     let max_ref_age = metadata
         .properties()
         .get("history.expire.max-ref-age-ms")

@@ -122,6 +122,13 @@ pub async fn convert(
     JsonBody(request): JsonBody<ConvertRequest>,
 ) -> ApiResult<Json<Value>> {
     check_name("source", &request.source)?;
+    crate::audit::note_details(json!({
+        "warehouse": request.warehouse,
+        "namespace": request.namespace,
+        "table": request.table,
+        "source": request.source,
+        "partitions": request.partitions.len(),
+    }));
     let report = convert_table(&crate::maintenance::maintainer(&state), &caller, &request)
         .await
         .map_err(crate::maintenance::maintenance_error)?;

@@ -72,7 +72,7 @@ fn if_none_match(headers: &HeaderMap, tag: &str) -> bool {
 
 /// The table's metadata as JSON, keeping only referenced snapshots in `refs` mode.
 fn metadata_json(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Value> {
-    let mut value = floe_catalog::metadata::to_sorted_json(&*loaded.metadata)?;
+    let mut value = floe_catalog::metadata::table_json(&loaded.metadata)?;
     if mode == SnapshotMode::Refs {
         let referenced: std::collections::HashSet<i64> = value
             .get("refs")

@@ -98,18 +98,31 @@ pub(super) async fn run(
             if matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(_)) {
                 return Ok(done(None));
             }
-            // CREATE TABLE AS SELECT: the query's rows are the table's first snapshot.
-            let table = table_of(&target, loaded)
-                .map_err(|e| SqlError::new(SqlErrorKind::Execution, e.to_string()))?;
-            let frame = context
-                .execute_logical_plan(create.input.as_ref().clone())
-                .await?;
-            let schema = Arc::new(frame.schema().as_arrow().clone());
-            let stream = frame.execute_stream().await?;
-            let sink = IcebergSink::new(target, table, schema);
-            let rows = sink
-                .write_all(stream, &Arc::new(TaskContext::from(&context.state())))
-                .await?;
+            // CREATE TABLE AS SELECT: the query's rows are the table's first snapshot. The
+            // table exists only with them: a fill that fails, or is abandoned with its
+            // statement, takes the create back.
+            let undo = UndoCreate {
+                target: Some(target.clone()),
+                warehouse: name.catalog.to_string(),
+                created: loaded.clone(),
+            };
+            let filled = async {
+                let table = table_of(&target, loaded)
+                    .map_err(|e| SqlError::new(SqlErrorKind::Execution, e.to_string()))?;
+                let frame = context
+                    .execute_logical_plan(create.input.as_ref().clone())
+                    .await?;
+                let schema = Arc::new(frame.schema().as_arrow().clone());
+                let stream = frame.execute_stream().await?;
+                let sink = IcebergSink::new(target, table, schema);
+                Ok::<_, SqlError>(
+                    sink.write_all(stream, &Arc::new(TaskContext::from(&context.state())))
+                        .await?,
+                )
+            }
+            .await;
+            let rows = filled?;
+            undo.disarm();
             Ok(done(Some(rows)))
         }
         DdlStatement::DropTable(drop) => {
@@ -168,5 +181,42 @@ fn done(rows: Option<u64>) -> QueryResult {
         stages: None,
         schema: schema.clone(),
         stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+    }
+}
+
+/// Drops a table created by `CREATE TABLE AS SELECT` unless disarmed: on a failed fill, and on
+/// a statement dropped halfway (its client went away), when only a task of its own can still
+/// run the undo.
+struct UndoCreate {
+    target: Option<TableAccess>,
+    warehouse: String,
+    created: floe_catalog::service::LoadedTable,
+}
+
+impl UndoCreate {
+    fn disarm(mut self) {
+        self.target = None;
+    }
+}
+
+impl Drop for UndoCreate {
+    fn drop(&mut self) {
+        let Some(target) = self.target.take() else {
+            return;
+        };
+        let warehouse = std::mem::take(&mut self.warehouse);
+        let created = self.created.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Err(e) = target
+                .service
+                .undo_create_table(&target.caller, &warehouse, &created)
+                .await
+            {
+                tracing::warn!(table = %created.ident, error = %e, "take back a table whose rows were not written");
+            }
+        });
     }
 }

@@ -200,12 +200,14 @@ fn history(metadata: &TableMetadata) -> Result<RecordBatch> {
 }
 
 fn refs(metadata: &TableMetadata) -> Result<RecordBatch> {
-    // iceberg 0.10 keeps the refs map private; its JSON form is public.
-    let json = serde_json::to_value(metadata).map_err(|e| DataFusionError::External(e.into()))?;
-    let mut rows: Vec<(String, serde_json::Value)> = json["refs"]
-        .as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default();
+    // iceberg 0.10 keeps the refs map private (and drops it from v1 metadata).
+    let refs = floe_catalog::metadata::table_refs(metadata)
+        .map_err(|e| DataFusionError::External(e.into()))?;
+    let mut rows: Vec<(String, serde_json::Value)> = refs
+        .into_iter()
+        .map(|(name, reference)| Ok((name, serde_json::to_value(reference)?)))
+        .collect::<Result<_, serde_json::Error>>()
+        .map_err(|e| DataFusionError::External(e.into()))?;
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     let int = |v: &serde_json::Value, key: &str| v.get(key).and_then(|x| x.as_i64());
     let schema = Arc::new(Schema::new(vec![

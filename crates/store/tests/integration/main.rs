@@ -22,6 +22,19 @@ async fn sqlite_store_conforms() {
     suite::registry(Arc::new(store.clone())).await;
     suite::tenants(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
+    suite::cancelled_writes(Arc::new(store.clone())).await;
+    // Another process takes the write lock at once: no pooled connection was left holding it.
+    let other = SqlStore::connect(&url, StoreOptions::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        other.pool().execute("CREATE TABLE probe_lock (x INTEGER)"),
+    )
+    .await
+    .expect("the write lock is free")
+    .unwrap();
+    other.close().await;
     // Reopening runs no migration twice and keeps the data.
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
@@ -52,6 +65,16 @@ async fn postgres_store_conforms() {
     suite::registry(Arc::new(store.clone())).await;
     suite::tenants(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
+    suite::cancelled_writes(Arc::new(store.clone())).await;
+    // No session of this database is left idle inside a transaction.
+    let stuck: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(stuck, 0, "sessions left idle in a transaction");
     store.close().await;
     let reopened = SqlStore::connect(&url, StoreOptions::default())
         .await

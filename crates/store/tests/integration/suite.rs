@@ -11,11 +11,13 @@ use floe_storage::StorageProfile;
 use iceberg::NamespaceIdent;
 use uuid::Uuid;
 
+mod cancellation;
 mod jobs;
 mod migrations;
 mod pipelines;
 mod registry;
 mod tenants;
+pub use cancellation::cancelled_writes;
 pub use jobs::jobs;
 pub use migrations::migrations;
 pub use pipelines::pipelines;

@@ -620,6 +620,24 @@ impl Ingest {
             }
             writer.finish().map_err(failed)?;
         }
+        // From here to the entry's bookkeeping is one unit on a task of its own: a caller
+        // dropped halfway (a client that hung up) would leave its sequence marked as being
+        // written, and the table's committer waits for every such sequence before it commits
+        // anything after it.
+        let this = self.clone();
+        let batches = batches.to_vec();
+        tokio::spawn(async move { this.write_entry(log, bytes, batches).await })
+            .await
+            .map_err(|e| IngestError::Storage(format!("write the ingest log: {e}")))?
+    }
+
+    /// Writes one encoded entry to `log` durably and records it as pending.
+    async fn write_entry(
+        self: Arc<Self>,
+        log: Arc<TableLog>,
+        bytes: Vec<u8>,
+        batches: Vec<RecordBatch>,
+    ) -> Result<Receipt, IngestError> {
         let size = bytes.len() as u64;
         let sequence = {
             let mut state = log.state.lock().await;
@@ -640,7 +658,7 @@ impl Ingest {
         written?;
         state.pending.insert(sequence, size);
         self.backlog.fetch_add(size, Ordering::Relaxed);
-        log.recent.keep(sequence, batches, size, &self.kept);
+        log.recent.keep(sequence, &batches, size, &self.kept);
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         log.stats
             .accepted_rows

@@ -72,6 +72,7 @@ pub async fn jobs(store: Arc<dyn CatalogStore>, jobs: Arc<dyn JobStore>) {
     jobs_fairness(&jobs).await;
     jobs_concurrent_claims(&jobs).await;
     jobs_lease_takeover(&jobs).await;
+    jobs_release(&jobs).await;
     jobs_retry(&jobs).await;
     jobs_listing(&jobs).await;
     jobs_policies(&store, &jobs).await;
@@ -366,6 +367,35 @@ async fn jobs_lease_takeover(jobs: &Arc<dyn JobStore>) {
     assert_eq!(failed.status, JobStatus::Failed);
     assert_eq!(failed.attempts, 2);
     assert!(failed.error.unwrap().contains("every attempt"));
+}
+
+/// A node that stops gives its jobs back: queued at once, the attempt not spent, and only by
+/// the node holding the job.
+async fn jobs_release(jobs: &Arc<dyn JobStore>) {
+    assert_eq!(drain(jobs).await, 0);
+    let id = enqueue(
+        jobs,
+        NewJob {
+            max_attempts: 1,
+            ..new_job(Uuid::now_v7(), Uuid::now_v7(), "compact", 1)
+        },
+    )
+    .await;
+    let held = claim(jobs, "node-a", T0, 10).await.unwrap();
+    assert_eq!((held.id, held.attempts), (id, 1));
+    assert!(!jobs.release_job(id, "node-b", T0 + 1).await.unwrap());
+    assert!(jobs.release_job(id, "node-a", T0 + 1).await.unwrap());
+    assert!(
+        !jobs.release_job(id, "node-a", T0 + 2).await.unwrap(),
+        "released once"
+    );
+    let queued = jobs.get_job(id).await.unwrap().unwrap();
+    assert_eq!(queued.status, JobStatus::Queued);
+    assert_eq!((queued.attempts, queued.lease_owner), (0, None));
+    // Claimable at once by another node, though its one attempt was started before.
+    let again = claim(jobs, "node-b", T0 + 2, 10).await.unwrap();
+    assert_eq!((again.id, again.attempts), (id, 1));
+    assert!(succeed(jobs, id, "node-b", T0 + 3).await);
 }
 
 async fn jobs_retry(jobs: &Arc<dyn JobStore>) {
