@@ -646,19 +646,23 @@ impl SqlEngine {
             crate::distributed::Relaunch::new(cluster, context.state(), plan.clone())
         });
         let frame = deadline.run(context.execute_logical_plan(plan)).await??;
-        let schema = plain_schema(frame.schema().inner());
         // Physical planning and `execute` run on the query runtime too: operators spawn their
         // input tasks where they are executed, and those must not land on the server's.
-        let stream = deadline
-            .run(
-                self.cpu
-                    .handle()
-                    .spawn(async move { frame.execute_stream().await }),
-            )
+        // The answer's columns are the physical plan's: the logical plan a frame holds is not
+        // yet type-coerced (a `UNION` or `CASE` takes its first branch's type there), and
+        // batches cast to it would lose values.
+        let (physical_schema, stream) = deadline
+            .run(self.cpu.handle().spawn(async move {
+                let task = Arc::new(frame.task_ctx());
+                let physical = frame.create_physical_plan().await?;
+                let schema = physical.schema();
+                datafusion::physical_plan::execute_stream(physical, task).map(|s| (schema, s))
+            }))
             .await?
             .map_err(|e| {
                 SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
             })??;
+        let schema = plain_schema(&physical_schema);
         let planned = context
             .state()
             .config()
@@ -703,7 +707,8 @@ impl SqlEngine {
             .await??;
         Ok(match &prepared.plan {
             LogicalPlan::Ddl(_) => ddl::count_schema(),
-            plan => plain_schema(plan.schema().inner()),
+            // Described as it will answer: with the types coercion gives its columns.
+            plan => plain_schema(prepared.context.state().optimize(plan)?.schema().inner()),
         })
     }
 

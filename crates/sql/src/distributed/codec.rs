@@ -35,6 +35,7 @@ use prost::Message;
 use super::scan::FloeScanExec;
 use crate::optimizer::few_groups::FewGroupsExec;
 use crate::scan::equality_deletes::{EqualityDeleteExec, KeySet};
+use crate::scan::field_ids::{FIELD_IDS_OPTION, FieldIdAdapterFactory, FieldIds};
 
 const SCAN: u32 = 1;
 const EQUALITY_DELETES: u32 = 2;
@@ -65,6 +66,23 @@ struct ScanNode {
     /// Set on a task that takes its files as work units.
     #[prost(message, optional, tag = "3")]
     units: Option<UnitsNode>,
+    /// The table's field ids the scan maps files' columns by ([`FieldIds::encode`]): the
+    /// adapter does not travel, and DataFusion 54's codec drops the Parquet options'
+    /// key-value metadata that carries them in the process.
+    #[prost(string, optional, tag = "4")]
+    field_ids: Option<String>,
+}
+
+/// The field ids a Floe scan carries in its Parquet options ([`FIELD_IDS_OPTION`]).
+fn scan_field_ids(scan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    crate::optimizer::utils::file_scan(scan)?
+        .file_source()
+        .downcast_ref::<datafusion::datasource::physical_plan::ParquetSource>()?
+        .table_parquet_options()
+        .key_value_metadata
+        .get(FIELD_IDS_OPTION)
+        .cloned()
+        .flatten()
 }
 
 /// Where a stealing scan task takes its units ([`super::units`]).
@@ -178,6 +196,7 @@ impl FloeCodec {
             scan: self.encode_plan(scan.scan().clone())?,
             access,
             units,
+            field_ids: scan_field_ids(scan.scan()),
         }
         .encode_to_vec())
     }
@@ -217,11 +236,37 @@ impl FloeCodec {
                 .clone()
                 .with_extension(ParquetAccessPlan::new(row_groups));
         }
+        // The adapter does not travel; its field ids do, and go back into the Parquet
+        // options, where a scan keeps them.
+        let ids = node
+            .field_ids
+            .as_deref()
+            .map(|text| {
+                FieldIds::decode(text).ok_or_else(|| invalid("a scan's field ids do not read"))
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let mut options = config
+            .file_source()
+            .downcast_ref::<datafusion::datasource::physical_plan::ParquetSource>()
+            .ok_or_else(|| invalid("the scan does not read Parquet"))?
+            .table_parquet_options()
+            .clone();
+        if let Some(text) = node.field_ids {
+            options
+                .key_value_metadata
+                .insert(FIELD_IDS_OPTION.to_string(), Some(text));
+        }
+        let source = config
+            .file_source()
+            .downcast_ref::<datafusion::datasource::physical_plan::ParquetSource>()
+            .ok_or_else(|| invalid("the scan does not read Parquet"))?
+            .clone()
+            .with_table_parquet_options(options);
         let config = FileScanConfigBuilder::from(config.clone())
+            .with_source(Arc::new(source))
             .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
-            .with_expr_adapter(Some(Arc::new(
-                crate::scan::field_ids::FieldIdAdapterFactory,
-            )))
+            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory::new(ids))))
             .build();
         let scan = crate::scan::bounded_footer::with_bounded_reader(
             DataSourceExec::from_data_source(config),
@@ -409,7 +454,7 @@ mod tests {
 
     use super::*;
     use crate::distributed::round_trip::described;
-    use crate::scan::field_ids::{FIELD_ID_KEY, FieldIdAdapterFactory};
+    use crate::scan::field_ids::FIELD_ID_KEY;
 
     #[tokio::test]
     async fn a_scans_access_plans_adapter_and_reader_travel() {
@@ -433,9 +478,16 @@ mod tests {
             PartitionedFile::new("t/data/a.parquet", 1000).with_extension(deleted),
             PartitionedFile::new("t/data/b.parquet", 2000).with_range(0, 1000),
         ];
-        let config = FileScanConfigBuilder::new(url, Arc::new(ParquetSource::new(schema)))
+        let ids = crate::scan::field_ids::FieldIds::of_arrow(&schema);
+        let mut options = datafusion::config::TableParquetOptions::default();
+        options.key_value_metadata.insert(
+            crate::scan::field_ids::FIELD_IDS_OPTION.to_string(),
+            Some(ids.encode()),
+        );
+        let source = ParquetSource::new(schema).with_table_parquet_options(options);
+        let config = FileScanConfigBuilder::new(url, Arc::new(source))
             .with_file_groups(vec![FileGroup::new(files), FileGroup::new(vec![])])
-            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
+            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory::new(ids.clone()))))
             .build();
         let scan = crate::scan::bounded_footer::with_bounded_reader(
             DataSourceExec::from_data_source(config),
@@ -453,6 +505,23 @@ mod tests {
         };
         let sent: Arc<dyn ExecutionPlan> = Arc::new(FloeScanExec::new(scan.clone()).unwrap());
         let arrived = travel(sent.clone());
+        // The field ids the worker maps columns by arrive with the scan.
+        let arrived_scan = arrived
+            .downcast_ref::<FloeScanExec>()
+            .unwrap()
+            .scan()
+            .clone();
+        let carried = crate::optimizer::utils::file_scan(&arrived_scan)
+            .unwrap()
+            .file_source()
+            .downcast_ref::<ParquetSource>()
+            .unwrap()
+            .table_parquet_options()
+            .key_value_metadata
+            .get(crate::scan::field_ids::FIELD_IDS_OPTION)
+            .cloned()
+            .flatten();
+        assert_eq!(carried.as_deref(), Some(ids.encode().as_str()));
         let (sent, arrived) = (described(&sent).unwrap(), described(&arrived).unwrap());
         assert_eq!(sent, arrived);
         assert!(sent.contains("Selection"), "{sent}");
@@ -495,6 +564,7 @@ mod tests {
                 scan: inner.encode_to_vec(),
                 access: vec![],
                 units: None,
+                field_ids: None,
             };
             node = Envelope {
                 kind: SCAN,

@@ -222,10 +222,25 @@ fn visit(plan: &Arc<dyn ExecutionPlan>, f: &mut impl FnMut(&Arc<dyn ExecutionPla
 }
 
 /// A subplan computed once per partition for several consumers.
+///
+/// The one node stands in several places of a plan that the physical-plan API treats as a
+/// tree: a rule that runs later and rewrites below it calls [`ExecutionPlan::with_new_children`]
+/// once per place, making several instances. Their children may share nodes that can be
+/// executed only once per partition (a `RepartitionExec`'s output channels are taken by its
+/// first execution), so every instance made from one shared node keeps its state: the
+/// partitions it computed and the one input they are computed from, whatever child a later
+/// rewrite gave an instance (the rewrites are equivalent; running one of them is the point).
 #[derive(Debug)]
 pub struct SharedExec {
     input: Arc<dyn ExecutionPlan>,
     consumers: usize,
+    state: Arc<SharedState>,
+}
+
+#[derive(Debug)]
+struct SharedState {
+    /// What every instance computes from: the input the node was made with.
+    input: Arc<dyn ExecutionPlan>,
     partitions: Vec<Arc<OnceCell<Arc<Computed>>>>,
 }
 
@@ -241,9 +256,12 @@ impl SharedExec {
     fn new(input: Arc<dyn ExecutionPlan>, consumers: usize) -> Self {
         let count = input.properties().partitioning.partition_count();
         Self {
-            input,
+            input: input.clone(),
             consumers,
-            partitions: (0..count).map(|_| Arc::default()).collect(),
+            state: Arc::new(SharedState {
+                input,
+                partitions: (0..count).map(|_| Arc::default()).collect(),
+            }),
         }
     }
 }
@@ -275,10 +293,20 @@ impl ExecutionPlan for SharedExec {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(SharedExec::new(
-            children.remove(0),
-            self.consumers,
-        )))
+        let input = children.remove(0);
+        if input.schema() != self.input.schema()
+            || input.properties().partitioning.partition_count() != self.state.partitions.len()
+        {
+            return Err(DataFusionError::Internal(
+                "a shared aggregation's input was rewritten into another shape".into(),
+            ));
+        }
+        // The same shared node in another place (see the type's documentation).
+        Ok(Arc::new(SharedExec {
+            input,
+            consumers: self.consumers,
+            state: self.state.clone(),
+        }))
     }
 
     fn execute(
@@ -286,10 +314,15 @@ impl ExecutionPlan for SharedExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let cell = self.partitions.get(partition).cloned().ok_or_else(|| {
-            DataFusionError::Internal(format!("SharedExec has no partition {partition}"))
-        })?;
-        let input = self.input.clone();
+        let cell = self
+            .state
+            .partitions
+            .get(partition)
+            .cloned()
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!("SharedExec has no partition {partition}"))
+            })?;
+        let input = self.state.input.clone();
         let batches = futures::stream::once(async move {
             let computed = cell
                 .get_or_try_init(|| async {

@@ -26,7 +26,7 @@ use iceberg::scan::FileScanTaskDeleteFile;
 use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
-use crate::scan::field_ids::field_id;
+use crate::scan::field_ids::{FieldIds, field_id};
 use crate::scan::provider::TableFiles;
 
 /// The deleted keys of equality delete files that share one list of equality columns.
@@ -102,20 +102,21 @@ pub fn equality_ids(file: &FileScanTaskDeleteFile) -> Result<&[i32]> {
     }
 }
 
-/// The position in `schema` of the column with field id `id`, which the equality delete file
-/// `file` deletes by.
-pub fn column_of(schema: &SchemaRef, file: &FileScanTaskDeleteFile, id: i32) -> Result<usize> {
-    schema
-        .fields()
-        .iter()
-        .position(|f| field_id(f) == Some(id))
-        .ok_or_else(|| {
-            DataFusionError::Execution(format!(
-                "equality delete file {} deletes by field id {id}, which is not a column of the \
+/// The position in `schema` of the column with field id `id` (of the table's `ids`), which the
+/// equality delete file `file` deletes by.
+pub fn column_of(
+    schema: &SchemaRef,
+    ids: &FieldIds,
+    file: &FileScanTaskDeleteFile,
+    id: i32,
+) -> Result<usize> {
+    ids.position_in(schema, id).ok_or_else(|| {
+        DataFusionError::Execution(format!(
+            "equality delete file {} deletes by field id {id}, which is not a column of the \
                  table's schema",
-                file.file_path
-            ))
-        })
+            file.file_path
+        ))
+    })
 }
 
 /// The keys of the equality delete files one scan has read, in Arrow's row format, by file:
@@ -131,6 +132,7 @@ pub(crate) async fn load(
     table: &TableFiles,
     files: &[FileScanTaskDeleteFile],
     scanned: &SchemaRef,
+    ids: &FieldIds,
     read: &mut ReadKeys,
 ) -> Result<Vec<KeySet>> {
     let mut by_columns: BTreeMap<Vec<i32>, Vec<&FileScanTaskDeleteFile>> = BTreeMap::new();
@@ -141,10 +143,10 @@ pub(crate) async fn load(
             .push(file);
     }
     let mut sets = Vec::with_capacity(by_columns.len());
-    for (ids, files) in by_columns {
-        let columns = ids
+    for (equality, files) in by_columns {
+        let columns = equality
             .iter()
-            .map(|&id| column_of(scanned, files[0], id))
+            .map(|&id| column_of(scanned, ids, files[0], id))
             .collect::<Result<Vec<_>>>()?;
         let fields: Vec<SortField> = columns
             .iter()
@@ -156,7 +158,8 @@ pub(crate) async fn load(
             let rows = match read.0.get(&file.file_path) {
                 Some(rows) => rows.clone(),
                 None => {
-                    let rows = read_keys(table, file, &ids, scanned, &columns, &converter).await?;
+                    let rows =
+                        read_keys(table, file, &equality, scanned, &columns, &converter).await?;
                     let rows = Arc::new(rows);
                     read.0.insert(file.file_path.clone(), rows.clone());
                     rows

@@ -45,7 +45,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use object_store::ObjectStore;
 
-use crate::scan::field_ids::FieldIdAdapterFactory;
+use crate::scan::field_ids::{FieldIdAdapterFactory, FieldIds};
 use crate::scan::{equality_deletes, manifests, planning, position_deletes, predicate};
 
 /// Who reads a table, from which warehouse, through which object store.
@@ -101,7 +101,10 @@ pub struct IcebergTableProvider {
     files: WarehouseStorage,
     loaded: LoadedTable,
     snapshot_id: Option<i64>,
+    /// The schema DataFusion plans with: no field metadata ([`FieldIds`]).
     schema: SchemaRef,
+    /// `schema`'s field ids, which the scan maps each file's columns by.
+    ids: FieldIds,
     /// When set, only these data files are read, in this order (a compaction's input group).
     only_files: Option<Arc<std::collections::HashMap<String, usize>>>,
     /// Row count and column bounds of the snapshot read, for the join order
@@ -112,6 +115,7 @@ pub struct IcebergTableProvider {
 impl IcebergTableProvider {
     pub fn try_new(access: TableAccess, loaded: LoadedTable) -> Result<Self> {
         let schema = arrow_schema(loaded.metadata.current_schema())?;
+        let ids = FieldIds::of(loaded.metadata.current_schema());
         let files = access.files_of(loaded.metadata.location())?;
         Ok(Self {
             access,
@@ -119,6 +123,7 @@ impl IcebergTableProvider {
             loaded,
             snapshot_id: None,
             schema,
+            ids,
             only_files: None,
             statistics: None,
         })
@@ -146,6 +151,7 @@ impl IcebergTableProvider {
             .and_then(|schema_id| metadata.schema_by_id(schema_id))
             .unwrap_or_else(|| metadata.current_schema());
         self.schema = arrow_schema(schema)?;
+        self.ids = FieldIds::of(schema);
         self.snapshot_id = Some(id);
         Ok(self)
     }
@@ -165,7 +171,7 @@ impl IcebergTableProvider {
             && let Ok(index) = manifests::index(&table, self.snapshot_id).await
         {
             let key = format!("{}\u{1f}{list}", self.loaded.metadata.location());
-            self.statistics = Some(table_statistics::of(&key, &index, &self.schema));
+            self.statistics = Some(table_statistics::of(&key, &index, &self.schema, &self.ids));
         }
         self
     }
@@ -199,7 +205,7 @@ impl IcebergTableProvider {
             }
         }
         let order = self.metadata().sort_order_by_id(i64::from(order_id?))?;
-        let (columns, _) = sort_columns(order, &self.schema);
+        let (columns, _) = sort_columns(order, &self.schema, &self.ids);
         LexOrdering::new(columns.into_iter().map(|(index, options)| {
             let name = self.schema.field(index).name();
             PhysicalSortExpr::new(Arc::new(Column::new(name, index)), options)
@@ -311,13 +317,19 @@ mod table_statistics {
     use datafusion::common::stats::Precision;
 
     use crate::scan::cache::Recent;
+    use crate::scan::field_ids::FieldIds;
     use crate::scan::manifests::ManifestIndex;
 
-    static KEPT: Recent<(String, SchemaRef), Statistics> = Recent::new(64);
+    static KEPT: Recent<(String, SchemaRef, FieldIds), Statistics> = Recent::new(64);
 
     /// The statistics of the snapshot whose manifest list is `list`, from its `index`.
-    pub fn of(list: &str, index: &ManifestIndex, schema: &SchemaRef) -> Arc<Statistics> {
-        let key = (list.to_string(), schema.clone());
+    pub fn of(
+        list: &str,
+        index: &ManifestIndex,
+        schema: &SchemaRef,
+        ids: &FieldIds,
+    ) -> Arc<Statistics> {
+        let key = (list.to_string(), schema.clone(), ids.clone());
         if let Some(found) = KEPT.get(&key) {
             return found;
         }
@@ -326,7 +338,7 @@ mod table_statistics {
         for (n, entry) in index.data.values().enumerate() {
             rows += entry.file.record_count() as usize;
             let mut file = Statistics::new_unknown(schema);
-            super::column_bounds(schema, entry, false, &mut file);
+            super::column_bounds(schema, ids, entry, false, &mut file);
             for (merged, column) in stats
                 .column_statistics
                 .iter_mut()
@@ -351,8 +363,9 @@ mod table_statistics {
     }
 }
 
-/// The Arrow schema DataFusion sees: Iceberg's, with field ids kept in the field metadata and
-/// strings and binaries as view types (what DataFusion's Parquet reader produces natively).
+/// The Arrow schema DataFusion sees: Iceberg's, without field metadata (the field ids are kept
+/// apart, in [`FieldIds`]), with strings and binaries as view types (what DataFusion's Parquet
+/// reader produces natively).
 pub fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
     let arrow = iceberg::arrow::schema_to_arrow_schema(schema).map_err(iceberg_error)?;
     let fields: Vec<Field> = arrow
@@ -367,7 +380,9 @@ pub fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
             f.as_ref().clone().with_data_type(data_type)
         })
         .collect();
-    Ok(Arc::new(Schema::new(fields)))
+    Ok(crate::scan::field_ids::without_field_metadata(
+        &Schema::new(fields),
+    ))
 }
 
 pub fn iceberg_error(e: iceberg::Error) -> DataFusionError {
@@ -528,7 +543,7 @@ impl IcebergTableProvider {
         let mut read = wanted.clone();
         for file in equality {
             for &id in equality_deletes::equality_ids(file)? {
-                let column = equality_deletes::column_of(&self.schema, file, id)?;
+                let column = equality_deletes::column_of(&self.schema, &self.ids, file, id)?;
                 if !read.contains(&column) {
                     read.push(column);
                 }
@@ -539,7 +554,8 @@ impl IcebergTableProvider {
             store: state.runtime_env().object_store(&self.access.store_url)?,
             reach: self.files.reach().clone(),
         };
-        let sets = equality_deletes::load(&files, equality, &scan.schema(), read_keys).await?;
+        let sets =
+            equality_deletes::load(&files, equality, &scan.schema(), &self.ids, read_keys).await?;
         let filtered: Arc<dyn ExecutionPlan> =
             Arc::new(equality_deletes::EqualityDeleteExec::new(scan, sets));
         if read.len() == wanted.len() {
@@ -608,11 +624,23 @@ impl IcebergTableProvider {
                 None => rows_known = false,
             }
             if let Some(entry) = index.data.get(&task.data_file_path) {
-                column_bounds(&self.schema, entry, !task.deletes.is_empty(), &mut stats);
+                column_bounds(
+                    &self.schema,
+                    &self.ids,
+                    entry,
+                    !task.deletes.is_empty(),
+                    &mut stats,
+                );
                 if count.is_some()
                     && let Some(spec) = self.metadata().partition_spec_by_id(entry.spec_id)
                 {
-                    identity_constants(&self.schema, spec, entry.file.partition(), &mut stats);
+                    identity_constants(
+                        &self.schema,
+                        &self.ids,
+                        spec,
+                        entry.file.partition(),
+                        &mut stats,
+                    );
                 }
             }
             let stats = Arc::new(stats);
@@ -649,7 +677,13 @@ impl IcebergTableProvider {
             Precision::Absent
         };
         statistics.total_byte_size = Precision::Absent;
-        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        // The field ids travel with the scan's options, for a worker to map columns by them.
+        let mut options = state.table_options().parquet.clone();
+        options.key_value_metadata.insert(
+            crate::scan::field_ids::FIELD_IDS_OPTION.to_string(),
+            Some(self.ids.encode()),
+        );
+        let format = ParquetFormat::default().with_options(options);
         let source = format.file_source(self.schema.clone().into());
         let config = FileScanConfigBuilder::new(self.access.store_url.clone(), source)
             .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
@@ -657,26 +691,25 @@ impl IcebergTableProvider {
             .with_statistics(statistics)
             .with_projection_indices(projection.cloned())?
             .with_limit(limit)
-            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory)))
+            .with_expr_adapter(Some(Arc::new(FieldIdAdapterFactory::new(self.ids.clone()))))
             .build();
         crate::scan::bounded_footer::bounded_scan(format.create_physical_plan(state, config).await?)
     }
 }
 
 /// The leading fields of a sort order that DataFusion can order rows by as Iceberg does:
-/// identity transforms of columns of `schema` (found by field id) that are not floating point
-/// (Iceberg and DataFusion place NaN differently). Each with its column's index and
-/// direction; `true` when that is every field of the order.
+/// identity transforms of columns of `schema` (found by their field ids, `ids`) that are not
+/// floating point (Iceberg and DataFusion place NaN differently). Each with its column's index
+/// and direction; `true` when that is every field of the order.
 pub(crate) fn sort_columns(
     order: &SortOrder,
     schema: &Schema,
+    ids: &FieldIds,
 ) -> (Vec<(usize, SortOptions)>, bool) {
     let mut columns = Vec::new();
     for field in &order.fields {
-        let index = schema
-            .fields()
-            .iter()
-            .position(|f| crate::scan::field_ids::field_id(f) == Some(field.source_id))
+        let index = ids
+            .position_in(schema, field.source_id)
             .filter(|_| field.transform == Transform::Identity);
         let Some(index) = index.filter(|&i| {
             !matches!(
@@ -862,6 +895,7 @@ fn in_written_order(pieces: &mut Vec<Piece>, ordering: LexOrdering) -> Option<Le
 /// which also covers files that do not store the column at all (added or migrated files).
 fn identity_constants(
     schema: &SchemaRef,
+    ids: &FieldIds,
     spec: &PartitionSpec,
     partition: &Struct,
     stats: &mut Statistics,
@@ -873,11 +907,7 @@ fn identity_constants(
         let Some(Literal::Primitive(value)) = value else {
             continue;
         };
-        let Some(index) = schema
-            .fields()
-            .iter()
-            .position(|f| crate::scan::field_ids::field_id(f) == Some(spec_field.source_id))
-        else {
+        let Some(index) = ids.position_in(schema, spec_field.source_id) else {
             continue;
         };
         let Some(scalar) = scalar_of(value, schema.field(index).data_type()) else {
@@ -895,13 +925,14 @@ fn identity_constants(
 /// them loose); null counts are exact unless the file has deletes.
 fn column_bounds(
     schema: &SchemaRef,
+    ids: &FieldIds,
     entry: &manifests::DataFileEntry,
     has_deletes: bool,
     stats: &mut Statistics,
 ) {
     let file = &entry.file;
     for (index, field) in schema.fields().iter().enumerate() {
-        let Some(id) = crate::scan::field_ids::field_id(field) else {
+        let Some(id) = ids.id_of(field.name()) else {
             continue;
         };
         let column = &mut stats.column_statistics[index];

@@ -170,7 +170,8 @@ struct OrderCheck {
 impl OrderCheck {
     fn new(table: &Table, file_schema: &SchemaRef) -> Result<Self> {
         let order = table.metadata().default_sort_order();
-        let (sorted_by, complete) = crate::scan::provider::sort_columns(order, file_schema);
+        let ids = crate::scan::field_ids::FieldIds::of_arrow(file_schema);
+        let (sorted_by, complete) = crate::scan::provider::sort_columns(order, file_schema, &ids);
         if !complete || sorted_by.is_empty() {
             return Ok(Self::unsorted());
         }

@@ -355,11 +355,20 @@ fn runtime_filters(
                 })
                 .ok()?
                 .data;
+            // A filter with a column the output lacks is left out (below) before any of its
+            // columns is looked up there: its indices still address the table.
+            if !complete {
+                return None;
+            }
             let keys = id
                 .and_then(|id| collecting.get(&id))
                 .filter(|_| {
-                    probe_column(&remapped)
-                        .is_some_and(|at| collectable(output.field(at).data_type()))
+                    probe_column(&remapped).is_some_and(|at| {
+                        output
+                            .fields()
+                            .get(at)
+                            .is_some_and(|field| collectable(field.data_type()))
+                    })
                 })
                 .cloned();
             let found = Found {
@@ -367,7 +376,7 @@ fn runtime_filters(
                 bitmap_only: false,
                 keys,
             };
-            complete.then_some((is_feeding, found))
+            Some((is_feeding, found))
         })
         .collect();
     if dynamic.iter().all(|(is_feeding, _)| *is_feeding) {
