@@ -48,6 +48,9 @@ PINS=(
   "duckdb-ext-iceberg==${DUCKDB_EXT_VERSION}"
   "duckdb-ext-avro==${DUCKDB_EXT_VERSION}"
   "duckdb-ext-httpfs==${DUCKDB_EXT_VERSION}"
+  # TPC-DS data and the 99 queries for `floe bench tpcds` and its CI test (DuckDB 1.4.4's
+  # extension: 2.0's extensions are not on PyPI).
+  "duckdb-ext-tpcds==${DUCKDB_EXT_VERSION}"
   "pyspark==${PYSPARK_VERSION}"
   "pytest==${PYTEST_VERSION}"
   "requests==${REQUESTS_VERSION}"
@@ -118,7 +121,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 import importlib.metadata as md
 import duckdb, pyiceberg, pyspark, pytest, requests, psycopg, boto3, pyarrow
 import schemathesis, openapi_spec_validator
-for ext in ("iceberg", "avro", "httpfs"):
+for ext in ("iceberg", "avro", "httpfs", "tpcds"):
     files = [f for f in (md.files(f"duckdb-ext-{ext}") or [])
              if f.name == f"{ext}.duckdb_extension"]
     assert files and files[0].locate().is_file(), f"{ext}.duckdb_extension missing"

@@ -823,15 +823,14 @@ impl SqlEngine {
             (Some(_), _) | (None, Planning::Distributable) => &self.distributed_rules,
             (None, Planning::AsConfigured) => &self.rules,
         };
-        let mut state = SessionStateBuilder::new()
+        let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_catalog_list(Arc::new(catalogs));
-        for rule in &rules.logical {
-            state = state.with_optimizer_rule(rule.clone());
-        }
-        let mut state = state.with_physical_optimizer_rules(rules.physical.clone());
+        let mut state = state
+            .with_optimizer_rules(rules.logical.clone())
+            .with_physical_optimizer_rules(rules.physical.clone());
         if let Some(cluster) = &cluster {
             state = cluster.distribute(state, &stores)?;
         } else if planning == Planning::Distributable {

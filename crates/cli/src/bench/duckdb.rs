@@ -11,6 +11,23 @@ pub struct DuckDb {
     child: std::process::Child,
     to: std::process::ChildStdin,
     from: std::io::BufReader<std::process::ChildStdout>,
+    version: String,
+}
+
+/// The Python DuckDB runs in when none is named: `FLOE_DUCKDB_PYTHON`, the benchmark peer's
+/// venv (`scripts/setup-duckdb.sh`: the newest DuckDB), or the test venv's (DuckDB 1.4.4).
+fn default_python() -> Option<PathBuf> {
+    if let Some(named) = std::env::var_os("FLOE_DUCKDB_PYTHON") {
+        return Some(PathBuf::from(named));
+    }
+    let home = PathBuf::from(std::env::var_os("HOME")?);
+    [
+        ".cache/floe-duckdb/bin/python",
+        ".cache/floe-venv/bin/python",
+    ]
+    .into_iter()
+    .map(|p| home.join(p))
+    .find(|p| p.exists())
 }
 
 impl DuckDb {
@@ -23,10 +40,7 @@ impl DuckDb {
         answers: &Path,
         arrow_results: bool,
     ) -> anyhow::Result<Option<Self>> {
-        let python = python.or_else(|| {
-            let venv = PathBuf::from(std::env::var_os("HOME")?).join(".cache/floe-venv/bin/python");
-            venv.exists().then_some(venv)
-        });
+        let python = python.or_else(default_python);
         let Some(python) = python else {
             return Ok(None);
         };
@@ -35,11 +49,15 @@ import json, re, sys, time, duckdb
 # The high-water mark survives exec; restart it so it measures this process alone.
 open("/proc/self/clear_refs", "w").write("5")
 setup, answers = json.loads(sys.argv[1]), sys.argv[2]
-# Rows as Python tuples, or (for time zones without pytz) as one Arrow table.
+# Rows as Python tuples, or (for time zones without pytz) as one Arrow table (DuckDB 2.0
+# calls it to_arrow_table, 1.x fetch_arrow_table).
+def arrow(result):
+    return result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.fetch_arrow_table()
 if sys.argv[3] == "arrow":
-    fetch = lambda result: result.fetch_arrow_table().num_rows
+    fetch = lambda result: arrow(result).num_rows
 else:
     fetch = lambda result: len(result.fetchall())
+print(json.dumps({"version": duckdb.__version__}), flush=True)
 con = duckdb.connect()
 con.execute("SET enable_progress_bar = false")
 for statement in setup:
@@ -70,8 +88,24 @@ print(json.dumps({"peak_mib": peak}), flush=True)
             .spawn()
             .with_context(|| format!("start {}", python.display()))?;
         let to = child.stdin.take().expect("piped stdin");
-        let from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-        Ok(Some(DuckDb { child, to, from }))
+        let mut from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut from, &mut line)?;
+        let version = serde_json::from_str::<serde_json::Value>(&line)
+            .ok()
+            .and_then(|v| v["version"].as_str().map(str::to_string))
+            .with_context(|| format!("{} did not start DuckDB", python.display()))?;
+        Ok(Some(DuckDb {
+            child,
+            to,
+            from,
+            version,
+        }))
+    }
+
+    /// `DuckDB <version>`.
+    pub fn version(&self) -> String {
+        format!("DuckDB {}", self.version)
     }
 
     pub fn ask(&mut self, ask: serde_json::Value) -> anyhow::Result<serde_json::Value> {
@@ -107,6 +141,7 @@ print(json.dumps({"peak_mib": peak}), flush=True)
             mut child,
             to,
             mut from,
+            ..
         } = self;
         drop(to);
         let mut line = String::new();

@@ -11,7 +11,9 @@ mod migrate;
 mod otlp;
 mod process;
 mod rollup;
+mod suite;
 mod tenants;
+mod tpcds;
 mod tpch;
 mod tpch_cache;
 mod tpch_steal;
@@ -25,6 +27,9 @@ pub enum BenchCommand {
     Catalog(catalog::CatalogBenchArgs),
     /// TPC-H over Iceberg tables, side by side with DataFusion on Parquet and DuckDB.
     Tpch(tpch::TpchBenchArgs),
+    /// TPC-DS's 99 queries over Iceberg tables, side by side with DataFusion on Parquet and
+    /// DuckDB, every answer compared with DuckDB's.
+    Tpcds(tpcds::TpcdsBenchArgs),
     /// HTTP ingestion into a running server (or with `--kafka`, Kafka ingestion in this
     /// process): throughput, freshness, files per commit.
     Ingest(ingest::IngestBenchArgs),
@@ -52,6 +57,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Catalog(args) => catalog::run(args).await,
         BenchCommand::Tpch(args) => tpch::run(args).await,
+        BenchCommand::Tpcds(args) => tpcds::run(args).await,
         BenchCommand::Ingest(args) => ingest::run(args).await,
         BenchCommand::Compaction(args) => compaction::run(args).await,
         BenchCommand::History(args) => history::run(args).await,

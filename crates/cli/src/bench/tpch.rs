@@ -7,13 +7,10 @@
 //! warm-up; the best time counts. Every Floe result is checked value by value against DuckDB's
 //! (and row counts against plain DataFusion's); peak resident memory is reported per engine.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::duckdb::DuckDb;
-use super::process::{memory_mib, reset_peak_memory};
 use anyhow::{Context, bail};
 use clap::Args;
 use datafusion::arrow::array::{
@@ -24,13 +21,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::sink::DataSink;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogConfig, CatalogService, CreateTable};
 use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
 use floe_storage::StorageProfile;
 use floe_store::{SqlStore, StoreOptions};
-use futures::TryStreamExt;
 use iceberg::NamespaceIdent;
 use tpchgen::generators::{
     CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator,
@@ -185,259 +180,25 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         queries,
         ..
     } = prepared;
-
-    println!(
-        "floe bench tpch: scale factor {}, {} iteration(s) after a warm-up, best time in ms",
-        args.sf, args.iterations
-    );
-    // First Floe alone, one run per query: its answers, and its peak resident memory with no
-    // other engine's memory in the process.
-    let floe_run = |sql: &str| {
-        let (engine, caller, options, sql) = (&engine, &caller, &options, sql.to_string());
-        async move {
-            let result = engine.query(caller, &sql, options).await?;
-            anyhow::Ok(result.stream.try_collect::<Vec<RecordBatch>>().await?)
-        }
-    };
-    let mut floe_results: BTreeMap<usize, Vec<RecordBatch>> = BTreeMap::new();
-    reset_peak_memory();
-    let mut floe_failures: BTreeMap<usize, String> = BTreeMap::new();
-    for (q, sql) in &queries {
-        match floe_run(sql).await.map_err(|e| e.to_string()) {
-            Ok(batches) => {
-                floe_results.insert(*q, batches);
-            }
-            Err(e) => {
-                // Reported in the table; the other queries still run.
-                eprintln!("Q{q} failed in Floe: {e}");
-                floe_failures.insert(*q, e);
-            }
-        }
+    let outcome = super::suite::run(super::suite::Suite {
+        name: "tpch",
+        scale_factor: args.sf,
+        engine: &engine,
+        caller: &caller,
+        options,
+        queries: &queries,
+        tables: TABLES.iter().map(|t| t.to_string()).collect(),
+        parquet: &parquet,
+        answers: dir.join("duckdb-answers"),
+        duckdb_python: args.duckdb_python.clone(),
+        iterations: args.iterations.max(1),
+        query_memory_limit_mb: args.query_memory_limit_mb,
+        peer_timeout: std::time::Duration::from_secs(args.peer_timeout_secs),
+    })
+    .await?;
+    if let Some((q, why)) = outcome.wrong.iter().next() {
+        bail!("Q{q}: Floe's answer differs from DuckDB's: {why}");
     }
-    let floe_peak = memory_mib("VmHWM:");
-    // The same memory budget as Floe's queries, so a runaway plan fails rather than taking
-    // the machine down.
-    let raw = SessionContext::new_with_config_rt(
-        SessionConfig::new().with_target_partitions(EngineConfig::default().target_partitions),
-        datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-            .with_memory_limit(args.query_memory_limit_mb << 20, 1.0)
-            .build_arc()?,
-    );
-    for table in TABLES {
-        raw.register_parquet(
-            table,
-            parquet
-                .join(format!("{table}.parquet"))
-                .to_string_lossy()
-                .as_ref(),
-            ParquetReadOptions::default(),
-        )
-        .await?;
-    }
-    let answers = dir.join("duckdb-answers");
-    std::fs::create_dir_all(&answers)?;
-    let views: Vec<String> = TABLES
-        .iter()
-        .map(|t| {
-            format!(
-                "CREATE VIEW {t} AS SELECT * FROM read_parquet('{}/{t}.parquet')",
-                parquet.display()
-            )
-        })
-        .collect();
-    let mut duckdb = DuckDb::start(args.duckdb_python.clone(), &views, &answers, false)?;
-
-    // Then the timed runs, engine after engine within each iteration of each query, so that
-    // the machine's drift (these shared cores speed up and slow down over minutes) falls on
-    // all three alike.
-    let limit = std::time::Duration::from_secs(args.peer_timeout_secs);
-    let raw_run = |sql: &str| {
-        let (raw, sql) = (raw.clone(), sql.to_string());
-        async move {
-            let run = async { raw.sql(&sql).await?.collect().await };
-            let batches = tokio::time::timeout(limit, run)
-                .await
-                .map_err(|_| anyhow::anyhow!("no answer within {} s", limit.as_secs()))??;
-            anyhow::Ok(batches.iter().map(|b| b.num_rows()).sum::<usize>())
-        }
-    };
-    let mut floe_times = BTreeMap::new();
-    let mut raw_times = BTreeMap::new();
-    let mut duck_times = BTreeMap::new();
-    for (q, sql) in &queries {
-        let Some(floe_rows) = floe_results
-            .get(q)
-            .map(|batches| batches.iter().map(|b| b.num_rows()).sum::<usize>())
-        else {
-            continue;
-        };
-        let timed_floe = || async {
-            let start = Instant::now();
-            floe_run(sql).await.with_context(|| format!("Floe, Q{q}"))?;
-            anyhow::Ok(start.elapsed().as_secs_f64() * 1000.0)
-        };
-        // Warm-ups: every engine's data in the page cache before its timed runs.
-        timed_floe().await?;
-        let mut raw_rows = match raw_run(sql).await {
-            Ok(rows) => Some(rows),
-            Err(e) => {
-                eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}");
-                None
-            }
-        };
-        let duck_rows = match duckdb.as_mut() {
-            Some(duck) => Some(duck.warm_up(*q, sql)?),
-            None => None,
-        };
-        let (mut floe_best, mut raw_best, mut duck_best) = (f64::MAX, f64::MAX, f64::MAX);
-        for _ in 0..args.iterations.max(1) {
-            floe_best = floe_best.min(timed_floe().await?);
-            if raw_rows.is_some() {
-                let start = Instant::now();
-                match raw_run(sql).await {
-                    Ok(_) => raw_best = raw_best.min(start.elapsed().as_secs_f64() * 1000.0),
-                    Err(e) => {
-                        eprintln!("Q{q} failed in DataFusion on Parquet: {e:#}");
-                        raw_rows = None;
-                    }
-                }
-            }
-            if let Some(duck) = duckdb.as_mut() {
-                duck_best = duck_best.min(duck.time(sql)?);
-            }
-        }
-        eprintln!(
-            "Q{q}: floe {floe_best:.1} ms, datafusion on parquet {}, duckdb {}",
-            raw_rows.map_or("fails".to_string(), |_| format!("{raw_best:.1} ms")),
-            duck_rows.map_or("-".to_string(), |_| format!("{duck_best:.1} ms")),
-        );
-        floe_times.insert(*q, (floe_best, floe_rows));
-        if let Some(rows) = raw_rows {
-            raw_times.insert(*q, (raw_best, rows));
-        }
-        if let Some(rows) = duck_rows {
-            duck_times.insert(*q, (duck_best, rows));
-        }
-    }
-    let duck = duckdb.is_some().then_some(duck_times);
-    let duck_peak = match duckdb {
-        Some(duck) => duck.finish()?,
-        None => None,
-    };
-    if duck.is_some() {
-        for (q, _) in &queries {
-            // A query Floe could not answer has no answer of DuckDB's written either.
-            let Some(got) = floe_results.get(q) else {
-                continue;
-            };
-            let expected = raw
-                .read_parquet(
-                    answers
-                        .join(format!("q{q}.parquet"))
-                        .to_string_lossy()
-                        .as_ref(),
-                    ParquetReadOptions::default(),
-                )
-                .await?
-                .collect()
-                .await?;
-            same_answer(got, &expected, "DuckDB")
-                .with_context(|| format!("Q{q}: Floe's answer differs from DuckDB's"))?;
-        }
-    }
-
-    println!(
-        "\n{:>5} {:>10} {:>14} {:>10} {:>13} {:>14}",
-        "query", "floe", "df-parquet", "duckdb", "floe/duckdb", "floe/df-parq"
-    );
-    let (mut log_duck, mut log_raw, mut n_duck, mut n_raw) = (0.0, 0.0, 0, 0);
-    // Summed times of the queries every engine answered.
-    let (mut sum_floe, mut sum_raw, mut sum_duck) = (0.0, 0.0, 0.0);
-    for (q, _) in &queries {
-        let Some(&(floe_ms, floe_rows)) = floe_times.get(q) else {
-            println!("{:>5} {:>10}", format!("Q{q}"), "fails");
-            continue;
-        };
-        let raw_entry = raw_times.get(q).copied();
-        let duck_entry = duck.as_ref().and_then(|d| d.get(q)).copied();
-        if raw_entry.is_some_and(|(_, rows)| rows != floe_rows)
-            || duck_entry.is_some_and(|(_, rows)| rows != floe_rows)
-        {
-            bail!(
-                "Q{q}: engines disagree on the row count (floe {floe_rows}, datafusion {:?}, duckdb {:?})",
-                raw_entry.map(|d| d.1),
-                duck_entry.map(|d| d.1)
-            );
-        }
-        if let (Some((raw_ms, _)), Some((duck_ms, _))) = (raw_entry, duck_entry) {
-            sum_floe += floe_ms;
-            sum_raw += raw_ms;
-            sum_duck += duck_ms;
-        }
-        let raw_text = match raw_entry {
-            Some((ms, _)) => {
-                log_raw += (floe_ms / ms).ln();
-                n_raw += 1;
-                (format!("{ms:.1}"), format!("{:.2}", floe_ms / ms))
-            }
-            None => ("fails".into(), "-".into()),
-        };
-        let duck_text = match duck_entry {
-            Some((ms, _)) => {
-                log_duck += (floe_ms / ms).ln();
-                n_duck += 1;
-                (format!("{ms:.1}"), format!("{:.2}", floe_ms / ms))
-            }
-            None => ("-".into(), "-".into()),
-        };
-        println!(
-            "{:>5} {:>10.1} {:>14} {:>10} {:>13} {:>14}",
-            format!("Q{q}"),
-            floe_ms,
-            raw_text.0,
-            duck_text.0,
-            duck_text.1,
-            raw_text.1
-        );
-    }
-    let show = |mib: Option<f64>| mib.map_or("-".to_string(), |m| format!("{m:.0} MiB"));
-    // Floe's peak is taken over its first runs, before DataFusion on Parquet (which runs in
-    // this process) has run anything.
-    println!(
-        "\npeak resident memory: floe's queries {} (query memory limit {} MiB; includes data \
-         generated in this run, if any), duckdb process {}",
-        show(floe_peak),
-        args.query_memory_limit_mb,
-        show(duck_peak)
-    );
-    if duck.is_some() {
-        println!(
-            "every answer Floe gave matches DuckDB's, value by value; {} of {} queries failed in Floe",
-            floe_failures.len(),
-            queries.len()
-        );
-    }
-    if sum_duck > 0.0 {
-        println!(
-            "summed times of the queries all three answered: floe {sum_floe:.0} ms, \
-             datafusion on parquet {sum_raw:.0} ms, duckdb {sum_duck:.0} ms \
-             (floe/duckdb {:.2}, floe/df-parquet {:.2})",
-            sum_floe / sum_duck,
-            sum_floe / sum_raw
-        );
-    }
-    println!(
-        "\ngeometric mean of ratios: floe/df-parquet {:.2} over {n_raw} queries{}",
-        (log_raw / n_raw.max(1) as f64).exp(),
-        if n_duck > 0 {
-            format!(
-                ", floe/duckdb {:.2} over {n_duck} queries",
-                (log_duck / n_duck as f64).exp()
-            )
-        } else {
-            " (DuckDB not run: no Python with the duckdb module)".into()
-        }
-    );
     Ok(())
 }
 
@@ -1205,97 +966,6 @@ fn query(q: usize, sf: f64) -> String {
         10 => format!("{text} limit 20"),
         _ => text,
     }
-}
-
-/// One value of an answer, for comparing engines: numbers of any type as `f64`, the rest as
-/// text.
-#[derive(Debug, Clone, PartialEq)]
-enum Cell {
-    Null,
-    Number(f64),
-    Text(String),
-}
-
-impl Cell {
-    /// A sort key that ignores the last digits of floating-point noise.
-    fn key(&self) -> String {
-        match self {
-            Cell::Null => "\u{0}".into(),
-            Cell::Number(n) => format!("{n:.2}"),
-            Cell::Text(t) => t.clone(),
-        }
-    }
-
-    fn matches(&self, other: &Cell) -> bool {
-        match (self, other) {
-            (Cell::Number(a), Cell::Number(b)) => {
-                (a - b).abs() <= 1e-4 + 1e-9 * a.abs().max(b.abs())
-            }
-            (a, b) => a == b,
-        }
-    }
-}
-
-fn cells(batches: &[RecordBatch]) -> anyhow::Result<Vec<Vec<Cell>>> {
-    use datafusion::arrow::array::{Array, AsArray};
-    use datafusion::arrow::datatypes::Float64Type;
-    let mut rows = Vec::new();
-    for batch in batches {
-        let mut columns = Vec::new();
-        for column in batch.columns() {
-            let numeric = column.data_type().is_numeric();
-            let target = if numeric {
-                DataType::Float64
-            } else {
-                DataType::Utf8
-            };
-            columns.push((numeric, datafusion::arrow::compute::cast(column, &target)?));
-        }
-        for row in 0..batch.num_rows() {
-            rows.push(
-                columns
-                    .iter()
-                    .map(|(numeric, c)| {
-                        if c.is_null(row) {
-                            Cell::Null
-                        } else if *numeric {
-                            Cell::Number(c.as_primitive::<Float64Type>().value(row))
-                        } else {
-                            Cell::Text(c.as_string::<i32>().value(row).to_string())
-                        }
-                    })
-                    .collect(),
-            );
-        }
-    }
-    Ok(rows)
-}
-
-/// Compares two answers as bags of rows (ties may come in any order), numbers within a
-/// small tolerance (DuckDB averages in doubles where DataFusion keeps decimals).
-pub(super) fn same_answer(
-    got: &[RecordBatch],
-    expected: &[RecordBatch],
-    peer: &str,
-) -> anyhow::Result<()> {
-    let mut got = cells(got)?;
-    let mut expected = cells(expected)?;
-    if got.len() != expected.len() {
-        bail!("{} rows where {peer} has {}", got.len(), expected.len());
-    }
-    let by_key = |a: &Vec<Cell>, b: &Vec<Cell>| {
-        let ka: Vec<String> = a.iter().map(Cell::key).collect();
-        let kb: Vec<String> = b.iter().map(Cell::key).collect();
-        ka.cmp(&kb)
-    };
-    got.sort_by(by_key);
-    expected.sort_by(by_key);
-    for (g, e) in got.iter().zip(&expected) {
-        if g.len() != e.len() || !g.iter().zip(e).all(|(a, b)| a.matches(b)) {
-            bail!("row {g:?} where {peer} has {e:?}");
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

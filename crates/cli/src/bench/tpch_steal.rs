@@ -15,7 +15,8 @@ use floe_sql::SqlEngine;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::tpch::{Prepared, TpchBenchArgs, same_answer};
+use super::suite::same_answer;
+use super::tpch::{Prepared, TpchBenchArgs};
 use super::tpch_workers::{Workers, answer, timed};
 
 /// Stops and continues a process in turns until dropped (and leaves it running).

@@ -21,7 +21,8 @@ use floe_store::{SqlStore, StoreOptions};
 use futures::TryStreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::tpch::{Prepared, TpchBenchArgs, prepare, same_answer};
+use super::suite::same_answer;
+use super::tpch::{Prepared, TpchBenchArgs, prepare};
 
 /// `floe worker` processes, stopped (SIGTERM, so they deregister) when dropped.
 pub(super) struct Workers(Vec<Child>);

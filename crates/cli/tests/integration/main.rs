@@ -9,4 +9,5 @@ mod netns;
 mod oidc;
 mod rest_client;
 mod runtime_filters;
+mod tpcds;
 mod work_units;

@@ -2,7 +2,9 @@
 //! ordered list of rules every session of an engine runs ([`Rules`]), built once from the
 //! engine's configuration ([`Rewrites`]).
 //!
-//! Logical rules run after all of DataFusion's, in this order:
+//! Logical rules: [`group_by_constants::GroupByConstants`] stands in for DataFusion's
+//! `eliminate_group_by_constant` in DataFusion's list (always: it corrects an answer); Floe's
+//! own run after all of DataFusion's, in this order:
 //!
 //! 1. [`plain_not_in::PlainNotIn`] — `NOT IN` over columns without nulls as a plain anti join;
 //! 2. [`reorder_joins::ReorderJoins`] — inner joins ordered from table statistics.
@@ -38,6 +40,7 @@ pub(crate) mod fast_conjunctions;
 pub(crate) mod fast_decimals;
 pub(crate) mod fast_like;
 pub(crate) mod few_groups;
+pub(crate) mod group_by_constants;
 pub(crate) mod plain_not_in;
 pub(crate) mod plain_repartitions;
 pub(crate) mod reorder_joins;
@@ -140,7 +143,7 @@ type PhysicalRule = Arc<dyn PhysicalOptimizerRule + Send + Sync>;
 /// The rules of every session of an engine, in the order of the module documentation.
 #[derive(Debug, Clone)]
 pub(crate) struct Rules {
-    /// Run after DataFusion's logical rules.
+    /// The whole logical list, DataFusion's rules included.
     pub(crate) logical: Vec<LogicalRule>,
     /// The whole physical list, DataFusion's rules included.
     pub(crate) physical: Vec<PhysicalRule>,
@@ -148,7 +151,16 @@ pub(crate) struct Rules {
 
 impl Rules {
     pub(crate) fn new(rewrites: &Rewrites) -> Self {
-        let mut logical: Vec<LogicalRule> = Vec::new();
+        let mut logical: Vec<LogicalRule> = datafusion::optimizer::Optimizer::new()
+            .rules
+            .into_iter()
+            .map(|rule| match rule.name() {
+                "eliminate_group_by_constant" => {
+                    Arc::new(group_by_constants::GroupByConstants::default()) as LogicalRule
+                }
+                _ => rule,
+            })
+            .collect();
         if rewrites.plain_not_in {
             logical.push(Arc::new(plain_not_in::PlainNotIn));
         }
@@ -270,7 +282,15 @@ mod tests {
                 .iter()
                 .all(|n| n.starts_with("floe_"))
         );
-        assert_eq!(rules.logical.len(), 2);
+        let datafusion = datafusion::optimizer::Optimizer::new().rules.len();
+        assert_eq!(rules.logical.len(), datafusion + 2);
+        assert!(
+            rules
+                .logical
+                .iter()
+                .any(|r| format!("{r:?}").starts_with("GroupByConstants")),
+            "DataFusion's rule is replaced"
+        );
     }
 
     #[test]
@@ -286,7 +306,8 @@ mod tests {
         assert!(!names.contains(&"floe_apply_runtime_filters"));
         assert!(!names.contains(&"floe_broadcast_bounded_builds"));
         assert!(names.contains(&"floe_yield_after_joins"));
-        assert_eq!(rules.logical.len(), 1);
+        let datafusion = datafusion::optimizer::Optimizer::new().rules.len();
+        assert_eq!(rules.logical.len(), datafusion + 1);
     }
 
     #[test]
