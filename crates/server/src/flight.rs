@@ -254,7 +254,7 @@ fn status(e: SqlError) -> Status {
             Status::invalid_argument(e.message)
         }
         SqlErrorKind::Unsupported => Status::unimplemented(e.message),
-        SqlErrorKind::Execution => Status::internal(e.message),
+        SqlErrorKind::Execution | SqlErrorKind::Internal => Status::internal(e.message),
         SqlErrorKind::Timeout => Status::deadline_exceeded(e.message),
         SqlErrorKind::TooManyStatements => Status::resource_exhausted(e.message),
     }

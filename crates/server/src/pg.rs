@@ -508,7 +508,7 @@ fn sql_error(e: SqlError) -> PgWireError {
         SqlErrorKind::Invalid => "42000",          // syntax_error_or_access_rule_violation
         SqlErrorKind::InvalidParameter => "22P02", // invalid_text_representation
         SqlErrorKind::Unsupported => "0A000",      // feature_not_supported
-        SqlErrorKind::Execution => "XX000",        // internal_error
+        SqlErrorKind::Execution | SqlErrorKind::Internal => "XX000", // internal_error
         SqlErrorKind::Timeout => "57014",          // query_canceled
         SqlErrorKind::TooManyStatements => "53400", // configuration_limit_exceeded
     };

@@ -232,6 +232,9 @@ pub enum SqlErrorKind {
     Timeout,
     /// The principal already runs as many statements as it may at once.
     TooManyStatements,
+    /// A fault in the engine itself (a task that panicked): the message carries only an error
+    /// id; the cause is logged once with that id and the statement's plan.
+    Internal,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -250,8 +253,40 @@ impl SqlError {
     }
 }
 
+impl SqlError {
+    /// The error a client sees for a task of a statement that panicked: an id, the cause
+    /// logged with it (and with `plan`, the statement's plan, when it is known).
+    pub(crate) fn internal(
+        cause: &dyn std::fmt::Display,
+        plan: Option<&dyn std::fmt::Display>,
+    ) -> Self {
+        let error_id = uuid::Uuid::now_v7();
+        match plan {
+            Some(plan) => {
+                tracing::error!(%error_id, %cause, %plan, "a statement's task panicked")
+            }
+            None => tracing::error!(%error_id, %cause, "a statement's task panicked"),
+        }
+        SqlError::new(
+            SqlErrorKind::Internal,
+            format!("internal error in the SQL engine; error id {error_id}"),
+        )
+    }
+}
+
+/// Whether `e` is a task's panic (in DataFusion's tasks or the engine's own).
+pub(crate) fn is_panic(e: &DataFusionError) -> bool {
+    match e.find_root() {
+        DataFusionError::ExecutionJoin(join) => join.is_panic(),
+        _ => false,
+    }
+}
+
 impl From<DataFusionError> for SqlError {
     fn from(e: DataFusionError) -> Self {
+        if is_panic(&e) {
+            return SqlError::internal(&e, None);
+        }
         let root = e.find_root();
         if let DataFusionError::External(inner) = root {
             if let Some(catalog) = inner.downcast_ref::<CatalogError>() {
@@ -651,16 +686,22 @@ impl SqlEngine {
         // The answer's columns are the physical plan's: the logical plan a frame holds is not
         // yet type-coerced (a `UNION` or `CASE` takes its first branch's type there), and
         // batches cast to it would lose values.
-        let (physical_schema, stream) = deadline
+        let logical = frame.logical_plan().clone();
+        let (physical_schema, stream, physical) = deadline
             .run(self.cpu.handle().spawn(async move {
                 let task = Arc::new(frame.task_ctx());
                 let physical = frame.create_physical_plan().await?;
                 let schema = physical.schema();
-                datafusion::physical_plan::execute_stream(physical, task).map(|s| (schema, s))
+                datafusion::physical_plan::execute_stream(physical.clone(), task)
+                    .map(|s| (schema, s, physical))
             }))
             .await?
             .map_err(|e| {
-                SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
+                if e.is_panic() {
+                    SqlError::internal(&e, Some(&logical.display_indent()))
+                } else {
+                    SqlError::new(SqlErrorKind::Execution, format!("query task failed: {e}"))
+                }
             })??;
         let schema = plain_schema(&physical_schema);
         let planned = context
@@ -678,6 +719,7 @@ impl SqlEngine {
                     retry,
                     relaunch,
                     planned,
+                    plan: physical,
                 },
                 spool,
             ),
@@ -955,4 +997,31 @@ fn catalogs_access(context: &SessionContext, warehouse: &str) -> Option<TableAcc
     let catalog = context.catalog(warehouse)?;
     let catalog = catalog.downcast_ref::<WarehouseCatalog>()?;
     Some(catalog.access.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_task_that_panicked_is_an_internal_error_with_an_id_not_its_message() {
+        let join =
+            tokio::spawn(async { panic!("index out of bounds: the len is 6 but the index is 7") })
+                .await
+                .unwrap_err();
+        let wrapped = DataFusionError::Context(
+            "while running a join".into(),
+            Box::new(DataFusionError::ExecutionJoin(Box::new(join))),
+        );
+        let error = SqlError::from(wrapped);
+        assert_eq!(error.kind, SqlErrorKind::Internal);
+        assert!(error.message.contains("error id"), "{}", error.message);
+        assert!(
+            !error.message.contains("index out of bounds"),
+            "{}",
+            error.message
+        );
+        let plain = SqlError::from(DataFusionError::Execution("no such thing".into()));
+        assert_eq!(plain.kind, SqlErrorKind::Execution);
+    }
 }

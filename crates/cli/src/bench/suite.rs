@@ -46,6 +46,9 @@ pub(super) struct Suite<'a> {
     pub query_memory_limit_mb: usize,
     /// A run of one query by DataFusion on Parquet taking longer than this counts as failed.
     pub peer_timeout: Duration,
+    /// Floe over the same tables with every rewrite off: each answer with the rewrites on
+    /// must equal its answer.
+    pub without_rewrites: Option<SqlEngine>,
 }
 
 /// How a run ended: the queries whose answers differ from DuckDB's (with why), and those Floe
@@ -70,6 +73,7 @@ pub(super) async fn run(suite: Suite<'_>) -> anyhow::Result<Outcome> {
         iterations,
         query_memory_limit_mb,
         peer_timeout,
+        without_rewrites,
     } = suite;
     if iterations == 0 {
         println!("floe bench {name}: scale factor {scale_factor}, answers compared only");
@@ -102,6 +106,34 @@ pub(super) async fn run(suite: Suite<'_>) -> anyhow::Result<Outcome> {
         }
     }
     let floe_peak = memory_mib("VmHWM:");
+    // The rewrites held to DataFusion's own plans, query by query.
+    let mut unsound = BTreeMap::new();
+    if let Some(plain) = &without_rewrites {
+        for (q, sql) in queries {
+            let Some(got) = floe_results.get(q) else {
+                continue;
+            };
+            let plain_answer = async {
+                let result = plain.query(caller, sql, &options).await?;
+                anyhow::Ok(result.stream.try_collect::<Vec<RecordBatch>>().await?)
+            }
+            .await;
+            let verdict = match plain_answer {
+                Ok(expected) => same_answer(got, &expected, "Floe without rewrites"),
+                Err(e) => Err(anyhow::anyhow!("fails without rewrites: {e:#}")),
+            };
+            if let Err(e) = verdict {
+                eprintln!("Q{q}: the rewrites change the answer: {e:#}");
+                unsound.insert(*q, format!("{e:#}"));
+            }
+        }
+        println!(
+            "{} of {} answers with every rewrite on equal those with every rewrite off{}",
+            floe_results.len() - unsound.len(),
+            floe_results.len(),
+            list(&unsound)
+        );
+    }
     // The same memory budget as Floe's queries, so a runaway plan fails rather than taking
     // the machine down.
     let raw = SessionContext::new_with_config_rt(
@@ -286,6 +318,12 @@ pub(super) async fn run(suite: Suite<'_>) -> anyhow::Result<Outcome> {
                 differ.join(", ")
             );
         }
+    }
+    // A rewrite that changes an answer is as wrong as a wrong answer.
+    for (q, why) in unsound {
+        wrong
+            .entry(q)
+            .or_insert_with(|| format!("the rewrites change the answer: {why}"));
     }
     Ok(Outcome { wrong, failed })
 }

@@ -49,6 +49,10 @@ pub struct TpcdsBenchArgs {
     /// test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,
+    /// Also run every query through Floe with all of its rewrites off and require the same
+    /// answer (the differential check of the rewrites; docs/sql.md).
+    #[arg(long)]
+    compare_rewrites: bool,
     /// Memory budget (MiB) of each Floe query; the peers run without one.
     #[arg(long, default_value_t = 16_384)]
     query_memory_limit_mb: usize,
@@ -123,6 +127,10 @@ pub async fn run(args: TpcdsBenchArgs) -> anyhow::Result<()> {
         iterations: args.iterations,
         query_memory_limit_mb: args.query_memory_limit_mb,
         peer_timeout: std::time::Duration::from_secs(args.peer_timeout_secs),
+        without_rewrites: args
+            .compare_rewrites
+            .then(|| super::tpch::without_rewrites(&engine, args.query_memory_limit_mb))
+            .transpose()?,
     })
     .await?;
     if !outcome.wrong.is_empty() || !outcome.failed.is_empty() {

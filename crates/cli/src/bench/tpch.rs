@@ -40,8 +40,8 @@ pub struct TpchBenchArgs {
     /// Directory holding the generated data (reused when present).
     #[arg(long, default_value = "./floe-bench-tpch")]
     pub(super) dir: PathBuf,
-    /// Timed runs per query and engine (after one warm-up); the best counts. With
-    /// `--workers`, 0 only compares the answers.
+    /// Timed runs per query and engine (after one warm-up); the best counts. 0 only compares
+    /// the answers (with `--workers`: the distributed ones with Floe alone's).
     #[arg(long, default_value_t = 3)]
     pub(super) iterations: usize,
     /// Only these queries (e.g. `1,3,6`).
@@ -87,6 +87,10 @@ pub struct TpchBenchArgs {
     /// A Python with the `duckdb` module, for the DuckDB column (default: the test venv's).
     #[arg(long)]
     duckdb_python: Option<PathBuf>,
+    /// Also run every query through Floe with all of its rewrites off and require the same
+    /// answer (the differential check of the rewrites; docs/sql.md).
+    #[arg(long)]
+    compare_rewrites: bool,
     /// Memory budget (MiB) of each Floe query; the peers run without one.
     #[arg(long, default_value_t = 16_384)]
     pub(super) query_memory_limit_mb: usize,
@@ -191,15 +195,31 @@ pub async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         parquet: &parquet,
         answers: dir.join("duckdb-answers"),
         duckdb_python: args.duckdb_python.clone(),
-        iterations: args.iterations.max(1),
+        iterations: args.iterations,
         query_memory_limit_mb: args.query_memory_limit_mb,
         peer_timeout: std::time::Duration::from_secs(args.peer_timeout_secs),
+        without_rewrites: args
+            .compare_rewrites
+            .then(|| without_rewrites(&engine, args.query_memory_limit_mb))
+            .transpose()?,
     })
     .await?;
     if let Some((q, why)) = outcome.wrong.iter().next() {
         bail!("Q{q}: Floe's answer differs from DuckDB's: {why}");
     }
     Ok(())
+}
+
+/// Floe's engine over `engine`'s catalog with every rewrite off.
+pub(super) fn without_rewrites(engine: &SqlEngine, memory_mb: usize) -> anyhow::Result<SqlEngine> {
+    Ok(SqlEngine::new(
+        engine.catalog().clone(),
+        EngineConfig {
+            query_memory_limit: memory_mb << 20,
+            rewrites: floe_sql::Rewrites::none(),
+            ..EngineConfig::default()
+        },
+    )?)
 }
 
 /// The namespace holding scale factor `sf`'s tables: `tpch_sf1`, `tpch_sf10`, and for a

@@ -1,5 +1,6 @@
-//! TPC-DS's 99 queries (scale factor 0.1, DuckDB's `tpcds` extension) answered by Floe over
-//! Iceberg tables exactly as DuckDB answers them on the same Parquet files.
+//! TPC-DS's 99 queries (scale factor 0.1, DuckDB's `tpcds` extension) and TPC-H's 22 answered
+//! by Floe over Iceberg tables exactly as DuckDB answers them on the same Parquet files, and
+//! exactly as Floe answers them with every rewrite off.
 
 use std::process::Command;
 
@@ -37,5 +38,46 @@ fn all_99_tpcds_answers_equal_duckdbs() {
         stdout.contains("99 of 99 answers equal DuckDB's, value by value; 0 differ"),
         "{stdout}\n{stderr}"
     );
+    assert!(
+        stdout
+            .contains("99 of 99 answers with every rewrite on equal those with every rewrite off"),
+        "{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("peer: DuckDB "), "{stdout}");
+}
+
+#[test]
+fn all_22_tpch_answers_equal_duckdbs_and_hold_without_rewrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args([
+            "bench",
+            "tpch",
+            "--sf",
+            "0.1",
+            "--iterations",
+            "0",
+            "--compare-rewrites",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .env("FLOE_LOG", "warn")
+        .output()
+        .expect("run floe bench tpch");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .contains("22 of 22 answers with every rewrite on equal those with every rewrite off"),
+        "{stdout}\n{stderr}"
+    );
+    if stdout.contains("peer: DuckDB ") {
+        assert!(
+            stdout.contains("22 of 22 answers equal DuckDB's, value by value; 0 differ"),
+            "{stdout}\n{stderr}"
+        );
+    } else {
+        assert!(std::env::var("CI").is_err(), "CI installs DuckDB: {stdout}");
+    }
 }

@@ -195,5 +195,7 @@ fn api_error(e: SqlError) -> ApiError {
         SqlErrorKind::Invalid | SqlErrorKind::InvalidParameter | SqlErrorKind::Execution => {
             CatalogError::BadRequest { message: e.message }
         }
+        // The message holds the engine's error id, which the log line of this one names.
+        SqlErrorKind::Internal => CatalogError::internal("SQL statement", e.message),
     })
 }

@@ -14,7 +14,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::StreamExt;
 use object_store::ObjectStore;
 
-use super::{SqlEngine, admission, results, without_hash_joins};
+use super::{SqlEngine, SqlError, admission, results, without_hash_joins};
 
 /// What a query may be run again with.
 pub(super) struct Reruns {
@@ -27,6 +27,8 @@ pub(super) struct Reruns {
     /// For a distributed query: where its stages' figures are found once it has answered
     /// (they go to `/metrics`).
     pub(super) planned: Option<Arc<crate::distributed::PlannedStages>>,
+    /// The physical plan that runs, logged with a task's panic.
+    pub(super) plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
 }
 
 impl SqlEngine {
@@ -90,6 +92,18 @@ impl SqlEngine {
                     (batch, _) => batch,
                 };
                 answered = true;
+                // A task that panicked is a fault of the engine's: the client gets an error
+                // id, the log the cause and the plan.
+                let batch = batch.map_err(|e| {
+                    if super::is_panic(&e) {
+                        let plan = datafusion::physical_plan::displayable(reruns.plan.as_ref())
+                            .indent(true)
+                            .to_string();
+                        DataFusionError::External(Box::new(SqlError::internal(&e, Some(&plan))))
+                    } else {
+                        e
+                    }
+                });
                 let batch = match batch.and_then(|b| crate::cast_batch(&b, &plain)) {
                     Ok(batch) => batch,
                     Err(e) => break Some(e),

@@ -117,6 +117,25 @@ impl Rewrites {
         }
     }
 
+    /// Every rewrite off: DataFusion's plans as DataFusion makes them (the reference the
+    /// differential tests hold the rewrites to).
+    pub fn none() -> Self {
+        Self {
+            plain_not_in: false,
+            join_order: false,
+            broadcast_bounded: false,
+            plain_repartitions: false,
+            runtime_filters: false,
+            collected_keys: false,
+            fast_like: false,
+            fast_conjunctions: false,
+            fast_decimals: false,
+            shared_aggregations: false,
+            few_groups: false,
+            written_order: false,
+        }
+    }
+
     /// All on but those whose switch reads `off` in the environment.
     pub fn from_env() -> Self {
         let on = |switch: &str| std::env::var(switch).as_deref() != Ok("off");
