@@ -4,7 +4,8 @@ Clients hang up all the time: HTTP timeouts in Spark and PyIceberg, load balance
 psql, an ADBC call past its deadline. This suite sends every kind of write Floe takes — the
 management API, the Iceberg REST catalog (create, commit, multi-table transaction, register,
 drop), HTTP and OTLP ingestion, SQL over HTTP, the PostgreSQL wire and Flight SQL, maintenance
-and migration records — from clients that hang up 1, 2, 5, 10, 20 or 50 ms after sending (or
+(expiry, repair, jobs, policies), tenants' limits, grants, roles and members, principals,
+warehouses, signing keys and migration records — from clients that hang up 1, 2, 5, 10, 20 or 50 ms after sending (or
 at a random moment, or halfway through the body), from several threads at once, on SQLite and
 on PostgreSQL. Afterwards every route still works at its normal latency, nothing is half
 applied (every table listed loads; the audit chain verifies), no database connection is left
@@ -98,6 +99,14 @@ def http_writes(floe, registrable: dict):
         lambda: ("POST", "/api/v1/sql", json.dumps({"sql": f"INSERT INTO chaos.base VALUES ({random.randint(0, 10**6)})", "warehouse": wh}).encode(), "application/json"),
         lambda: ("POST", "/api/v1/maintenance/expire-snapshots", json.dumps({"warehouse": wh, "namespace": ["chaos"], "table": "base", "max-snapshot-age-ms": 0, "min-snapshots-to-keep": 2}).encode(), "application/json"),
         lambda: ("POST", "/api/v1/tables/repair", json.dumps({"warehouse": wh, "namespace": ["chaos"], "table": "base2", "dry-run": False}).encode(), "application/json"),
+        lambda: ("PUT", f"/api/v1/tenants/{wh}/limits", json.dumps({"max-attributes": random.randint(50, 100)}).encode(), "application/json"),
+        lambda: ("PUT", "/api/v1/maintenance/policies", json.dumps({"on": {"type": "warehouse", "warehouse": wh}, "policy": {"small-file-trigger": random.randint(500, 1000)}}).encode(), "application/json"),
+        lambda: ("POST", "/api/v1/jobs", json.dumps({"warehouse": wh, "namespace": ["chaos"], "table": "base", "kind": "compact"}).encode(), "application/json"),
+        lambda: ("POST", "/api/v1/roles/chaos-role/members", json.dumps({"principal": "chaos-member"}).encode(), "application/json"),
+        lambda: ("POST", "/api/v1/grants/revoke", json.dumps({"role": "chaos-role", "privilege": "read-data", "on": {"type": "table", "warehouse": wh, "namespace": ["chaos"], "name": "base"}}).encode(), "application/json"),
+        lambda: ("POST", f"/api/v1/principals/chaos-member/{random.choice(['disable', 'enable'])}", b"", "application/json"),
+        lambda: ("POST", "/api/v1/warehouses", json.dumps({"name": f"w{n()}", "storage": {"type": "local", "path": f"{floe.data_dir}/extra/{n()}"}}).encode(), "application/json"),
+        lambda: ("POST", "/api/v1/signing-keys/rotate", b"", "application/json"),
     ]
 
 
@@ -284,6 +293,7 @@ def test_clients_that_hang_up_break_nothing(tmp_path, backend):
     try:
         registrable = prepare(floe)
         assert floe.api("POST", "/api/v1/roles", json={"name": "chaos-role"}).status_code == 201
+        assert floe.api("POST", "/api/v1/principals", json={"name": "chaos-member"}).status_code == 201
         sent = chaos(floe, registrable, CHAOS_SECONDS)
         assert sent > 200, sent
         print(f"{sent} requests hung up")
