@@ -77,6 +77,11 @@ pub enum CatalogError {
     CommitStateUnknown(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A table's file that does not read (written wrongly by another engine, damaged in
+    /// storage): a fault of the data, not of the request, and said as it is — the message names
+    /// the file and its writer.
+    #[error("{0}")]
+    Unreadable(String),
     /// An unexpected failure; the message is for logs only, never for clients.
     #[error("{context}: {source}")]
     Internal {
@@ -124,6 +129,7 @@ impl CatalogError {
             Timeout(m) => Timeout(m.clone()),
             CommitStateUnknown(m) => CommitStateUnknown(m.clone()),
             Unavailable(m) => Unavailable(m.clone()),
+            Unreadable(m) => Unreadable(m.clone()),
             Internal { context, source } => Internal {
                 context: context.clone(),
                 source: source.to_string().into(),
@@ -209,7 +215,7 @@ impl CatalogError {
             CatalogError::Timeout(_) => ErrorCode::Timeout,
             CatalogError::CommitStateUnknown(_) => ErrorCode::CommitStateUnknown,
             CatalogError::Unavailable(_) => ErrorCode::Unavailable,
-            CatalogError::Internal { .. } => ErrorCode::Internal,
+            CatalogError::Unreadable(_) | CatalogError::Internal { .. } => ErrorCode::Internal,
         }
     }
 
@@ -232,6 +238,7 @@ impl CatalogError {
             CatalogError::Timeout(_) => "TimeoutException",
             CatalogError::CommitStateUnknown(_) => "CommitStateUnknownException",
             CatalogError::Unavailable(_) => "ServiceUnavailableException",
+            CatalogError::Unreadable(_) => "ServiceFailureException",
             CatalogError::Internal { .. } => "InternalServerError",
         }
     }

@@ -14,6 +14,7 @@ mod error;
 pub mod governance;
 pub mod ident;
 pub mod jobs;
+pub mod manifests;
 pub mod metadata;
 pub mod migrations;
 pub mod model;

@@ -255,6 +255,7 @@ fn status(e: SqlError) -> Status {
         }
         SqlErrorKind::Unsupported => Status::unimplemented(e.message),
         SqlErrorKind::Execution | SqlErrorKind::Internal => Status::internal(e.message),
+        SqlErrorKind::Unreadable => Status::data_loss(e.message),
         SqlErrorKind::Timeout => Status::deadline_exceeded(e.message),
         SqlErrorKind::TooManyStatements => Status::resource_exhausted(e.message),
     }

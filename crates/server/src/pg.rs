@@ -509,6 +509,7 @@ fn sql_error(e: SqlError) -> PgWireError {
         SqlErrorKind::InvalidParameter => "22P02", // invalid_text_representation
         SqlErrorKind::Unsupported => "0A000",      // feature_not_supported
         SqlErrorKind::Execution | SqlErrorKind::Internal => "XX000", // internal_error
+        SqlErrorKind::Unreadable => "XX001",       // data_corrupted
         SqlErrorKind::Timeout => "57014",          // query_canceled
         SqlErrorKind::TooManyStatements => "53400", // configuration_limit_exceeded
     };

@@ -129,6 +129,14 @@ fn session_config(engine: &EngineConfig) -> Result<SessionConfig, SqlError> {
     config.options_mut().execution.sort_spill_reservation_bytes = (engine.query_memory_limit
         / (4 * engine.target_partitions.max(1)))
     .clamp(256 << 10, 10 << 20);
+    // Not to be turned on from the environment: DataFusion 54's filters from `min`/`max`
+    // aggregations drop rows other aggregates of the same statement still need
+    // (`SELECT min(a), max(b + 1) FROM t` builds its filter from `min(a)` alone, skipping the
+    // aggregate over an expression) — a wrong answer, in plain DataFusion too.
+    config
+        .options_mut()
+        .optimizer
+        .enable_aggregate_dynamic_filter_pushdown = false;
     for (variable, set) in FLOE_DEFAULTS {
         if std::env::var_os(variable).is_none() {
             set(config.options_mut());
@@ -235,6 +243,9 @@ pub enum SqlErrorKind {
     /// A fault in the engine itself (a task that panicked): the message carries only an error
     /// id; the cause is logged once with that id and the statement's plan.
     Internal,
+    /// A file of a table that does not read (named, with its writer, in the message): the
+    /// table's fault, not the statement's.
+    Unreadable,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -292,6 +303,12 @@ impl From<DataFusionError> for SqlError {
             if let Some(catalog) = inner.downcast_ref::<CatalogError>() {
                 return SqlError::from(catalog);
             }
+            // A manifest that does not read (the message names the file and its writer).
+            if let Some(iceberg) = inner.downcast_ref::<iceberg::Error>()
+                && floe_catalog::manifests::is_unreadable(iceberg)
+            {
+                return SqlError::new(SqlErrorKind::Unreadable, iceberg.to_string());
+            }
             if let Some(sql) = inner.downcast_ref::<SqlError>() {
                 return sql.clone();
             }
@@ -320,6 +337,7 @@ impl From<&CatalogError> for SqlError {
             CatalogError::Unsupported(_) => SqlErrorKind::Unsupported,
             CatalogError::Timeout(_) => SqlErrorKind::Timeout,
             CatalogError::TooManyRequests(_) => SqlErrorKind::TooManyStatements,
+            CatalogError::Unreadable(_) => SqlErrorKind::Unreadable,
             _ => SqlErrorKind::Execution,
         };
         SqlError::new(kind, e.to_string())

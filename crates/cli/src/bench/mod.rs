@@ -4,6 +4,7 @@
 mod catalog;
 mod compaction;
 mod duckdb;
+mod fuzz;
 mod history;
 mod ingest;
 mod kafka;
@@ -51,6 +52,10 @@ pub enum BenchCommand {
     /// `floe migrate` of a generated 1,000-table JDBC catalog onto a running server: dry-run
     /// time, tables per minute, metadata MiB/s, verification time per table.
     Migrate(migrate::MigrateBenchArgs),
+    /// Randomized differential testing of Floe's SQL (SQLancer's way): generated statements
+    /// over generated tables, judged against DuckDB, against Floe with its rewrites off, and
+    /// by ternary logic partitioning and NoREC; each failure shrunk to a small statement.
+    Fuzz(fuzz::FuzzBenchArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -65,6 +70,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Tenants(args) => tenants::run(args).await,
         BenchCommand::Rollup(args) => rollup::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,
+        BenchCommand::Fuzz(args) => fuzz::run(args).await,
     }
 }
 

@@ -2,6 +2,7 @@
 //! iceberg-rust's REST client and by raw requests.
 
 mod distributed;
+mod fuzz;
 mod governance;
 mod harness;
 mod http_contract;

@@ -25,6 +25,7 @@ fn all_99_tpcds_answers_equal_duckdbs() {
             "0.1",
             "--iterations",
             "0",
+            "--compare-rewrites",
             "--dir",
         ])
         .arg(dir.path())

@@ -15,6 +15,7 @@
 use std::collections::HashSet;
 
 use floe_catalog::governance::authz::{Caller, Privilege};
+use floe_catalog::manifests::load_manifest;
 use floe_catalog::service::TableFiles;
 use iceberg::TableIdent;
 use iceberg::spec::{ManifestStatus, TableMetadata};
@@ -325,8 +326,7 @@ async fn check_snapshots(
             }
             report.manifests_checked += 1;
             let read = match super::require_in_table(table, &manifest.manifest_path, "manifest") {
-                Ok(()) => manifest
-                    .load_manifest(table.file_io())
+                Ok(()) => load_manifest(table.file_io(), table.metadata(), manifest)
                     .await
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use floe_catalog::governance::authz::Caller;
+use floe_catalog::manifests::load_manifest;
 use floe_catalog::service::TableCommitRequest;
 use iceberg::spec::{ManifestList, TableMetadata};
 use iceberg::{TableIdent, TableUpdate};
@@ -106,8 +107,7 @@ pub async fn reachable_files(table: &iceberg::table::Table) -> Result<HashMap<i6
             files.push(manifest_file.manifest_path.clone());
             if !manifest_files.contains_key(&manifest_file.manifest_path) {
                 super::require_in_table(table, &manifest_file.manifest_path, "manifest")?;
-                let manifest = manifest_file
-                    .load_manifest(file_io)
+                let manifest = load_manifest(file_io, metadata, manifest_file)
                     .await
                     .map_err(|e| io("manifest", e))?;
                 let live = manifest

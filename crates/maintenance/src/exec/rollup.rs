@@ -13,6 +13,7 @@ use datafusion::arrow::compute::concat_batches;
 use datafusion::prelude::SessionContext;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
+use floe_catalog::manifests::load_manifest;
 use floe_catalog::service::{CreateTable, LoadedTable};
 use floe_sql::scan::IcebergTableProvider;
 use iceberg::TableIdent;
@@ -240,8 +241,7 @@ async fn added_files(source: &Target, id: i64) -> Result<Vec<String>> {
             continue;
         }
         super::require_in_table(table, &manifest.manifest_path, "manifest")?;
-        let read = manifest
-            .load_manifest(table.file_io())
+        let read = load_manifest(table.file_io(), table.metadata(), manifest)
             .await
             .map_err(|e| io(format!("read manifest {}", manifest.manifest_path), e))?;
         for entry in read.entries() {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use floe_catalog::manifests::load_manifest;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{
     DataContentType, DataFileFormat, Datum, ManifestEntry, ManifestFile, ManifestList,
@@ -77,8 +78,7 @@ pub async fn read_snapshot(table: &Table, snapshot: &Snapshot) -> Result<Snapsho
     let manifests: Vec<ManifestState> = futures::stream::iter(files)
         .map(|file| async move {
             super::require_in_table(table, &file.manifest_path, "manifest")?;
-            let manifest = file
-                .load_manifest(file_io)
+            let manifest = load_manifest(file_io, table.metadata(), &file)
                 .await
                 .map_err(|e| io(format!("read manifest {}", file.manifest_path), e))?;
             let (entries, _) = manifest.into_parts();

@@ -197,5 +197,6 @@ fn api_error(e: SqlError) -> ApiError {
         }
         // The message holds the engine's error id, which the log line of this one names.
         SqlErrorKind::Internal => CatalogError::internal("SQL statement", e.message),
+        SqlErrorKind::Unreadable => CatalogError::Unreadable(e.message),
     })
 }

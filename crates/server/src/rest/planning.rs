@@ -261,7 +261,7 @@ pub async fn plan(
     // Everything wrong with the request is answered now, whichever way it is planned.
     let prepared = prepare_scan(&provider, &request).map_err(plan_error)?;
     let store = state.plans.clone();
-    let files = snapshot_files(&loaded.metadata, request.snapshot_id);
+    let files = prepared.data_files().await.unwrap_or(u64::MAX);
     let plan = Plan {
         owner: caller.principal.id,
         warehouse: prefix.clone(),
@@ -320,24 +320,6 @@ pub async fn plan(
         plan.work = Some(work.abort_handle());
     }
     Ok(Json(json!({ "status": "submitted", "plan-id": id })))
-}
-
-/// The data files of the snapshot a scan reads, as its summary counts them (unknown: planned
-/// in the background, as a large one is).
-fn snapshot_files(metadata: &iceberg::spec::TableMetadata, snapshot: Option<i64>) -> u64 {
-    let snapshot = match snapshot {
-        Some(id) => metadata.snapshot_by_id(id),
-        None => metadata.current_snapshot(),
-    };
-    let Some(snapshot) = snapshot else {
-        return 0;
-    };
-    snapshot
-        .summary()
-        .additional_properties
-        .get("total-data-files")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u64::MAX)
 }
 
 /// A completed answer: the first page of tasks (plan tasks for the rest are added by the

@@ -17,11 +17,22 @@
 //! projections and aggregations at most their input. When such a bound puts an input under
 //! DataFusion's own limit for collecting a build side (`hash_join_single_partition_threshold_rows`)
 //! and is below DataFusion's estimate for it, the join becomes a collect-left join on that
-//! input. Distribution and repartitioning are worked out afterwards by DataFusion as usual.
+//! input. Floe also raises that limit (see the engine); a collect-left join whose build side
+//! is over DataFusion's own limit is kept only when its probe side is estimated larger still
+//! ([`large_build_checked`]), and one whose output is grouped by its key at once is
+//! partitioned again ([`partitioned_under_grouping`]).
 //!
-//! Floe also raises DataFusion's limit for collecting a build side (see the engine); a
-//! collect-left join whose build side is over DataFusion's own limit is kept only when its
-//! probe side is estimated larger still (see [`large_build_checked`]).
+//! Why the answer cannot change: the rule changes only a hash join's partition mode, and to
+//! build on the bounded side swaps its inputs with DataFusion's own `swap_inputs` (which swaps
+//! the join type and restores the column order) — never for a null-aware anti join or a join
+//! type that cannot swap, and it never partitions a null-aware join. A hash join answers the
+//! same in both modes: collect-left probes every probe partition against the whole build side
+//! and emits unmatched build rows (left, full, semi, anti and mark joins) once, from a bitmap
+//! the partitions share; partitioned matches each key within the one hash partition both
+//! sides send it to. The bounds only choose the mode: DataFusion's estimates stand in at the
+//! leaves and may be low, which costs memory and time, not rows. It runs before distribution
+//! is enforced and before any dynamic filter exists, so the repartitions and filters
+//! DataFusion adds afterwards are those of the mode chosen.
 
 use std::sync::Arc;
 

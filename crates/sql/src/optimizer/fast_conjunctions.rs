@@ -8,20 +8,34 @@
 //! a [`Conjunction`] that does the same work, cheaper conditions first ([`cost_class`]) — a
 //! condition is evaluated on the selected rows when they are at most a fifth of the batch and
 //! on the whole batch otherwise, and not at all once no row is left — with the selection kept
-//! as a bitmap that is combined with a bitwise `AND` or, for the selected rows' answers, with
-//! one pass over the selected positions. Only the columns a condition reads are gathered for
-//! it. A runtime filter (a join's keys, probed per row) is evaluated on the selected rows while
-//! they are at most four fifths of the batch: gathering its key column costs less than probing
-//! rows the scan's own conditions already dropped. Used only as a filter's whole predicate,
-//! where a null condition drops the row like `false` does: it answers `false` for such rows.
+//! as a bitmap, combined with a bitwise `AND` or, for the selected rows' answers, with one pass
+//! over the selected positions. Only the columns a condition reads are gathered for it. A
+//! runtime filter (a join's keys, probed per row) is evaluated on the selected rows while they
+//! are at most four fifths of the batch. While the filter runs, each condition's time and the
+//! share of rows it removes are measured, and every [`REORDER_EVERY`] batches the conditions
+//! are ranked by time per removed row ([`Measured::rank`]), the new order taken when it
+//! promises a tenth less time per row: a runtime filter whose join kept few keys (TPC-H Q19:
+//! 485 parts) moves ahead of the string conditions the query names first.
 //!
-//! The cost classes give the first order only. While the filter runs, each condition's own
-//! time and the share of the rows reaching it that it removes are measured, and every
-//! [`REORDER_EVERY`] batches the conditions are ranked by time per removed row
-//! ([`Measured::rank`]); the new order is taken when it promises a tenth less time per row.
-//! A runtime filter whose join kept few keys (TPC-H Q19: 485 parts) removes nearly every row
-//! for a bit test each and moves ahead of the string conditions the query names first. Only
-//! conditions that cannot fail are reordered this way ([`cannot_fail`]).
+//! It fires on every `FilterExec` whose predicate is an `AND` of two or more conditions, on an
+//! engine's plans and on workers' task plans; join filters, projections and aggregates'
+//! `FILTER` clauses are not touched. Why the same rows pass: a row is kept exactly when every
+//! condition is true for it. Each condition is evaluated on at least the rows still selected
+//! (the whole batch, or those rows with their answers spread back to them); null counts as
+//! false, as it does for a filter's whole predicate, the only place a `Conjunction` stands;
+//! once no row is left no later condition could keep one; a runtime filter switched off passes
+//! every row anyway. Conditions are evaluated row by row, so their order changes which rows
+//! reach each one, not an `AND`'s answer. Evaluating a condition on fewer rows raises no error
+//! DataFusion would not; the order adapts at run time only when no condition can fail
+//! ([`cannot_fail`]).
+//!
+//! Conditions are put in cost order only when none of them can fail: otherwise a condition
+//! such as `10 / d > 1` could divide by a zero that DataFusion's `AND`, in the query's order,
+//! would have spared it. A rebuilt filter that promises less than the original (the constants,
+//! equalities and orderings DataFusion derives from the predicate, which an opaque
+//! `Conjunction` hides: a written-order scan's sort key fixed by `k = 1`, merged by the next
+//! key) is not taken: a plan that no longer passes DataFusion's `SanityCheckPlan` with the
+//! rewrite keeps its filters as they were ([`crate::optimizer::utils::still_valid`]).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -61,9 +75,12 @@ impl PhysicalOptimizerRule for FastConjunctions {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        map_filter_predicates(plan, &conjunction)
+        let rewritten = map_filter_predicates(plan.clone(), &conjunction)?;
+        Ok(crate::optimizer::utils::still_valid(
+            plan, rewritten, config,
+        ))
     }
 
     fn name(&self) -> &str {
@@ -85,7 +102,11 @@ fn conjunction(
         return Ok(None);
     }
     let mut order: Vec<usize> = (0..conditions.len()).collect();
-    order.sort_by_key(|&i| cost_class(conditions[i], schema));
+    // A condition that can fail (`10 / d > 1`) stays behind the ones the query put before it,
+    // which DataFusion's `AND` would have let spare it some rows.
+    if conditions.iter().all(|condition| cannot_fail(condition)) {
+        order.sort_by_key(|&i| cost_class(conditions[i], schema));
+    }
     Ok(Some(Arc::new(Conjunction::new(predicate.clone(), order))))
 }
 

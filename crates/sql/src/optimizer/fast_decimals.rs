@@ -7,9 +7,29 @@
 //! values in projections and aggregate arguments into a [`Decimal64Arithmetic`] expression,
 //! which bounds each operation's result from its inputs' largest magnitudes in the batch at
 //! hand and, when every bound fits in 64 bits, computes the whole tree in one pass of
-//! unchecked 64-bit operations per node. The result is exact and typed as Arrow would type it
-//! (the same precision and scale); batches whose values could overflow 64 bits are computed
-//! by the original expression, with its overflow errors.
+//! unchecked 64-bit operations per node.
+//!
+//! It fires on each maximal tree of `+`, `-` and `*` whose root and the root's operands are
+//! `Decimal128`, in projections' expressions and in the arguments of partial and single
+//! aggregations (not in filters, join keys, grouping keys or `FILTER` clauses); division,
+//! casts, functions, columns and literals inside are leaves DataFusion evaluates. An
+//! aggregation is rebuilt only when its schema stays the same and it keeps its dynamic filter.
+//! Batch by batch it leaves the work to the original expression when a leaf is not a
+//! `Decimal128` array, every leaf is one value, a value in any slot (nulls' too) needs more
+//! than 64 bits, a scale would pass 38, or a node's bound passes `i64::MAX`.
+//!
+//! Why the answer cannot change: a decimal is an integer at a scale, and Arrow computes on
+//! those integers: products of the unscaled values, sums and differences after multiplying the
+//! smaller scale's operand by a power of ten. A node's bound is the product, or the rescaled
+//! sum, of its inputs' largest magnitudes, so when every bound fits in `i64` no operation
+//! wraps and every result is exact. Precision and scale follow Arrow's rules, which are the
+//! types DataFusion gives the expression; a null in any leaf makes the row null, as in Arrow.
+//! A batch that could overflow 64 bits runs DataFusion's checked 128-bit code and fails where
+//! it fails; a batch that fits in 64 bits cannot overflow 128.
+//!
+//! A plan whose rebuilt projections promise less than a node above relies on (the orders
+//! DataFusion derives through arithmetic: `price + 1` ordered as `price` is) fails DataFusion's
+//! `SanityCheckPlan` and is not taken ([`crate::optimizer::utils::still_valid`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,9 +59,12 @@ impl PhysicalOptimizerRule for FastDecimals {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        rewrite(plan)
+        let rewritten = rewrite(plan.clone())?;
+        Ok(crate::optimizer::utils::still_valid(
+            plan, rewritten, config,
+        ))
     }
 
     fn name(&self) -> &str {

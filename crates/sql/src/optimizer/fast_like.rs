@@ -4,11 +4,25 @@
 //! `'%abc%'` — by a prefix, suffix or substring test, but compiles anything longer into a
 //! regular expression — again for every batch, as the kernel is handed the pattern anew each
 //! time: TPC-H Q13's `o_comment NOT LIKE '%special%requests%'` took more CPU than the rest of
-//! the query, a quarter of it building the expression's automaton. [`FastLike`] replaces, in filters, every case-sensitive `LIKE`
-//! or `NOT LIKE` whose pattern is a literal with two or more parts between `%`s and no `_` or
-//! escape with a [`PartsLike`]: the first part must start the value, the last must end it, and
-//! each part between is found, in order, by a precomputed substring searcher after the one
-//! before it — leftmost matches suffice when `%` is the only wildcard.
+//! the query, a quarter of it building the expression's automaton. [`FastLike`] replaces such
+//! a `LIKE` in filters with a [`PartsLike`]: the first part must start the value, the last must
+//! end it, and each part between is found, in order, by a precomputed substring searcher after
+//! the one before it.
+//!
+//! It fires anywhere in a filter's predicate (under `NOT`, `OR` or `CASE` too) on a `LIKE` or
+//! `NOT LIKE` over a `Utf8`, `Utf8View` or `LargeUtf8` value whose pattern is a string literal
+//! without `_` or `\` and with two or more non-empty parts between `%`s. It refuses `ILIKE`,
+//! dictionaries and binaries, patterns with `_` or an escape (DataFusion refuses any `ESCAPE`
+//! but `\` when planning), patterns of one part and patterns that are not literals.
+//!
+//! Why the answer cannot change: with `%` the only wildcard, a value matches exactly when it
+//! starts with the first part, ends with the last without the two overlapping, and holds the
+//! middle parts in order between them without overlap; taking each part's leftmost occurrence
+//! leaves the most room for the rest, so it finds a match whenever there is one. Comparing
+//! UTF-8 bytes compares characters: a valid needle found in valid text starts and ends on
+//! character boundaries, and DataFusion's `LIKE` has no collation or case folding; `%` spans
+//! line breaks, as Arrow's does. A null value answers null, negated or not; a literal pattern
+//! cannot fail, so no error is lost or gained.
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,9 +50,12 @@ impl PhysicalOptimizerRule for FastLike {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        map_filter_predicates(plan, &parts_likes)
+        let rewritten = map_filter_predicates(plan.clone(), &parts_likes)?;
+        Ok(crate::optimizer::utils::still_valid(
+            plan, rewritten, config,
+        ))
     }
 
     fn name(&self) -> &str {

@@ -8,14 +8,30 @@
 //! [`FewGroupsExec`] in place of every partial `AggregateExec` whose keys are integers, dates,
 //! decimals, booleans or strings: it takes each key as one 128-bit value (a string of up to 12
 //! bytes is its whole Arrow view), finds the group in a small open-addressing table, and
-//! hands the group ids to DataFusion's own accumulators, so every aggregate computes exactly
-//! what it would have.
+//! hands the group ids to DataFusion's own accumulators. Whether the groups are few is learnt
+//! at run time: when a partition meets its [`MOST_GROUPS`]th + 1 group, or a string longer
+//! than 12 bytes, it emits what it has aggregated and hands the rest of its input to the
+//! `AggregateExec` it replaced, which goes on as DataFusion would have from the start.
 //!
-//! Whether the groups are few is learnt at run time. When a partition meets its
-//! [`MOST_GROUPS`]th + 1 group, or a string longer than 12 bytes, it emits what it has
-//! aggregated (a partial aggregation may emit any number of partial results) and hands the
-//! rest of its input to the `AggregateExec` it replaced, which goes on as DataFusion would
-//! have from the start: memory accounting, early emission, skipping partial aggregation.
+//! It fires on a partial aggregation with one grouping set of 2 to [`MOST_COLUMNS`] keys of
+//! string or binary views, booleans, integers, dates or `Decimal128`, no row limit, no dynamic
+//! filter, input in no useful order, and aggregates that all have group accumulators and no
+//! `ORDER BY` or `DISTINCT`. It refuses floating-point keys (their equality is not their bits':
+//! NaNs, −0), other string encodings, a single key, grouping sets, sorted input, and limited,
+//! ordered or distinct aggregations.
+//!
+//! Why the answer cannot change: each key's word is one-to-one on its values (integers and
+//! decimals sign-extended, a view its length and bytes with the padding masked), and a null is
+//! word 0 with its bit set in the row's null mask, so two rows share a group exactly when all
+//! their keys are equal, nulls grouping together as in `GROUP BY`. DataFusion's accumulators get
+//! the same arguments, `FILTER` masks and group ids as in its own aggregation. A partial
+//! aggregation may emit a group more than once (here: before and after handing over), since
+//! the final aggregation merges partial states; groups leave from the partition that read
+//! them, under the aggregation's own schema and partitioning.
+//!
+//! Open: the groups' states are not counted against the memory budget, so aggregates whose
+//! state grows with the rows (`array_agg`, `string_agg`, `median`) can pass it where DataFusion
+//! would have emitted early.
 
 use std::fmt;
 use std::ops::Range;

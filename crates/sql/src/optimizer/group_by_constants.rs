@@ -9,8 +9,17 @@
 //!
 //! This rule stands in DataFusion's place in its list and hands every plan to DataFusion's rule
 //! except an aggregation all of whose keys are constants, which it leaves as it is (grouping
-//! by constants costs a hash of one value per row). The answer cannot change: the plans it
-//! passes on are DataFusion's, those it keeps are the statement as written.
+//! by constants costs a hash of one value per row). A constant, here, reads no column, outer
+//! reference or placeholder and calls only immutable functions.
+//!
+//! Why the answer cannot change: the plans it keeps are the statement as written. In those it
+//! passes on, DataFusion's rule drops only keys that are deterministic functions of the keys
+//! that are bare columns (a constant is a function of none), and keeps every bare column; while
+//! one key remains, grouping by the rest forms the same groups, and each dropped key is
+//! projected back with its one value per group.
+//!
+//! A key counts as a constant here as it does for DataFusion: no column, no volatile function
+//! (a stable one such as `now()` is one value per statement).
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -23,15 +32,17 @@ use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 #[derive(Debug, Default)]
 pub struct GroupByConstants(EliminateGroupByConstant);
 
-/// Whether `expr` is a constant: deterministic, and reading no column.
+/// Whether `expr` is a constant: reading no column and calling no volatile function.
 fn is_constant(expr: &Expr) -> bool {
     let mut constant = true;
     let _ = expr.apply(|e| {
         if let Expr::Column(_) | Expr::OuterReferenceColumn(..) | Expr::Placeholder(_) = e {
             constant = false;
         }
+        // DataFusion's rule counts stable functions (`now()`) as constants too; only
+        // volatile ones make a key vary within a statement.
         if let Expr::ScalarFunction(f) = e
-            && f.func.signature().volatility != Volatility::Immutable
+            && f.func.signature().volatility == Volatility::Volatile
         {
             constant = false;
         }

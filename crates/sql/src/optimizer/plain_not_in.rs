@@ -10,6 +10,24 @@
 //! when both columns trace back, through filters, projections, aliases, groupings and inner
 //! joins, to table columns whose null count is zero, no null can occur and the join is
 //! planned as an ordinary anti join, which DataFusion then builds on the smaller side.
+//!
+//! It fires on a logical null-aware `LeftAnti` join without a join filter whose every key, on
+//! both sides, is a bare column that is non-nullable in its schema (Iceberg's `required`) or
+//! traces back — through filters, sorts, limits, `DISTINCT`, subquery aliases, projections of
+//! bare columns, plain (one grouping set) `GROUP BY` columns, either side of an inner join or
+//! the kept side of a left semi or anti join — to a scanned column whose null count is zero in
+//! every data file of the snapshot read. Everything else keeps the null-aware join: a key
+//! that is an expression; a column of an outer, right semi or right anti join, of a union, a
+//! window or a grouping set; a column some file records no null count for (one added after
+//! the file was written, a writer that keeps no metrics).
+//!
+//! Why the answer cannot change: `x NOT IN (S)` and the anti join `NOT EXISTS (S WHERE y = x)`
+//! differ only when an `x` is null (its row is dropped, not kept) or `S` yields a null `y`
+//! (every row is dropped, not only the matched ones). The operators traced through keep or
+//! drop whole rows or pass a column's values on unchanged, and deletes only remove rows, so
+//! zero nulls in the snapshot's files means zero nulls in the rows the query reads. Without
+//! nulls, an empty subquery keeps every outer row in both forms, and duplicates on either side
+//! change neither. The rewrite is logical: a distributed plan is cut from the rewritten one.
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode};

@@ -11,9 +11,24 @@
 //! aggregation right above the sorted scan needs no repartition and keeps streaming (Q18's
 //! partial aggregation of 60 million `lineitem` rows: 4.7 s of CPU hashing, 0.7 s streaming).
 //!
-//! [`PlainRepartitions`] runs after DataFusion's rules and makes every order-keeping
-//! repartition a plain one. When an operator above relies on the order (DataFusion's sanity
-//! check of the rewritten plan says so), the plan is left as it was.
+//! [`PlainRepartitions`] runs after DataFusion's rules and replaces every `RepartitionExec`
+//! that preserves order (hash or round robin) by one over the same input with the same
+//! partitioning that does not. The operators above are rebuilt over it and recompute their
+//! properties from an unordered input: an aggregation that streamed by the order hashes, a
+//! top-k sort forgets the sorted prefix it could stop early on. When DataFusion's
+//! `SanityCheckPlan` rejects the rewritten plan — some operator requires the order: a
+//! sort-preserving merge, a window aggregation, a sort-merge join, an aggregation in sorted
+//! mode or with an aggregate that took its input's order (`first_value(x ORDER BY y)`) — the
+//! whole plan is left as DataFusion made it.
+//!
+//! Why the answer cannot change: a repartition routes each row by the same partitioning
+//! either way, so every output partition holds the same rows; only their order within a
+//! partition differs. An order matters only to an operator that uses it, and DataFusion's
+//! operators that use one declare it as a required input ordering, which the sanity check
+//! verifies on the rebuilt plan. A statement's final order over several partitions is made by
+//! a merge, which requires it; a `LIMIT` whose sort DataFusion removed sits on such a merge.
+//! DataFusion 54's one operator that relies on an order without requiring it, `PartialSortExec`,
+//! is planned only over unbounded inputs, which Iceberg scans are not.
 
 use std::sync::Arc;
 

@@ -2,15 +2,35 @@
 //!
 //! A common table expression referenced twice (TPC-H Q15's `revenue0`: joined to `supplier`
 //! and searched for its maximum) is planned by DataFusion as two identical subplans, each
-//! scanning and aggregating on its own. This rule finds complete aggregations that appear more
-//! than once with the same input — the same files, columns and filters — and puts one shared
-//! node in every place: the first consumer to read a partition computes it, the others read
-//! its batches (held against the query's memory budget). That is how PostgreSQL evaluates a
-//! CTE, once per query.
+//! scanning and aggregating on its own. This rule finds complete aggregations (final or single
+//! mode) that appear more than once with the same input and puts one shared node in every
+//! place: the first consumer to read a partition computes it, the others read its batches
+//! (held against the query's memory budget; past it the query fails, nothing spills). That is
+//! how PostgreSQL evaluates a CTE, once per query. A distributed statement's coordinator does
+//! not run it: stages share no memory.
 //!
-//! Runtime filters a consumer pushed into its copy (a join's keys, say) are dropped with that
-//! copy; the shared one must have none from outside it, or another consumer would miss rows.
-//! Scans with position deletes are never shared (their row selections are not compared).
+//! Copies are the same when their keys are: every node's one-line description and, for a
+//! scan, its files and byte ranges by partition, its columns, its limit and its own (static)
+//! predicate — runtime filters left out. The shared input is the first copy whose scans'
+//! dynamic filters all come from hash joins inside it. It refuses copies with scans under
+//! position deletes (their row selections are not compared) or over sources other than files,
+//! partial aggregations, and copies none of which is self-contained so (a top-k sort's or an
+//! aggregation's filter counts as from outside).
+//!
+//! Why the answer cannot change: the same operators over the same file ranges, columns and
+//! static filters give each partition the same rows. Runtime filters a consumer pushed into
+//! its copy go with the copy; they only removed rows the consumer's own joins above drop
+//! anyway, and DataFusion pushes a filter through an aggregation only on grouping columns, so
+//! they removed whole groups, never rows of a group kept. The shared copy has no filter from
+//! outside, so it holds every group any consumer could keep. The copies partition alike, and
+//! every instance later rules make of the shared node computes from its one input, once.
+//!
+//! What a copy computes is keyed by each node's one-line description, with what that leaves out
+//! added where it changes the rows: a hash join's null-aware anti semantics (`NOT IN` prints as
+//! a plain anti join), an aggregation's top-k direction and its aggregates' `FILTER`s, a scan's
+//! column types and pushed projection. Each shared partition is computed on a task of its own
+//! that every consumer awaits, so a consumer that stops reading (a `LIMIT` above it) cannot cut
+//! it off and leave the operators below to run twice; the task stops with the plan.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -33,7 +53,6 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
 };
 use futures::{StreamExt, TryStreamExt};
-use tokio::sync::OnceCell;
 
 use crate::optimizer::apply_runtime_filters::is_runtime_filter;
 use crate::optimizer::fast_conjunctions::Conjunction;
@@ -162,8 +181,12 @@ fn key(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
             .schema()
             .fields()
             .iter()
-            .map(|f| f.name().clone())
+            .map(|f| format!("{} {}", f.name(), f.data_type()))
             .collect();
+        // Expressions a projection pushed into the scan compute their columns.
+        if let Some(projection) = config.file_source().projection() {
+            text.push_str(&format!(" projection={projection:?}"));
+        }
         text.push_str(&format!(" columns={columns:?} limit={:?}", config.limit));
         if let Some(predicate) = config.file_source().filter() {
             let dynamic: Vec<_> = dynamic_filters(&predicate).map(|(e, _)| e).collect();
@@ -180,6 +203,22 @@ fn key(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
         return None;
     }
     let mut text = displayable(plan.as_ref()).one_line().to_string();
+    // What the one-line display leaves out but changes the rows: a join's null-aware anti
+    // semantics (`NOT IN`), an aggregation's top-k direction and its aggregates' filters.
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        text.push_str(&format!(" null_aware={}", join.null_aware));
+    }
+    if let Some(aggregate) = plan.downcast_ref::<AggregateExec>() {
+        let filters: Vec<String> = aggregate
+            .filter_expr()
+            .iter()
+            .map(|f| f.as_ref().map_or_else(String::new, |f| f.to_string()))
+            .collect();
+        text.push_str(&format!(
+            " limit={:?} filters={filters:?}",
+            aggregate.limit_options()
+        ));
+    }
     text.push('(');
     for child in plan.children() {
         text.push_str(&key(child)?);
@@ -241,7 +280,51 @@ pub struct SharedExec {
 struct SharedState {
     /// What every instance computes from: the input the node was made with.
     input: Arc<dyn ExecutionPlan>,
-    partitions: Vec<Arc<OnceCell<Arc<Computed>>>>,
+    partitions: Vec<std::sync::Mutex<Option<Computation>>>,
+}
+
+/// One partition's computation: a task of its own, so that a consumer that stops reading (a
+/// `LIMIT` above it, a statement stopped) does not cut it off — the next consumer would run
+/// the input partition again, which a repartition below cannot do. Every consumer awaits the
+/// same task; the task stops when the plan is dropped.
+#[derive(Debug)]
+struct Computation {
+    result: futures::future::Shared<
+        futures::future::BoxFuture<'static, Result<Arc<Computed>, Arc<DataFusionError>>>,
+    >,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for SharedState {
+    fn drop(&mut self) {
+        for slot in &self.partitions {
+            if let Ok(Some(computation)) = slot.lock().as_deref() {
+                computation.task.abort();
+            }
+        }
+    }
+}
+
+/// Computes partition `partition` of `input` to the end, holding its batches against the
+/// query's memory budget.
+async fn compute(
+    input: Arc<dyn ExecutionPlan>,
+    partition: usize,
+    context: Arc<TaskContext>,
+) -> Result<Arc<Computed>> {
+    let reservation =
+        MemoryConsumer::new(format!("SharedExec[{partition}]")).register(context.memory_pool());
+    let mut stream = input.execute(partition, context.clone())?;
+    let mut batches = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        reservation.try_grow(batch.get_array_memory_size())?;
+        batches.push(batch);
+    }
+    Ok(Arc::new(Computed {
+        batches,
+        _reservation: reservation,
+    }))
 }
 
 /// One partition's batches, and their memory counted against the query's budget until the
@@ -260,7 +343,7 @@ impl SharedExec {
             consumers,
             state: Arc::new(SharedState {
                 input,
-                partitions: (0..count).map(|_| Arc::default()).collect(),
+                partitions: (0..count).map(|_| Default::default()).collect(),
             }),
         }
     }
@@ -314,34 +397,33 @@ impl ExecutionPlan for SharedExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let cell = self
-            .state
-            .partitions
-            .get(partition)
-            .cloned()
-            .ok_or_else(|| {
-                DataFusionError::Internal(format!("SharedExec has no partition {partition}"))
-            })?;
-        let input = self.state.input.clone();
-        let batches = futures::stream::once(async move {
-            let computed = cell
-                .get_or_try_init(|| async {
-                    let reservation = MemoryConsumer::new(format!("SharedExec[{partition}]"))
-                        .register(context.memory_pool());
-                    let mut stream = input.execute(partition, context.clone())?;
-                    let mut batches = Vec::new();
-                    while let Some(batch) = stream.next().await {
-                        let batch = batch?;
-                        reservation.try_grow(batch.get_array_memory_size())?;
-                        batches.push(batch);
+        use futures::FutureExt;
+        let slot = self.state.partitions.get(partition).ok_or_else(|| {
+            DataFusionError::Internal(format!("SharedExec has no partition {partition}"))
+        })?;
+        let result = {
+            let mut slot = slot
+                .lock()
+                .map_err(|_| DataFusionError::Internal("SharedExec's lock".into()))?;
+            let computation = slot.get_or_insert_with(|| {
+                let task = tokio::spawn(compute(self.state.input.clone(), partition, context));
+                let abort = task.abort_handle();
+                Computation {
+                    result: async move {
+                        match task.await {
+                            Ok(computed) => computed.map_err(Arc::new),
+                            Err(e) => Err(Arc::new(DataFusionError::ExecutionJoin(Box::new(e)))),
+                        }
                     }
-                    Ok::<_, DataFusionError>(Arc::new(Computed {
-                        batches,
-                        _reservation: reservation,
-                    }))
-                })
-                .await?
-                .clone();
+                    .boxed()
+                    .shared(),
+                    task: abort,
+                }
+            });
+            computation.result.clone()
+        };
+        let batches = futures::stream::once(async move {
+            let computed = result.await.map_err(DataFusionError::Shared)?;
             Ok::<_, DataFusionError>(futures::stream::iter(
                 (0..computed.batches.len()).map(move |i| Ok(computed.batches[i].clone())),
             ))

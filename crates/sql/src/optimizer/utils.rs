@@ -65,6 +65,28 @@ pub(crate) fn map_filter_predicates(
     }
 }
 
+/// `rewritten` when every node of it still gets from its children the orderings and the
+/// distribution it requires, `original` otherwise. DataFusion derives constants, equalities and
+/// orderings from filter predicates and projection expressions; an opaque replacement hides
+/// them, and a plan built on them (a sort key fixed by `k = 1`, merged by the next key; an order
+/// carried through `price + 1`) would no longer hold — DataFusion's own `SanityCheckPlan` says
+/// whether it does.
+pub(crate) fn still_valid(
+    original: Arc<dyn ExecutionPlan>,
+    rewritten: Arc<dyn ExecutionPlan>,
+    config: &datafusion::common::config::ConfigOptions,
+) -> Arc<dyn ExecutionPlan> {
+    use datafusion::physical_optimizer::PhysicalOptimizerRule;
+    use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
+    match SanityCheckPlan::new().optimize(rewritten.clone(), config) {
+        Ok(_) => rewritten,
+        Err(e) => {
+            tracing::debug!(error = %e, "a rewrite that would lose an ordering is not taken");
+            original
+        }
+    }
+}
+
 /// The file scan configuration of a `DataSourceExec` over files.
 pub(crate) fn file_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
     plan.downcast_ref::<DataSourceExec>()?

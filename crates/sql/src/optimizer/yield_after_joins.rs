@@ -11,7 +11,12 @@
 //! [`YieldAfterJoins`] runs last of Floe's rules (before DataFusion's `SanityCheckPlan`) and
 //! puts a `CooperativeExec` above every operator with more than one input (the joins; a
 //! union, where it is harmless) and above `UnnestExec`: their output then spends the budget
-//! too. It leaves the plan's properties and schema as they were.
+//! too. It fires on every such node and refuses none; it is not switched off.
+//!
+//! Why the answer cannot change: `CooperativeExec` hands on its input's batches unchanged and
+//! in order, partition by partition, with its input's schema, partitioning and ordering; it
+//! only returns `Pending` when the task's budget is spent and is polled again. What changes is
+//! when a stream is polled, never what it yields.
 
 use std::sync::Arc;
 

@@ -95,8 +95,7 @@ async fn load_manifest(table: &Table, manifest_file: &ManifestFile) -> Result<Ar
     );
     KEPT_MANIFESTS
         .try_get_with(key, async {
-            manifest_file
-                .load_manifest(table.file_io())
+            floe_catalog::manifests::load_manifest(table.file_io(), table.metadata(), manifest_file)
                 .await
                 .map(Arc::new)
                 .map_err(iceberg_error)

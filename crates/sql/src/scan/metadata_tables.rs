@@ -272,10 +272,10 @@ async fn live_files(table: &Table) -> Result<Vec<LiveFile>> {
     };
     let list = crate::scan::manifests::manifest_list(table, snapshot).await?;
     for manifest_file in list.entries() {
-        let manifest = manifest_file
-            .load_manifest(table.file_io())
-            .await
-            .map_err(iceberg_error)?;
+        let manifest =
+            floe_catalog::manifests::load_manifest(table.file_io(), metadata, manifest_file)
+                .await
+                .map_err(iceberg_error)?;
         let spec = metadata.partition_spec_by_id(manifest_file.partition_spec_id);
         for entry in manifest.entries() {
             if !entry.is_alive() {

@@ -192,6 +192,21 @@ impl IcebergTableProvider {
 
     /// The sort order all of `tasks`' data files say they were written in (their manifest
     /// entries' `sort_order_id`), as far as DataFusion can order rows by it ([`sort_columns`]).
+    ///
+    /// The written order (`FLOE_SQL_WRITTEN_ORDER`, on unless `off`): a scan declares this
+    /// order to DataFusion, which may then stream aggregations and merges by it and drop the
+    /// sorts it satisfies, so it must hold for every row read. It is declared only when every
+    /// file carries the same order id, only for the order's leading identity fields over
+    /// columns that are not floating point (Iceberg and DataFusion place NaN apart), and
+    /// [`in_written_order`] keeps it only when the files' bounds on the first column are
+    /// known, null-free and in sequence; each partition then reads one contiguous stretch of
+    /// that sequence. Iceberg's bounds are true bounds (truncated strings are rounded outward,
+    /// deletes only remove rows), and Iceberg orders strings and binaries by unsigned bytes as
+    /// DataFusion does. Within a file the order is the writer's word: Floe's writer gives it
+    /// only after comparing every row it wrote as DataFusion compares them ([`crate::write`]).
+    /// A scan of a given list of files (a compaction's group) declares none. Open: a writer
+    /// that stamps the id on files it sorted only batch by batch (as iceberg-go once did)
+    /// makes the declaration false, and nothing here can tell.
     fn written_order(
         &self,
         tasks: &[FileScanTask],

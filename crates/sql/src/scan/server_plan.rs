@@ -19,8 +19,8 @@ use std::sync::Arc;
 use datafusion::common::{DataFusionError, Result};
 use iceberg::expr::{Bind, Predicate, Reference};
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileFormat, Datum, PrimitiveType, Schema, SchemaRef,
-    TableMetadata, Type,
+    DataContentType, DataFile, DataFileFormat, Datum, ManifestContentType, PrimitiveType, Schema,
+    SchemaRef, TableMetadata, Type,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -261,6 +261,30 @@ pub fn prepare_scan(
 }
 
 impl PreparedScan {
+    /// How many data files the scanned snapshot holds: its summary's `total-data-files`, or,
+    /// from writers that leave the summary's totals out (DuckDB 1.4), the data files its
+    /// manifest list counts. `None` when neither says.
+    pub async fn data_files(&self) -> Option<u64> {
+        let Some(id) = self.snapshot_id else {
+            return Some(0);
+        };
+        let snapshot = self.metadata.snapshot_by_id(id)?;
+        let total = snapshot
+            .summary()
+            .additional_properties
+            .get("total-data-files")
+            .and_then(|n| n.parse().ok());
+        if total.is_some() {
+            return total;
+        }
+        let list = manifests::manifest_list(&self.table, snapshot).await.ok()?;
+        list.entries()
+            .iter()
+            .filter(|m| m.content == ManifestContentType::Data)
+            .map(|m| Some(u64::from(m.added_files_count?) + u64::from(m.existing_files_count?)))
+            .sum()
+    }
+
     /// Reads the snapshot's manifests (those kept already are not read again) and keeps the
     /// data files the filter might match.
     pub async fn plan(self) -> std::result::Result<ScanPlan, PlanError> {

@@ -11,11 +11,23 @@
 //! filter: a compare and a bit test per row. Keys too sparse for a bitmap of their span but
 //! few (a selective join's) are offered as a small hash set instead.
 //!
-//! The bitmap holds every build key of every partition, so it is the same membership test as
-//! the join's filter (for a partitioned join, a row's key can only be in its own partition's
-//! set, which the union holds too). Keys spanning more than [`MAX_BITS`], many keys too sparse
-//! for their span, or a memory budget that cannot hold the bitmap leave the join's own filter
-//! in place; so does a build side that never ends (a query stopped early).
+//! Keys are collected for a hash join with one key, nulls equal to nothing and not null-aware,
+//! whose build-side key is a signed integer, an unsigned one of up to 32 bits or a date, and
+//! only when a runtime filter under the join's probe side reads the join's filter on a column
+//! of such a type ([`super`]). Keys spanning more than [`MAX_BITS`], many keys too sparse for
+//! their span, or a memory budget that cannot hold the bitmap leave the join's own filter in
+//! place.
+//!
+//! Why the test cannot differ from the join's filter: every key converts to `i64` without
+//! loss, and the set holds exactly the non-null keys of every build partition (a null key
+//! joins nothing; a null probe value fails). For a partitioned join a row's key can only be
+//! in its own partition's set, which the union holds too, so the union drops no row the
+//! routed filter keeps. The keys are offered only once as many build partitions have ended as
+//! the build side has: a partition that fails, is dropped (a query stopped early) or never
+//! runs leaves them unoffered and the join's own filter in place. A plan run again (a
+//! recursive query's next round) forgets them first ([`ExecutionPlan::reset_state`]).
+//! Ended partitions are named, not counted: a build partition that ends twice (run again for
+//! any reason) abandons the keys rather than completing them before another has ended.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -67,7 +79,8 @@ pub(crate) struct BuildKeys {
 #[derive(Debug, Default)]
 struct Collecting {
     bitmap: Bitmap,
-    ended: usize,
+    /// The build partitions that have ended, by index.
+    ended: std::collections::BTreeSet<usize>,
     /// The keys spread too wide, or the memory budget ran out: nothing is offered.
     abandoned: bool,
     reservation: Option<MemoryReservation>,
@@ -143,10 +156,14 @@ impl BuildKeys {
     }
 
     /// Notes that one build partition has ended; the last one completes the keys.
-    fn end(&self) {
+    fn end(&self, partition: usize) {
         let mut collecting = self.collecting.lock().expect("build keys lock");
-        collecting.ended += 1;
-        if collecting.ended < self.partitions {
+        if !collecting.ended.insert(partition) {
+            // Ended before: its keys may have been added twice over a changed input, and the
+            // count of partitions no longer says when all have run.
+            collecting.abandon();
+        }
+        if collecting.ended.len() < self.partitions {
             return;
         }
         let bitmap = std::mem::take(&mut collecting.bitmap);
@@ -251,7 +268,7 @@ impl ExecutionPlan for CollectKeysExec {
             })
             // Runs only when the input has ended (not after an error: the query stops).
             .chain(
-                futures::stream::once(async move { ending.end() })
+                futures::stream::once(async move { ending.end(partition) })
                     .filter_map(|()| async { None::<Result<RecordBatch>> }),
             );
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
@@ -277,6 +294,19 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_that_ends_twice_abandons_the_keys() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
+        let keys = keys(2);
+        keys.add(&batch_of(vec![Some(1)]), &pool).unwrap();
+        keys.end(0);
+        keys.add(&batch_of(vec![Some(2)]), &pool).unwrap();
+        keys.end(0);
+        assert!(keys.keys().is_none(), "partition 1 never ran");
+        keys.end(1);
+        assert!(keys.keys().is_none(), "abandoned, not completed");
+    }
+
+    #[test]
     fn keys_are_offered_once_every_partition_has_ended() {
         let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
         let keys = keys(2);
@@ -285,10 +315,10 @@ mod tests {
             .unwrap();
         keys.add(&batch_of(vec![Some(10), Some(-70)]), &pool)
             .unwrap();
-        keys.end();
+        keys.end(0);
         assert!(keys.keys().is_none(), "one partition is still running");
         keys.add(&batch_of(vec![Some(100_000)]), &pool).unwrap();
-        keys.end();
+        keys.end(1);
         let collected = keys.keys().expect("a small bitmap");
         assert_eq!(collected.kind(), "bitmap");
         let set = crate::optimizer::apply_runtime_filters::key_set::IntegerSet::of(
@@ -320,7 +350,7 @@ mod tests {
         let batch =
             RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(sparse))]).unwrap();
         keys.add(&batch, &pool).unwrap();
-        keys.end();
+        keys.end(0);
         let collected = keys.keys().expect("a few sparse keys");
         assert_eq!(collected.kind(), "hash set");
         let set = crate::optimizer::apply_runtime_filters::key_set::IntegerSet::of(
@@ -356,14 +386,14 @@ mod tests {
         let far = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![0, 1 << 40]))])
             .unwrap();
         wide.add(&far, &unbounded).unwrap();
-        wide.end();
+        wide.end(0);
         assert!(wide.keys().is_none());
 
         let tight: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(1024));
         let over = keys(1);
         over.add(&batch_of((0..1_000_000).map(Some).collect()), &tight)
             .unwrap();
-        over.end();
+        over.end(0);
         assert!(over.keys().is_none());
         assert_eq!(
             tight.reserved(),

@@ -7,6 +7,19 @@
 //! against ~10 ns for a hash lookup). Lists spread too thinly over their range for a bitmap
 //! of reasonable size stay as DataFusion evaluates them. Larger build sides have their keys
 //! collected into a bitmap as the join reads them ([`super::collect_keys`]).
+//!
+//! A list becomes a set only when it is a non-negated `IN` of integer literals (8 to 64-bit
+//! signed, up to 32-bit unsigned, dates) over a bare column, dense enough for a bitmap of at
+//! most [`MAX_BITS`]; negated or sparse lists, other types (`UInt64`, decimals, strings,
+//! floats) and items that are not literals stay DataFusion's.
+//!
+//! Why a set tests exactly what its list or keys do: values compare as `i64`, which holds every
+//! value of those types; a bitmap covers the whole span from its least to its greatest member,
+//! and a hash set's sieve has a bit for every member, so neither misses one. Null literals are
+//! left out, which changes no filter's answer (`k IN (1, NULL)` is true for 1 and null, which
+//! drops the row, for anything else); a null value fails. [`IntegerSet::implies`] lets the set
+//! stand for `bounds AND set` only when every bound compares the set's own column with an
+//! integer literal that the set's least and greatest members already satisfy.
 
 use std::fmt;
 use std::sync::Arc;
@@ -412,7 +425,13 @@ impl PhysicalExpr for IntegerSet {
     }
 
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        let array = batch.column(self.column);
+        let array = batch.columns().get(self.column).ok_or_else(|| {
+            datafusion::common::DataFusionError::Internal(format!(
+                "a key set tests column {} of a batch of {}",
+                self.column,
+                batch.num_columns()
+            ))
+        })?;
         let mut passed = self.test(array)?;
         // A null key passes nothing, whatever its slot holds.
         if let Some(nulls) = array.logical_nulls() {

@@ -1,36 +1,49 @@
 //! Runtime filters applied to rows, not only to row groups.
 //!
-//! DataFusion's joins, top-k sorts and aggregates publish *dynamic filters* while they run (a
-//! hash join's build-side keys, say) and push them into the Parquet scans below them. With
-//! Parquet filter pushdown off (it slows most TPC-H queries down, as it decodes filter columns
-//! twice), a scan only prunes row groups and pages with them, so every row of a surviving row
-//! group still flows into the joins and aggregations above. This rule puts a filter right
-//! above each such scan that evaluates the scan's dynamic filters on its batches: a supplier
-//! scan under a nation join then hands the join only that nation's suppliers, and the
-//! aggregation of a correlated subquery sees only the keys its outer join can match.
+//! DataFusion's hash joins, top-k sorts and ungrouped `min`/`max` aggregations publish
+//! *dynamic filters* while they run (a join's build-side keys, say) and push them into the
+//! Parquet scans below them. With Parquet filter pushdown off (it slows most TPC-H queries
+//! down, as it decodes filter columns twice), a scan only prunes row groups and pages with
+//! them, so every row of a surviving row group still flows into the joins and aggregations
+//! above. This rule joins a scan's dynamic filters to the filter right above it as further
+//! conditions of its `AND` (or makes one filter of their own), evaluated on the rows still
+//! selected ([`crate::optimizer::fast_conjunctions`]); as a filter of their own above the
+//! scan's, TPC-H Q7 copied the 1.8 million `lineitem` rows of two years to then keep the
+//! 146,000 of two nations' suppliers. A join's own filter on a scan that feeds its probe side
+//! directly (through filters, projections, repartitions, coalesces) would only repeat the
+//! probe: it is left out there unless other filters apply too (it then goes first, being
+//! usually the most selective) or, for an inner or semi join, while it is a key set ([`key_set`],
+//! [`collect_keys`]). A partitioned join's filter, `CASE hash % n WHEN i THEN … END`, is
+//! evaluated by routing each row to its branch over only the columns it reads (~19 ns a row on
+//! TPC-H Q3's `lineitem`; DataFusion's `CASE` copies every column per branch, ~170 ns, and an
+//! `OR` of all branches hashed every row once per partition, ~50 ns). A filter that has passed
+//! over 80 % of at least 65,536 rows is switched off until its producer publishes anew.
 //!
-//! A join's own filter is not applied to a scan that feeds the join's probe side directly
-//! (through filters, projections and repartitioning only): there it would repeat the probe.
-//! Only when other runtime filters apply to that scan too does it go first (it is usually the
-//! most selective, and the others then see fewer rows). Filters are applied where they save
-//! work: under an aggregation (a decorrelated subquery), under another join, or on the build
-//! side of a join below. They join the scan's own filter as further conditions of its `AND`
-//! (or make one filter of their own), so the rows are copied once: as a filter of their own
-//! above the scan's, TPC-H Q7 copied the 1.8 million `lineitem` rows of two years to then keep
-//! the 146,000 of two nations' suppliers. The conditions are evaluated in order on the rows
-//! still selected ([`crate::optimizer::fast_conjunctions`]).
+//! It fires on every file scan (DataFusion's, or Floe's scan node on a worker) whose predicate
+//! holds dynamic filters. It refuses a scan with a row limit (rows dropped above it would not
+//! be made up), filters of joins that match null keys (null-aware anti joins, nulls equal to
+//! nulls: on a scan's rows they would drop the null keys such a join needs), and filters that
+//! read a column the scan's output lacks or holds with another type.
 //!
-//! A dynamic filter reads `true` until its producer has finished, so the filter passes rows
-//! unchanged while it is not known yet; rows it removes could never have reached the result.
-//! A partitioned join's filter routes each row by the hash of its key to one partition's key
-//! set (`CASE hash % n WHEN 0 THEN … END`). DataFusion's `CASE` copies every column of the
-//! batch for each branch (~170 ns a row here); it is evaluated instead by routing each row to
-//! its branch over only the columns the filter reads (~19 ns a row on TPC-H Q3's `lineitem`;
-//! an `OR` of all partitions' sets, tried before, hashed every row once per partition, ~50
-//! ns). A filter that lets nearly every row through stops being evaluated until its producer
-//! publishes a new version. A join over one integer key has its build-side keys collected as
-//! it reads them ([`collect_keys`]); once all are in, its filter is tested as a bitmap
-//! or a small hash set of them, whatever form DataFusion gave it.
+//! Why the answer cannot change: DataFusion pushes a filter only where a row failing it cannot
+//! reach the result — into the probe side of joins that do not keep unmatched probe rows
+//! (inner, left, semi, left anti and mark joins), below a top-k sort past its k-th value so
+//! far, below `min`/`max` where a value cannot improve them — the contract it relies on itself
+//! with Parquet pushdown on. What is evaluated is that filter or a weaker one: a `CASE` in
+//! positive position becomes the `OR` of its outcomes, key bounds beside a key set that
+//! implies them are dropped; the routed `CASE` and the key sets test exactly what they stand
+//! for, and a null answer drops the row as the filter's would. A filter not yet published reads
+//! `true`, one switched off passes every row, collected keys stand in only once complete, so a
+//! late or absent producer costs time, not rows. Rows are only dropped: partitioning and order
+//! stay the scan's. Workers run the rule over each task plan once its filters are linked again
+//! by id ([`crate::distributed`]).
+//!
+//! Refused: DataFusion 54's filters from `min`/`max` aggregations, which can drop rows another
+//! aggregate of the statement still needs (`SELECT min(a), max(b + 1) FROM t` builds its filter
+//! from `min(a)` alone) — the engine turns their pushdown off altogether; and a filter with
+//! several children of which one is not a plain column (a top-k sort over `CASE WHEN a > 0
+//! THEN b END, a`), which DataFusion re-addresses bottom-up, leaving a column inside one child
+//! that equals another child at its old position, so on rows it would read the wrong column.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -327,6 +340,19 @@ fn runtime_filters(
         .filter_map(|(e, filter)| {
             let id = filter.expression_id();
             if id.is_some_and(|id| how.null_keyed.contains(&id)) {
+                return None;
+            }
+            // Children other than plain columns, beside other children (a top-k sort over
+            // `CASE WHEN a > 0 THEN b … END, a`): DataFusion 54 remaps such a filter's
+            // expressions bottom-up, and a column inside one child that equals another child
+            // is replaced first, leaving the enclosing child's other columns at their old
+            // positions. Evaluated here on rows, it would read the wrong columns.
+            let children = e.children();
+            if children.len() > 1
+                && children
+                    .iter()
+                    .any(|c| c.downcast_ref::<Column>().is_none())
+            {
                 return None;
             }
             let is_feeding = feeding.is_some_and(|f| id == Some(f.filter));
