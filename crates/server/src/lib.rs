@@ -87,6 +87,8 @@ pub struct AppState {
     pub console: Arc<console::ConsoleConfig>,
     /// Requests finishing on tasks of their own after their clients hung up ([`detach`]).
     pub detached: detach::Detached,
+    /// The metric metadata tenants' Prometheus servers sent, for the samples sent apart.
+    pub remote_write_metadata: Arc<floe_stream::remote_write::MetadataMemory>,
 }
 
 impl AppState {
@@ -152,6 +154,7 @@ impl AppState {
             plans: Arc::default(),
             console: Arc::default(),
             detached: detach::Detached::default(),
+            remote_write_metadata: Default::default(),
         }
     }
 }

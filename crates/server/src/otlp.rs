@@ -536,11 +536,11 @@ pub async fn remote_write(
             body.len() as u64,
         )
         .map_err(Failure::of_refused)?;
-        let budget = state.decode.budget(body.len());
         let request =
-            floe_stream::remote_write::decode(&body, budget).map_err(Failure::of_refusal)?;
+            floe_stream::remote_write::decode(&body, &state.decode).map_err(Failure::of_refusal)?;
         let now = otlp::now_micros();
-        let converted = floe_stream::remote_write::convert(&request);
+        let known = state.remote_write_metadata.families(&tenant, &request);
+        let converted = floe_stream::remote_write::convert(&request, &known);
         drop(request);
         let records = converted.batch.num_rows() + converted.rejected.len();
         admitted

@@ -588,6 +588,7 @@ impl SqlEngine {
         let context = SessionContext::new_with_config_rt(config, Arc::new(env));
         let mut state = context.state();
         crate::sketches::register(&mut state)?;
+        crate::sliding_min::register(&mut state)?;
         Ok(SessionContext::new_with_state(state))
     }
 
@@ -898,6 +899,7 @@ impl SqlEngine {
         }
         let mut state = state.build();
         crate::sketches::register(&mut state)?;
+        crate::sliding_min::register(&mut state)?;
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
             return Err(SqlError::new(

@@ -31,6 +31,7 @@ mod engine;
 mod optimizer;
 pub mod scan;
 pub mod sketches;
+mod sliding_min;
 pub mod write;
 
 /// `PartialEq`, `Eq` and `Hash` for a physical expression that wraps another, `$field`, and

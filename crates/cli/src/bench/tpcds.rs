@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use datafusion::datasource::sink::DataSink;
 use datafusion::execution::TaskContext;
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogConfig, CatalogService, CreateTable};
 use floe_sql::{EngineConfig, QueryOptions, SqlEngine};
@@ -237,7 +237,10 @@ async fn load(
             .create_namespace(caller, "tpcds", &ns, Default::default())
             .await?;
     }
-    let reader = SessionContext::new();
+    // One partition, so that each table's rows are written in the order of its file, as a
+    // user copying a table would (two partitions interleave their batches, and the row groups
+    // of the copy would each span most of the dates that queries' filters prune by).
+    let reader = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(1));
     for table in tables {
         let started = Instant::now();
         let frame = reader

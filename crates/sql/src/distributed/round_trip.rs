@@ -43,6 +43,7 @@ pub async fn round_trip(engine: &SqlEngine, plan: Arc<dyn ExecutionPlan>) -> Res
         .build();
     let mut state = state;
     crate::sketches::register(&mut state)?;
+    crate::sliding_min::register(&mut state)?;
     let codec = DistributedCodec::new_combined_with_user(state.config());
     let bytes = PhysicalPlanNode::try_from_physical_plan(plan.clone(), &codec)?.encode_to_vec();
     let decoded = PhysicalPlanNode::decode(bytes.as_slice())

@@ -137,6 +137,7 @@ impl WorkerSessionBuilder for WorkerSession {
             .build();
         // Tasks may aggregate with sketches.
         crate::sketches::register(&mut state)?;
+        crate::sliding_min::register(&mut state)?;
         Ok(state)
     }
 }

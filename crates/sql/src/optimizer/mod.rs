@@ -3,8 +3,9 @@
 //! engine's configuration ([`Rewrites`]).
 //!
 //! Logical rules: [`group_by_constants::GroupByConstants`] stands in for DataFusion's
-//! `eliminate_group_by_constant` in DataFusion's list (always: it corrects an answer); Floe's
-//! own run after all of DataFusion's, in this order:
+//! `eliminate_group_by_constant` in DataFusion's list and [`three_valued_in::ThreeValuedIn`]
+//! runs right before its `decorrelate_predicate_subquery` (both always: they correct answers);
+//! Floe's own run after all of DataFusion's, in this order:
 //!
 //! 1. [`plain_not_in::PlainNotIn`] — `NOT IN` over columns without nulls as a plain anti join;
 //! 2. [`reorder_joins::ReorderJoins`] — inner joins ordered from table statistics.
@@ -45,6 +46,7 @@ pub(crate) mod plain_not_in;
 pub(crate) mod plain_repartitions;
 pub(crate) mod reorder_joins;
 pub(crate) mod share_repeated_aggregations;
+pub(crate) mod three_valued_in;
 pub(crate) mod utils;
 pub(crate) mod yield_after_joins;
 
@@ -170,16 +172,19 @@ pub(crate) struct Rules {
 
 impl Rules {
     pub(crate) fn new(rewrites: &Rewrites) -> Self {
-        let mut logical: Vec<LogicalRule> = datafusion::optimizer::Optimizer::new()
-            .rules
-            .into_iter()
-            .map(|rule| match rule.name() {
+        let mut logical: Vec<LogicalRule> = Vec::new();
+        for rule in datafusion::optimizer::Optimizer::new().rules {
+            match rule.name() {
                 "eliminate_group_by_constant" => {
-                    Arc::new(group_by_constants::GroupByConstants::default()) as LogicalRule
+                    logical.push(Arc::new(group_by_constants::GroupByConstants::default()));
                 }
-                _ => rule,
-            })
-            .collect();
+                "decorrelate_predicate_subquery" => {
+                    logical.push(Arc::new(three_valued_in::ThreeValuedIn));
+                    logical.push(rule);
+                }
+                _ => logical.push(rule),
+            }
+        }
         if rewrites.plain_not_in {
             logical.push(Arc::new(plain_not_in::PlainNotIn));
         }
@@ -302,7 +307,7 @@ mod tests {
                 .all(|n| n.starts_with("floe_"))
         );
         let datafusion = datafusion::optimizer::Optimizer::new().rules.len();
-        assert_eq!(rules.logical.len(), datafusion + 2);
+        assert_eq!(rules.logical.len(), datafusion + 3);
         assert!(
             rules
                 .logical
@@ -326,7 +331,7 @@ mod tests {
         assert!(!names.contains(&"floe_broadcast_bounded_builds"));
         assert!(names.contains(&"floe_yield_after_joins"));
         let datafusion = datafusion::optimizer::Optimizer::new().rules.len();
-        assert_eq!(rules.logical.len(), datafusion + 1);
+        assert_eq!(rules.logical.len(), datafusion + 2);
     }
 
     #[test]

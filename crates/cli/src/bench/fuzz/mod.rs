@@ -303,11 +303,7 @@ async fn fuzz(args: &FuzzBenchArgs, seed: u64, dir: &std::path::Path) -> anyhow:
     let per_oracle: Vec<String> = tallies
         .iter()
         .map(|(o, t)| {
-            let unsupported = if *o == Oracle::DuckDb {
-                format!(", {} unsupported", t.unsupported)
-            } else {
-                String::new()
-            };
+            let unsupported = format!(", {} unsupported", t.unsupported);
             format!(
                 "{} {} passed, {} skipped, {} failed{unsupported}",
                 o.name(),

@@ -15,7 +15,9 @@
 //!   `SELECT sum(CASE WHEN p THEN 1 ELSE 0 END) FROM f` counts, a form no optimizer
 //!   rewrites into a filter.
 //!
-//! A task of Floe's that panics (or reports an internal error) fails every oracle.
+//! A task of Floe's that panics (or reports an internal error) fails every oracle. Under
+//! `tlp` and `norec` too, a statement Floe refuses while DuckDB answers it is a failure,
+//! or unsupported when Floe refuses it with every rewrite off as well.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -239,7 +241,7 @@ impl Checker {
     }
 
     /// Whether Floe (rewrites on) answers `a` and `b` alike. A statement Floe refuses is a
-    /// failure when DuckDB answers it.
+    /// failure when DuckDB answers it, unsupported when Floe refuses it without rewrites too.
     async fn same_in_floe(&mut self, oracle: Oracle, a: &str, b: &str) -> anyhow::Result<Verdict> {
         let fail = |signature: String, detail: String| {
             Ok(Verdict::Fail(Failure {
@@ -258,16 +260,23 @@ impl Checker {
                         Some(duck) => duck.run(sql)?.ok(),
                         None => None,
                     };
-                    return match duck_answers {
-                        Some(rows) => fail(
-                            format!("refused: {}", words(&e)),
-                            format!(
-                                "Floe refuses the {which}: {e}\nDuckDB answers it:\n{}",
-                                show(&rows)
-                            ),
-                        ),
-                        None => Ok(Verdict::Skip),
+                    let Some(rows) = duck_answers else {
+                        return Ok(Verdict::Skip);
                     };
+                    let signature = format!("refused: {}", words(&e));
+                    let detail = format!(
+                        "Floe refuses the {which}: {e}\nDuckDB answers it:\n{}",
+                        show(&rows)
+                    );
+                    // Refused without rewrites too: something DataFusion does not plan.
+                    if let Answer::Refused(_) = run(&self.off, sql).await {
+                        return Ok(Verdict::Unsupported(Failure {
+                            oracle,
+                            signature,
+                            detail: format!("statement:\n  {a}\nits equivalent:\n  {b}\n{detail}"),
+                        }));
+                    }
+                    return fail(signature, detail);
                 }
             }
         }
