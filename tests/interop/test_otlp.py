@@ -241,9 +241,18 @@ def test_bad_input_is_a_clear_4xx_in_otlps_form(floe):
     assert "nowhere" in answer.json()["message"]
     answer = otlp(floe, "/otlp/v1/logs", b"{}", "application/json", token, **{"X-Scope-OrgID": "nowhere"})
     assert answer.status_code == 404, answer.text
-    # No credentials: 401.
+    # No credentials: 401, a google.rpc.Status in the request's own encoding (what exporters
+    # log), with the challenge.
     answer = otlp(floe, logs, b"{}", "application/json", None)
     assert answer.status_code == 401, answer.text
+    assert answer.json()["code"] == 16 and answer.json()["message"], answer.text
+    assert answer.headers["www-authenticate"].startswith("Bearer")
+    answer = otlp(floe, logs, b"", "application/x-protobuf", "not-a-token")
+    assert answer.status_code == 401, answer.text
+    assert answer.headers["content-type"] == "application/x-protobuf"
+    from google.rpc.status_pb2 import Status
+
+    assert Status.FromString(answer.content).code == 16
     # An empty request is a success.
     answer = otlp(floe, logs, b"{}", "application/json", token)
     assert answer.status_code == 200 and answer.json() == {}, answer.text
@@ -257,6 +266,21 @@ def test_bad_input_is_a_clear_4xx_in_otlps_form(floe):
     eventually(floe, "SELECT body FROM otel.logs WHERE service_name = 'partial'", [{"body": "fine"}])
     eventually(floe, "SELECT signal FROM otel.dead_letters WHERE service_name = 'partial'", [{"signal": "logs"}])
     # The server is alive after all of it.
+    assert requests.get(f"{floe.base}/health", timeout=10).status_code == 200
+
+
+def test_a_grpc_message_over_the_limit_is_resource_exhausted(floe):
+    """Not OUT_OF_RANGE (tonic's own answer), which OTLP exporters retry for ever."""
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{floe.otlp_grpc_port}") as channel:
+        export = channel.unary_unary("/opentelemetry.proto.collector.logs.v1.LogsService/Export")
+        metadata = (("authorization", f"Bearer {floe.token()}"), ("x-scope-orgid", floe.warehouse))
+        # A body of 65 MiB, past --ingest-max-body-mb (64): one bytes field of a log record.
+        oversize = b"\x0a" + bytes([0x80, 0x80, 0x80, 0x21]) + b"\0" * (65 << 20)
+        with pytest.raises(grpc.RpcError) as refused:
+            export(oversize, metadata=metadata, timeout=60)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
     assert requests.get(f"{floe.base}/health", timeout=10).status_code == 200
 
 

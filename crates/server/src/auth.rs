@@ -13,35 +13,47 @@ use crate::error::ApiError;
 
 pub async fn require_principal(
     State(state): State<AppState>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
-    let token = match presented_token(&state, request.headers()).await {
-        Ok(token) => token,
-        Err(e) => return challenge(ApiError(e)),
-    };
-    match state.auth.authenticate(&token).await {
-        Ok(principal) => {
-            if let Some(scope) = floe_catalog::governance::audit::AuditScope::current() {
-                scope.set_principal(&principal.name);
-            }
-            let grants = match state.authz.grants(&principal).await {
-                Ok(grants) => grants,
-                Err(e) => return ApiError(e).into_response(),
-            };
-            request.extensions_mut().insert(Caller {
-                principal: principal.clone(),
-                grants,
-            });
-            let subject = crate::audit::AuditSubject(principal.name.clone());
-            request.extensions_mut().insert(principal);
-            let mut response = next.run(request).await;
-            response.extensions_mut().insert(subject);
-            response
-        }
+    match authenticated(&state, request).await {
+        Ok(request) => run_as(request, next).await,
         Err(e @ CatalogError::Unauthenticated(_)) => challenge(ApiError(e)),
         Err(e) => ApiError(e).into_response(),
     }
+}
+
+/// `request` with the caller its credentials stand for in its extensions: the one check
+/// every front door's authentication layer makes, answering in its own protocol's form.
+pub(crate) async fn authenticated(
+    state: &AppState,
+    mut request: Request,
+) -> Result<Request, CatalogError> {
+    let token = presented_token(state, request.headers()).await?;
+    let principal = state.auth.authenticate(&token).await?;
+    if let Some(scope) = floe_catalog::governance::audit::AuditScope::current() {
+        scope.set_principal(&principal.name);
+    }
+    let grants = state.authz.grants(&principal).await?;
+    request.extensions_mut().insert(Caller {
+        principal: principal.clone(),
+        grants,
+    });
+    request.extensions_mut().insert(principal);
+    Ok(request)
+}
+
+/// Runs an [`authenticated`] request, its answer marked with the principal for the audit.
+pub(crate) async fn run_as(request: Request, next: Next) -> Response {
+    let subject = request
+        .extensions()
+        .get::<Caller>()
+        .map(|c| crate::audit::AuditSubject(c.principal.name.clone()));
+    let mut response = next.run(request).await;
+    if let Some(subject) = subject {
+        response.extensions_mut().insert(subject);
+    }
+    response
 }
 
 pub(crate) enum Credential {

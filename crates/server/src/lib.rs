@@ -223,7 +223,7 @@ fn otlp_router(state: AppState) -> Router<AppState> {
         )
         .route_layer(axum::middleware::from_fn_with_state(
             state,
-            auth::require_principal,
+            otlp::require_principal,
         ))
         // The handlers read the body themselves, within `--ingest-max-body-mb`.
         .layer(DefaultBodyLimit::disable())

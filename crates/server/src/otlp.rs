@@ -402,6 +402,33 @@ pub fn answer(signal: Signal, taken: &Taken) -> (Vec<u8>, serde_json::Value) {
     }
 }
 
+/// Authentication of the OTLP and remote-write doors: the check every door makes
+/// ([`crate::auth::authenticated`]), a refusal answered as OTLP answers errors — a
+/// `google.rpc.Status` in the request's encoding, which exporters read and log — with the
+/// challenge on a 401.
+pub async fn require_principal(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let encoding = encoding(request.headers()).unwrap_or(Encoding::Json);
+    match crate::auth::authenticated(&state, request).await {
+        Ok(request) => crate::auth::run_as(request, next).await,
+        Err(e) => {
+            let status = crate::error::status_for(e.code());
+            let failure = Failure::new(status, crate::error::client_message(&e));
+            let mut response = failure.response(encoding);
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"floe\""),
+                );
+            }
+            response
+        }
+    }
+}
+
 /// `POST /otlp/{warehouse}/v1/{signal}`.
 pub async fn export_to(
     State(state): State<AppState>,

@@ -179,7 +179,22 @@ where
                 state,
                 signal: PhantomData,
             };
-            Ok(grpc.unary(method, request).await)
+            let mut response = grpc.unary(method, request).await;
+            // tonic refuses a message over the limit with OUT_OF_RANGE, which OTLP exporters
+            // send again and again; the answer OTLP gives an over-large request, and this
+            // door's documentation promises, is RESOURCE_EXHAUSTED (no RetryInfo: not retried).
+            // The adapter itself never answers OUT_OF_RANGE.
+            let status = http::HeaderName::from_static("grpc-status");
+            if response
+                .headers()
+                .get(&status)
+                .is_some_and(|s| s.as_bytes() == b"11")
+            {
+                response
+                    .headers_mut()
+                    .insert(status, http::HeaderValue::from_static("8"));
+            }
+            Ok(response)
         })
     }
 }

@@ -15,7 +15,8 @@ use iceberg::spec::TableMetadata;
 pub trait PendingRows: Send + Sync + std::fmt::Debug {
     /// The rows of table `ident` of `warehouse` acknowledged on this node that the current
     /// snapshot of `metadata` does not cover, as batches of `schema` (the table's current
-    /// Arrow schema, matched by field id).
+    /// Arrow schema as the engine plans with it: without field ids, which `metadata`'s
+    /// current schema has, to match the log's columns by).
     async fn rows_after(
         &self,
         warehouse: &str,

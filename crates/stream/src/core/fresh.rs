@@ -162,6 +162,16 @@ impl floe_sql::scan::PendingRows for FreshRows {
             .unwrap_or_default();
             entries.extend(read.into_iter().map(|(s, b)| (s, Arc::new(b))));
         }
+        // The schema the engine plans with carries no field ids (floe_sql::scan::field_ids),
+        // so entries are matched by id to the table's own Arrow schema, then by name to it.
+        let with_ids: SchemaRef =
+            match iceberg::arrow::schema_to_arrow_schema(metadata.current_schema()) {
+                Ok(arrow) => Arc::new(arrow),
+                Err(e) => {
+                    tracing::debug!(table = %ident, error = %e, "fresh rows left out");
+                    return Ok(Vec::new());
+                }
+            };
         let mut rows = Vec::new();
         for (sequence, batches) in entries {
             if log.dead_lettered(sequence).await {
@@ -171,7 +181,10 @@ impl floe_sql::scan::PendingRows for FreshRows {
             // it); the others are read in the table's current schema.
             let conformed: std::result::Result<Vec<_>, String> = batches
                 .iter()
-                .map(|b| conform(b, schema, Match::for_entry(&b.schema())))
+                .map(|b| {
+                    let by_id = conform(b, &with_ids, Match::for_entry(&b.schema()))?;
+                    conform(&by_id, schema, Match::Name)
+                })
                 .collect();
             match conformed {
                 Ok(batches) => rows.extend(batches),

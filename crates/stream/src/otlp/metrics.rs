@@ -12,7 +12,7 @@ use datafusion::arrow::datatypes::DataType;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, Metric, metric::Data, number_data_point,
+    AggregationTemporality, Metric, NumberDataPoint, metric::Data, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
@@ -275,7 +275,9 @@ pub fn convert(request: &ExportMetricsServiceRequest, now: i64) -> Converted {
                     ));
                     continue;
                 }
-                if let Err(error) = push_metric(&mut rows, metric, &point, now) {
+                if let Err(error) = push_metric(&mut rows, metric, &point, now, &mut |e, p| {
+                    rejected.push(Rejected::of(&service, e, p));
+                }) {
                     rejected.push(Rejected::of(&service, error, metric));
                 }
             }
@@ -287,29 +289,51 @@ pub fn convert(request: &ExportMetricsServiceRequest, now: i64) -> Converted {
     }
 }
 
+/// OTLP's `DataPointFlags.FLAG_NO_RECORDED_VALUE`: a point that says it has no value (a
+/// staleness marker), kept with a NULL value.
+const NO_RECORDED_VALUE: u32 = 1;
+
+/// Pushes `metric`'s points; an error refuses the whole metric, `refuse` one point of it (a
+/// gauge's or sum's point with neither value nor the flag saying it has none).
 fn push_metric<'a>(
     rows: &mut MetricRows,
     metric: &'a Metric,
     point: &dyn Fn(&'static str) -> Point<'a>,
     now: i64,
+    refuse: &mut dyn FnMut(String, &NumberDataPoint),
 ) -> Result<(), String> {
     let number = |value: &Option<number_data_point::Value>| match value {
         Some(number_data_point::Value::AsDouble(d)) => Some(*d),
         Some(number_data_point::Value::AsInt(i)) => Some(*i as f64),
         None => None,
     };
+    let mut valued = |p: &NumberDataPoint| {
+        let value = number(&p.value);
+        if value.is_none() && p.flags & NO_RECORDED_VALUE == 0 {
+            refuse(
+                format!(
+                    "a data point of metric {} has no value (asDouble or asInt)",
+                    metric.name
+                ),
+                p,
+            );
+            return Err(());
+        }
+        Ok(value)
+    };
     match metric.data.as_ref() {
         None => return Err(format!("metric {} has no data", metric.name)),
         Some(Data::Gauge(gauge)) => {
             let point = point("gauge");
             for p in &gauge.data_points {
+                let Ok(value) = valued(p) else { continue };
                 rows.push(
                     &point,
                     Values {
                         time: micros(p.time_unix_nano).unwrap_or(now),
                         start_time: micros(p.start_time_unix_nano),
                         attributes: &p.attributes,
-                        value: number(&p.value),
+                        value,
                         flags: i64::from(p.flags),
                         ..Values::default()
                     },
@@ -319,13 +343,14 @@ fn push_metric<'a>(
         Some(Data::Sum(sum)) => {
             let point = point("sum");
             for p in &sum.data_points {
+                let Ok(value) = valued(p) else { continue };
                 rows.push(
                     &point,
                     Values {
                         time: micros(p.time_unix_nano).unwrap_or(now),
                         start_time: micros(p.start_time_unix_nano),
                         attributes: &p.attributes,
-                        value: number(&p.value),
+                        value,
                         is_monotonic: Some(sum.is_monotonic),
                         temporality: temporality(sum.aggregation_temporality),
                         flags: i64::from(p.flags),

@@ -14,6 +14,7 @@ pub mod logs;
 pub mod metrics;
 pub mod screen;
 pub mod spans;
+mod special_floats;
 pub mod values;
 
 use std::io::Read;
@@ -142,12 +143,32 @@ pub fn decode(
         })
     }
     fn json<M: serde::de::DeserializeOwned>(body: &[u8], signal: Signal) -> Result<M, Refusal> {
-        serde_json::from_slice(body).map_err(|e| {
+        let malformed = |e: serde_json::Error| {
             Refusal::Malformed(format!(
                 "the body is not an OTLP/JSON {} request: {e}",
                 signal.path()
             ))
-        })
+        };
+        if !special_floats::may_hold(body) {
+            return serde_json::from_slice(body).map_err(malformed);
+        }
+        let mut tree: serde_json::Value = serde_json::from_slice(body).map_err(malformed)?;
+        special_floats::attributes_as_text(&mut tree);
+        serde_json::from_value(tree).map_err(malformed)
+    }
+    fn json_metrics(body: &[u8]) -> Result<ExportMetricsServiceRequest, Refusal> {
+        if !special_floats::may_hold(body) {
+            return json(body, Signal::Metrics);
+        }
+        let malformed = |e: serde_json::Error| {
+            Refusal::Malformed(format!("the body is not an OTLP/JSON metrics request: {e}"))
+        };
+        let mut tree: serde_json::Value = serde_json::from_slice(body).map_err(malformed)?;
+        special_floats::attributes_as_text(&mut tree);
+        let noted = special_floats::note_metric_numbers(&mut tree);
+        let mut request = serde_json::from_value(tree).map_err(malformed)?;
+        special_floats::restore(&mut request, &noted);
+        Ok(request)
     }
     Ok(match (signal, encoding) {
         (Signal::Logs, Encoding::Protobuf) => Request::Logs(proto(body, signal)?),
@@ -155,7 +176,7 @@ pub fn decode(
         (Signal::Traces, Encoding::Protobuf) => Request::Traces(proto(body, signal)?),
         (Signal::Traces, Encoding::Json) => Request::Traces(json(body, signal)?),
         (Signal::Metrics, Encoding::Protobuf) => Request::Metrics(proto(body, signal)?),
-        (Signal::Metrics, Encoding::Json) => Request::Metrics(json(body, signal)?),
+        (Signal::Metrics, Encoding::Json) => Request::Metrics(json_metrics(body)?),
     })
 }
 
@@ -334,6 +355,41 @@ mod tests {
         {"name":"quantiles","summary":{"dataPoints":[{"timeUnixNano":"1700000000000000000","count":"2","sum":3,"quantileValues":[{"quantile":0.5,"value":1.5}]}]}},
         {"name":"temperature","gauge":{"dataPoints":[{"timeUnixNano":"1700000000000000000","asDouble":21.5}]}},
         {"name":"empty"}]}]}]}"#;
+
+    /// What OpenTelemetry's SDKs write for numbers that are not finite (protobuf's JSON
+    /// mapping), and points with and without values.
+    const SPECIAL_JSON: &str = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"edge"}},{"key":"limit","value":{"doubleValue":"Infinity"}}]},
+      "scopeMetrics":[{"metrics":[
+        {"name":"ratio","gauge":{"dataPoints":[{"timeUnixNano":"1700000000000000000","asDouble":"NaN"},{"timeUnixNano":"1700000000000000001","asDouble":"-Infinity"},
+          {"timeUnixNano":"1700000000000000002"},{"timeUnixNano":"1700000000000000003","flags":1}]}},
+        {"name":"latency","histogram":{"aggregationTemporality":2,"dataPoints":[{"timeUnixNano":"1700000000000000000","count":"3","sum":"NaN","max":"Infinity","bucketCounts":["1","2"],"explicitBounds":["Infinity"]}]}},
+        {"name":"q","summary":{"dataPoints":[{"timeUnixNano":"1700000000000000000","count":"1","sum":"-Infinity","quantileValues":[{"quantile":0.5,"value":"NaN"}]}]}}
+      ]}]}]}"#;
+
+    #[test]
+    fn numbers_that_are_not_finite_are_taken_and_a_point_without_a_value_is_refused_alone() {
+        let metrics = decode(
+            Signal::Metrics,
+            Encoding::Json,
+            SPECIAL_JSON.as_bytes(),
+            1 << 20,
+        )
+        .unwrap();
+        let converted = convert(&metrics, 0);
+        // Four gauge points: NaN, -Infinity, one without a value (refused), one flagged as
+        // having none (kept, NULL).
+        assert_eq!(converted.rejected.len(), 1, "{:?}", converted.rejected);
+        assert!(converted.rejected[0].error.contains("has no value"));
+        let batch = &converted.batch;
+        assert_eq!(batch.num_rows(), 5);
+        let values: Vec<String> = (0..3).map(|row| text_at(batch, "value", row)).collect();
+        assert_eq!(values, ["NaN", "-inf", ""]);
+        assert_eq!(text_at(batch, "sum", 3), "NaN");
+        assert_eq!(text_at(batch, "max", 3), "inf");
+        assert_eq!(text_at(batch, "explicit_bounds", 3), "[inf]");
+        assert_eq!(text_at(batch, "sum", 4), "-inf");
+        assert!(text_at(batch, "resource_attributes", 0).contains("limit: inf"));
+    }
 
     fn text_at(batch: &RecordBatch, column: &str, row: usize) -> String {
         let array = batch.column_by_name(column).unwrap();
