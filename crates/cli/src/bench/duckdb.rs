@@ -16,7 +16,7 @@ pub struct DuckDb {
 
 /// The Python DuckDB runs in when none is named: `FLOE_DUCKDB_PYTHON`, the benchmark peer's
 /// venv (`scripts/setup-duckdb.sh`: the newest DuckDB), or the test venv's (DuckDB 1.4.4).
-fn default_python() -> Option<PathBuf> {
+pub(super) fn default_python() -> Option<PathBuf> {
     if let Some(named) = std::env::var_os("FLOE_DUCKDB_PYTHON") {
         return Some(PathBuf::from(named));
     }

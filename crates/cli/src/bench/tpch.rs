@@ -94,6 +94,10 @@ pub struct TpchBenchArgs {
     /// Memory budget (MiB) of each Floe query; the peers run without one.
     #[arg(long, default_value_t = 16_384)]
     pub(super) query_memory_limit_mb: usize,
+    /// Add a rewrite that is wrong on purpose (it drops a filter), to show that
+    /// `--compare-rewrites` and the comparison with DuckDB catch a wrong rewrite.
+    #[arg(long, hide = true)]
+    break_a_rewrite: bool,
     /// A run of one query by DataFusion on Parquet taking longer than this (seconds) counts
     /// as failed, so a peer that stalls does not stall the benchmark.
     #[arg(long, default_value_t = 900)]
@@ -265,6 +269,10 @@ async fn iceberg_side(
         catalog,
         EngineConfig {
             query_memory_limit: args.query_memory_limit_mb << 20,
+            rewrites: floe_sql::Rewrites {
+                broken_on_purpose: args.break_a_rewrite,
+                ..EngineConfig::default().rewrites
+            },
             ..EngineConfig::default()
         },
     )?;
@@ -339,7 +347,6 @@ fn sorted_by(
     table: &str,
     schema: &iceberg::spec::Schema,
 ) -> anyhow::Result<iceberg::spec::SortOrder> {
-    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
     let column = match table {
         "region" => "r_regionkey",
         "nation" => "n_nationkey",
@@ -351,9 +358,18 @@ fn sorted_by(
         "lineitem" => "l_orderkey",
         other => bail!("no sort column for table {other}"),
     };
+    ascending(schema, column).with_context(|| format!("the sort order of {table}"))
+}
+
+/// Ascending on `column`, nulls first: the order a benchmark's generated rows come in.
+pub(super) fn ascending(
+    schema: &iceberg::spec::Schema,
+    column: &str,
+) -> anyhow::Result<iceberg::spec::SortOrder> {
+    use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
     let field = schema
         .field_by_name(column)
-        .with_context(|| format!("{table} has no column {column}"))?;
+        .with_context(|| format!("no column {column}"))?;
     Ok(SortOrder::builder()
         .with_order_id(1)
         .with_sort_field(

@@ -72,3 +72,52 @@ fn fixed_seeds_find_no_failure() {
         assert!(stdout.contains("peer DuckDB "), "seed {seed}:\n{stdout}");
     }
 }
+
+/// The checks can fail: with a rewrite that drops a filter added on purpose, the fuzzer's
+/// `rewrites` oracle and `floe bench tpch --compare-rewrites` both report wrong answers.
+#[test]
+fn a_rewrite_broken_on_purpose_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["bench", "fuzz", "--break-a-rewrite", "--oracle", "rewrites"])
+        .args([
+            "--statements",
+            "40",
+            "--seed",
+            "1",
+            "--shrink-seconds",
+            "20",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .env("FLOE_LOG", "warn")
+        .output()
+        .expect("run floe bench fuzz");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("FAILURE 1: oracle rewrites, differs"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["bench", "tpch", "--sf", "0.01", "--iterations", "0"])
+        .args([
+            "--queries",
+            "11,16",
+            "--compare-rewrites",
+            "--break-a-rewrite",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .env("FLOE_LOG", "warn")
+        .output()
+        .expect("run floe bench tpch");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("0 of 2 answers with every rewrite on equal those with every rewrite off"),
+        "{stdout}\n{stderr}"
+    );
+}

@@ -37,6 +37,7 @@ use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 
 pub(crate) mod apply_runtime_filters;
 pub(crate) mod broadcast_bounded_builds;
+pub(crate) mod broken_on_purpose;
 pub(crate) mod fast_conjunctions;
 pub(crate) mod fast_decimals;
 pub(crate) mod fast_like;
@@ -81,6 +82,10 @@ pub struct Rewrites {
     /// `FLOE_SQL_WRITTEN_ORDER`: scans declare the order their files were written in
     /// ([`crate::scan::provider`]).
     pub written_order: bool,
+    /// [`broken_on_purpose`]: a wrong rewrite, for showing that the differential checks
+    /// catch one (`floe bench … --break-a-rewrite` only; never on otherwise).
+    #[doc(hidden)]
+    pub broken_on_purpose: bool,
 }
 
 impl Default for Rewrites {
@@ -98,6 +103,7 @@ impl Default for Rewrites {
             shared_aggregations: true,
             few_groups: true,
             written_order: true,
+            broken_on_purpose: false,
         }
     }
 }
@@ -135,6 +141,7 @@ impl Rewrites {
             shared_aggregations: false,
             few_groups: false,
             written_order: false,
+            broken_on_purpose: false,
         }
     }
 
@@ -154,6 +161,7 @@ impl Rewrites {
             shared_aggregations: on("FLOE_SQL_SHARED_AGGREGATIONS"),
             few_groups: on("FLOE_SQL_FEW_GROUPS"),
             written_order: on("FLOE_SQL_WRITTEN_ORDER"),
+            broken_on_purpose: false,
         }
     }
 }
@@ -217,6 +225,9 @@ impl Rules {
         }
         if rewrites.few_groups {
             ours.push(Arc::new(few_groups::FewGroups));
+        }
+        if rewrites.broken_on_purpose {
+            ours.push(Arc::new(broken_on_purpose::BrokenOnPurpose));
         }
         ours.push(Arc::new(yield_after_joins::YieldAfterJoins));
 

@@ -29,20 +29,7 @@ const REWRITES: [&str; 12] = [
 
 /// Every one of Floe's rewrites off: DataFusion's plans as it makes them.
 pub(super) fn all_off() -> Rewrites {
-    Rewrites {
-        plain_not_in: false,
-        join_order: false,
-        broadcast_bounded: false,
-        plain_repartitions: false,
-        runtime_filters: false,
-        collected_keys: false,
-        fast_like: false,
-        fast_conjunctions: false,
-        fast_decimals: false,
-        shared_aggregations: false,
-        few_groups: false,
-        written_order: false,
-    }
+    Rewrites::none()
 }
 
 /// `rewrites` with the one named set to `on` (collected keys feed the runtime filters, so

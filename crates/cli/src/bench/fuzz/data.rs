@@ -22,7 +22,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CreateTable;
 use floe_sql::SqlEngine;
-use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
+use iceberg::spec::Transform;
 use iceberg::{NamespaceIdent, TableIdent};
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -498,7 +498,7 @@ pub(super) async fn write(
 
         let iceberg_schema = floe_sql::write::iceberg_schema(&schema)?;
         let write_order = match table.sorted_by {
-            Some(key) => Some(sort_order(&iceberg_schema, key)?),
+            Some(key) => Some(crate::bench::tpch::ascending(&iceberg_schema, key)?),
             None => None,
         };
         let partition_spec = match table.partitioned_by {
@@ -540,20 +540,4 @@ pub(super) async fn write(
         }
     }
     Ok(())
-}
-
-/// Ascending on `key`, nulls first.
-fn sort_order(schema: &iceberg::spec::Schema, key: &str) -> anyhow::Result<SortOrder> {
-    let field = schema.field_by_name(key).context("the sort column")?;
-    Ok(SortOrder::builder()
-        .with_order_id(1)
-        .with_sort_field(
-            SortField::builder()
-                .source_id(field.id)
-                .transform(Transform::Identity)
-                .direction(SortDirection::Ascending)
-                .null_order(NullOrder::First)
-                .build(),
-        )
-        .build(schema)?)
 }

@@ -32,23 +32,6 @@ for line in sys.stdin:
     print(json.dumps(reply), flush=True)
 "#;
 
-/// The Python DuckDB runs in when none is named, as the benchmarks find it:
-/// `FLOE_DUCKDB_PYTHON`, the newest DuckDB's venv (`scripts/setup-duckdb.sh`), or the test
-/// venv's.
-pub(super) fn default_python() -> Option<PathBuf> {
-    if let Some(named) = std::env::var_os("FLOE_DUCKDB_PYTHON") {
-        return Some(PathBuf::from(named));
-    }
-    let home = PathBuf::from(std::env::var_os("HOME")?);
-    [
-        ".cache/floe-duckdb/bin/python",
-        ".cache/floe-venv/bin/python",
-    ]
-    .into_iter()
-    .map(|p| home.join(p))
-    .find(|p| p.exists())
-}
-
 pub(super) struct Duck {
     child: std::process::Child,
     to: Option<std::process::ChildStdin>,
@@ -70,7 +53,7 @@ impl Duck {
         parquet: &Path,
         dir: &Path,
     ) -> anyhow::Result<Option<Self>> {
-        let Some(python) = python.or_else(default_python) else {
+        let Some(python) = python.or_else(crate::bench::duckdb::default_python) else {
             return Ok(None);
         };
         let views: Vec<String> = tables

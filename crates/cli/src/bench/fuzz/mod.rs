@@ -87,6 +87,10 @@ pub struct FuzzBenchArgs {
     /// Rows per batch in Floe (small, so operators see several batches).
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
+    /// Add a rewrite that is wrong on purpose (it drops a filter) to Floe's rewrites, to
+    /// show that the oracles catch a wrong rewrite.
+    #[arg(long, hide = true)]
+    break_a_rewrite: bool,
 }
 
 /// How often each oracle passed, skipped and failed.
@@ -133,7 +137,10 @@ async fn fuzz(args: &FuzzBenchArgs, seed: u64, dir: &std::path::Path) -> anyhow:
     let on = Arc::new(SqlEngine::new(
         catalog.clone(),
         EngineConfig {
-            rewrites: Rewrites::default(),
+            rewrites: Rewrites {
+                broken_on_purpose: args.break_a_rewrite,
+                ..Rewrites::default()
+            },
             ..base.clone()
         },
     )?);
