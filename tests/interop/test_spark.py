@@ -109,6 +109,12 @@ def test_spark_writes_merges_evolves_and_others_read_identically(spark_floe):
     assert py_rows == expected
     py_old = table.scan(snapshot_id=first, selected_fields=("id", "balance")).to_arrow()
     assert sorted(zip(py_old["id"].to_pylist(), py_old["balance"].to_pylist())) == old
+    # Planned by Floe (`/plan`, Spark's delete files included), read by PyIceberg: the same rows.
+    from test_scan_planning import server_planning
+
+    planned = server_planning(floe).load_table("sp.accounts")
+    arrow = planned.scan(selected_fields=("id", "owner", "balance", "tier")).to_arrow()
+    assert sorted(zip(*(arrow[c].to_pylist() for c in ("id", "owner", "balance", "tier")))) == expected
 
     from test_duckdb import attach
 

@@ -164,6 +164,11 @@ def test_trino_creates_inserts_merges_deletes_and_time_travels(trino_floe):
     assert floe_rows(floe, "SELECT id, owner, balance, city FROM tr.accounts ORDER BY id") == expected
     pyiceberg = floe.pyiceberg().load_table("tr.accounts").scan().to_arrow().sort_by("id")
     assert [list(r.values()) for r in pyiceberg.to_pylist()] == expected
+    # Planned by Floe (`/plan`, Trino's delete files included), read by PyIceberg: the same rows.
+    from test_scan_planning import server_planning
+
+    planned = server_planning(floe).load_table("tr.accounts").scan().to_arrow().sort_by("id")
+    assert [list(r.values()) for r in planned.to_pylist()] == expected
     # Time travel to the first insert.
     old = trino.query(f"SELECT id, balance FROM floe.tr.accounts FOR VERSION AS OF {first} ORDER BY id")
     assert old == [[1, 10.0], [2, 20.0], [3, 30.0], [4, 40.0]]
