@@ -185,9 +185,13 @@ fn rewrite(
     }
     if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
         let collectable = collectable_keys(join).filter(|_| how.collect_keys);
+        // The probe side is filtered only by a join that drops its probe rows without a
+        // match and needs no probe row to decide another's fate (found by `floe bench fuzz`:
+        // a right join's preserved side lost its unmatched rows).
         let own = join
             .dynamic_filter_expr()
             .and_then(|f| f.expression_id())
+            .filter(|_| probe_rows_without_a_match_are_dropped(join))
             .map(|filter| Feeding {
                 filter,
                 // Only where a probe row without a match can never matter (a null-aware
@@ -227,6 +231,25 @@ fn rewrite(
         vec![None; count]
     };
     map_children(plan, |i, child| rewrite(child, feeds[i], collecting, how))
+}
+
+/// Whether `join`'s answer is the same when its probe (right) side loses the rows whose keys
+/// no build row has: an inner join, a left outer, semi, anti or mark join (their probe rows
+/// only ever meet build rows), a right semi join (it keeps only probe rows with a match) —
+/// and not a null-aware anti join, for which one probe row with a null key decides every
+/// build row. A right outer, full, right anti or right mark join keeps (or marks) probe rows
+/// without a match, so no filter may take them away.
+fn probe_rows_without_a_match_are_dropped(join: &HashJoinExec) -> bool {
+    !join.null_aware
+        && matches!(
+            join.join_type(),
+            JoinType::Inner
+                | JoinType::Left
+                | JoinType::LeftSemi
+                | JoinType::LeftAnti
+                | JoinType::LeftMark
+                | JoinType::RightSemi
+        )
 }
 
 /// The filters of the joins in `plan` that match null keys ([`How::null_keyed`]).
