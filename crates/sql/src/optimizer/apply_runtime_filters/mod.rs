@@ -370,11 +370,16 @@ fn runtime_filters(
             // expressions bottom-up, and a column inside one child that equals another child
             // is replaced first, leaving the enclosing child's other columns at their old
             // positions. Evaluated here on rows, it would read the wrong columns.
+            //
+            // And a filter on an expression of several columns from above a join (`a.k + b.k`
+            // of a join's key): DataFusion 54 maps its columns down by name, so two columns of
+            // one name from two tables become one table's (`k + k` on `a`), which its pruning
+            // cannot act on but a row filter would (found by `floe bench fuzz`: a left join's
+            // preserved side lost rows). Only plain columns are remapped soundly.
             let children = e.children();
-            if children.len() > 1
-                && children
-                    .iter()
-                    .any(|c| c.downcast_ref::<Column>().is_none())
+            if children
+                .iter()
+                .any(|c| c.downcast_ref::<Column>().is_none())
             {
                 return None;
             }
