@@ -43,6 +43,7 @@ pub(crate) mod fast_decimals;
 pub(crate) mod fast_like;
 pub(crate) mod few_groups;
 pub(crate) mod group_by_constants;
+pub(crate) mod multiset_set_ops;
 pub(crate) mod plain_not_in;
 pub(crate) mod plain_repartitions;
 pub(crate) mod reorder_joins;
