@@ -587,8 +587,7 @@ impl SqlEngine {
             .with_batch_size(self.config.batch_size);
         let context = SessionContext::new_with_config_rt(config, Arc::new(env));
         let mut state = context.state();
-        crate::sketches::register(&mut state)?;
-        crate::sliding_min::register(&mut state)?;
+        crate::register_functions(&mut state)?;
         Ok(SessionContext::new_with_state(state))
     }
 
@@ -899,8 +898,7 @@ impl SqlEngine {
             state = crate::distributed::wrapping_scans(state);
         }
         let mut state = state.build();
-        crate::sketches::register(&mut state)?;
-        crate::sliding_min::register(&mut state)?;
+        crate::register_functions(&mut state)?;
         let plan = state.statement_to_plan(statement).await?;
         if !matches!(plan, LogicalPlan::Ddl(_)) && partitioned_by.is_some() {
             return Err(SqlError::new(

@@ -34,6 +34,16 @@ pub mod sketches;
 mod sliding_min;
 pub mod write;
 
+/// Every function Floe adds to DataFusion's, or puts in place of one of DataFusion's, in
+/// `state`: the sketches and the `min` whose sliding window forgets. Each session that plans
+/// or decodes a plan (coordinator, worker, the plan codec's round trip) registers them here.
+pub(crate) fn register_functions(
+    state: &mut datafusion::execution::session_state::SessionState,
+) -> datafusion::common::Result<()> {
+    sketches::register(state)?;
+    sliding_min::register(state)
+}
+
 /// `PartialEq`, `Eq` and `Hash` for a physical expression that wraps another, `$field`, and
 /// is the same as any wrapper of an equal expression.
 #[macro_export]

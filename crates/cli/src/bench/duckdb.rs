@@ -30,6 +30,41 @@ pub(super) fn default_python() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+/// A Python process running a DuckDB driver script, spoken to in JSON lines on its stdin and
+/// stdout, and the DuckDB version its first line names.
+pub(super) struct Started {
+    pub child: std::process::Child,
+    pub to: std::process::ChildStdin,
+    pub from: std::io::BufReader<std::process::ChildStdout>,
+    pub version: String,
+}
+
+/// Starts `python -c script args…` and reads the `{"version": …}` line the script prints
+/// first (both drivers, the benchmarks' and the fuzzer's, begin so).
+pub(super) fn started(python: &Path, script: &str, args: &[String]) -> anyhow::Result<Started> {
+    let mut child = std::process::Command::new(python)
+        .args(["-c", script])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {}", python.display()))?;
+    let to = child.stdin.take().expect("piped stdin");
+    let mut from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut from, &mut line)?;
+    let version = serde_json::from_str::<serde_json::Value>(&line)
+        .ok()
+        .and_then(|v| v["version"].as_str().map(str::to_string))
+        .with_context(|| format!("{} did not start DuckDB", python.display()))?;
+    Ok(Started {
+        child,
+        to,
+        from,
+        version,
+    })
+}
+
 impl DuckDb {
     /// Started when a Python with `duckdb` is found (`python`, or the test venv's), after
     /// running `setup` (views over the Parquet files); answers are fetched as Python rows, or
@@ -78,23 +113,18 @@ for line in sys.stdin:
 peak = int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
 print(json.dumps({"peak_mib": peak}), flush=True)
 "#;
-        let mut child = std::process::Command::new(&python)
-            .args(["-c", script])
-            .arg(serde_json::to_string(setup)?)
-            .arg(answers)
-            .arg(if arrow_results { "arrow" } else { "rows" })
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .with_context(|| format!("start {}", python.display()))?;
-        let to = child.stdin.take().expect("piped stdin");
-        let mut from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut from, &mut line)?;
-        let version = serde_json::from_str::<serde_json::Value>(&line)
-            .ok()
-            .and_then(|v| v["version"].as_str().map(str::to_string))
-            .with_context(|| format!("{} did not start DuckDB", python.display()))?;
+        let mode = if arrow_results { "arrow" } else { "rows" };
+        let args = [
+            serde_json::to_string(setup)?,
+            answers.display().to_string(),
+            mode.to_string(),
+        ];
+        let Started {
+            child,
+            to,
+            from,
+            version,
+        } = started(&python, script, &args)?;
         Ok(Some(DuckDb {
             child,
             to,

@@ -77,6 +77,19 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
 /// A SQL engine over an embedded SQLite catalog in `dir`, with one warehouse, `bench`, whose
 /// tables live in `dir/warehouse`.
 async fn embedded_engine(dir: &std::path::Path) -> anyhow::Result<floe_sql::SqlEngine> {
+    let catalog = embedded_catalog(dir, "bench").await?;
+    Ok(floe_sql::SqlEngine::new(
+        catalog,
+        floe_sql::EngineConfig::default(),
+    )?)
+}
+
+/// An embedded SQLite catalog in `dir` (`dir/catalog.db`) with one warehouse, `warehouse`,
+/// whose tables live in `dir/warehouse`.
+async fn embedded_catalog(
+    dir: &std::path::Path,
+    warehouse: &str,
+) -> anyhow::Result<std::sync::Arc<floe_catalog::service::CatalogService>> {
     use std::sync::Arc;
 
     use floe_catalog::governance::authz::Caller;
@@ -89,15 +102,12 @@ async fn embedded_engine(dir: &std::path::Path) -> anyhow::Result<floe_sql::SqlE
     catalog
         .create_warehouse(
             &Caller::system(),
-            "bench",
+            warehouse,
             floe_storage::StorageProfile::Local {
                 path: dir.join("warehouse").to_string_lossy().into_owned(),
             },
             Default::default(),
         )
         .await?;
-    Ok(floe_sql::SqlEngine::new(
-        catalog,
-        floe_sql::EngineConfig::default(),
-    )?)
+    Ok(catalog)
 }

@@ -42,8 +42,7 @@ pub async fn round_trip(engine: &SqlEngine, plan: Arc<dyn ExecutionPlan>) -> Res
         .with_distributed_user_codec(FloeCodec)
         .build();
     let mut state = state;
-    crate::sketches::register(&mut state)?;
-    crate::sliding_min::register(&mut state)?;
+    crate::register_functions(&mut state)?;
     let codec = DistributedCodec::new_combined_with_user(state.config());
     let bytes = PhysicalPlanNode::try_from_physical_plan(plan.clone(), &codec)?.encode_to_vec();
     let decoded = PhysicalPlanNode::decode(bytes.as_slice())

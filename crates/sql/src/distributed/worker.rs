@@ -135,9 +135,8 @@ impl WorkerSessionBuilder for WorkerSession {
                 Ok(WorkerPlanRewriteEventResponse::new(plan))
             })
             .build();
-        // Tasks may aggregate with sketches.
-        crate::sketches::register(&mut state)?;
-        crate::sliding_min::register(&mut state)?;
+        // Tasks may aggregate with sketches, or with Floe's `min`.
+        crate::register_functions(&mut state)?;
         Ok(state)
     }
 }

@@ -66,21 +66,12 @@ impl Duck {
             })
             .collect();
         std::fs::create_dir_all(dir)?;
-        let mut child = std::process::Command::new(&python)
-            .args(["-c", SCRIPT])
-            .arg(serde_json::to_string(&views)?)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .with_context(|| format!("start {}", python.display()))?;
-        let to = child.stdin.take().expect("piped stdin");
-        let mut from = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        from.read_line(&mut line)?;
-        let version = serde_json::from_str::<serde_json::Value>(&line)
-            .ok()
-            .and_then(|v| v["version"].as_str().map(str::to_string))
-            .with_context(|| format!("{} did not start DuckDB", python.display()))?;
+        let crate::bench::duckdb::Started {
+            child,
+            to,
+            from,
+            version,
+        } = crate::bench::duckdb::started(&python, SCRIPT, &[serde_json::to_string(&views)?])?;
         Ok(Some(Duck {
             child,
             to: Some(to),

@@ -27,9 +27,8 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use clap::Args;
 use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::{CatalogConfig, CatalogService};
+use floe_catalog::service::CatalogService;
 use floe_sql::{EngineConfig, Rewrites, SqlEngine};
-use floe_store::{SqlStore, StoreOptions};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -345,19 +344,7 @@ async fn catalog(
     args: &FuzzBenchArgs,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Arc<CatalogService>, EngineConfig)> {
-    let url = format!("sqlite:{}", dir.join("catalog.db").display());
-    let store = Arc::new(SqlStore::connect(&url, StoreOptions::default()).await?);
-    let catalog = Arc::new(CatalogService::new(store, CatalogConfig::default()));
-    catalog
-        .create_warehouse(
-            &Caller::system(),
-            data::WAREHOUSE,
-            floe_storage::StorageProfile::Local {
-                path: dir.join("warehouse").to_string_lossy().into_owned(),
-            },
-            Default::default(),
-        )
-        .await?;
+    let catalog = super::embedded_catalog(dir, data::WAREHOUSE).await?;
     let config = EngineConfig {
         target_partitions: args.partitions,
         batch_size: args.batch_size,
