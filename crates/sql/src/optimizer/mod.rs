@@ -4,13 +4,16 @@
 //!
 //! Logical rules: [`group_by_constants::GroupByConstants`] stands in for DataFusion's
 //! `eliminate_group_by_constant` in DataFusion's list and [`three_valued_in::ThreeValuedIn`]
-//! runs right before its `decorrelate_predicate_subquery` (both always: they correct answers);
+//! runs right before its `decorrelate_predicate_subquery`, and its `push_down_filter` runs
+//! inside [`guarded_filter_pushdown::GuardedPushDownFilter`] (all always: they correct answers);
 //! Floe's own run after all of DataFusion's, in this order:
 //!
 //! 1. [`plain_not_in::PlainNotIn`] — `NOT IN` over columns without nulls as a plain anti join;
 //! 2. [`reorder_joins::ReorderJoins`] — inner joins ordered from table statistics.
 //!
-//! Physical rules sit inside DataFusion's list.
+//! Physical rules sit inside DataFusion's list. Both of DataFusion's filter pushdown rules run
+//! inside [`guarded_filter_pushdown::GuardedFilterPushdown`] (always: it corrects answers; filters
+//! are moved by column name there).
 //! [`broadcast_bounded_builds::BroadcastBoundedBuilds`] runs right after DataFusion's
 //! `join_selection`, before distribution is enforced. The rest run after DataFusion's last
 //! rewrite (the post-optimization filter pushdown, which places the dynamic filters several
@@ -43,6 +46,7 @@ pub(crate) mod fast_decimals;
 pub(crate) mod fast_like;
 pub(crate) mod few_groups;
 pub(crate) mod group_by_constants;
+pub(crate) mod guarded_filter_pushdown;
 pub(crate) mod multiset_set_ops;
 pub(crate) mod plain_not_in;
 pub(crate) mod plain_repartitions;
@@ -187,6 +191,11 @@ impl Rules {
                 "eliminate_group_by_constant" => {
                     logical.push(Arc::new(group_by_constants::GroupByConstants::default()));
                 }
+                "push_down_filter" => {
+                    logical.push(Arc::new(
+                        guarded_filter_pushdown::GuardedPushDownFilter::new(rule),
+                    ));
+                }
                 "decorrelate_predicate_subquery" => {
                     logical.push(Arc::new(three_valued_in::ThreeValuedIn));
                     logical.push(rule);
@@ -232,7 +241,17 @@ impl Rules {
         }
         ours.push(Arc::new(yield_after_joins::YieldAfterJoins));
 
-        let mut physical = PhysicalOptimizer::new().rules;
+        let mut physical: Vec<PhysicalRule> = PhysicalOptimizer::new()
+            .rules
+            .into_iter()
+            .map(|rule| -> PhysicalRule {
+                if rule.name().starts_with("FilterPushdown") {
+                    Arc::new(guarded_filter_pushdown::GuardedFilterPushdown::new(rule))
+                } else {
+                    rule
+                }
+            })
+            .collect();
         if rewrites.broadcast_bounded {
             let at = position_after(&physical, "join_selection");
             physical.insert(

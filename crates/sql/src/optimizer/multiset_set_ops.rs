@@ -9,12 +9,15 @@
 //!
 //! [`MultisetSetOps`], an analyzer rule (it runs on the plan as SQL made it, before any
 //! optimizer rule could make another join of that form), numbers the copies of each row on
-//! both sides (`row_number()` over a window partitioned by every column) and adds the numbers
+//! both sides (`row_number()` over a window partitioned by that side's join keys, the values
+//! the join compares) and adds the numbers
 //! to the join's keys: the `k`-th copy of a row on the left meets the `k`-th on the right, so
 //! the semi join keeps `min(m, n)` copies and the anti join the `m - n` beyond the right's.
 //!
 //! It fires on a semi or anti join whose keys pair every column of the left with the column
-//! at the same position on the right, nulls equal, with no other condition, whose left input
+//! at the same position on the right — either possibly under the cast type coercion puts
+//! there when the two sides' types differ (`BIGINT EXCEPT ALL max(INT)`) — nulls equal, with
+//! no other condition, whose left input
 //! is not `DISTINCT` — the form DataFusion's planner gives `INTERSECT ALL` and `EXCEPT ALL`
 //! and nothing else at this stage (subqueries are still expressions; the `DISTINCT` forms
 //! put a `Distinct` on the left, where every copy is the first). It applies always: it
@@ -65,20 +68,24 @@ fn is_bag_set_operation(join: &Join) -> bool {
         && join.on.len() == left.len()
         && left.len() == right.len()
         && join.on.iter().enumerate().all(|(i, (l, r))| {
-            l.try_as_col().is_some_and(|c| c.name == *left[i].name())
-                && r.try_as_col().is_some_and(|c| c.name == *right[i].name())
+            key_column(l).is_some_and(|c| c.name == *left[i].name())
+                && key_column(r).is_some_and(|c| c.name == *right[i].name())
         })
 }
 
-/// `plan` with a column `name` numbering the copies of each of its rows.
-fn numbered(plan: &Arc<LogicalPlan>, name: &str) -> Result<LogicalPlan> {
-    let every_column: Vec<Expr> = plan
-        .schema()
-        .columns()
-        .into_iter()
-        .map(Expr::Column)
-        .collect();
-    let copy = row_number().partition_by(every_column).build()?.alias(name);
+/// The column a join key compares: the column itself, or under a cast.
+fn key_column(key: &Expr) -> Option<&Column> {
+    match key {
+        Expr::Column(column) => Some(column),
+        Expr::Cast(cast) => key_column(&cast.expr),
+        Expr::TryCast(cast) => key_column(&cast.expr),
+        _ => None,
+    }
+}
+
+/// `plan` with a column `name` numbering the copies of each value of `keys` among its rows.
+fn numbered(plan: &Arc<LogicalPlan>, keys: Vec<Expr>, name: &str) -> Result<LogicalPlan> {
+    let copy = row_number().partition_by(keys).build()?.alias(name);
     LogicalPlanBuilder::from(Arc::unwrap_or_clone(Arc::clone(plan)))
         .window(vec![copy])?
         .build()
@@ -92,22 +99,23 @@ fn numbered_join(join: &Join) -> Result<LogicalPlan> {
         .into_iter()
         .map(Expr::Column)
         .collect();
-    let mut left_keys: Vec<Column> = Vec::with_capacity(join.on.len() + 1);
-    let mut right_keys: Vec<Column> = Vec::with_capacity(join.on.len() + 1);
-    for (l, r) in &join.on {
-        left_keys.extend(l.try_as_col().cloned());
-        right_keys.extend(r.try_as_col().cloned());
-    }
-    left_keys.push(Column::from_name(LEFT_COPY));
-    right_keys.push(Column::from_name(RIGHT_COPY));
-    LogicalPlanBuilder::from(numbered(&join.left, LEFT_COPY)?)
-        .join_detailed(
-            numbered(&join.right, RIGHT_COPY)?,
-            join.join_type,
-            (left_keys, right_keys),
-            None,
-            NullEquality::NullEqualsNull,
-        )?
+    let (left_keys, right_keys): (Vec<Expr>, Vec<Expr>) = join.on.iter().cloned().unzip();
+    let mut on = join.on.clone();
+    on.push((
+        Expr::Column(Column::from_name(LEFT_COPY)),
+        Expr::Column(Column::from_name(RIGHT_COPY)),
+    ));
+    let numbered_join = Join::try_new(
+        Arc::new(numbered(&join.left, left_keys, LEFT_COPY)?),
+        Arc::new(numbered(&join.right, right_keys, RIGHT_COPY)?),
+        on,
+        None,
+        join.join_type,
+        join.join_constraint,
+        NullEquality::NullEqualsNull,
+        false,
+    )?;
+    LogicalPlanBuilder::from(LogicalPlan::Join(numbered_join))
         .project(output)?
         .build()
 }

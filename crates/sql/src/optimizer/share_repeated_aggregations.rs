@@ -70,21 +70,26 @@ impl PhysicalOptimizerRule for ShareRepeatedAggregations {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut found: HashMap<String, Vec<Arc<dyn ExecutionPlan>>> = HashMap::new();
         collect(&plan, &mut found);
-        // Each copy, by its address in the plan, and the shared node that takes its place.
-        let mut shared: HashMap<usize, Arc<dyn ExecutionPlan>> = HashMap::new();
+        // Each copy, by its address in the plan, and the group of copies it belongs to.
+        let mut groups: Vec<Group> = Vec::new();
+        let mut copy_of: HashMap<usize, usize> = HashMap::new();
         for copies in found.into_values().filter(|copies| copies.len() > 1) {
             let Some(input) = copies.iter().find(|c| self_contained(c)).cloned() else {
                 continue;
             };
-            let node: Arc<dyn ExecutionPlan> = Arc::new(SharedExec::new(input, copies.len()));
             for copy in &copies {
-                shared.insert(address(copy), node.clone());
+                copy_of.insert(address(copy), groups.len());
             }
+            groups.push(Group {
+                input,
+                consumers: copies.len(),
+                node: None,
+            });
         }
-        if shared.is_empty() {
+        if groups.is_empty() {
             return Ok(plan);
         }
-        replace(plan, &shared)
+        replace(plan, &copy_of, &mut groups)
     }
 
     fn name(&self) -> &str {
@@ -130,15 +135,35 @@ fn collect(
     }
 }
 
-/// `plan` with every shared copy replaced by its shared node, outermost first.
+/// Copies of one aggregation and, once built, the shared node that takes their places.
+struct Group {
+    /// The copy the shared node computes from.
+    input: Arc<dyn ExecutionPlan>,
+    consumers: usize,
+    node: Option<Arc<dyn ExecutionPlan>>,
+}
+
+/// `plan` with every shared copy replaced by its group's shared node, outermost first. A
+/// shared node is built when first placed, over its input with the copies inside that input
+/// replaced too: an aggregation repeated inside a shared one and elsewhere as well (a CTE
+/// used by another CTE used twice, and once more on its own) is then computed by one node
+/// everywhere, never once through the outer node's input and again through its own.
 fn replace(
     plan: Arc<dyn ExecutionPlan>,
-    shared: &HashMap<usize, Arc<dyn ExecutionPlan>>,
+    copy_of: &HashMap<usize, usize>,
+    groups: &mut Vec<Group>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    if let Some(node) = shared.get(&address(&plan)) {
+    let Some(&group) = copy_of.get(&address(&plan)) else {
+        return map_children(plan, |_, child| replace(child, copy_of, groups));
+    };
+    if let Some(node) = &groups[group].node {
         return Ok(node.clone());
     }
-    map_children(plan, |_, child| replace(child, shared))
+    let input = groups[group].input.clone();
+    let input = map_children(input, |_, child| replace(child, copy_of, groups))?;
+    let node: Arc<dyn ExecutionPlan> = Arc::new(SharedExec::new(input, groups[group].consumers));
+    groups[group].node = Some(node.clone());
+    Ok(node)
 }
 
 /// What a subplan computes, leaving out runtime filters; `None` when it cannot be told (a

@@ -247,9 +247,14 @@ impl Gen<'_> {
             }
             // Windows.
             _ => {
+                // One numbering or row frame at most: two of them, ordered differently,
+                // pair up rows equal in every column in an order the answer cannot fix.
+                let mut order_sensitive = false;
                 for i in 0..count {
                     let e = if i == 0 || self.chance(0.4) {
-                        self.window(&scope)
+                        let (e, sensitive) = self.window(&scope, !order_sensitive);
+                        order_sensitive |= sensitive;
+                        e
                     } else {
                         let ty = scope.choose(&mut self.rng).expect("a column").ty;
                         self.value(ty, &scope, 1, false)

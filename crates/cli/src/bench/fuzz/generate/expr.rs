@@ -299,21 +299,25 @@ impl Gen<'_> {
         }
     }
 
-    /// A window function over `scope`. Numbering and row frames are ordered by every
-    /// column, so that which of two rows comes first cannot change the answer (rows equal
-    /// in every column give the same bag either way).
-    pub(super) fn window(&mut self, scope: &[Col]) -> Expr {
-        let func = *[
-            "row_number",
-            "rank",
-            "dense_rank",
-            "sum",
-            "count",
-            "min",
-            "max",
-        ]
-        .choose(&mut self.rng)
-        .expect("functions");
+    /// A window function over `scope`, and whether the order of rows equal in every column
+    /// decides which row gets which value (a numbering, a row frame): those are ordered by
+    /// every column, so that which of two such rows comes first cannot change the answer
+    /// (they give the same bag either way), and come only when `order_sensitive` allows.
+    pub(super) fn window(&mut self, scope: &[Col], order_sensitive: bool) -> (Expr, bool) {
+        let functions: &[&str] = if order_sensitive {
+            &[
+                "row_number",
+                "rank",
+                "dense_rank",
+                "sum",
+                "count",
+                "min",
+                "max",
+            ]
+        } else {
+            &["rank", "dense_rank", "sum", "count", "min", "max"]
+        };
+        let func = *functions.choose(&mut self.rng).expect("functions");
         let partition: Vec<Expr> = (0..self.pick(&[2, 3, 1]))
             .map(|_| scope.choose(&mut self.rng).expect("a column").expr())
             .collect();
@@ -324,7 +328,7 @@ impl Gen<'_> {
         }
         .choose(&mut self.rng)
         .map(|c| c.expr());
-        let rows_frame = arg.is_some() && self.chance(0.3);
+        let rows_frame = order_sensitive && arg.is_some() && self.chance(0.3);
         let total = func == "row_number" || rows_frame;
         let order_cols: Vec<Col> = if total {
             scope.to_vec()
@@ -355,7 +359,8 @@ impl Gen<'_> {
         } else {
             func
         };
-        Expr::new(
+        let sensitive = func == "row_number" || rows_frame;
+        let window = Expr::new(
             ty,
             Kind::Window(Box::new(Window {
                 func,
@@ -364,7 +369,8 @@ impl Gen<'_> {
                 order,
                 rows_frame,
             })),
-        )
+        );
+        (window, sensitive)
     }
 
     /// An expression of type `ty` over `scope`.
