@@ -697,3 +697,43 @@ async fn a_large_build_grouped_by_its_key_is_joined_and_grouped_per_partition() 
         .collect();
     assert_eq!(rows_of(&mut floe, sql).await, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouping_sets_combine_a_plain_aggregation_by_every_key() {
+    let mut floe = fresh().await;
+    run_all(
+        &mut floe,
+        &[
+            "CREATE SCHEMA ps",
+            "CREATE TABLE ps.inv (item BIGINT, qty INT)",
+            "INSERT INTO ps.inv SELECT value % 50, value % 7 FROM generate_series(1, 100000) AS t(value)",
+        ],
+    )
+    .await;
+    // TPC-DS Q22's shape: a rollup over few groups of many rows.
+    let sql = "SELECT item % 5 AS a, item AS b, avg(qty), count(*) FROM ps.inv \
+               GROUP BY ROLLUP (item % 5, item) ORDER BY a NULLS FIRST, b NULLS FIRST LIMIT 3";
+    let plan = analyzed(&floe, sql).await;
+    // The sets combine states of 50 groups, not 100,000 rows three times each.
+    let reduce = plan
+        .lines()
+        .find(|l| l.contains("AggregateExec: mode=PartialReduce"))
+        .unwrap_or_else(|| panic!("no combining aggregation:\n{plan}"));
+    assert!(reduce.contains("output_rows="), "{reduce}");
+    assert!(
+        plan.lines().any(|l| l
+            .contains("mode=Partial, gby=[item@0 % 5 as ps.inv.item % Int64(5), item@0 as item]")),
+        "{plan}"
+    );
+    assert_eq!(
+        rows_of(&mut floe, sql).await,
+        vec![
+            vec!["NULL", "NULL", "3.0", "100000"],
+            vec!["0", "NULL", "3.0001", "20000"],
+            vec!["0", "0", "3.0", "2000"],
+        ]
+        .into_iter()
+        .map(|r| r.into_iter().map(String::from).collect::<Vec<_>>())
+        .collect::<Vec<_>>()
+    );
+}

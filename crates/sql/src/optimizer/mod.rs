@@ -26,8 +26,9 @@
 //! 6. [`fast_conjunctions::FastConjunctions`] (after the rules that add filter conditions);
 //! 7. [`fast_decimals::FastDecimals`];
 //! 8. [`share_repeated_aggregations::ShareRepeatedAggregations`];
-//! 9. [`few_groups::FewGroups`];
-//! 10. [`yield_after_joins::YieldAfterJoins`], always, last: whatever the rules before it
+//! 9. [`preaggregated_sets::PreaggregatedSets`];
+//! 10. [`few_groups::FewGroups`];
+//! 11. [`yield_after_joins::YieldAfterJoins`], always, last: whatever the rules before it
 //!     made, a join's output yields to the statement's deadline.
 //!
 //! [`utils`] holds what several rules share.
@@ -50,6 +51,7 @@ pub(crate) mod guarded_filter_pushdown;
 pub(crate) mod multiset_set_ops;
 pub(crate) mod plain_not_in;
 pub(crate) mod plain_repartitions;
+pub(crate) mod preaggregated_sets;
 pub(crate) mod reorder_joins;
 pub(crate) mod share_repeated_aggregations;
 pub(crate) mod three_valued_in;
@@ -82,6 +84,8 @@ pub struct Rewrites {
     pub fast_decimals: bool,
     /// `FLOE_SQL_SHARED_AGGREGATIONS`: [`share_repeated_aggregations`].
     pub shared_aggregations: bool,
+    /// `FLOE_SQL_PREAGGREGATED_SETS`: [`preaggregated_sets`].
+    pub preaggregated_sets: bool,
     /// `FLOE_SQL_FEW_GROUPS`: [`few_groups`].
     pub few_groups: bool,
     /// `FLOE_SQL_WRITTEN_ORDER`: scans declare the order their files were written in
@@ -106,6 +110,7 @@ impl Default for Rewrites {
             fast_conjunctions: true,
             fast_decimals: true,
             shared_aggregations: true,
+            preaggregated_sets: true,
             few_groups: true,
             written_order: true,
             broken_on_purpose: false,
@@ -117,7 +122,7 @@ impl Rewrites {
     /// These, but for planning a distributed statement on its coordinator: runtime filters
     /// and shared aggregations join two places of one plan through memory, which the stages
     /// of a distributed plan do not share; the expression rewrites are left to the workers
-    /// ([`Rules::on_workers`]).
+    /// ([`Rules::on_workers`]); preaggregated grouping sets are not planned for stages yet.
     pub fn for_distribution(self) -> Self {
         Self {
             runtime_filters: false,
@@ -126,6 +131,7 @@ impl Rewrites {
             fast_like: false,
             fast_conjunctions: false,
             fast_decimals: false,
+            preaggregated_sets: false,
             ..self
         }
     }
@@ -144,6 +150,7 @@ impl Rewrites {
             fast_conjunctions: false,
             fast_decimals: false,
             shared_aggregations: false,
+            preaggregated_sets: false,
             few_groups: false,
             written_order: false,
             broken_on_purpose: false,
@@ -164,6 +171,7 @@ impl Rewrites {
             fast_conjunctions: on("FLOE_SQL_FAST_CONJUNCTIONS"),
             fast_decimals: on("FLOE_SQL_FAST_DECIMALS"),
             shared_aggregations: on("FLOE_SQL_SHARED_AGGREGATIONS"),
+            preaggregated_sets: on("FLOE_SQL_PREAGGREGATED_SETS"),
             few_groups: on("FLOE_SQL_FEW_GROUPS"),
             written_order: on("FLOE_SQL_WRITTEN_ORDER"),
             broken_on_purpose: false,
@@ -232,6 +240,9 @@ impl Rules {
             ours.push(Arc::new(
                 share_repeated_aggregations::ShareRepeatedAggregations,
             ));
+        }
+        if rewrites.preaggregated_sets {
+            ours.push(Arc::new(preaggregated_sets::PreaggregatedSets));
         }
         if rewrites.few_groups {
             ours.push(Arc::new(few_groups::FewGroups));

@@ -347,12 +347,21 @@ pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec
     order.stamp(table, files)
 }
 
+/// Iceberg's default for `write.parquet.row-group-size-bytes`.
+const DEFAULT_ROW_GROUP_BYTES: usize = 128 << 20;
+
+/// Rows in a row group unless `write.parquet.row-group-limit` says otherwise.
+const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
+
 /// Parquet writer settings: the table's `write.parquet.compression-codec` (`zstd`, `snappy`,
 /// `gzip`, `lz4`, `uncompressed`) and `write.parquet.compression-level` (uncompressed when
-/// unset), and a bloom filter on each top-level column named by
+/// unset), a bloom filter on each top-level column named by
 /// `write.parquet.bloom-filter-enabled.column.<name>` = `true` (false-positive rate
-/// `write.parquet.bloom-filter-fpp.column.<name>`, 0.01 by default), as Iceberg's own
-/// writers read them.
+/// `write.parquet.bloom-filter-fpp.column.<name>`, 0.01 by default), and the sizes of row
+/// groups and pages: `write.parquet.row-group-size-bytes` (Iceberg's, 128 MiB by default),
+/// `write.parquet.row-group-limit` (PyIceberg's, rows), `write.parquet.page-size-bytes`,
+/// `write.parquet.page-row-limit` and `write.parquet.dict-size-bytes`, as Iceberg's own
+/// writers read them (a value that is not a positive number is ignored).
 pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterProperties {
     use parquet::basic::{Compression, GzipLevel, ZstdLevel};
     let properties = metadata.properties();
@@ -377,7 +386,29 @@ pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterPrope
         Some("lz4") => Compression::LZ4_RAW,
         _ => Compression::UNCOMPRESSED,
     };
-    let mut builder = WriterProperties::builder().set_compression(compression);
+    let positive = |key: &str| {
+        properties
+            .get(key)
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|v| *v > 0)
+    };
+    let mut builder = WriterProperties::builder()
+        .set_compression(compression)
+        .set_max_row_group_bytes(Some(
+            positive("write.parquet.row-group-size-bytes").unwrap_or(DEFAULT_ROW_GROUP_BYTES),
+        ))
+        .set_max_row_group_row_count(Some(
+            positive("write.parquet.row-group-limit").unwrap_or(DEFAULT_ROW_GROUP_ROWS),
+        ));
+    if let Some(bytes) = positive("write.parquet.page-size-bytes") {
+        builder = builder.set_data_page_size_limit(bytes);
+    }
+    if let Some(rows) = positive("write.parquet.page-row-limit") {
+        builder = builder.set_data_page_row_count_limit(rows);
+    }
+    if let Some(bytes) = positive("write.parquet.dict-size-bytes") {
+        builder = builder.set_dictionary_page_size_limit(bytes);
+    }
     const BLOOM: &str = "write.parquet.bloom-filter-enabled.column.";
     for (key, value) in properties {
         let Some(column) = key.strip_prefix(BLOOM) else {
@@ -397,4 +428,76 @@ pub fn writer_properties(metadata: &iceberg::spec::TableMetadata) -> WriterPrope
             .set_column_bloom_filter_fpp(path, fpp);
     }
     builder.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use iceberg::spec::{
+        FormatVersion, NestedField, PrimitiveType, Schema, SortOrder, TableMetadataBuilder, Type,
+        UnboundPartitionSpec,
+    };
+    use parquet::basic::Compression;
+
+    use super::*;
+
+    fn metadata(properties: &[(&str, &str)]) -> iceberg::spec::TableMetadata {
+        let schema = Schema::builder()
+            .with_fields(vec![Arc::new(NestedField::optional(
+                1,
+                "x",
+                Type::Primitive(PrimitiveType::Long),
+            ))])
+            .build()
+            .unwrap();
+        let properties: HashMap<String, String> = properties
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        TableMetadataBuilder::new(
+            schema,
+            UnboundPartitionSpec::builder().build(),
+            SortOrder::unsorted_order(),
+            "memory:///t".into(),
+            FormatVersion::V2,
+            properties,
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata
+    }
+
+    #[test]
+    fn row_group_and_page_sizes_come_from_the_tables_properties() {
+        let defaults = writer_properties(&metadata(&[]));
+        assert_eq!(defaults.max_row_group_bytes(), Some(128 << 20));
+        assert_eq!(defaults.max_row_group_row_count(), Some(1 << 20));
+        assert_eq!(defaults.compression(&"x".into()), Compression::UNCOMPRESSED);
+
+        let set = writer_properties(&metadata(&[
+            ("write.parquet.row-group-size-bytes", "8388608"),
+            ("write.parquet.row-group-limit", "100000"),
+            ("write.parquet.page-size-bytes", "65536"),
+            ("write.parquet.page-row-limit", "5000"),
+            ("write.parquet.dict-size-bytes", "131072"),
+            ("write.parquet.compression-codec", "SNAPPY"),
+        ]));
+        assert_eq!(set.max_row_group_bytes(), Some(8 << 20));
+        assert_eq!(set.max_row_group_row_count(), Some(100_000));
+        assert_eq!(set.data_page_size_limit(), 65536);
+        assert_eq!(set.data_page_row_count_limit(), 5000);
+        assert_eq!(set.dictionary_page_size_limit(), 131072);
+        assert_eq!(set.compression(&"x".into()), Compression::SNAPPY);
+
+        // Zero, negative or unreadable values are ignored, not a panic in the writer.
+        let odd = writer_properties(&metadata(&[
+            ("write.parquet.row-group-size-bytes", "0"),
+            ("write.parquet.row-group-limit", "-5"),
+            ("write.parquet.page-row-limit", "many"),
+        ]));
+        assert_eq!(odd.max_row_group_bytes(), Some(128 << 20));
+        assert_eq!(odd.max_row_group_row_count(), Some(1 << 20));
+    }
 }

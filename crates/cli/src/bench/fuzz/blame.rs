@@ -12,7 +12,7 @@ use super::generate::Case;
 use super::oracles::{Checker, Failure, Oracle, Verdict};
 
 /// Every rewrite's switch, by the name of its `FLOE_SQL_*` variable's field.
-const REWRITES: [&str; 12] = [
+const REWRITES: [&str; 13] = [
     "plain_not_in",
     "join_order",
     "broadcast_bounded",
@@ -23,6 +23,7 @@ const REWRITES: [&str; 12] = [
     "fast_conjunctions",
     "fast_decimals",
     "shared_aggregations",
+    "preaggregated_sets",
     "few_groups",
     "written_order",
 ];
@@ -49,6 +50,7 @@ fn set(mut rewrites: Rewrites, name: &str, on: bool) -> Rewrites {
         "fast_conjunctions" => rewrites.fast_conjunctions = on,
         "fast_decimals" => rewrites.fast_decimals = on,
         "shared_aggregations" => rewrites.shared_aggregations = on,
+        "preaggregated_sets" => rewrites.preaggregated_sets = on,
         "few_groups" => rewrites.few_groups = on,
         "written_order" => rewrites.written_order = on,
         _ => {}
