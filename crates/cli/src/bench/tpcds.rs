@@ -60,6 +60,20 @@ pub struct TpcdsBenchArgs {
     /// as failed.
     #[arg(long, default_value_t = 900)]
     peer_timeout_secs: u64,
+    /// `KEY=VALUE`: a property of every table the benchmark loads (e.g.
+    /// `write.parquet.row-group-limit=122880`, `write.parquet.compression-codec=zstd`), for
+    /// comparing file layouts; applies when the tables are loaded, into a fresh `--dir`.
+    #[arg(long = "table-property", value_parser = key_value)]
+    table_properties: Vec<(String, String)>,
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
 }
 
 /// Generates the tables as Parquet and the queries as `q<N>.sql`, with DuckDB's `tpcds`
@@ -96,7 +110,8 @@ pub async fn run(args: TpcdsBenchArgs) -> anyhow::Result<()> {
     let (engine, caller) = iceberg_side(&dir, &args).await?;
     let loaded = dir.join(format!("{namespace}.ready"));
     if !loaded.exists() {
-        load(&engine, &caller, &namespace, &parquet, &tables).await?;
+        let properties = args.table_properties.iter().cloned().collect();
+        load(&engine, &caller, &namespace, &parquet, &tables, &properties).await?;
         std::fs::write(&loaded, "")?;
     }
     let mut queries = Vec::new();
@@ -229,6 +244,7 @@ async fn load(
     namespace: &str,
     parquet: &Path,
     tables: &[String],
+    properties: &std::collections::HashMap<String, String>,
 ) -> anyhow::Result<()> {
     let catalog = engine.catalog();
     let ns = NamespaceIdent::new(namespace.into());
@@ -267,7 +283,7 @@ async fn load(
                     partition_spec: None,
                     write_order: None,
                     stage_create: false,
-                    properties: Default::default(),
+                    properties: properties.clone(),
                 },
             )
             .await?;
