@@ -17,6 +17,11 @@
 //! partial aggregation probe), so a grouping whose keys are nearly unique costs one pass of
 //! converting rows to states.
 //!
+//! Both run inside a [`PreaggregatedSetsExec`], which answers a partition without rows as the
+//! partial aggregation of the sets did (one row of empty states for each set without keys,
+//! `()` of a `ROLLUP`): DataFusion 54's combining aggregation panics there ("assertion failed"
+//! in `count`'s `merge_batch`, which it hands NULL states to prime the empty set).
+//!
 //! Why the answer cannot change: a grouping set `S` of the keys `K` groups rows by `S`;
 //! grouping them by `K` first and then by `S` gives the same groups, since `S ⊆ K`, and each
 //! aggregate's state over a group is the merge of its states over the group's parts — the
@@ -30,17 +35,26 @@
 //! DataFusion plans them), and only when the combining aggregation's output is the partial
 //! aggregation's, column for column.
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
+};
+use futures::{StreamExt, TryStreamExt};
 
 /// The physical rule; see the module documentation.
 #[derive(Debug, Default)]
@@ -113,7 +127,8 @@ fn preaggregated(aggregate: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPl
         }
         columns.push((Arc::new(Column::new(field.name(), i)), field.name().clone()));
     }
-    let with_grouping_id = Arc::new(ProjectionExec::try_new(columns, by_every_key)?);
+    let with_grouping_id: Arc<dyn ExecutionPlan> =
+        Arc::new(ProjectionExec::try_new(columns, by_every_key)?);
     let combined_keys: Vec<(Arc<dyn PhysicalExpr>, String)> = group_by
         .expr()
         .iter()
@@ -125,7 +140,7 @@ fn preaggregated(aggregate: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPl
             )
         })
         .collect();
-    let combined = AggregateExec::try_new(
+    let combined: Arc<dyn ExecutionPlan> = Arc::new(AggregateExec::try_new(
         AggregateMode::PartialReduce,
         PhysicalGroupBy::new(
             combined_keys,
@@ -135,13 +150,27 @@ fn preaggregated(aggregate: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPl
         ),
         aggregate.aggr_expr().to_vec(),
         vec![None; aggregate.aggr_expr().len()],
-        with_grouping_id,
+        Arc::clone(&with_grouping_id) as Arc<dyn ExecutionPlan>,
         aggregate.input_schema(),
-    )?;
-    if !same_columns(&combined.schema(), &aggregate.schema()) {
+    )?);
+    let when_empty: Arc<dyn ExecutionPlan> = Arc::new(AggregateExec::try_new(
+        AggregateMode::Partial,
+        group_by.clone(),
+        aggregate.aggr_expr().to_vec(),
+        aggregate.filter_expr().to_vec(),
+        Arc::new(EmptyExec::new(input.schema())),
+        aggregate.input_schema(),
+    )?);
+    if !same_columns(&combined.schema(), &aggregate.schema())
+        || !same_columns(&when_empty.schema(), &aggregate.schema())
+    {
         return Ok(None);
     }
-    Ok(Some(Arc::new(combined)))
+    Ok(Some(Arc::new(PreaggregatedSetsExec {
+        by_every_key: with_grouping_id,
+        combined,
+        when_empty,
+    })))
 }
 
 /// Whether two schemas have the same columns: names, types and nullability, in order.
@@ -155,4 +184,155 @@ fn same_columns(
                 && x.data_type() == y.data_type()
                 && x.is_nullable() == y.is_nullable()
         })
+}
+
+/// A partial aggregation of grouping sets computed from a plain partial aggregation by every
+/// key (its child); see the module documentation.
+#[derive(Debug)]
+pub struct PreaggregatedSetsExec {
+    /// The plain partial aggregation, with a placeholder grouping id after its keys.
+    by_every_key: Arc<dyn ExecutionPlan>,
+    /// The combining aggregation over `by_every_key`: this node's schema and properties.
+    combined: Arc<dyn ExecutionPlan>,
+    /// The original partial aggregation over no rows: what a partition without rows gives.
+    when_empty: Arc<dyn ExecutionPlan>,
+}
+
+impl DisplayAs for PreaggregatedSetsExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "PreaggregatedSetsExec: {}",
+            displayable(self.combined.as_ref()).one_line()
+        )
+    }
+}
+
+impl ExecutionPlan for PreaggregatedSetsExec {
+    fn name(&self) -> &str {
+        "PreaggregatedSetsExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.combined.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.by_every_key]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let by_every_key = children.swap_remove(0);
+        let combined =
+            Arc::clone(&self.combined).with_new_children(vec![Arc::clone(&by_every_key)])?;
+        Ok(Arc::new(Self {
+            by_every_key,
+            combined,
+            when_empty: Arc::clone(&self.when_empty),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let mut rows = self.by_every_key.execute(partition, Arc::clone(&context))?;
+        let (combined, when_empty) = (Arc::clone(&self.combined), Arc::clone(&self.when_empty));
+        let rows_schema = self.by_every_key.schema();
+        let answer = futures::stream::once(async move {
+            let mut first = None;
+            while let Some(batch) = rows.next().await {
+                let batch = batch?;
+                if batch.num_rows() > 0 {
+                    first = Some(batch);
+                    break;
+                }
+            }
+            let Some(first) = first else {
+                return when_empty.execute(0, context);
+            };
+            let rows = futures::stream::once(async move { Ok(first) }).chain(rows);
+            let handed: Arc<dyn ExecutionPlan> = Arc::new(Handed::new(Box::pin(
+                RecordBatchStreamAdapter::new(rows_schema, rows),
+            )));
+            combined
+                .with_new_children(vec![handed])?
+                .execute(0, context)
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema(),
+            answer,
+        )))
+    }
+}
+
+/// One partition whose rows are a stream already started.
+struct Handed {
+    stream: Mutex<Option<SendableRecordBatchStream>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl Handed {
+    fn new(stream: SendableRecordBatchStream) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(stream.schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Self {
+            stream: Mutex::new(Some(stream)),
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+impl fmt::Debug for Handed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Handed")
+    }
+}
+
+impl DisplayAs for Handed {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("Handed")
+    }
+}
+
+impl ExecutionPlan for Handed {
+    fn name(&self) -> &str {
+        "Handed"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.stream
+            .lock()
+            .map_err(|_| DataFusionError::Internal("a handed stream's lock".into()))?
+            .take()
+            .ok_or_else(|| DataFusionError::Internal("a handed stream was read twice".into()))
+    }
 }
