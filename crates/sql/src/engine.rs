@@ -890,6 +890,7 @@ impl SqlEngine {
             .with_catalog_list(Arc::new(catalogs));
         let mut state = state
             .with_analyzer_rule(Arc::new(crate::optimizer::multiset_set_ops::MultisetSetOps))
+            .with_analyzer_rule(Arc::new(crate::optimizer::null_in_lists::NullInLists))
             .with_optimizer_rules(rules.logical.clone())
             .with_physical_optimizer_rules(rules.physical.clone());
         if let Some(cluster) = &cluster {

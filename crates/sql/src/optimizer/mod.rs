@@ -49,6 +49,7 @@ pub(crate) mod few_groups;
 pub(crate) mod group_by_constants;
 pub(crate) mod guarded_filter_pushdown;
 pub(crate) mod multiset_set_ops;
+pub(crate) mod null_in_lists;
 pub(crate) mod plain_not_in;
 pub(crate) mod plain_repartitions;
 pub(crate) mod preaggregated_sets;
