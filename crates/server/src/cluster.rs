@@ -159,8 +159,24 @@ pub async fn serve_worker(
         .await
 }
 
-/// `GET /api/v1/workers`: every registered worker, whether it is live, whether this node
-/// hands it tasks (when it coordinates), its load and version.
+/// One registration per URL, the newest (a worker restarted at its address registers anew;
+/// the old registration lingers until pruned and is not a second worker).
+fn newest_per_url(workers: Vec<WorkerRecord>) -> Vec<WorkerRecord> {
+    let mut newest: std::collections::BTreeMap<String, WorkerRecord> = Default::default();
+    for worker in workers {
+        let key = worker.url.trim_end_matches('/').to_string();
+        let newer = newest.get(&key).is_none_or(|kept| {
+            (worker.started_at_ms, worker.heartbeat_ms) > (kept.started_at_ms, kept.heartbeat_ms)
+        });
+        if newer {
+            newest.insert(key, worker);
+        }
+    }
+    newest.into_values().collect()
+}
+
+/// `GET /api/v1/workers`: every worker URL's newest registration, whether it is live, whether
+/// this node hands tasks to its URL (when it coordinates), its load and version.
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -171,16 +187,15 @@ pub async fn list(
     };
     let now = now_ms();
     let routed = state.sql.routed_workers();
-    let workers: Vec<Value> = store
-        .list_workers()
-        .await?
+    let workers: Vec<Value> = newest_per_url(store.list_workers().await?)
         .into_iter()
         .map(|w| {
+            let live = is_live(&w, now);
             json!({
                 "id": w.id,
                 "url": w.url,
                 "version": w.version,
-                "live": is_live(&w, now),
+                "live": live,
                 "routed": routed.as_ref().is_some_and(|urls| {
                     url::Url::parse(&w.url).is_ok_and(|url| urls.contains(&url))
                 }),
@@ -192,4 +207,39 @@ pub async fn list(
         })
         .collect();
     Ok(Json(json!({ "workers": workers })))
+}
+
+#[cfg(test)]
+mod tests {
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn registration(url: &str, started_at_ms: i64, heartbeat_ms: i64) -> WorkerRecord {
+        WorkerRecord {
+            id: Uuid::now_v7(),
+            url: url.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            started_at_ms,
+            heartbeat_ms,
+            load_average: 0.0,
+            cache: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_worker_restarted_at_its_url_is_listed_once_by_its_new_registration() {
+        let old = registration("http://10.0.0.1:7000", 1_000, 5_000);
+        let new = registration("http://10.0.0.1:7000/", 20_000, 21_000);
+        let other = registration("http://10.0.0.2:7000", 1_000, 21_000);
+        let listed = newest_per_url(vec![old, new.clone(), other.clone()]);
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().any(|w| w.id == new.id));
+        assert!(listed.iter().any(|w| w.id == other.id));
+        // A dead registration alone is still listed, as dead.
+        let dead = registration("http://10.0.0.3:7000", 1_000, 1_000);
+        let listed = newest_per_url(vec![dead.clone()]);
+        assert_eq!(listed.len(), 1);
+        assert!(!is_live(&listed[0], 1_000_000));
+    }
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::{MetricValue, MetricsSet};
 use datafusion_distributed::{DistributedMetricsFormat, rewrite_distributed_plan_with_metrics};
 
 /// How a stage's output reaches the next stage.
@@ -92,6 +93,19 @@ pub(crate) async fn record(plan: Arc<dyn ExecutionPlan>) {
     }
 }
 
+/// The bytes an exchange's tasks received from the stage below: datafusion-distributed counts
+/// them in a custom metric (`bytes_transferred`), which DataFusion's `sum_by_name` skips.
+fn transferred_bytes(metrics: &MetricsSet) -> usize {
+    metrics
+        .iter()
+        .map(|metric| match metric.value() {
+            MetricValue::Custom { name, value } if name == "bytes_transferred" => value.as_usize(),
+            MetricValue::Count { name, count } if name == "bytes_transferred" => count.value(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Adds `node` (in a stage whose output goes through `exchange`) and what is below it.
 fn tally(node: &dyn ExecutionPlan, exchange: Option<Exchange>, totals: &StageTotals) {
     let metrics = node.metrics().unwrap_or_default();
@@ -101,9 +115,7 @@ fn tally(node: &dyn ExecutionPlan, exchange: Option<Exchange>, totals: &StageTot
             totals.stages.fetch_add(1, Ordering::Relaxed);
             let rows = metrics.output_rows().unwrap_or(0);
             totals.rows.fetch_add(rows as u64, Ordering::Relaxed);
-            let bytes = metrics
-                .sum_by_name("bytes_transferred")
-                .map_or(0, |v| v.as_usize());
+            let bytes = transferred_bytes(&metrics);
             totals.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
             Some(boundary)
         }
@@ -120,5 +132,45 @@ fn tally(node: &dyn ExecutionPlan, exchange: Option<Exchange>, totals: &StageTot
     };
     for child in node.children() {
         tally(child.as_ref(), exchange, totals);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use datafusion::physical_plan::metrics::{Count, Metric};
+    use datafusion_distributed::BytesCounterMetric;
+
+    use super::*;
+
+    #[test]
+    fn the_bytes_an_exchange_received_are_counted_from_its_custom_metric() {
+        let mut metrics = MetricsSet::new();
+        for (task, bytes) in [(0, 1_000), (1, 2_500)] {
+            metrics.push(Arc::new(Metric::new(
+                MetricValue::Custom {
+                    name: Cow::Borrowed("bytes_transferred"),
+                    value: Arc::new(BytesCounterMetric::from_value(bytes)),
+                },
+                Some(task),
+            )));
+        }
+        let rows = Count::new();
+        rows.add(7);
+        metrics.push(Arc::new(Metric::new(
+            MetricValue::Count {
+                name: Cow::Borrowed("other"),
+                count: rows,
+            },
+            None,
+        )));
+        // DataFusion's own sum leaves custom metrics out: the gauge read 0 (issue 42).
+        assert!(
+            metrics
+                .sum_by_name("bytes_transferred")
+                .is_none_or(|v| v.as_usize() == 0)
+        );
+        assert_eq!(transferred_bytes(&metrics), 3_500);
     }
 }
