@@ -35,7 +35,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, ArrowPrimitiveType, AsArray, BinaryViewArray, BooleanArray, PrimitiveArray,
@@ -64,7 +64,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
-use crate::optimizer::utils::map_children;
+use crate::optimizer::utils::{StreamSource, map_children};
 
 /// The most groups a partition keeps in its own table before handing over to DataFusion.
 const MOST_GROUPS: usize = 1024;
@@ -349,12 +349,11 @@ impl Run {
     ) -> Result<SendableRecordBatchStream> {
         self.handed_over.add(1);
         let emitted = self.emit()?;
-        let schema = input.schema();
-        let rest = futures::stream::once(async { Ok(batch) }).chain(input);
-        let source = Arc::new(StreamSource {
-            stream: Mutex::new(Some(Box::pin(RecordBatchStreamAdapter::new(schema, rest)))),
-            properties: aggregate_of(&self.plan).input().properties().clone(),
-        });
+        let source = Arc::new(StreamSource::resuming(
+            batch,
+            input,
+            aggregate_of(&self.plan).input().properties().clone(),
+        ));
         let aggregate = self.plan.clone().with_new_children(vec![source])?;
         let rest = aggregate.execute(self.partition, self.context.clone())?;
         let schema = self.plan.schema();
@@ -362,56 +361,6 @@ impl Run {
             schema,
             emitted.chain(rest),
         )))
-    }
-}
-
-/// The rest of one partition's input, for the `AggregateExec` that takes over.
-struct StreamSource {
-    stream: Mutex<Option<SendableRecordBatchStream>>,
-    properties: Arc<PlanProperties>,
-}
-
-impl fmt::Debug for StreamSource {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("StreamSource")
-    }
-}
-
-impl DisplayAs for StreamSource {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "StreamSource")
-    }
-}
-
-impl ExecutionPlan for StreamSource {
-    fn name(&self) -> &str {
-        "StreamSource"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        Vec::new()
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
-
-    fn execute(
-        &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        match self.stream.lock().expect("stream source lock").take() {
-            Some(stream) => Ok(stream),
-            None => internal_err!("a partition's remaining input is read once"),
-        }
     }
 }
 

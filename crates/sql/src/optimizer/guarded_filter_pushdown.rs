@@ -52,8 +52,7 @@ use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter_pushdown::{
-    ChildFilterDescription, ChildPushdownResult, FilterDescription, FilterPushdownPhase,
-    FilterPushdownPropagation,
+    ChildFilterDescription, FilterDescription, FilterPushdownPhase,
 };
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
@@ -90,13 +89,13 @@ impl PhysicalOptimizerRule for GuardedFilterPushdown {
     }
 }
 
-/// Whether two fields of `schema` share a name.
-fn repeats_a_name(schema: &SchemaRef) -> bool {
-    let mut seen = HashSet::new();
-    schema
-        .fields()
-        .iter()
-        .any(|field| !seen.insert(field.name().as_str()))
+/// How often each column name occurs in `schema`.
+fn name_counts(schema: &SchemaRef) -> HashMap<&str, usize> {
+    let mut counts = HashMap::new();
+    for field in schema.fields() {
+        *counts.entry(field.name().as_str()).or_insert(0) += 1;
+    }
+    counts
 }
 
 fn with_barriers(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -111,7 +110,7 @@ fn with_barriers(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>>
             node = Arc::clone(&node).with_new_children(vec![Arc::clone(join.left()), probe])?;
             changed = true;
         }
-        if repeats_a_name(&node.schema()) {
+        if name_counts(&node.schema()).values().any(|n| *n > 1) {
             node = Arc::new(Barrier::new(node, Guard::RepeatedNames));
             changed = true;
         }
@@ -160,10 +159,7 @@ impl Barrier {
         match self.guard {
             Guard::Everything => HashSet::new(),
             Guard::RepeatedNames => {
-                let mut occurrences: HashMap<&str, usize> = HashMap::new();
-                for field in schema.fields() {
-                    *occurrences.entry(field.name().as_str()).or_insert(0) += 1;
-                }
+                let occurrences = name_counts(&schema);
                 schema
                     .fields()
                     .iter()
@@ -216,23 +212,15 @@ impl ExecutionPlan for Barrier {
         parent_filters: Vec<Arc<dyn PhysicalExpr>>,
         _config: &ConfigOptions,
     ) -> Result<FilterDescription> {
-        // A filter passes when each of its columns is one whose name occurs once: its
-        // position is then where a lookup by name finds it.
+        // A filter passes when each of its columns is passable (for repeated names: one whose
+        // name occurs once, so that a lookup by name finds it where it is).
         let child = ChildFilterDescription::from_child_with_allowed_indices(
             &parent_filters,
             self.passable(),
             &self.input,
         )?;
+        // What the child takes is taken (ExecutionPlan's default handling of the result).
         Ok(FilterDescription::new().with_child(child))
-    }
-
-    fn handle_child_pushdown_result(
-        &self,
-        _phase: FilterPushdownPhase,
-        child_pushdown_result: ChildPushdownResult,
-        _config: &ConfigOptions,
-    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
     }
 }
 

@@ -36,11 +36,11 @@
 //! aggregation's, column for column.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{Column, Literal};
@@ -55,6 +55,8 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, displayable,
 };
 use futures::{StreamExt, TryStreamExt};
+
+use crate::optimizer::utils::StreamSource;
 
 /// The physical rule; see the module documentation.
 #[derive(Debug, Default)]
@@ -242,7 +244,6 @@ impl ExecutionPlan for PreaggregatedSetsExec {
     ) -> Result<SendableRecordBatchStream> {
         let mut rows = self.by_every_key.execute(partition, Arc::clone(&context))?;
         let (combined, when_empty) = (Arc::clone(&self.combined), Arc::clone(&self.when_empty));
-        let rows_schema = self.by_every_key.schema();
         let answer = futures::stream::once(async move {
             let mut first = None;
             while let Some(batch) = rows.next().await {
@@ -255,10 +256,14 @@ impl ExecutionPlan for PreaggregatedSetsExec {
             let Some(first) = first else {
                 return when_empty.execute(0, context);
             };
-            let rows = futures::stream::once(async move { Ok(first) }).chain(rows);
-            let handed: Arc<dyn ExecutionPlan> = Arc::new(Handed::new(Box::pin(
-                RecordBatchStreamAdapter::new(rows_schema, rows),
-            )));
+            let properties = PlanProperties::new(
+                EquivalenceProperties::new(rows.schema()),
+                Partitioning::UnknownPartitioning(1),
+                EmissionType::Incremental,
+                Boundedness::Bounded,
+            );
+            let handed: Arc<dyn ExecutionPlan> =
+                Arc::new(StreamSource::resuming(first, rows, Arc::new(properties)));
             combined
                 .with_new_children(vec![handed])?
                 .execute(0, context)
@@ -268,71 +273,5 @@ impl ExecutionPlan for PreaggregatedSetsExec {
             self.schema(),
             answer,
         )))
-    }
-}
-
-/// One partition whose rows are a stream already started.
-struct Handed {
-    stream: Mutex<Option<SendableRecordBatchStream>>,
-    properties: Arc<PlanProperties>,
-}
-
-impl Handed {
-    fn new(stream: SendableRecordBatchStream) -> Self {
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(stream.schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        );
-        Self {
-            stream: Mutex::new(Some(stream)),
-            properties: Arc::new(properties),
-        }
-    }
-}
-
-impl fmt::Debug for Handed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Handed")
-    }
-}
-
-impl DisplayAs for Handed {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("Handed")
-    }
-}
-
-impl ExecutionPlan for Handed {
-    fn name(&self) -> &str {
-        "Handed"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        _children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(self)
-    }
-
-    fn execute(
-        &self,
-        _partition: usize,
-        _context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        self.stream
-            .lock()
-            .map_err(|_| DataFusionError::Internal("a handed stream's lock".into()))?
-            .take()
-            .ok_or_else(|| DataFusionError::Internal("a handed stream was read twice".into()))
     }
 }

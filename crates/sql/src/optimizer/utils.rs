@@ -1,9 +1,12 @@
 //! What several of Floe's rules share: walking and rewriting physical plans, finding file
 //! scans and their dynamic filters, evaluating filter conditions on the rows still selected,
-//! and a logical scan's statistics.
+//! a logical scan's statistics, and a plan node over a stream already started
+//! ([`StreamSource`]).
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
 use datafusion::arrow::datatypes::Schema;
@@ -12,12 +15,15 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, Statistics, internal_err};
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{ColumnarValue, TableScan};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{Column, DynamicFilterPhysicalExpr};
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::StreamExt;
 
 /// `plan` with `f` applied to each of its children (by position); `plan` itself when no child
 /// changed.
@@ -195,4 +201,75 @@ pub(crate) fn scan_statistics(scan: &TableScan) -> Option<(Statistics, Vec<usize
         None => (0..scan.source.schema().fields().len()).collect(),
     };
     Some((statistics, indices))
+}
+
+/// A partition's input that a node has started reading, handed on whole to a plan that runs
+/// in its place: `first`, the batch already read, then the rest of the stream. Executed
+/// once (any partition number); a second read is an internal error.
+pub(crate) struct StreamSource {
+    stream: Mutex<Option<SendableRecordBatchStream>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl StreamSource {
+    pub(crate) fn resuming(
+        first: RecordBatch,
+        rest: SendableRecordBatchStream,
+        properties: Arc<PlanProperties>,
+    ) -> Self {
+        let schema = rest.schema();
+        let rows = futures::stream::once(async { Ok(first) }).chain(rest);
+        Self {
+            stream: Mutex::new(Some(Box::pin(RecordBatchStreamAdapter::new(schema, rows)))),
+            properties,
+        }
+    }
+}
+
+impl fmt::Debug for StreamSource {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("StreamSource")
+    }
+}
+
+impl DisplayAs for StreamSource {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "StreamSource")
+    }
+}
+
+impl ExecutionPlan for StreamSource {
+    fn name(&self) -> &str {
+        "StreamSource"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let taken = match self.stream.lock() {
+            Ok(mut slot) => slot.take(),
+            Err(_) => return internal_err!("a stream source's lock was poisoned"),
+        };
+        match taken {
+            Some(stream) => Ok(stream),
+            None => internal_err!("a partition's remaining input is read once"),
+        }
+    }
 }
