@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::DataFusionError;
 use floe_catalog::governance::authz::Caller;
 use floe_sql::{EngineConfig, QueryOptions, SqlEngine, SqlError};
 use futures::TryStreamExt;
@@ -24,6 +25,25 @@ impl AsyncDB for Floe {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SqlError> {
+        // A statement that hangs fails its record rather than the whole run's time.
+        tokio::time::timeout(std::time::Duration::from_secs(120), self.answer(sql))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SqlError::from(DataFusionError::Execution(format!(
+                    "no answer in 120 s: {sql}"
+                ))))
+            })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "floe"
+    }
+}
+
+impl Floe {
+    async fn answer(&self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SqlError> {
         travels(&self.engine, sql).await?;
         let result = self
             .engine
@@ -58,12 +78,6 @@ impl AsyncDB for Floe {
             types: vec![DefaultColumnType::Any; result.schema.fields().len()],
             rows,
         })
-    }
-
-    async fn shutdown(&mut self) {}
-
-    fn engine_name(&self) -> &str {
-        "floe"
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod catalog;
 mod compaction;
+mod datafusion_slt;
 mod duckdb;
 mod fuzz;
 mod history;
@@ -56,6 +57,9 @@ pub enum BenchCommand {
     /// over generated tables, judged against DuckDB, against Floe with its rewrites off, and
     /// by ternary logic partitioning and NoREC; each failure shrunk to a small statement.
     Fuzz(fuzz::FuzzBenchArgs),
+    /// DataFusion's own sqllogictest files through Floe's engine over Iceberg tables: a query
+    /// that answers as DataFusion expects only with Floe's rewrites off is a failure.
+    DatafusionSlt(datafusion_slt::DatafusionSltArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -71,6 +75,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Rollup(args) => rollup::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,
         BenchCommand::Fuzz(args) => fuzz::run(args).await,
+        BenchCommand::DatafusionSlt(args) => datafusion_slt::run(args).await,
     }
 }
 

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `floe` binary: a real server process, driven over HTTP by
 //! iceberg-rust's REST client and by raw requests.
 
+mod datafusion_slt;
 mod distributed;
 mod fuzz;
 mod governance;

@@ -11,7 +11,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use object_store::ObjectStore;
 
 use super::{SqlEngine, SqlError, admission, results, without_hash_joins};
@@ -51,13 +51,24 @@ impl SqlEngine {
             let deadline = ticket.deadline;
             let mut answered = false;
             let failure = loop {
-                let batch = match deadline.run(stream.next()).await {
-                    Ok(Some(batch)) => batch,
-                    Ok(None) => {
+                // An operator polled on this task (not one of DataFusion's own) that panics
+                // unwinds to here: the statement ends with an internal error, never a hang.
+                let next = std::panic::AssertUnwindSafe(stream.next()).catch_unwind();
+                let batch = match deadline.run(next).await {
+                    Ok(Ok(Some(batch))) => batch,
+                    Ok(Ok(None)) => {
                         if let Some(planned) = &reruns.planned {
                             planned.record_finished();
                         }
                         break None;
+                    }
+                    Ok(Err(panic)) => {
+                        let cause = panic_message(panic.as_ref());
+                        let plan = datafusion::physical_plan::displayable(reruns.plan.as_ref())
+                            .indent(true)
+                            .to_string();
+                        let internal = SqlError::internal(&cause, Some(&plan));
+                        break Some(DataFusionError::External(Box::new(internal)));
                     }
                     // The query stops here (its stream is dropped); the consumer hears why.
                     Err(expired) => break Some(DataFusionError::External(Box::new(expired))),
@@ -132,6 +143,16 @@ impl SqlEngine {
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, reading))
     }
+}
+
+/// What a panic said, for the log.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let said = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("a query task panicked: {said}")
 }
 
 /// `stream` dropped (its memory and tasks go before the next attempt starts) and replaced by

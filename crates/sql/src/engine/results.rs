@@ -280,7 +280,26 @@ impl Producer {
             state.ended = true;
             state.failure = failure;
         });
-        Unread(self.shared)
+        Unread(self.shared.clone())
+    }
+}
+
+/// A producer dropped before it finished (its task unwound) ends the answer with an error,
+/// so that the consumer is told rather than left waiting.
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let Ok(mut state) = self.shared.state.lock() else {
+            return;
+        };
+        if state.ended {
+            return;
+        }
+        state.ended = true;
+        state.failure = Some(DataFusionError::Execution(
+            "the statement's task stopped before it finished (an internal error)".into(),
+        ));
+        drop(state);
+        self.shared.changed.notify_waiters();
     }
 }
 

@@ -28,8 +28,10 @@
 //! 8. [`share_repeated_aggregations::ShareRepeatedAggregations`];
 //! 9. [`preaggregated_sets::PreaggregatedSets`];
 //! 10. [`few_groups::FewGroups`];
-//! 11. [`yield_after_joins::YieldAfterJoins`], always, last: whatever the rules before it
-//!     made, a join's output yields to the statement's deadline.
+//! 11. [`yield_after_joins::YieldAfterJoins`], always: whatever the rules before it made, a
+//!     join's output yields to the statement's deadline;
+//! 12. [`forward_ordered_states::ForwardOrderedStates`], always (it corrects answers), last:
+//!     DataFusion reverses ordered aggregates again whenever it rebuilds an aggregation.
 //!
 //! [`utils`] holds what several rules share.
 
@@ -46,6 +48,7 @@ pub(crate) mod fast_conjunctions;
 pub(crate) mod fast_decimals;
 pub(crate) mod fast_like;
 pub(crate) mod few_groups;
+pub(crate) mod forward_ordered_states;
 pub(crate) mod group_by_constants;
 pub(crate) mod guarded_filter_pushdown;
 pub(crate) mod multiset_set_ops;
@@ -252,6 +255,9 @@ impl Rules {
             ours.push(Arc::new(broken_on_purpose::BrokenOnPurpose));
         }
         ours.push(Arc::new(yield_after_joins::YieldAfterJoins));
+        // A correction, not a rewrite: always on, and last, because DataFusion reverses the
+        // aggregates again whenever an aggregation is rebuilt over new children.
+        ours.push(Arc::new(forward_ordered_states::ForwardOrderedStates));
 
         let mut physical: Vec<PhysicalRule> = PhysicalOptimizer::new()
             .rules
@@ -285,8 +291,9 @@ impl Rules {
     /// order: DataFusion's sort pushdown (the row-group order it gives a scan under a sort
     /// is not encoded by DataFusion), the runtime filters (once the task's dynamic filters
     /// are linked again, [`crate::distributed`]), then the expression rewrites of `rewrites`,
-    /// whose expressions do not travel. The nodes they add run as overlays that keep the task
-    /// plan's shape for its metrics.
+    /// whose expressions do not travel, and last the correction of ordered aggregates (a
+    /// decoded aggregation was rebuilt, which reverses them again). The nodes they add run as
+    /// overlays that keep the task plan's shape for its metrics.
     pub(crate) fn on_workers(rewrites: &Rewrites) -> Vec<PhysicalRule> {
         let mut rules: Vec<PhysicalRule> = vec![Arc::new(
             datafusion::physical_optimizer::pushdown_sort::PushdownSort::new(),
@@ -305,6 +312,8 @@ impl Rules {
         if rewrites.fast_decimals {
             rules.push(Arc::new(fast_decimals::FastDecimals));
         }
+        // A decoded task plan's aggregations were rebuilt, and reversed again.
+        rules.push(Arc::new(forward_ordered_states::ForwardOrderedStates));
         rules
     }
 }
@@ -326,15 +335,16 @@ mod tests {
     }
 
     #[test]
-    fn floe_rules_run_before_the_sanity_check_and_yielding_is_last_of_them() {
+    fn floe_rules_run_before_the_sanity_check_and_yielding_and_forward_states_are_last() {
         let rules = Rules::new(&Rewrites::default());
         let names = names(&rules);
         assert_eq!(names.last(), Some(&"SanityCheckPlan"));
+        assert_eq!(names[names.len() - 2], "floe_forward_ordered_states");
         let yielding = names
             .iter()
             .position(|n| *n == "floe_yield_after_joins")
             .unwrap();
-        assert_eq!(yielding, names.len() - 2);
+        assert_eq!(yielding, names.len() - 3);
         let broadcast = names
             .iter()
             .position(|n| *n == "floe_broadcast_bounded_builds")
@@ -400,13 +410,14 @@ mod tests {
                 "floe_apply_runtime_filters",
                 "floe_fast_like",
                 "floe_fast_conjunctions",
-                "floe_fast_decimals"
+                "floe_fast_decimals",
+                "floe_forward_ordered_states"
             ]
         );
         let off = Rewrites {
             fast_like: false,
             ..Rewrites::default()
         };
-        assert_eq!(Rules::on_workers(&off).len(), 4);
+        assert_eq!(Rules::on_workers(&off).len(), 5);
     }
 }
