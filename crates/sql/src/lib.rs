@@ -117,10 +117,16 @@ pub fn cast_batch(
         .zip(schema.fields())
         .map(|(column, field)| {
             if column.data_type() == field.data_type() {
-                Ok(column.clone())
-            } else {
-                datafusion::arrow::compute::cast(column, field.data_type())
+                return Ok(column.clone());
             }
+            let cast = datafusion::arrow::compute::cast(column, field.data_type())?;
+            if cast.data_type() == field.data_type() {
+                return Ok(cast);
+            }
+            // Arrow casts a fixed-size list to a list whose element field keeps the source's
+            // name (`item`); a second cast, list to list, names it as the table does
+            // (`element`).
+            datafusion::arrow::compute::cast(&cast, field.data_type())
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(RecordBatch::try_new_with_options(

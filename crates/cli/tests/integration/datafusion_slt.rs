@@ -3,7 +3,7 @@
 //! tables: no query may answer as DataFusion expects only with the rewrites off.
 //!
 //! CI runs the files at the top of DataFusion's `test_files` (joins, aggregates, subqueries,
-//! windows, set operations, …; about three minutes in a debug build) except the two slowest;
+//! windows, set operations, …; about two minutes in a debug build) except the two slowest;
 //! `floe bench datafusion-slt` runs all of them.
 
 use std::path::PathBuf;

@@ -33,8 +33,8 @@ pub(super) struct Outcome {
     /// Queries that answer as DataFusion expects with the rewrites off and otherwise with
     /// them on: the record and what Floe answered.
     pub failures: Vec<String>,
-    /// Queries that answer otherwise than DataFusion expects with the rewrites on and off
-    /// alike, each with its diff (for `--show-differences`).
+    /// Records that went otherwise than DataFusion expects, not for the rewrites (but plans
+    /// in `EXPLAIN`), each with its error or diff (for `--show-differences`).
     pub differences: Vec<String>,
     /// Records not run: conditions for another engine, shell commands, variables.
     pub skipped: u64,
@@ -164,7 +164,10 @@ pub(super) async fn run(
             }
             Record::Statement { .. } => match with.run_async(record).await {
                 Ok(_) => outcome.pass += 1,
-                Err(e) => outcome.apart.push(reason(&e)),
+                Err(e) => {
+                    outcome.differences.push(format!("{e}"));
+                    outcome.apart.push(reason(&e));
+                }
             },
             Record::Query { sql, .. } => {
                 let sql = sql.clone();
@@ -183,9 +186,7 @@ pub(super) async fn run(
                 } else if reads(&sql) && without.run_async(record).await.is_ok() {
                     outcome.failures.push(format!("{e}"));
                 } else {
-                    if matches!(e.kind(), TestErrorKind::QueryResultMismatch { .. }) {
-                        outcome.differences.push(format!("{e}"));
-                    }
+                    outcome.differences.push(format!("{e}"));
                     outcome.apart.push(reason(&e));
                 }
             }

@@ -45,7 +45,7 @@ pub struct DatafusionSltArgs {
     /// How many of the commonest reasons for records apart to list.
     #[arg(long, default_value_t = 12)]
     reasons: usize,
-    /// Print every record apart whose answer differs (not those refused), with its diff.
+    /// Print every record apart (but `EXPLAIN`s) with its error or diff.
     #[arg(long)]
     show_differences: bool,
     /// Add a rewrite that is wrong on purpose (it drops a filter) to Floe's rewrites, to
