@@ -187,8 +187,58 @@ fn decoded(node: &FilterNode) -> Result<Arc<dyn datafusion::physical_expr::Physi
         .map_err(|e| invalid(&e))?;
     parse_physical_expr(
         &expr,
-        &TaskContext::default(),
+        functions(),
         &schema,
         &DefaultPhysicalExtensionCodec {},
     )
+}
+
+/// A context that knows DataFusion's built-in functions, by which a decoded expression finds
+/// the functions it calls: a filter on a key of two columns compares `struct(a, b)` (an empty
+/// context knew none, and every such filter was dropped with a warning).
+fn functions() -> &'static TaskContext {
+    static FUNCTIONS: OnceLock<Arc<TaskContext>> = OnceLock::new();
+    FUNCTIONS.get_or_init(|| {
+        datafusion::execution::SessionStateBuilder::new()
+            .with_default_features()
+            .build()
+            .task_ctx()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, Field};
+    use datafusion::common::DFSchema;
+    use datafusion::prelude::SessionContext;
+    use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
+
+    use super::*;
+
+    /// A runtime filter on a key of two columns (TPC-H Q20's) compares `struct(a, b)`; it
+    /// decodes on the scan's side with the function found.
+    #[test]
+    fn a_filter_on_a_two_column_key_decodes() {
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+        ]);
+        let context = SessionContext::new();
+        let logical = DFSchema::try_from(schema.clone()).unwrap();
+        let expr = context
+            .parse_sql_expr("struct(a, b) IN (struct(1, 2), struct(3, 4))", &logical)
+            .unwrap();
+        let physical = context.create_physical_expr(expr, &logical).unwrap();
+        let node = FilterNode {
+            filter: 1,
+            schema: datafusion_proto::protobuf::Schema::try_from(&schema)
+                .unwrap()
+                .encode_to_vec(),
+            expr: serialize_physical_expr(&physical, &DefaultPhysicalExtensionCodec {})
+                .unwrap()
+                .encode_to_vec(),
+        };
+        let back = decoded(&node).unwrap();
+        assert_eq!(back.to_string(), physical.to_string());
+    }
 }
