@@ -193,6 +193,7 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         assert!(plan.contains("tasks=3"), "{plan}");
         assert!(plan.contains("FloeScanExec"), "{plan}");
         check_answers(&api).await;
+        metrics_agree_with_explain_analyze(&floe, &api).await;
 
         // Killed before the coordinator notices (its heartbeats would stop counting only
         // after 10 s): the next queries still route tasks to it, lose it, and run again on
@@ -230,6 +231,106 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         // The worker that refused them still works for its cluster.
         check_answers(&api).await;
     }
+}
+
+/// A figure as `EXPLAIN ANALYZE` writes it: a count (`60000`, `60.00 K`) or, with `bytes`, a
+/// size in binary units (`512.0 B`, `1.9 MB`).
+fn figure(text: &str, bytes: bool) -> f64 {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let value: f64 = text[..split].parse().unwrap_or(0.0);
+    let scale = match (text[split..].trim(), bytes) {
+        ("KB", true) => 1024.0,
+        ("MB", true) => 1024.0 * 1024.0,
+        ("GB", true) => 1024.0 * 1024.0 * 1024.0,
+        ("K", false) => 1e3,
+        ("M", false) => 1e6,
+        ("B", false) => 1e9,
+        _ => 1.0,
+    };
+    value * scale
+}
+
+/// The rows and bytes the stage boundaries (`Network*Exec`) of an `EXPLAIN ANALYZE` handed on.
+fn analyzed_exchanges(plan: &str) -> (f64, f64) {
+    let mut rows = 0.0;
+    let mut bytes = 0.0;
+    for line in plan.lines().filter(|l| l.contains("Network")) {
+        for (name, total, in_bytes) in [
+            ("output_rows=", &mut rows, false),
+            ("bytes_transferred=", &mut bytes, true),
+        ] {
+            for (at, _) in line.match_indices(name) {
+                let rest = &line[at + name.len()..];
+                let end = rest.find([',', ']']).unwrap_or(rest.len());
+                *total += figure(&rest[..end], in_bytes);
+            }
+        }
+    }
+    (rows, bytes)
+}
+
+/// The stage rows and bytes `/metrics` counts, once they stop changing (the coordinator adds
+/// a query's up after it has answered).
+async fn settled_stage_figures(floe: &Floe) -> (f64, f64) {
+    let read = |metrics: String| {
+        let sum = |name: &str| -> f64 {
+            metrics
+                .lines()
+                .filter(|l| l.starts_with(name))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        (
+            sum("floe_sql_distributed_stage_rows_total"),
+            sum("floe_sql_distributed_stage_bytes_total"),
+        )
+    };
+    let mut last = read(floe.metrics().await);
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let now = read(floe.metrics().await);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// What `/metrics` adds up for one distributed query is what `EXPLAIN ANALYZE` shows for it:
+/// the rows and bytes its stages handed on (issue 42: the bytes once read 0).
+async fn metrics_agree_with_explain_analyze(floe: &Floe, api: &Api) {
+    // Partial states of a fixed size, so that every run moves the same bytes however the
+    // files fall to the tasks (a `count(DISTINCT …)`'s states depend on that).
+    const SUMS: &str = "SELECT count(*) AS n, sum(k) AS s FROM d.t";
+    let body = sql(api, &format!("EXPLAIN ANALYZE {SUMS}")).await;
+    let plan: String = body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["plan"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (rows, bytes) = analyzed_exchanges(&plan);
+    assert!(rows > 0.0 && bytes > 0.0, "{plan}");
+    let before = settled_stage_figures(floe).await;
+    sql(api, SUMS).await;
+    let after = settled_stage_figures(floe).await;
+    let (counted_rows, counted_bytes) = (after.0 - before.0, after.1 - before.1);
+    // EXPLAIN ANALYZE rounds (sizes to a tenth of their unit); the same query moves the same
+    // rows and, within that rounding, the same bytes.
+    let close = |a: f64, b: f64| (a - b).abs() <= 0.05 * a.max(b);
+    assert!(
+        close(rows, counted_rows),
+        "rows: EXPLAIN ANALYZE {rows}, /metrics {counted_rows}\n{plan}"
+    );
+    assert!(
+        close(bytes, counted_bytes),
+        "bytes: EXPLAIN ANALYZE {bytes}, /metrics {counted_bytes}\n{plan}"
+    );
 }
 
 /// A client of `worker`'s service sending `secret` (none when `None`).
