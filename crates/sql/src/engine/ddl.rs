@@ -16,7 +16,9 @@ use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{QueryResult, SqlError, SqlErrorKind};
 use crate::scan::provider::TableAccess;
-use crate::write::{IcebergSink, PartitionFields, iceberg_schema, partition_spec, table_of};
+use crate::write::{
+    IcebergSink, PartitionFields, declared_iceberg_schema, iceberg_schema, partition_spec, table_of,
+};
 
 pub(super) async fn run(
     context: &SessionContext,
@@ -65,8 +67,26 @@ pub(super) async fn run(
                     "CREATE OR REPLACE TABLE is not supported yet",
                 ));
             }
+            // Iceberg's column defaults (`write-default`) are format v3's; a default Floe
+            // would not write is refused rather than written as NULL.
+            if let Some((column, _)) = create.column_defaults.first() {
+                return Err(SqlError::new(
+                    SqlErrorKind::Unsupported,
+                    format!(
+                        "column defaults are not supported yet (DEFAULT of column \"{column}\"): \
+                         write the value in each INSERT"
+                    ),
+                ));
+            }
             let arrow = create.input.schema().as_arrow().clone();
-            let schema = iceberg_schema(&arrow)?;
+            // Declared columns keep NOT NULL; a query's columns (CREATE TABLE … AS) are
+            // optional, as later rows may hold NULLs where the first did not.
+            let declared = matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(_));
+            let schema = if declared {
+                declared_iceberg_schema(&arrow)?
+            } else {
+                iceberg_schema(&arrow)?
+            };
             let spec = partitioned_by
                 .as_deref()
                 .map(|fields| partition_spec(&schema, fields))

@@ -116,8 +116,18 @@ fn unquote(s: &str) -> String {
 }
 
 /// The Iceberg schema of a new table from the Arrow schema SQL gave it (ids assigned in
-/// order; strings and binaries as Iceberg's `string` and `binary`).
+/// order; strings and binaries as Iceberg's `string` and `binary`), every column optional.
 pub fn iceberg_schema(schema: &Schema) -> Result<iceberg::spec::Schema> {
+    schema_of(schema, false)
+}
+
+/// The Iceberg schema of columns a `CREATE TABLE` declared: a column declared `NOT NULL` is
+/// required, and a write that would put a NULL in it fails.
+pub fn declared_iceberg_schema(schema: &Schema) -> Result<iceberg::spec::Schema> {
+    schema_of(schema, true)
+}
+
+fn schema_of(schema: &Schema, keep_not_null: bool) -> Result<iceberg::spec::Schema> {
     let plain: Vec<Field> = schema
         .fields()
         .iter()
@@ -141,7 +151,7 @@ pub fn iceberg_schema(schema: &Schema) -> Result<iceberg::spec::Schema> {
                 DataType::Float16 => DataType::Float32,
                 other => other.clone(),
             };
-            Field::new(f.name(), data_type, true)
+            Field::new(f.name(), data_type, f.is_nullable() || !keep_not_null)
         })
         .collect();
     iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&Schema::new(plain))

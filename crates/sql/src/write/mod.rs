@@ -11,7 +11,8 @@ mod sink;
 
 pub use commit::{commit_transaction, commit_transaction_on, table_of};
 pub use create_table::{
-    PartitionFields, iceberg_schema, partition_field, partition_spec, take_partitioned_by,
+    PartitionFields, declared_iceberg_schema, iceberg_schema, partition_field, partition_spec,
+    take_partitioned_by,
 };
 pub use evolution::{added_type, evolve_columns, merged_type, widened_type};
 pub use sink::{IcebergSink, write_batch_files, write_data_files, writer_properties};
