@@ -28,9 +28,10 @@
 //! 8. [`share_repeated_aggregations::ShareRepeatedAggregations`];
 //! 9. [`preaggregated_sets::PreaggregatedSets`];
 //! 10. [`few_groups::FewGroups`];
-//! 11. [`yield_after_joins::YieldAfterJoins`], always: whatever the rules before it made, a
+//! 11. [`compact_views::CompactViews`];
+//! 12. [`yield_after_joins::YieldAfterJoins`], always: whatever the rules before it made, a
 //!     join's output yields to the statement's deadline;
-//! 12. [`forward_ordered_states::ForwardOrderedStates`], always (it corrects answers), last:
+//! 13. [`forward_ordered_states::ForwardOrderedStates`], always (it corrects answers), last:
 //!     DataFusion reverses ordered aggregates again whenever it rebuilds an aggregation.
 //!
 //! [`utils`] holds what several rules share.
@@ -44,6 +45,7 @@ use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 pub(crate) mod apply_runtime_filters;
 pub(crate) mod broadcast_bounded_builds;
 pub(crate) mod broken_on_purpose;
+pub(crate) mod compact_views;
 pub(crate) mod fast_conjunctions;
 pub(crate) mod fast_decimals;
 pub(crate) mod fast_like;
@@ -92,6 +94,8 @@ pub struct Rewrites {
     pub preaggregated_sets: bool,
     /// `FLOE_SQL_FEW_GROUPS`: [`few_groups`].
     pub few_groups: bool,
+    /// `FLOE_SQL_COMPACT_VIEWS`: [`compact_views`].
+    pub compact_views: bool,
     /// `FLOE_SQL_WRITTEN_ORDER`: scans declare the order their files were written in
     /// ([`crate::scan::provider`]).
     pub written_order: bool,
@@ -116,6 +120,7 @@ impl Default for Rewrites {
             shared_aggregations: true,
             preaggregated_sets: true,
             few_groups: true,
+            compact_views: true,
             written_order: true,
             broken_on_purpose: false,
         }
@@ -126,9 +131,11 @@ impl Rewrites {
     /// These, but for planning a distributed statement on its coordinator: runtime filters
     /// and shared aggregations join two places of one plan through memory, which the stages
     /// of a distributed plan do not share; the expression rewrites are left to the workers
-    /// ([`Rules::on_workers`]); preaggregated grouping sets are not planned for stages yet.
+    /// ([`Rules::on_workers`]); preaggregated grouping sets are not planned for stages yet,
+    /// and compacted views' node does not travel.
     pub fn for_distribution(self) -> Self {
         Self {
+            compact_views: false,
             runtime_filters: false,
             collected_keys: false,
             shared_aggregations: false,
@@ -156,6 +163,7 @@ impl Rewrites {
             shared_aggregations: false,
             preaggregated_sets: false,
             few_groups: false,
+            compact_views: false,
             written_order: false,
             broken_on_purpose: false,
         }
@@ -177,6 +185,7 @@ impl Rewrites {
             shared_aggregations: on("FLOE_SQL_SHARED_AGGREGATIONS"),
             preaggregated_sets: on("FLOE_SQL_PREAGGREGATED_SETS"),
             few_groups: on("FLOE_SQL_FEW_GROUPS"),
+            compact_views: on("FLOE_SQL_COMPACT_VIEWS"),
             written_order: on("FLOE_SQL_WRITTEN_ORDER"),
             broken_on_purpose: false,
         }
@@ -250,6 +259,9 @@ impl Rules {
         }
         if rewrites.few_groups {
             ours.push(Arc::new(few_groups::FewGroups));
+        }
+        if rewrites.compact_views {
+            ours.push(Arc::new(compact_views::CompactViews));
         }
         if rewrites.broken_on_purpose {
             ours.push(Arc::new(broken_on_purpose::BrokenOnPurpose));

@@ -350,13 +350,14 @@ pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec
 /// Iceberg's default for `write.parquet.row-group-size-bytes`.
 const DEFAULT_ROW_GROUP_BYTES: usize = 128 << 20;
 
-/// Rows in a row group unless `write.parquet.row-group-limit` says otherwise (parquet-rs's
-/// default). DuckDB's 122,880 prunes better inside a file (TPC-DS SF1: Floe/DuckDB on Q46 1.73
-/// → 1.26, Q55 2.79 → 1.77; docs/benchmarks.md) but splits a file into byte ranges that
-/// several partitions then read, and DataFusion's sort of those partitions under a small
-/// memory budget ran out where one partition's spilled (tests/interop/test_sql.py, the 64 MiB
-/// spill test): the default waits for that to be solved.
-const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
+/// Rows in a row group unless `write.parquet.row-group-limit` says otherwise: DuckDB's
+/// 122,880 rather than parquet-rs's 1,048,576, so that a row group's statistics cover a
+/// narrow range of a column the table's rows are in order of and scans prune by them (TPC-DS
+/// at SF1, `store_sales` by date: Floe/DuckDB on Q46 1.73 → 1.26, Q55 2.79 → 1.77, Q68
+/// 1.79 → 1.38; docs/benchmarks.md). A file then splits into byte ranges several partitions
+/// sort; their final merge keeps to a small memory budget since the sorted batches' string
+/// views are compacted before it ([`crate::optimizer::compact_views`]).
+const DEFAULT_ROW_GROUP_ROWS: usize = 122_880;
 
 /// Parquet writer settings: the table's `write.parquet.compression-codec` (`zstd`, `snappy`,
 /// `gzip`, `lz4`, `uncompressed`) and `write.parquet.compression-level` (uncompressed when
@@ -364,7 +365,7 @@ const DEFAULT_ROW_GROUP_ROWS: usize = 1 << 20;
 /// `write.parquet.bloom-filter-enabled.column.<name>` = `true` (false-positive rate
 /// `write.parquet.bloom-filter-fpp.column.<name>`, 0.01 by default), and the sizes of row
 /// groups and pages: `write.parquet.row-group-size-bytes` (Iceberg's, 128 MiB by default),
-/// `write.parquet.row-group-limit` (PyIceberg's, rows; 1,048,576 by default),
+/// `write.parquet.row-group-limit` (PyIceberg's, rows; 122,880 by default),
 /// `write.parquet.page-size-bytes`,
 /// `write.parquet.page-row-limit` and `write.parquet.dict-size-bytes`, as Iceberg's own
 /// writers read them (a value that is not a positive number is ignored).
@@ -479,7 +480,7 @@ mod tests {
     fn row_group_and_page_sizes_come_from_the_tables_properties() {
         let defaults = writer_properties(&metadata(&[]));
         assert_eq!(defaults.max_row_group_bytes(), Some(128 << 20));
-        assert_eq!(defaults.max_row_group_row_count(), Some(1 << 20));
+        assert_eq!(defaults.max_row_group_row_count(), Some(122_880));
         assert_eq!(defaults.compression(&"x".into()), Compression::UNCOMPRESSED);
 
         let set = writer_properties(&metadata(&[
@@ -504,6 +505,6 @@ mod tests {
             ("write.parquet.page-row-limit", "many"),
         ]));
         assert_eq!(odd.max_row_group_bytes(), Some(128 << 20));
-        assert_eq!(odd.max_row_group_row_count(), Some(1 << 20));
+        assert_eq!(odd.max_row_group_row_count(), Some(122_880));
     }
 }

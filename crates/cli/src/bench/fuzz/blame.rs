@@ -12,7 +12,7 @@ use super::generate::Case;
 use super::oracles::{Checker, Failure, Oracle, Verdict};
 
 /// Every rewrite's switch, by the name of its `FLOE_SQL_*` variable's field.
-const REWRITES: [&str; 13] = [
+const REWRITES: [&str; 14] = [
     "plain_not_in",
     "join_order",
     "broadcast_bounded",
@@ -25,6 +25,7 @@ const REWRITES: [&str; 13] = [
     "shared_aggregations",
     "preaggregated_sets",
     "few_groups",
+    "compact_views",
     "written_order",
 ];
 
@@ -52,6 +53,7 @@ fn set(mut rewrites: Rewrites, name: &str, on: bool) -> Rewrites {
         "shared_aggregations" => rewrites.shared_aggregations = on,
         "preaggregated_sets" => rewrites.preaggregated_sets = on,
         "few_groups" => rewrites.few_groups = on,
+        "compact_views" => rewrites.compact_views = on,
         "written_order" => rewrites.written_order = on,
         _ => {}
     }
