@@ -65,13 +65,29 @@ class Trino:
         self.base = base
 
     def query(self, sql: str, user: str = "floe-test", catalog: str = "floe") -> list[list]:
-        """Runs `sql`, following nextUri; the rows, or AssertionError with Trino's error."""
+        """Runs `sql`, following nextUri; the rows, or AssertionError with Trino's error.
+
+        A statement Trino fails with NO_NODES_AVAILABLE is submitted again (up to 20 s): a
+        single-node Trino on a loaded machine may not yet list itself as a node for a
+        catalog's writers (MERGE's) a few seconds after it reports started; such a
+        statement fails while scheduling, before it reads or writes anything."""
+        for _ in range(20):
+            try:
+                return self._query(sql, user, catalog)
+            except AssertionError as e:
+                if "NO_NODES_AVAILABLE" not in str(e):
+                    raise
+                time.sleep(1)
+        return self._query(sql, user, catalog)
+
+    def _query(self, sql: str, user: str, catalog: str) -> list[list]:
         answer = requests.post(f"{self.base}/v1/statement", data=sql.encode(),
                                headers={"X-Trino-User": user, "X-Trino-Catalog": catalog}, timeout=60).json()
         rows: list[list] = []
         while True:
             if "error" in answer:
-                raise AssertionError(f"{sql}: {answer['error'].get('message')}")
+                error = answer["error"]
+                raise AssertionError(f"{sql}: {error.get('message')} ({error.get('errorName')})")
             rows += answer.get("data", [])
             if "nextUri" not in answer:
                 return rows
