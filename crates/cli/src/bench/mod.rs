@@ -89,6 +89,40 @@ async fn embedded_engine(dir: &std::path::Path) -> anyhow::Result<floe_sql::SqlE
     )?)
 }
 
+/// Two engines over `catalog` with `base`'s settings: Floe's rewrites on (with one wrong on
+/// purpose added when `break_a_rewrite`), and every rewrite off — the pair the differential
+/// checks (`floe bench fuzz`, `floe bench datafusion-slt`) hold to each other.
+fn rewrites_on_and_off(
+    catalog: std::sync::Arc<floe_catalog::service::CatalogService>,
+    base: floe_sql::EngineConfig,
+    break_a_rewrite: bool,
+) -> anyhow::Result<(
+    std::sync::Arc<floe_sql::SqlEngine>,
+    std::sync::Arc<floe_sql::SqlEngine>,
+)> {
+    use floe_sql::{EngineConfig, Rewrites, SqlEngine};
+    use std::sync::Arc;
+
+    let on = SqlEngine::new(
+        catalog.clone(),
+        EngineConfig {
+            rewrites: Rewrites {
+                broken_on_purpose: break_a_rewrite,
+                ..Rewrites::default()
+            },
+            ..base.clone()
+        },
+    )?;
+    let off = SqlEngine::new(
+        catalog,
+        EngineConfig {
+            rewrites: Rewrites::none(),
+            ..base
+        },
+    )?;
+    Ok((Arc::new(on), Arc::new(off)))
+}
+
 /// An embedded SQLite catalog in `dir` (`dir/catalog.db`) with one warehouse, `warehouse`,
 /// whose tables live in `dir/warehouse`.
 async fn embedded_catalog(

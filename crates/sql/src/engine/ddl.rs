@@ -115,7 +115,7 @@ pub(super) async fn run(
                 }
                 Err(e) => return Err(e.into()),
             };
-            if matches!(create.input.as_ref(), LogicalPlan::EmptyRelation(_)) {
+            if declared {
                 return Ok(done(None));
             }
             // CREATE TABLE AS SELECT: the query's rows are the table's first snapshot. The

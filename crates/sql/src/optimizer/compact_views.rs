@@ -22,8 +22,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, GenericByteViewArray, RecordBatch, RecordBatchOptions,
+};
+use datafusion::arrow::datatypes::{ByteViewType, DataType};
 use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -135,35 +137,31 @@ impl ExecutionPlan for CompactViewsExec {
     }
 }
 
+/// The bytes `views`' data buffers hold, whoever's rows they are.
+fn held<T: ByteViewType + ?Sized>(views: &GenericByteViewArray<T>) -> usize {
+    views.data_buffers().iter().map(|b| b.capacity()).sum()
+}
+
+/// `views` compacted, when its buffers hold more than twice the bytes its rows use.
+fn compacted<T: ByteViewType + ?Sized>(views: &GenericByteViewArray<T>) -> Option<ArrayRef> {
+    (held(views) > 2 * views.total_buffer_bytes_used().max(1))
+        .then(|| Arc::new(views.gc()) as ArrayRef)
+}
+
 /// `batch` with each view column compacted whose buffers hold more than twice its rows' bytes.
 fn compact(batch: &RecordBatch) -> Result<RecordBatch> {
-    let wasteful = |used: usize, held: usize| held > 2 * used.max(1);
     let mut changed = false;
     let columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
-        .map(|column| match column.data_type() {
-            DataType::Utf8View => {
-                let views = column.as_string_view();
-                let held: usize = views.data_buffers().iter().map(|b| b.capacity()).sum();
-                if wasteful(views.total_buffer_bytes_used(), held) {
-                    changed = true;
-                    Arc::new(views.gc()) as ArrayRef
-                } else {
-                    Arc::clone(column)
-                }
-            }
-            DataType::BinaryView => {
-                let views = column.as_binary_view();
-                let held: usize = views.data_buffers().iter().map(|b| b.capacity()).sum();
-                if wasteful(views.total_buffer_bytes_used(), held) {
-                    changed = true;
-                    Arc::new(views.gc()) as ArrayRef
-                } else {
-                    Arc::clone(column)
-                }
-            }
-            _ => Arc::clone(column),
+        .map(|column| {
+            let compact = match column.data_type() {
+                DataType::Utf8View => compacted(column.as_string_view()),
+                DataType::BinaryView => compacted(column.as_binary_view()),
+                _ => None,
+            };
+            changed |= compact.is_some();
+            compact.unwrap_or_else(|| Arc::clone(column))
         })
         .collect();
     if !changed {
@@ -194,10 +192,10 @@ mod tests {
             false,
         )]));
         let batch = RecordBatch::try_new(schema, vec![Arc::new(few.clone())]).unwrap();
-        let compacted = compact(&batch).unwrap();
-        let column = compacted.column(0).as_string_view();
-        let held: usize = column.data_buffers().iter().map(|b| b.capacity()).sum();
-        assert!(held < 1000, "{held} bytes held for 3 values");
+        let out = compact(&batch).unwrap();
+        let column = out.column(0).as_string_view();
+        let bytes = held(column);
+        assert!(bytes < 1000, "{bytes} bytes held for 3 values");
         let values: Vec<&str> = column.iter().map(|v| v.unwrap()).collect();
         assert_eq!(values, vec![&long[10], &long[11], &long[12]]);
     }

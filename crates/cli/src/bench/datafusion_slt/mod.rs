@@ -14,13 +14,12 @@ mod file;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
 use floe_catalog::governance::authz::Caller;
-use floe_sql::{EngineConfig, QueryOptions, Rewrites, SqlEngine};
+use floe_sql::{EngineConfig, QueryOptions};
 use futures::TryStreamExt;
 
 #[derive(Args, Debug)]
@@ -191,23 +190,7 @@ async fn one_file(args: &DatafusionSltArgs, path: &Path) -> anyhow::Result<file:
         statement_timeout: Some(Duration::from_secs(60)),
         ..EngineConfig::default()
     };
-    let on = Arc::new(SqlEngine::new(
-        catalog.clone(),
-        EngineConfig {
-            rewrites: Rewrites {
-                broken_on_purpose: args.break_a_rewrite,
-                ..Rewrites::default()
-            },
-            ..base.clone()
-        },
-    )?);
-    let off = Arc::new(SqlEngine::new(
-        catalog,
-        EngineConfig {
-            rewrites: Rewrites::none(),
-            ..base
-        },
-    )?);
+    let (on, off) = super::rewrites_on_and_off(catalog, base, args.break_a_rewrite)?;
     let created = on
         .query(
             &Caller::system(),

@@ -28,7 +28,7 @@ use anyhow::bail;
 use clap::Args;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::CatalogService;
-use floe_sql::{EngineConfig, Rewrites, SqlEngine};
+use floe_sql::{EngineConfig, SqlEngine};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -133,23 +133,8 @@ async fn fuzz(args: &FuzzBenchArgs, seed: u64, dir: &std::path::Path) -> anyhow:
     oracles.sort();
     oracles.dedup();
     let (catalog, base) = catalog(args, dir).await?;
-    let on = Arc::new(SqlEngine::new(
-        catalog.clone(),
-        EngineConfig {
-            rewrites: Rewrites {
-                broken_on_purpose: args.break_a_rewrite,
-                ..Rewrites::default()
-            },
-            ..base.clone()
-        },
-    )?);
-    let off = Arc::new(SqlEngine::new(
-        catalog.clone(),
-        EngineConfig {
-            rewrites: blame::all_off(),
-            ..base.clone()
-        },
-    )?);
+    let (on, off) =
+        super::rewrites_on_and_off(catalog.clone(), base.clone(), args.break_a_rewrite)?;
     let caller = Caller::system();
     let tables = data::tables(&mut StdRng::seed_from_u64(seed));
     data::write(&tables, &on, &caller, &dir.join("parquet")).await?;
