@@ -156,6 +156,11 @@ pub struct ServeArgs {
     /// scan stays on one task, and a query of such scans on this node.
     #[arg(long, env = "FLOE_DISTRIBUTED_TASK_BYTES", default_value_t = floe_sql::distributed::DEFAULT_TASK_BYTES)]
     pub distributed_task_bytes: usize,
+    /// Seconds a worker running a distributed query's tasks may answer no probe before the
+    /// query is run again without it (a worker that leaves the live list is lost at once).
+    #[arg(long, env = "FLOE_DISTRIBUTED_STALL_SECS", default_value_t = floe_sql::distributed::DEFAULT_STALL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub distributed_stall_secs: u64,
     /// Hand the files of distributed scans to tasks one at a time, so that a task done with
     /// its own takes a straggler's (`false`: each task reads the files placed with it).
     #[arg(long, env = "FLOE_WORK_STEALING", default_value_t = true, action = clap::ArgAction::Set)]
@@ -397,7 +402,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         bind_optional(&args.flight_listen, "Arrow Flight SQL", "--flight-listen").await?;
     if args.distributed {
         let mut cluster = floe_sql::distributed::Cluster::new(live.clone(), secret.clone())
-            .with_task_bytes(args.distributed_task_bytes);
+            .with_task_bytes(args.distributed_task_bytes)
+            .with_stall(Duration::from_secs(args.distributed_stall_secs));
         if let Some(url) = coordinator_url(&args, flight_listener.as_ref(), tls.is_some())? {
             if args.work_stealing {
                 tracing::info!(%url, "workers take work units from this coordinator");

@@ -24,16 +24,42 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(crate) fn start(catalog_db: &str) -> Worker {
-        Self::start_with(catalog_db, None)
+        Self::start_with(catalog_db, None, None)
     }
 
-    /// A worker serving TLS with `tls`'s certificate and trusting its CA for other workers.
-    fn start_with(catalog_db: &str, tls: Option<&Certificates>) -> Worker {
+    /// A worker in the network namespace `name`, listening at its `address` (in plain text).
+    pub(crate) fn start_in(catalog_db: &str, name: &str, address: std::net::Ipv4Addr) -> Worker {
+        Self::start_with(catalog_db, None, Some((name, address)))
+    }
+
+    /// A worker serving TLS with `tls`'s certificate and trusting its CA for other workers,
+    /// in the network namespace `place` names at its address.
+    fn start_with(
+        catalog_db: &str,
+        tls: Option<&Certificates>,
+        place: Option<(&str, std::net::Ipv4Addr)>,
+    ) -> Worker {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+        let host = place.map_or("127.0.0.1".to_string(), |(_, address)| address.to_string());
+        let mut command = match place {
+            // `ip netns exec` becomes the worker (it execs it).
+            Some((name, _)) => {
+                let mut command = Command::new("ip");
+                command
+                    .args(["netns", "exec", name, env!("CARGO_BIN_EXE_floe")])
+                    .arg("worker")
+                    .arg("--plaintext-cluster");
+                command
+            }
+            None => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_floe"));
+                command.arg("worker");
+                command
+            }
+        };
         command
-            .args(["worker", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--listen", &format!("{host}:{port}")])
             .args(["--catalog-db", catalog_db]);
         if let Some(tls) = tls {
             command
@@ -57,7 +83,7 @@ impl Worker {
             .expect("start floe worker");
         Worker {
             child,
-            url: format!("{scheme}://127.0.0.1:{port}/"),
+            url: format!("{scheme}://{host}:{port}/"),
             _dir: dir,
         }
     }
@@ -139,6 +165,23 @@ pub(crate) const TOTALS: &str =
     "SELECT count(*) AS n, sum(k) AS s, count(DISTINCT g) AS groups FROM d.t";
 const GROUPED: &str = "SELECT g, count(*) AS n FROM d.t GROUP BY g ORDER BY n DESC, g LIMIT 3";
 
+/// `d.t`: 60,000 rows in six files (six commits).
+pub(crate) async fn make_table(api: &Api) {
+    sql(api, "CREATE SCHEMA d").await;
+    sql(api, "CREATE TABLE d.t (k BIGINT, g BIGINT)").await;
+    for commit in 0..6 {
+        sql(
+            api,
+            &format!(
+                "INSERT INTO d.t SELECT value, value % 1000 FROM generate_series({}, {})",
+                commit * 10_000 + 1,
+                (commit + 1) * 10_000
+            ),
+        )
+        .await;
+    }
+}
+
 /// The answer every query over `d.t` must give, whatever ran it.
 pub(crate) async fn check_answers(api: &Api) {
     let totals = sql(api, TOTALS).await;
@@ -168,20 +211,7 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         )
         .await;
         let api = Api::new(&floe);
-        sql(&api, "CREATE SCHEMA d").await;
-        sql(&api, "CREATE TABLE d.t (k BIGINT, g BIGINT)").await;
-        // Six commits, six files.
-        for commit in 0..6 {
-            sql(
-                &api,
-                &format!(
-                    "INSERT INTO d.t SELECT value, value % 1000 FROM generate_series({}, {})",
-                    commit * 10_000 + 1,
-                    (commit + 1) * 10_000
-                ),
-            )
-            .await;
-        }
+        make_table(&api).await;
         // No worker yet: the coordinator answers alone.
         assert!(!explain(&api, TOTALS).await.contains("Stage"));
         check_answers(&api).await;
@@ -214,14 +244,7 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         check_answers(&api).await;
 
         let metrics = floe.metrics().await;
-        let counter = |name: &str| -> u64 {
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{name} ")))
-                .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-                .parse()
-                .unwrap()
-        };
+        let counter = |name: &str| counter(&metrics, name);
         assert!(counter("floe_sql_distributed_queries_total") >= 8);
         assert!(counter("floe_sql_distributed_relaunches_total") >= 1);
         assert!(counter("floe_sql_distributed_lost_workers_total") >= 1);
@@ -231,6 +254,16 @@ async fn workers_join_leave_and_a_killed_worker_costs_a_query_nothing() {
         // The worker that refused them still works for its cluster.
         check_answers(&api).await;
     }
+}
+
+/// The value of the unlabelled counter `name` in `metrics` (`/metrics`' text).
+pub(crate) fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+        .parse()
+        .unwrap()
 }
 
 /// A figure as `EXPLAIN ANALYZE` writes it: a count (`60000`, `60.00 K`) or, with `bytes`, a
@@ -548,7 +581,7 @@ async fn tls_workers_keep_a_sorted_tables_order() {
     let ordered = "SELECT k, sum(v) AS v FROM d.s GROUP BY k ORDER BY k";
 
     let workers: Vec<Worker> = (0..3)
-        .map(|_| Worker::start_with(&floe.catalog_db, Some(&tls)))
+        .map(|_| Worker::start_with(&floe.catalog_db, Some(&tls), None))
         .collect();
     wait_live(&api, &workers.iter().collect::<Vec<_>>()).await;
     assert!(workers.iter().all(|w| w.url.starts_with("https://")));

@@ -5,6 +5,7 @@ mod datafusion_slt;
 mod distributed;
 mod fuzz;
 mod governance;
+mod gray_failures;
 mod harness;
 mod http_contract;
 mod netns;

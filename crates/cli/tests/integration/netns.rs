@@ -13,7 +13,7 @@ use std::process::Command;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Runs `ip` with `args`; whether it succeeded.
-fn ip(args: &[&str]) -> bool {
+pub(crate) fn ip(args: &[&str]) -> bool {
     Command::new("ip")
         .args(args)
         .status()
@@ -21,25 +21,41 @@ fn ip(args: &[&str]) -> bool {
 }
 
 /// A bridge and namespaces linked to it, removed when dropped.
-struct Namespaces {
+pub(crate) struct Namespaces {
     bridge: String,
-    names: Vec<String>,
+    pub(crate) names: Vec<String>,
     /// The bridge's address: this process's, as the namespaces see it.
-    host: Ipv4Addr,
+    pub(crate) host: Ipv4Addr,
     /// Each namespace's address.
-    addresses: Vec<Ipv4Addr>,
+    pub(crate) addresses: Vec<Ipv4Addr>,
+    /// Each namespace's cable, at the bridge's end.
+    cables: Vec<String>,
 }
 
 impl Namespaces {
-    fn make(count: u8) -> Option<Namespaces> {
-        let tag = std::process::id() % 100_000;
-        let subnet = (std::process::id() % 250) as u8;
+    /// Cuts namespace `i`'s cable (`false`: links it again). Nothing is refused or reset:
+    /// what crosses it is lost, as when a machine drops off the network.
+    pub(crate) fn cut(&self, i: usize, cut: bool) {
+        let state = if cut { "down" } else { "up" };
+        assert!(
+            ip(&["link", "set", &self.cables[i], state]),
+            "ip link set {state}"
+        );
+    }
+
+    pub(crate) fn make(count: u8) -> Option<Namespaces> {
+        // Tests of one process make theirs apart (a bridge and subnet each).
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let seq = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+        let tag = format!("{}{seq}", std::process::id() % 100_000);
+        let subnet = ((std::process::id() % 125) * 2 + seq) as u8;
         let host = Ipv4Addr::new(10, 231, subnet, 1);
         let mut made = Namespaces {
             bridge: format!("flbr{tag}"),
             names: Vec::new(),
             host,
             addresses: Vec::new(),
+            cables: Vec::new(),
         };
         if !ip(&["link", "add", &made.bridge, "type", "bridge"]) {
             return None;
@@ -72,6 +88,7 @@ impl Namespaces {
                 return None;
             }
             made.addresses.push(address);
+            made.cables.push(outer);
         }
         Some(made)
     }
@@ -108,7 +125,7 @@ fn port_of(url: &str) -> u16 {
 }
 
 /// Whether the test can run here; in CI, it must.
-fn skip(why: &str) -> bool {
+pub(crate) fn skip(why: &str) -> bool {
     assert!(std::env::var("CI").is_err(), "in CI: {why}");
     eprintln!("skipped: {why}");
     true

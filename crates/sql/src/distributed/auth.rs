@@ -62,6 +62,11 @@ impl ClusterSecret {
 
 /// How long connecting to a worker may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection with calls open pings its peer this often, and is closed (failing its calls)
+/// when a ping goes unanswered for [`PING_TIMEOUT`]: a worker stopped or cut off mid-stream
+/// then fails its readers (on other workers too) rather than holding them forever.
+const PING_EVERY: Duration = Duration::from_secs(10);
+const PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Connects to workers, one channel per worker kept for reuse (it connects again by itself
 /// after a worker restarts), over TLS for `https://` workers, and sends the cluster's secret
@@ -89,6 +94,8 @@ impl SecretChannels {
         let mut endpoint = Channel::from_shared(url.to_string())
             .map_err(|e| refused(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(PING_EVERY)
+            .keep_alive_timeout(PING_TIMEOUT)
             .tcp_nodelay(true);
         if url.scheme() == "https" {
             let Some(ca) = &self.secret.1 else {
@@ -107,6 +114,12 @@ impl SecretChannels {
         let channel = endpoint.connect_lazy();
         channels.insert(url.clone(), channel.clone());
         Ok(channel)
+    }
+
+    /// Channels of their own to the same workers (for calls that must not queue behind
+    /// the data on these).
+    pub(crate) fn apart(&self) -> Self {
+        Self::new(self.secret.clone())
     }
 
     pub(crate) fn secret(&self) -> &ClusterSecret {

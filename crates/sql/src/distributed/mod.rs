@@ -34,6 +34,7 @@ mod scan;
 mod stage_metrics;
 mod stages;
 mod units;
+mod watchdog;
 mod worker;
 
 use std::sync::{Arc, RwLock};
@@ -52,6 +53,7 @@ pub use round_trip::round_trip;
 pub use scan::FloeScanExec;
 pub use stage_metrics::{Exchange, ExchangeTotals, StageTotals};
 pub use units::UnitService;
+pub use watchdog::DEFAULT_STALL;
 pub use worker::worker_routes;
 
 /// What this process's coordinators did, for `/metrics`.
@@ -139,6 +141,9 @@ pub(crate) fn reaches_every_worker(coordinator: &Url, workers: &[Url]) -> bool {
     !is_loopback(coordinator) || workers.iter().all(is_loopback)
 }
 
+/// How long a worker a statement lost is left out of new statements' plans.
+pub const SET_ASIDE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Data a scan task reads by default: 128 MiB.
 pub const DEFAULT_TASK_BYTES: usize = 128 << 20;
 
@@ -169,7 +174,16 @@ impl WorkerResolver for LiveWorkers {
 #[derive(Clone)]
 pub struct Cluster {
     pub workers: LiveWorkers,
+    /// The live list kept fresh by whoever watches the cluster (`workers` itself, until a
+    /// statement pins its own).
+    watched: LiveWorkers,
     channels: auth::SecretChannels,
+    /// Connections for probing workers, apart from the data's.
+    probes: auth::SecretChannels,
+    /// How long a worker running a statement's tasks may answer no probe before it is lost.
+    stall: std::time::Duration,
+    /// Workers statements lost lately, by when: left out of new plans for [`SET_ASIDE`].
+    set_aside: Arc<std::sync::Mutex<std::collections::HashMap<Url, std::time::Instant>>>,
     /// Data a scan task reads, about: a scan of less stays on one task.
     task_bytes: usize,
     /// Whether a file goes to the same worker every time (its cache then holds its share).
@@ -216,9 +230,14 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     pub fn new(workers: LiveWorkers, secret: ClusterSecret) -> Self {
+        let channels = auth::SecretChannels::new(secret);
         Self {
+            watched: workers.clone(),
             workers,
-            channels: auth::SecretChannels::new(secret),
+            probes: channels.apart(),
+            channels,
+            stall: DEFAULT_STALL,
+            set_aside: Arc::default(),
             task_bytes: DEFAULT_TASK_BYTES,
             affinity: true,
             units: None,
@@ -284,11 +303,26 @@ impl Cluster {
         self
     }
 
+    /// A worker running a statement's tasks that answers no probe for `stall` is lost
+    /// (default [`DEFAULT_STALL`]).
+    pub fn with_stall(mut self, stall: std::time::Duration) -> Self {
+        self.stall = stall;
+        self
+    }
+
     /// This cluster with the workers live now, kept for one statement: the workers it is
     /// planned over are those it runs on (a worker dropping out meanwhile is a lost
-    /// worker, handled by [`Relaunch`]); `None` when no worker is live.
+    /// worker, handled by [`Relaunch`]); `None` when no worker is live. Workers a statement
+    /// lost within [`SET_ASIDE`] are left out: one still listed live (its heartbeats reach
+    /// the catalog, its service does not answer) costs one statement its stall time, not
+    /// every statement.
     pub(crate) fn pinned(&self) -> Option<Self> {
-        let live = self.workers.get();
+        let mut live = self.workers.get();
+        {
+            let mut set_aside = self.set_aside.lock().expect("workers set aside");
+            set_aside.retain(|_, since| since.elapsed() < SET_ASIDE);
+            live.retain(|url| !set_aside.contains_key(url));
+        }
         if live.is_empty() {
             return None;
         }
@@ -298,6 +332,27 @@ impl Cluster {
             workers,
             ..self.clone()
         })
+    }
+
+    /// A watchdog over `workers` running a statement's tasks (none for no workers).
+    pub(crate) fn watch(&self, workers: &[Url]) -> Option<watchdog::Watchdog> {
+        (!workers.is_empty()).then(|| {
+            watchdog::Watchdog::start(
+                self.probes.clone(),
+                self.watched.clone(),
+                workers.to_vec(),
+                self.stall,
+            )
+        })
+    }
+
+    /// Leaves `lost` out of the plans of the next [`SET_ASIDE`].
+    pub(crate) fn set_aside(&self, lost: &[Url]) {
+        let now = std::time::Instant::now();
+        let mut set_aside = self.set_aside.lock().expect("workers set aside");
+        for url in lost {
+            set_aside.insert(url.clone(), now);
+        }
     }
 
     /// Scans get a task per `bytes` of data they read (at most one per live worker).

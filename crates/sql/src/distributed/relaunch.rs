@@ -1,24 +1,22 @@
 //! A distributed query that loses a worker before it answered runs again on the workers that
 //! still answer (at most [`RELAUNCHES`] times; on this node alone when none does), then fails
-//! with an error naming the workers it lost. Only queries are distributed, so running one
-//! again writes nothing twice.
-
-use std::time::Duration;
+//! with an error naming the workers it lost. A worker is lost when the attempt fails and the
+//! worker answers no probe, or when the attempt's [`Watchdog`] finds it gone or stalled
+//! while no error comes. Only queries are distributed, so running one again writes nothing
+//! twice.
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion_distributed::{ChannelResolver, DistributedExt, GetWorkerInfoRequest};
+use datafusion_distributed::DistributedExt;
 use url::Url;
 
+use super::watchdog::{Watchdog, answers};
 use super::{Cluster, LiveWorkers};
 
 /// Runs again a query may get after losing workers.
 pub const RELAUNCHES: usize = 2;
-
-/// How long a worker has to answer whether it lives.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A distributed query's session and plan, to run it again.
 pub(crate) struct Relaunch {
@@ -27,6 +25,8 @@ pub(crate) struct Relaunch {
     plan: LogicalPlan,
     /// The workers the running attempt was given.
     workers: Vec<Url>,
+    /// Watches them while the attempt runs (none once it runs on this node alone).
+    watchdog: Option<Watchdog>,
     lost: Vec<Url>,
     left: usize,
 }
@@ -34,34 +34,25 @@ pub(crate) struct Relaunch {
 impl Relaunch {
     pub(crate) fn new(cluster: Cluster, state: SessionState, plan: LogicalPlan) -> Self {
         let workers = cluster.workers.get();
+        let watchdog = cluster.watch(&workers);
         Self {
             cluster,
             state,
             plan,
             workers,
+            watchdog,
             lost: Vec::new(),
             left: RELAUNCHES,
         }
     }
 
-    /// The workers among `urls` that do not answer.
-    async fn unreachable(&self, urls: &[Url]) -> Vec<Url> {
-        let probes = urls.iter().map(|url| async move {
-            let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
-                let mut client = self.cluster.channels.get_worker_client_for_url(url).await?;
-                client.get_worker_info(GetWorkerInfoRequest {}).await
-            })
-            .await;
-            match answered {
-                Ok(Ok(_)) => None,
-                _ => Some(url.clone()),
-            }
-        });
-        futures::future::join_all(probes)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
+    /// The running attempt's workers found lost while it runs (left the live list, or no
+    /// probe answered for the stall time); pending until some are.
+    pub(crate) async fn stalled(&mut self) -> Vec<Url> {
+        match self.watchdog.as_mut() {
+            Some(watchdog) => watchdog.lost().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// After the running attempt failed with `error` before answering: the query started
@@ -71,14 +62,69 @@ impl Relaunch {
         &mut self,
         error: DataFusionError,
     ) -> Result<SendableRecordBatchStream> {
-        let lost = self.unreachable(&self.workers).await;
+        let probes = &self.cluster.probes;
+        let replies =
+            futures::future::join_all(self.workers.iter().map(|url| answers(probes, url))).await;
+        let lost: Vec<Url> = self
+            .workers
+            .iter()
+            .zip(replies)
+            .filter(|(_, replied)| !replied)
+            .map(|(url, _)| url.clone())
+            .collect();
         if lost.is_empty() {
             return Err(self.naming_lost(error));
         }
+        self.without(lost, error).await
+    }
+
+    /// After the watchdog found `lost` while the attempt ran, before it answered: the query
+    /// started again without them, or the error to report.
+    pub(crate) async fn after_stall(
+        &mut self,
+        lost: Vec<Url>,
+    ) -> Result<SendableRecordBatchStream> {
+        let error = self.stall_error(&lost);
+        self.without(lost, error).await
+    }
+
+    /// After the watchdog found `lost` once the query had begun answering: the error that
+    /// ends it (its rows cannot be taken back).
+    pub(crate) fn stalled_after_answering(&mut self, lost: Vec<Url>) -> DataFusionError {
+        self.count_lost(&lost);
+        let error = self.stall_error(&lost);
+        self.naming_lost(DataFusionError::Context(
+            "after the query had begun answering".into(),
+            Box::new(error),
+        ))
+    }
+
+    fn stall_error(&self, lost: &[Url]) -> DataFusionError {
+        let lost: Vec<&str> = lost.iter().map(Url::as_str).collect();
+        DataFusionError::Execution(format!(
+            "worker(s) {} left the cluster's live list or answered no probe for {} s",
+            lost.join(", "),
+            self.cluster.stall.as_secs_f64()
+        ))
+    }
+
+    fn count_lost(&mut self, lost: &[Url]) {
         self.lost.extend(lost.iter().cloned());
+        self.cluster.set_aside(lost);
         super::stats()
             .lost_workers
             .fetch_add(lost.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The query started again without `lost`, or `error` naming them when it is out of
+    /// tries.
+    async fn without(
+        &mut self,
+        lost: Vec<Url>,
+        error: DataFusionError,
+    ) -> Result<SendableRecordBatchStream> {
+        self.watchdog = None;
+        self.count_lost(&lost);
         if self.left == 0 {
             return Err(self.naming_lost(error));
         }
@@ -103,6 +149,7 @@ impl Relaunch {
             remaining.set(self.workers.clone());
             builder.with_distributed_worker_resolver(remaining).build()
         };
+        self.watchdog = self.cluster.watch(&self.workers);
         datafusion::dataframe::DataFrame::new(state, self.plan.clone())
             .execute_stream()
             .await

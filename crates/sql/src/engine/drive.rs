@@ -53,8 +53,36 @@ impl SqlEngine {
             let failure = loop {
                 // An operator polled on this task (not one of DataFusion's own) that panics
                 // unwinds to here: the statement ends with an internal error, never a hang.
-                let next = std::panic::AssertUnwindSafe(stream.next()).catch_unwind();
-                let batch = match deadline.run(next).await {
+                let next = deadline.run(std::panic::AssertUnwindSafe(stream.next()).catch_unwind());
+                // A distributed attempt is watched while it runs: a worker that stops without
+                // failing ends it.
+                let step = match reruns.relaunch.as_mut() {
+                    Some(relaunch) => tokio::select! {
+                        biased;
+                        next = next => Step::Polled(next),
+                        lost = relaunch.stalled() => Step::Stalled(lost),
+                    },
+                    None => Step::Polled(next.await),
+                };
+                let polled = match step {
+                    Step::Polled(polled) => polled,
+                    Step::Stalled(lost) => {
+                        let Some(relaunch) = reruns.relaunch.as_mut() else {
+                            unreachable!("only a distributed attempt is watched")
+                        };
+                        if answered {
+                            break Some(relaunch.stalled_after_answering(lost));
+                        }
+                        // The stalled attempt's tasks stop before the next starts.
+                        match restart(&mut stream, &plain, &deadline, relaunch.after_stall(lost))
+                            .await
+                        {
+                            Ok(()) => continue,
+                            Err(e) => break Some(e),
+                        }
+                    }
+                };
+                let batch = match polled {
                     Ok(Ok(Some(batch))) => batch,
                     Ok(Ok(None)) => {
                         if let Some(planned) = &reruns.planned {
@@ -143,6 +171,13 @@ impl SqlEngine {
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, reading))
     }
+}
+
+/// What waiting on a query's next batch came to.
+enum Step<T> {
+    Polled(T),
+    /// Workers of its distributed attempt were found lost while no batch came.
+    Stalled(Vec<url::Url>),
 }
 
 /// What a panic said, for the log.
