@@ -192,7 +192,10 @@ async fn remote(
         .await
         .context("send the statement")?;
     let status = response.status();
-    let bytes = response.bytes().await.context("read the answer")?;
+    let bytes = response.bytes().await.context(
+        "read the answer (a statement that fails after its first rows ends an Arrow answer \
+         early; the server's log says why)",
+    )?;
     if !status.is_success() {
         let message = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()

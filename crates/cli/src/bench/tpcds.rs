@@ -65,6 +65,13 @@ pub struct TpcdsBenchArgs {
     /// comparing file layouts; applies when the tables are loaded, into a fresh `--dir`.
     #[arg(long = "table-property", value_parser = key_value)]
     table_properties: Vec<(String, String)>,
+    /// Instead of the peers: Floe distributed over this many `floe worker` processes on this
+    /// machine against Floe alone, answers compared row by row.
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+    /// With `--workers`: bytes of data one scan task reads, about.
+    #[arg(long, default_value_t = 1 << 20)]
+    task_bytes: usize,
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -123,6 +130,30 @@ pub async fn run(args: TpcdsBenchArgs) -> anyhow::Result<()> {
         let sql =
             std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
         queries.push((q, sql.trim().trim_end_matches(';').to_string()));
+    }
+    if args.workers > 0 {
+        let prepared = super::tpch::Prepared {
+            catalog_db: format!("sqlite:{}", dir.join("catalog.db").display()),
+            dir,
+            parquet,
+            engine,
+            caller,
+            namespace,
+            queries,
+            warehouse: "tpcds",
+        };
+        let dist = super::tpch_workers::Distribution {
+            suite: "tpcds",
+            sf: args.sf,
+            workers: args.workers,
+            task_bytes: args.task_bytes,
+            query_memory_limit_mb: args.query_memory_limit_mb,
+            iterations: args.iterations,
+            worker_netns: Vec::new(),
+            coordinator_ip: None,
+        };
+        let cluster = super::tpch_workers::BenchCluster::start(&prepared, &dist).await?;
+        return super::tpch_workers::compare(&prepared, &dist, &cluster.coordinator).await;
     }
     let outcome = super::suite::run(super::suite::Suite {
         name: "tpcds",

@@ -119,13 +119,15 @@ pub(super) struct Prepared {
     pub namespace: String,
     /// The queries asked for, with their SQL.
     pub queries: Vec<(usize, String)>,
+    /// The warehouse the tables are in.
+    pub warehouse: &'static str,
 }
 
 impl Prepared {
     /// Where the queries' unqualified names resolve.
     pub fn options(&self) -> QueryOptions {
         QueryOptions {
-            warehouse: Some("tpch".into()),
+            warehouse: Some(self.warehouse.into()),
             namespace: Some(self.namespace.clone()),
             ..Default::default()
         }
@@ -171,6 +173,7 @@ pub(super) async fn prepare(args: &TpchBenchArgs) -> anyhow::Result<Prepared> {
         caller,
         namespace,
         queries,
+        warehouse: "tpch",
     })
 }
 

@@ -1,6 +1,7 @@
-//! `floe bench tpch --workers K`: the TPC-H queries distributed over K `floe worker`
-//! processes on this machine against Floe alone on the same data, side by side in one run,
-//! every distributed answer compared row by row with the single-node one.
+//! `floe bench tpch --workers K` (and `floe bench tpcds --workers K`): the queries
+//! distributed over K `floe worker` processes on this machine against Floe alone on the same
+//! data, side by side in one run, every distributed answer compared row by row with the
+//! single-node one.
 //!
 //! The workers register in the benchmark's catalog database, as a cluster's do; this process
 //! coordinates. On one machine the workers share its cores, so the ratio measures what
@@ -24,17 +25,45 @@ use tokio_util::sync::CancellationToken;
 use super::suite::same_answer;
 use super::tpch::{Prepared, TpchBenchArgs, prepare};
 
+/// How a suite is run distributed, from its command line.
+pub(super) struct Distribution {
+    /// The suite's name, for the header.
+    pub suite: &'static str,
+    pub sf: f64,
+    pub workers: usize,
+    pub task_bytes: usize,
+    pub query_memory_limit_mb: usize,
+    pub iterations: usize,
+    pub worker_netns: Vec<String>,
+    pub coordinator_ip: Option<String>,
+}
+
+impl Distribution {
+    fn of_tpch(args: &TpchBenchArgs) -> Self {
+        Self {
+            suite: "tpch",
+            sf: args.sf,
+            workers: args.workers,
+            task_bytes: args.task_bytes,
+            query_memory_limit_mb: args.query_memory_limit_mb,
+            iterations: args.iterations,
+            worker_netns: args.worker_netns.clone(),
+            coordinator_ip: args.coordinator_ip.clone(),
+        }
+    }
+}
+
 /// `floe worker` processes, stopped (SIGTERM, so they deregister) when dropped.
 pub(super) struct Workers(Vec<Child>);
 
 impl Workers {
-    fn start(args: &TpchBenchArgs, prepared: &Prepared) -> anyhow::Result<Self> {
-        let places = netns_places(args)?;
+    fn start(dist: &Distribution, prepared: &Prepared) -> anyhow::Result<Self> {
+        let places = netns_places(dist)?;
         Self::start_as(
-            args.workers,
+            dist.workers,
             prepared,
             "worker",
-            args.query_memory_limit_mb,
+            dist.query_memory_limit_mb,
             &[],
             &places,
         )
@@ -100,7 +129,7 @@ impl Workers {
 }
 
 /// The namespace and address of each worker, from `--worker-netns`.
-fn netns_places(args: &TpchBenchArgs) -> anyhow::Result<Vec<(String, String)>> {
+fn netns_places(args: &Distribution) -> anyhow::Result<Vec<(String, String)>> {
     let places: Vec<(String, String)> = args
         .worker_netns
         .iter()
@@ -126,7 +155,7 @@ fn netns_places(args: &TpchBenchArgs) -> anyhow::Result<Vec<(String, String)>> {
 /// port of its own, until `stop`.
 pub(super) async fn coordinator(
     prepared: &Prepared,
-    args: &TpchBenchArgs,
+    args: &Distribution,
     live: &LiveWorkers,
     secret: &ClusterSecret,
     units: bool,
@@ -253,70 +282,161 @@ pub(super) async fn timed(
     Ok(start.elapsed().as_secs_f64() * 1000.0)
 }
 
+/// A cluster on this machine for a benchmark: its workers, the coordinator over them, and
+/// what watches them, kept while it lives.
+pub(super) struct BenchCluster {
+    pub store: SqlStore,
+    pub secret: ClusterSecret,
+    pub workers: Workers,
+    pub live: LiveWorkers,
+    pub coordinator: SqlEngine,
+    /// Serves the coordinator's work units and runtime filters (stopped when dropped).
+    pub stop_units: CancellationToken,
+    _stop_watching: tokio_util::sync::DropGuard,
+    _stop_units: tokio_util::sync::DropGuard,
+}
+
+impl BenchCluster {
+    pub(super) async fn start(prepared: &Prepared, dist: &Distribution) -> anyhow::Result<Self> {
+        let store = SqlStore::connect(&prepared.catalog_db, StoreOptions::default()).await?;
+        let secret = ClusterSecret::new(store.cluster_secret().await?);
+        // Workers of an earlier run that was killed are not this run's.
+        for worker in store.list_workers().await? {
+            store.remove_worker(worker.id).await?;
+        }
+        let workers = Workers::start(dist, prepared)?;
+        let live = LiveWorkers::default();
+        let stop = CancellationToken::new();
+        let stop_watching = stop.clone().drop_guard();
+        tokio::spawn(floe_server::cluster::watch_workers(
+            Arc::new(store.clone()),
+            live.clone(),
+            stop,
+        ));
+        wait_for(&live, dist.workers, &prepared.dir).await?;
+        let stop_units = CancellationToken::new();
+        let coordinator = coordinator(prepared, dist, &live, &secret, true, &stop_units).await?;
+        Ok(Self {
+            store,
+            secret,
+            workers,
+            live,
+            coordinator,
+            _stop_units: stop_units.clone().drop_guard(),
+            stop_units,
+            _stop_watching: stop_watching,
+        })
+    }
+}
+
 pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
     let prepared = prepare(&args).await?;
-    let options = prepared.options();
-    let store = SqlStore::connect(&prepared.catalog_db, StoreOptions::default()).await?;
-    let secret = ClusterSecret::new(store.cluster_secret().await?);
-    // Workers of an earlier run that was killed are not this run's.
-    for worker in store.list_workers().await? {
-        store.remove_worker(worker.id).await?;
+    let dist = Distribution::of_tpch(&args);
+    let cluster = BenchCluster::start(&prepared, &dist).await?;
+    compare(&prepared, &dist, &cluster.coordinator).await?;
+    if args.iterations == 0 {
+        return Ok(());
     }
-    let _workers = Workers::start(&args, &prepared)?;
-    let live = LiveWorkers::default();
-    let stop = CancellationToken::new();
-    let _stop_watching = stop.clone().drop_guard();
-    tokio::spawn(floe_server::cluster::watch_workers(
-        Arc::new(store.clone()),
-        live.clone(),
-        stop,
-    ));
-    wait_for(&live, args.workers, &prepared.dir).await?;
-    let stop_units = CancellationToken::new();
-    let _stop_units = stop_units.clone().drop_guard();
-    let coordinator = coordinator(&prepared, &args, &live, &secret, true, &stop_units).await?;
+    if args.slow_worker {
+        let stolen_before = floe_sql::distributed::stats()
+            .stolen_units
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let fixed = self::coordinator(
+            &prepared,
+            &dist,
+            &cluster.live,
+            &cluster.secret,
+            false,
+            &cluster.stop_units,
+        )
+        .await?;
+        super::tpch_steal::slowed(
+            &args,
+            &prepared,
+            &cluster.workers,
+            &cluster.coordinator,
+            &fixed,
+            stolen_before,
+        )
+        .await?;
+    }
+    if args.worker_cache_mb > 0 {
+        let BenchCluster {
+            store,
+            secret,
+            workers,
+            live,
+            coordinator,
+            _stop_units,
+            _stop_watching,
+            ..
+        } = cluster;
+        drop(workers);
+        super::tpch_cache::hit_rates(&args, &prepared, &store, &secret, &live).await?;
+        drop((coordinator, _stop_units, _stop_watching));
+    }
+    Ok(())
+}
 
+/// Every query of `prepared` alone and over `coordinator`'s workers: answers compared row by
+/// row, and (with timed runs) the times side by side with the bytes moved between stages.
+/// Fails after the table when any answer differs or fails.
+pub(super) async fn compare(
+    prepared: &Prepared,
+    dist: &Distribution,
+    coordinator: &SqlEngine,
+) -> anyhow::Result<()> {
+    let options = prepared.options();
     println!(
-        "floe bench tpch --workers {}: scale factor {}, {} iteration(s) after a warm-up, best \
+        "floe bench {} --workers {}: scale factor {}, {} iteration(s) after a warm-up, best \
          time in ms; scan tasks of about {} bytes",
-        args.workers, args.sf, args.iterations, args.task_bytes
+        dist.suite, dist.workers, dist.sf, dist.iterations, dist.task_bytes
     );
     let mut identical = 0;
     let mut distributed_queries = 0;
+    let mut wrong: Vec<String> = Vec::new();
     let mut times: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     let mut moved: BTreeMap<usize, f64> = BTreeMap::new();
     for (q, sql) in &prepared.queries {
         // Stages apart from the coordinator's (none: it runs on the coordinator alone).
-        let stages = plan_text(&coordinator, &prepared, &options, &format!("EXPLAIN {sql}"))
-            .await?
-            .matches("── tasks=")
-            .count();
+        let stages =
+            match plan_text(coordinator, prepared, &options, &format!("EXPLAIN {sql}")).await {
+                Ok(plan) => plan.matches("── tasks=").count(),
+                Err(e) => {
+                    wrong.push(format!("Q{q}: EXPLAIN fails distributed: {e:#}"));
+                    continue;
+                }
+            };
         if stages > 0 {
             distributed_queries += 1;
         }
-        let alone = answer(&prepared.engine, &prepared, &options, sql)
+        let alone = answer(&prepared.engine, prepared, &options, sql)
             .await
             .with_context(|| format!("Q{q} alone"))?;
-        let distributed = answer(&coordinator, &prepared, &options, sql)
-            .await
-            .with_context(|| format!("Q{q} distributed"))?;
-        same_answer(&distributed, &alone, "Floe alone")
-            .with_context(|| format!("Q{q}: the distributed answer differs"))?;
+        let checked = match answer(coordinator, prepared, &options, sql).await {
+            Ok(distributed) => same_answer(&distributed, &alone, "Floe alone"),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
+            eprintln!("Q{q}: distributed: {e:#}");
+            wrong.push(format!("Q{q}: {e:#}"));
+            continue;
+        }
         identical += 1;
-        if args.iterations == 0 {
+        if dist.iterations == 0 {
             continue;
         }
         let (mut best_alone, mut best_distributed) = (f64::MAX, f64::MAX);
-        for _ in 0..args.iterations {
-            best_alone = best_alone.min(timed(&prepared.engine, &prepared, &options, sql).await?);
+        for _ in 0..dist.iterations {
+            best_alone = best_alone.min(timed(&prepared.engine, prepared, &options, sql).await?);
             best_distributed =
-                best_distributed.min(timed(&coordinator, &prepared, &options, sql).await?);
+                best_distributed.min(timed(coordinator, prepared, &options, sql).await?);
         }
         // The bytes the run moves between stages: every network boundary's, in its
         // `EXPLAIN ANALYZE`.
         let analyzed = plan_text(
-            &coordinator,
-            &prepared,
+            coordinator,
+            prepared,
             &options,
             &format!("EXPLAIN ANALYZE {sql}"),
         )
@@ -330,15 +450,30 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
          {distributed_queries} of them ran in stages on the workers",
         prepared.queries.len()
     );
-    if times.is_empty() {
-        return Ok(());
+    if !times.is_empty() {
+        print_times(dist, &times, &moved);
     }
+    if !wrong.is_empty() {
+        bail!(
+            "{} distributed answer(s) differ or fail:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
+    }
+    Ok(())
+}
+
+fn print_times(
+    dist: &Distribution,
+    times: &BTreeMap<usize, (f64, f64)>,
+    moved: &BTreeMap<usize, f64>,
+) {
     println!(
         "\n{:>5} {:>10} {:>13} {:>18} {:>14}",
         "query", "alone", "distributed", "distributed/alone", "shuffled MiB"
     );
     let (mut sum_alone, mut sum_distributed, mut log) = (0.0, 0.0, 0.0);
-    for (q, (alone, distributed)) in &times {
+    for (q, (alone, distributed)) in times {
         sum_alone += alone;
         sum_distributed += distributed;
         log += (distributed / alone).ln();
@@ -353,31 +488,11 @@ pub(super) async fn run(args: TpchBenchArgs) -> anyhow::Result<()> {
         "\nsummed: alone {sum_alone:.0} ms, distributed over {} workers {sum_distributed:.0} ms \
          (distributed/alone {:.2}); geometric mean of ratios {:.2}; {:.1} MiB moved between \
          stages",
-        args.workers,
+        dist.workers,
         sum_distributed / sum_alone,
         (log / times.len() as f64).exp(),
         moved.values().sum::<f64>() / (1024.0 * 1024.0)
     );
-    if args.slow_worker {
-        let stolen_before = floe_sql::distributed::stats()
-            .stolen_units
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let fixed = self::coordinator(&prepared, &args, &live, &secret, false, &stop_units).await?;
-        super::tpch_steal::slowed(
-            &args,
-            &prepared,
-            &_workers,
-            &coordinator,
-            &fixed,
-            stolen_before,
-        )
-        .await?;
-    }
-    if args.worker_cache_mb > 0 {
-        drop(_workers);
-        super::tpch_cache::hit_rates(&args, &prepared, &store, &secret, &live).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

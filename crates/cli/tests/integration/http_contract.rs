@@ -794,3 +794,33 @@ async fn server_errors_hide_internals_behind_an_error_id() {
     assert_eq!(api.get(&format!("{NS}/broken/tables/t")).await.status, 404);
     assert_eq!(api.get("/health").await.status, 200);
 }
+
+/// A statement that fails while running, before its first rows, is an error status with a
+/// message in Arrow's form too (it was a 200 whose body broke off, naming nothing).
+#[tokio::test]
+async fn a_statement_failing_before_its_rows_answers_an_error_in_either_form() {
+    let floe = Floe::start("sqlite").await;
+    let api = Api::new(&floe);
+    for statement in [
+        "CREATE SCHEMA s",
+        "CREATE TABLE s.t (v VARCHAR)",
+        "INSERT INTO s.t VALUES ('seven')",
+    ] {
+        let answer = api.post("/api/v1/sql", json!({ "sql": statement })).await;
+        assert_eq!(answer.status, 200, "{statement}: {}", answer.body);
+    }
+    let failing = json!({ "sql": "SELECT CAST(v AS INT) FROM s.t" });
+    let answer = api.post("/api/v1/sql", failing.clone()).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let arrow = api
+        .send(
+            reqwest::Client::new()
+                .post(format!("{}/api/v1/sql", floe.base))
+                .bearer_auth(api.http_token())
+                .header("accept", "application/vnd.apache.arrow.stream")
+                .json(&failing),
+        )
+        .await;
+    assert_eq!(arrow.status, 400, "{:?}", arrow.body);
+    assert!(arrow.message().contains("seven"), "{}", arrow.body);
+}

@@ -64,17 +64,26 @@ pub async fn run(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains(ARROW_STREAM));
+    // A failure before the first batch is the response's status, in either form.
+    let mut stream = result.stream;
+    let first = stream
+        .next()
+        .await
+        .transpose()
+        .map_err(|e| api_error(SqlError::from(e)))?;
+    let batches = futures::stream::iter(first.map(Ok)).chain(stream);
     if wants_arrow {
         let schema = result.schema.clone();
         let mut writer = StreamWriter::try_new(Vec::new(), &schema)
             .map_err(|e| ApiError(CatalogError::internal("arrow stream", e)))?;
         let header_bytes = Bytes::from(std::mem::take(writer.get_mut()));
         // The writer lives in the stream: each batch is encoded and sent as it is produced;
-        // a client that goes away drops the stream and with it the running query.
+        // a client that goes away drops the stream and with it the running query. A failure
+        // after the first batch ends the body early, without the end-of-stream marker (the
+        // format has no error message).
         let body = futures::stream::once(async move { Ok::<_, std::io::Error>(header_bytes) })
             .chain(
-                result
-                    .stream
+                batches
                     .map_err(std::io::Error::other)
                     .map(move |batch| {
                         let batch = batch?;
@@ -95,14 +104,8 @@ pub async fn run(
     }
     // JSON rows are encoded a batch at a time as the client reads them, never gathered:
     // what the server holds is bounded by a batch, whatever the result's size. A failure
-    // before the first batch is the response's status; one after it ends the body with an
-    // `error` member (the rows sent so far precede it), keeping the document valid JSON.
-    let mut stream = result.stream;
-    let first = stream
-        .next()
-        .await
-        .transpose()
-        .map_err(|e| api_error(SqlError::from(e)))?;
+    // after the first batch ends the body with an `error` member (the rows sent so far
+    // precede it), keeping the document valid JSON.
     let columns: Vec<_> = result
         .schema
         .fields()
@@ -113,7 +116,6 @@ pub async fn run(
         "{{\"columns\":{},\"rows\":[",
         serde_json::Value::from(columns)
     );
-    let batches = futures::stream::iter(first.map(Ok)).chain(stream);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],

@@ -399,6 +399,13 @@ impl Cluster {
             .with_distributed_worker_resolver(self.workers.clone())
             .with_distributed_passthrough_headers(headers)?
             .with_distributed_file_scan_config_bytes_per_partition(self.task_bytes)?
+            // A union runs every child in every task, each child's scans taking the task's
+            // share of their files. With children isolated per task, a worker that rebuilds
+            // the union (as its rules and runtime filters do) counts its partitions again
+            // over placeholders that lost theirs on the way (DataFusion's EmptyExec is
+            // encoded without them): the stage then answered too few partitions, or a
+            // broadcast read one twice (TPC-DS Q5's catalog returns counted twice).
+            .with_distributed_children_isolator_unions(false)?
             .with_query_planner(Arc::new(scan::WrapScans))
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_user_codec(FloeCodec)
