@@ -114,6 +114,16 @@ async fn a_joins_filter_reaches_a_scan_in_another_stage() {
         rows <= 100,
         "{rows} rows left the partial aggregation\n{analyzed}"
     );
+    // The scans that wait for it report none of their filters dropped.
+    let dropped: Vec<&str> = analyzed
+        .split("runtime_filters_dropped=")
+        .skip(1)
+        .map(|rest| rest.split([',', ']']).next().unwrap_or_default())
+        .collect();
+    assert!(
+        !dropped.is_empty() && dropped.iter().all(|n| *n == "0"),
+        "{dropped:?}\n{analyzed}"
+    );
 
     // Counted, and the stages' figures added up once the queries finished.
     let deadline = Instant::now() + Duration::from_secs(30);

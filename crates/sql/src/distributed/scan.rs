@@ -236,7 +236,21 @@ impl ExecutionPlan for FloeScanExec {
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
-        self.scan.metrics()
+        let Some((awaited, _)) = &self.awaited else {
+            return self.scan.metrics();
+        };
+        // Filters from other stages that did not arrive as filters are reported, not hidden.
+        let mut metrics = self.scan.metrics().unwrap_or_default();
+        let dropped = datafusion::physical_plan::metrics::Count::new();
+        dropped.add(awaited.dropped());
+        metrics.push(Arc::new(datafusion::physical_plan::metrics::Metric::new(
+            datafusion::physical_plan::metrics::MetricValue::Count {
+                name: "runtime_filters_dropped".into(),
+                count: dropped,
+            },
+            None,
+        )));
+        Some(metrics)
     }
 
     /// A stealing task's partitions read what they are handed: only the whole is known.

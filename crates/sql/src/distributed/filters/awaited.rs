@@ -40,6 +40,8 @@ pub(crate) struct Awaited {
 pub(crate) struct Settled {
     ids: Mutex<HashSet<u64>>,
     changed: tokio::sync::Notify,
+    /// Filters that came as none (they could not travel) or could not be applied.
+    dropped: std::sync::atomic::AtomicUsize,
 }
 
 impl Settled {
@@ -83,6 +85,14 @@ impl Awaited {
             settled: Arc::default(),
             taking: OnceLock::new(),
         }
+    }
+
+    /// How many of the task's filters from other stages came as none or could not be
+    /// applied (its scans read without them): `runtime_filters_dropped` in `EXPLAIN ANALYZE`.
+    pub(crate) fn dropped(&self) -> usize {
+        self.settled
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether filter `id` is taken from another stage.
@@ -137,13 +147,26 @@ async fn take(
             let Some(root) = roots.get(&node.filter) else {
                 continue;
             };
-            match decoded(&node).and_then(|expr| over_children_of(root, expr)) {
-                Ok(expr) => {
-                    if let Err(e) = root.update(expr) {
-                        tracing::warn!(error = %e, "apply a runtime filter from another stage");
+            let drop_one = || {
+                settled
+                    .dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            };
+            if node.expr == super::publish::keeps_everything() {
+                drop_one();
+            } else {
+                match decoded(&node).and_then(|expr| over_children_of(root, expr)) {
+                    Ok(expr) => {
+                        if let Err(e) = root.update(expr) {
+                            drop_one();
+                            tracing::warn!(error = %e, "apply a runtime filter from another stage");
+                        }
+                    }
+                    Err(e) => {
+                        drop_one();
+                        tracing::warn!(error = %e, "decode a runtime filter from another stage");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "decode a runtime filter from another stage"),
             }
             root.mark_complete();
             left.retain(|id| *id != node.filter);

@@ -133,12 +133,16 @@ impl Board {
             return false;
         }
         state.bytes += size;
+        // One that could not travel is published (its scans stop waiting) but not counted.
+        let filters = node.expr != super::publish::keeps_everything();
         state.published.insert(node.filter, node);
         drop(state);
         self.changed.send_modify(|v| *v += 1);
-        super::super::stats()
-            .runtime_filters
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if filters {
+            super::super::stats()
+                .runtime_filters
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         true
     }
 

@@ -48,6 +48,16 @@ impl PublishFilterExec {
 /// `filter` as the board carries it: its expression over `probe` (the join's probe side).
 /// A filter that cannot be written, or is too large to carry, travels as `true`, so the
 /// scans waiting for it read on.
+/// The encoding of a filter that keeps every row: what is published in place of one that
+/// does not encode or is too large to travel (its scans then read without it, as they would
+/// with none, and report it dropped).
+pub(super) fn keeps_everything() -> Vec<u8> {
+    let always: Arc<dyn PhysicalExpr> = lit(true);
+    serialize_physical_expr(&always, &DefaultPhysicalExtensionCodec {})
+        .map(|node| node.encode_to_vec())
+        .unwrap_or_default()
+}
+
 fn encoded(id: u64, filter: &DynamicFilterPhysicalExpr, probe: &SchemaRef) -> FilterNode {
     let codec = DefaultPhysicalExtensionCodec {};
     let schema = datafusion_proto::protobuf::Schema::try_from(probe.as_ref())
@@ -60,10 +70,11 @@ fn encoded(id: u64, filter: &DynamicFilterPhysicalExpr, probe: &SchemaRef) -> Fi
         .ok()
         .filter(|bytes| bytes.len() + schema.len() <= MOST_FILTER_BYTES);
     let expr = expr.unwrap_or_else(|| {
-        let always: Arc<dyn PhysicalExpr> = lit(true);
-        serialize_physical_expr(&always, &codec)
-            .map(|node| node.encode_to_vec())
-            .unwrap_or_default()
+        tracing::debug!(
+            filter = id,
+            "a runtime filter that cannot travel is published as none"
+        );
+        keeps_everything()
     });
     FilterNode {
         filter: id,
