@@ -56,29 +56,31 @@ impl SqlEngine {
                 let next = deadline.run(std::panic::AssertUnwindSafe(stream.next()).catch_unwind());
                 // A distributed attempt is watched while it runs: a worker that stops without
                 // failing ends it.
-                let step = match reruns.relaunch.as_mut() {
-                    Some(relaunch) => tokio::select! {
-                        biased;
-                        next = next => Step::Polled(next),
-                        lost = relaunch.stalled() => Step::Stalled(lost),
-                    },
-                    None => Step::Polled(next.await),
-                };
-                let polled = match step {
-                    Step::Polled(polled) => polled,
-                    Step::Stalled(lost) => {
-                        let Some(relaunch) = reruns.relaunch.as_mut() else {
-                            unreachable!("only a distributed attempt is watched")
+                let polled = match reruns.relaunch.as_mut() {
+                    None => next.await,
+                    Some(relaunch) => {
+                        let step = tokio::select! {
+                            biased;
+                            next = next => Step::Polled(next),
+                            lost = relaunch.stalled() => Step::Stalled(lost),
                         };
-                        if answered {
-                            break Some(relaunch.stalled_after_answering(lost));
-                        }
-                        // The stalled attempt's tasks stop before the next starts.
-                        match restart(&mut stream, &plain, &deadline, relaunch.after_stall(lost))
+                        match step {
+                            Step::Polled(polled) => polled,
+                            Step::Stalled(lost) if answered => {
+                                break Some(relaunch.stalled_after_answering(lost));
+                            }
+                            // The stalled attempt's tasks stop before the next starts.
+                            Step::Stalled(lost) => match restart(
+                                &mut stream,
+                                &plain,
+                                &deadline,
+                                relaunch.after_stall(lost),
+                            )
                             .await
-                        {
-                            Ok(()) => continue,
-                            Err(e) => break Some(e),
+                            {
+                                Ok(()) => continue,
+                                Err(e) => break Some(e),
+                            },
                         }
                     }
                 };
