@@ -341,7 +341,7 @@ pub async fn take(
     let inflated;
     let body = if gzip {
         inflated =
-            otlp::gunzip(body, state.decode.budget(body.len())).map_err(Failure::of_refusal)?;
+            otlp::gunzip(body, state.decode.inflation(body.len())).map_err(Failure::of_refusal)?;
         &inflated[..]
     } else {
         body

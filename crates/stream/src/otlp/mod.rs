@@ -492,4 +492,76 @@ mod tests {
         }
         assert!(matches!(gunzip(&bomb, 1 << 20), Err(Refusal::TooLarge(_))));
     }
+
+    /// What an OpenTelemetry Collector sends at its defaults: a batch of thousands of log
+    /// records repeating their attributes, gzipped (it compressed 70-fold in a real
+    /// Collector's request, past the 64 times a body may decode to, and was refused with a
+    /// 413 the Collector does not retry). It inflates and decodes within the default limits.
+    #[test]
+    fn a_collectors_default_batch_fits_the_default_limits() {
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        let text = |s: String| AnyValue {
+            value: Some(any_value::Value::StringValue(s)),
+        };
+        let attributes: Vec<KeyValue> = (0..10)
+            .map(|k| KeyValue {
+                key: format!("http.attribute.{k}"),
+                value: Some(text(format!("value-{k}-{}", "x".repeat(20)))),
+                ..Default::default()
+            })
+            .collect();
+        let records = (0..8_192)
+            .map(|i| LogRecord {
+                time_unix_nano: 1,
+                body: Some(text(format!(
+                    "event {i} {}",
+                    "request handled in time ".repeat(8)
+                ))),
+                attributes: attributes.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let request = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: records,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let raw = request.encode_to_vec();
+        let mut body = Vec::new();
+        {
+            use std::io::Write;
+            let mut gz = flate2::write::GzEncoder::new(&mut body, flate2::Compression::default());
+            gz.write_all(&raw).unwrap();
+            gz.finish().unwrap();
+        }
+        assert!(
+            raw.len() > 64 * body.len(),
+            "{} from {}",
+            raw.len(),
+            body.len()
+        );
+        let limits = crate::decode::ipc::DecodeLimits::default();
+        let inflated = gunzip(&body, limits.inflation(body.len())).unwrap();
+        let decoded = decode(
+            Signal::Logs,
+            Encoding::Protobuf,
+            &inflated,
+            limits.budget(inflated.len()),
+        );
+        assert!(matches!(decoded, Ok(Request::Logs(_))));
+        // A bomb is still refused: past the floor, and past the decode memory's cap.
+        let limits = crate::decode::ipc::DecodeLimits {
+            max_bytes: 1 << 20,
+            ..Default::default()
+        };
+        assert!(matches!(
+            gunzip(&body, limits.inflation(body.len())),
+            Err(Refusal::TooLarge(_))
+        ));
+    }
 }

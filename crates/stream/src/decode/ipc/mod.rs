@@ -63,6 +63,13 @@ pub struct DecodeLimits {
 /// A request of any size may decode to this much (within `max_bytes`).
 const BUDGET_FLOOR: usize = 1 << 20;
 
+/// A compressed body of any size may inflate to this much (within `max_bytes`). The largest
+/// batch a sender makes by default — an OpenTelemetry Collector's 8,192 records of a few KiB —
+/// compresses far more than `body_multiple` times when its records repeat their attributes
+/// (a real Collector's 4,000 log records of ten attributes, gzipped to 29 KB, inflate to
+/// 2 MB: 70 times), and a refusal of it is a 413 the Collector does not retry.
+const INFLATE_FLOOR: usize = 32 << 20;
+
 impl Default for DecodeLimits {
     fn default() -> Self {
         Self {
@@ -79,6 +86,18 @@ impl DecodeLimits {
         input_len
             .saturating_mul(self.body_multiple)
             .max(BUDGET_FLOOR)
+            .min(self.max_bytes)
+    }
+}
+
+impl DecodeLimits {
+    /// What a compressed body of `compressed_len` bytes may inflate to: `body_multiple`
+    /// times its size (at least 32 MiB), at most `max_bytes`. What it inflates to is then
+    /// decoded within [`DecodeLimits::budget`] of its inflated size.
+    pub fn inflation(&self, compressed_len: usize) -> usize {
+        compressed_len
+            .saturating_mul(self.body_multiple)
+            .max(INFLATE_FLOOR)
             .min(self.max_bytes)
     }
 }
