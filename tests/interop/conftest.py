@@ -135,6 +135,21 @@ def _launch(tmp_path: Path, env, data_dir: Path, port: int, pg_port: int, flight
         time.sleep(0.05)
 
 
+def _env(database: str | None):
+    """The environment Floe runs in: the test's root credentials, and its catalog database
+    (the data directory's SQLite one without `database`)."""
+    env = dict(
+        os.environ,
+        FLOE_LOG=os.environ.get("FLOE_LOG", "warn"),
+        FLOE_ROOT_CLIENT_ID=ROOT_ID,
+        FLOE_ROOT_CLIENT_SECRET=ROOT_SECRET,
+    )
+    env.pop("FLOE_CATALOG_DB", None)
+    if database:
+        env["FLOE_CATALOG_DB"] = database
+    return env
+
+
 def start_floe(
     tmp_path: Path,
     backend: str = "sqlite",
@@ -155,16 +170,9 @@ def start_floe(
             pytest.fail("FLOE_TEST_S3_ENDPOINT must be set in CI")
         pytest.skip("no S3-compatible server (FLOE_TEST_S3_ENDPOINT)")
     data_dir = tmp_path / "floe-data"
-    env = dict(
-        os.environ,
-        FLOE_LOG=os.environ.get("FLOE_LOG", "warn"),
-        FLOE_ROOT_CLIENT_ID=ROOT_ID,
-        FLOE_ROOT_CLIENT_SECRET=ROOT_SECRET,
-    )
-    env.pop("FLOE_CATALOG_DB", None)
     if backend == "postgres":
         database = database or _fresh_postgres_database()
-        env["FLOE_CATALOG_DB"] = database
+    env = _env(database if backend == "postgres" else None)
     # Free ports are picked here and bound by Floe a moment later; another process can take one
     # in between. Floe then exits saying so, and the start is retried with fresh ports.
     for attempt in range(5):
@@ -205,6 +213,19 @@ def stop_floe(floe: Floe) -> None:
         floe.process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         floe.process.kill()
+
+
+def restart_floe(floe: Floe, tmp_path: Path, pause: float = 2.0) -> None:
+    """`floe` stopped (SIGTERM), and after `pause` seconds started again on the same data
+    directory, catalog database and ports, as an operator restarts a server its clients know."""
+    stop_floe(floe)
+    time.sleep(pause)
+    port = int(floe.base.rsplit(":", 1)[1])
+    process, _ = _launch(tmp_path, _env(floe.database), floe.data_dir, port, floe.pg_port,
+                         floe.flight_port, floe.otlp_grpc_port, ())
+    if process is None:
+        raise RuntimeError(f"floe did not start again: {(tmp_path / 'floe.log').read_text()}")
+    floe.process = process
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ Collector accepted lands in Floe exactly once."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -17,24 +16,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT_ID, ROOT_SECRET
+from conftest import _free_port, restart_floe
+from test_otlp import rows
 
 COLLECTOR = os.environ.get("FLOE_OTELCOL") or str(Path.home() / ".cache/floe-bin/otelcol-floe")
 SERVICE = "collector-test"
 ROUNDS, PER_ROUND = 40, 50
 BURST = 20_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rows(floe, statement: str):
-    answer = floe.api("POST", "/api/v1/sql", json={"sql": statement, "warehouse": floe.warehouse})
-    assert answer.status_code == 200, answer.text
-    return answer.json()["rows"]
 
 
 def resource():
@@ -99,29 +87,13 @@ def gauges(ids: list[int]) -> bytes:
     ).SerializeToString()
 
 
-def restart(floe, tmp_path: Path) -> None:
-    """Floe stopped (SIGTERM) and started again on the same data directory and ports."""
-    from conftest import _launch, stop_floe
-
-    stop_floe(floe)
-    time.sleep(2)
-    env = dict(os.environ, FLOE_LOG=os.environ.get("FLOE_LOG", "warn"),
-               FLOE_ROOT_CLIENT_ID=ROOT_ID, FLOE_ROOT_CLIENT_SECRET=ROOT_SECRET)
-    env.pop("FLOE_CATALOG_DB", None)
-    port = int(floe.base.rsplit(":", 1)[1])
-    process, _ = _launch(tmp_path, env, floe.data_dir, port, floe.pg_port, floe.flight_port,
-                         floe.otlp_grpc_port, ())
-    assert process is not None, (tmp_path / "floe.log").read_text()
-    floe.process = process
-
-
 @pytest.fixture
 def collector(floe, tmp_path: Path):
     if not os.path.exists(COLLECTOR):
         if os.environ.get("CI"):
             pytest.fail("CI runs scripts/setup-otelcol.sh, which builds the Collector")
         pytest.skip("no OpenTelemetry Collector (scripts/setup-otelcol.sh)")
-    port = free_port()
+    port = _free_port()
     token = floe.token()
     config = tmp_path / "collector.yaml"
     # What a user writes first: where to send and the credentials; batching, the sending queue
@@ -209,7 +181,7 @@ def test_a_collector_at_its_defaults_delivers_every_record_once_through_a_restar
     producer.start()
     time.sleep(1.5)
     # Mid-stream, Floe goes away for a while and comes back: the Collector queues and retries.
-    restart(floe, tmp_path)
+    restart_floe(floe, tmp_path)
     producer.join()
     total = ROUNDS * PER_ROUND
     assert sent == {"logs": total, "traces": total, "metrics": total}

@@ -727,8 +727,10 @@ impl SqlEngine {
             .config()
             .get_extension::<crate::distributed::PlannedStages>();
         let stages = planned.as_ref().and_then(|slot| slot.take());
-        // A query too small to cut runs here alone: no worker of it to lose.
-        let relaunch = relaunch.filter(|_| stages.is_some());
+        // A query too small to cut runs here alone: no worker of it to lose or to watch.
+        let relaunch = relaunch
+            .filter(|_| stages.is_some())
+            .map(crate::distributed::Relaunch::watched);
         Ok(QueryResult {
             schema: schema.clone(),
             stream: self.drive(

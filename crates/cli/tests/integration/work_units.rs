@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use floe_catalog::cluster::ClusterStore;
 
 use crate::distributed::{
-    TOTALS, Worker, channel_with_secret, check_answers, explain, sql, wait_live,
+    TOTALS, Worker, channel_with_secret, check_answers, counter, explain, sql, wait_live,
 };
 use crate::harness::{Api, Floe, free_port};
 
@@ -61,15 +61,6 @@ impl Drop for Throttle {
             let _ = thread.join();
         }
     }
-}
-
-fn counter(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -12,7 +12,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion_distributed::DistributedExt;
 use url::Url;
 
-use super::watchdog::{Watchdog, answers};
+use super::watchdog::{Watchdog, replies};
 use super::{Cluster, LiveWorkers};
 
 /// Runs again a query may get after losing workers.
@@ -34,16 +34,21 @@ pub(crate) struct Relaunch {
 impl Relaunch {
     pub(crate) fn new(cluster: Cluster, state: SessionState, plan: LogicalPlan) -> Self {
         let workers = cluster.workers.get();
-        let watchdog = cluster.watch(&workers);
         Self {
             cluster,
             state,
             plan,
             workers,
-            watchdog,
+            watchdog: None,
             lost: Vec::new(),
             left: RELAUNCHES,
         }
+    }
+
+    /// Once the query is known to run in stages on its workers: watched while it runs.
+    pub(crate) fn watched(mut self) -> Self {
+        self.watchdog = self.cluster.watch(&self.workers);
+        self
     }
 
     /// The running attempt's workers found lost while it runs (left the live list, or no
@@ -62,9 +67,7 @@ impl Relaunch {
         &mut self,
         error: DataFusionError,
     ) -> Result<SendableRecordBatchStream> {
-        let probes = &self.cluster.probes;
-        let replies =
-            futures::future::join_all(self.workers.iter().map(|url| answers(probes, url))).await;
+        let replies = replies(&self.cluster.probes, &self.workers).await;
         let lost: Vec<Url> = self
             .workers
             .iter()

@@ -34,13 +34,18 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether the worker at `url` answers a probe on `probes` within [`PROBE_TIMEOUT`].
-pub(super) async fn answers(probes: &SecretChannels, url: &Url) -> bool {
+async fn answers(probes: &SecretChannels, url: &Url) -> bool {
     let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
         let mut client = probes.get_worker_client_for_url(url).await?;
         client.get_worker_info(GetWorkerInfoRequest {}).await
     })
     .await;
     matches!(answered, Ok(Ok(_)))
+}
+
+/// Whether each of `workers` answers a probe on `probes`, probed together.
+pub(super) async fn replies(probes: &SecretChannels, workers: &[Url]) -> Vec<bool> {
+    futures::future::join_all(workers.iter().map(|url| answers(probes, url))).await
 }
 
 /// Watches one attempt's workers until it is dropped.
@@ -101,8 +106,7 @@ async fn watch_until_lost(
     looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         looks.tick().await;
-        let replies =
-            futures::future::join_all(workers.iter().map(|url| answers(probes, url))).await;
+        let replies = replies(probes, workers).await;
         let now = Instant::now();
         for (url, replied) in workers.iter().zip(replies) {
             if replied {

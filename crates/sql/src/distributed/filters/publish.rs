@@ -51,11 +51,14 @@ impl PublishFilterExec {
 /// The encoding of a filter that keeps every row: what is published in place of one that
 /// does not encode or is too large to travel (its scans then read without it, as they would
 /// with none, and report it dropped).
-pub(super) fn keeps_everything() -> Vec<u8> {
-    let always: Arc<dyn PhysicalExpr> = lit(true);
-    serialize_physical_expr(&always, &DefaultPhysicalExtensionCodec {})
-        .map(|node| node.encode_to_vec())
-        .unwrap_or_default()
+pub(super) fn keeps_everything() -> &'static [u8] {
+    static ENCODED: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+        let always: Arc<dyn PhysicalExpr> = lit(true);
+        serialize_physical_expr(&always, &DefaultPhysicalExtensionCodec {})
+            .map(|node| node.encode_to_vec())
+            .unwrap_or_default()
+    });
+    &ENCODED
 }
 
 fn encoded(id: u64, filter: &DynamicFilterPhysicalExpr, probe: &SchemaRef) -> FilterNode {
@@ -74,7 +77,7 @@ fn encoded(id: u64, filter: &DynamicFilterPhysicalExpr, probe: &SchemaRef) -> Fi
             filter = id,
             "a runtime filter that cannot travel is published as none"
         );
-        keeps_everything()
+        keeps_everything().to_vec()
     });
     FilterNode {
         filter: id,
