@@ -31,6 +31,7 @@ pub mod otlp_grpc;
 pub mod pg;
 pub mod pipelines;
 pub mod registry;
+pub mod remote_write;
 pub mod rest;
 pub mod tenants;
 pub mod tls;
@@ -88,7 +89,7 @@ pub struct AppState {
     /// Requests finishing on tasks of their own after their clients hung up ([`detach`]).
     pub detached: detach::Detached,
     /// The metric metadata tenants' Prometheus servers sent, for the samples sent apart.
-    pub remote_write_metadata: Arc<floe_stream::remote_write::MetadataMemory>,
+    pub remote_write_metadata: Arc<floe_stream::remote_write::v1::MetadataMemory>,
 }
 
 impl AppState {
@@ -219,7 +220,7 @@ fn otlp_router(state: AppState) -> Router<AppState> {
         )
         .route(
             "/prometheus/{warehouse}/api/v1/write",
-            axum::routing::post(otlp::remote_write),
+            axum::routing::post(remote_write::remote_write),
         )
         .route_layer(axum::middleware::from_fn_with_state(
             state,

@@ -9,9 +9,8 @@
 //!   counting records refused one by one; an error is a `google.rpc.Status` in the request's
 //!   encoding (400 malformed, 401, 403, 404 unknown tenant, 413, 415, and 503 with
 //!   `Retry-After` when trying again helps).
-//! - `POST /prometheus/{warehouse}/api/v1/write` — remote write 1.0 (snappy block format,
-//!   `application/x-protobuf`): 204 once the samples are durable, 400 with a text body for a
-//!   request Prometheus should drop, 5xx with `Retry-After` for one it should send again.
+//! - `POST /prometheus/{warehouse}/api/v1/write` — remote write 1.0 and 2.0, in
+//!   [`crate::remote_write`].
 //!
 //! Every request is authenticated (a bearer token, or Basic credentials as Prometheus sends
 //! them), the caller needs `write-data` on the tables it writes (and `create-table` /
@@ -261,7 +260,7 @@ fn encoding(headers: &HeaderMap) -> Option<Encoding> {
 }
 
 /// The body, at most `limit` bytes.
-async fn read_body(
+pub(crate) async fn read_body(
     body: axum::body::Body,
     headers: &HeaderMap,
     limit: usize,
@@ -272,7 +271,7 @@ async fn read_body(
 }
 
 /// `Content-Encoding`, lowercased (`identity` when absent).
-fn content_encoding(headers: &HeaderMap) -> String {
+pub(crate) fn content_encoding(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -280,7 +279,11 @@ fn content_encoding(headers: &HeaderMap) -> String {
 }
 
 /// Checks that `tenant` is a warehouse `caller` can see (404 naming it otherwise).
-async fn tenant_of(state: &AppState, caller: &Caller, tenant: &str) -> Result<(), Failure> {
+pub(crate) async fn tenant_of(
+    state: &AppState,
+    caller: &Caller,
+    tenant: &str,
+) -> Result<(), Failure> {
     match state.catalog.visible_warehouse(caller, tenant).await {
         Ok(_) => Ok(()),
         Err(e) if e.code() == ErrorCode::NotFound => Err(Failure::new(
@@ -293,7 +296,7 @@ async fn tenant_of(state: &AppState, caller: &Caller, tenant: &str) -> Result<()
 
 /// Checks that `caller` may write `signal`'s table of `tenant` (creating it on first write,
 /// with `create-table`).
-async fn may_write(
+pub(crate) async fn may_write(
     state: &AppState,
     caller: &Caller,
     tenant: &str,
@@ -510,87 +513,5 @@ async fn export(
             }
         }
         Err(failure) => failure.response(encoding),
-    }
-}
-
-/// `POST /prometheus/{warehouse}/api/v1/write`.
-pub async fn remote_write(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    UrlPath(tenant): UrlPath<String>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
-    let refuse = |failure: Failure| -> Response {
-        let mut response = (failure.status, failure.message.clone()).into_response();
-        if let Some(seconds) = failure.retry_after_seconds() {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
-        response
-    };
-    let media = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if !media.starts_with("application/x-protobuf") || media.contains("io.prometheus.write.v2") {
-        return refuse(Failure::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "send remote write 1.0: application/x-protobuf (prometheus.WriteRequest)",
-        ));
-    }
-    if content_encoding(&headers) != "snappy" {
-        return refuse(Failure::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "remote write bodies are snappy-compressed (Content-Encoding: snappy)",
-        ));
-    }
-    let Some(log) = state.ingest.clone() else {
-        return refuse(Failure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ingestion is not enabled on this server",
-        ));
-    };
-    let taken = async {
-        let body = read_body(body, &headers, log.config.max_body_bytes).await?;
-        tenant_of(&state, &caller, &tenant).await?;
-        may_write(&state, &caller, &tenant, Signal::Metrics).await?;
-        let admitted = admit(
-            &log,
-            state.catalog.tenants().get(&tenant),
-            body.len() as u64,
-        )
-        .map_err(Failure::of_refused)?;
-        let request =
-            floe_stream::remote_write::decode(&body, &state.decode).map_err(Failure::of_refusal)?;
-        let now = otlp::now_micros();
-        let known = state.remote_write_metadata.families(&tenant, &request);
-        let converted = floe_stream::remote_write::convert(&request, &known);
-        drop(request);
-        let records = converted.batch.num_rows() + converted.rejected.len();
-        admitted
-            .records(records as u64)
-            .map_err(Failure::of_refused)?;
-        let converted = otlp::screen::screen(converted, admitted.tenant(), now);
-        let taken = otlp::ingest(
-            &log,
-            &state.catalog,
-            &caller,
-            &tenant,
-            Signal::Metrics,
-            converted,
-            now,
-        )
-        .await
-        .map_err(|e| Failure::of_ingest(e, &tenant))?;
-        admitted.taken(taken.accepted as u64);
-        Ok(taken)
-    }
-    .await;
-    match taken {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(failure) => refuse(failure),
     }
 }

@@ -20,6 +20,7 @@ pub const NAMESPACE: &str = "otel";
 pub const LOGS: &str = "logs";
 pub const SPANS: &str = "spans";
 pub const METRICS: &str = "metrics";
+pub const EXEMPLARS: &str = "exemplars";
 pub const DEAD_LETTERS: &str = "dead_letters";
 
 pub fn time() -> DataType {
@@ -173,6 +174,21 @@ pub fn metrics_schema() -> Arc<Schema> {
     Arc::new(Schema::new(fields))
 }
 
+/// Exemplars (from Prometheus remote write): a sample seen on a series, with the trace it
+/// was seen in.
+pub fn exemplars_schema() -> Arc<Schema> {
+    let mut fields = common("time");
+    fields.extend([
+        Field::new("metric_name", DataType::Utf8, false),
+        Field::new("attributes", text_map(), true),
+        Field::new("value", DataType::Float64, true),
+        text("trace_id"),
+        text("span_id"),
+        Field::new("exemplar_attributes", text_map(), true),
+    ]);
+    Arc::new(Schema::new(fields))
+}
+
 pub fn dead_letters_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new("received_at", time(), false),
@@ -216,6 +232,7 @@ pub fn layout(name: &str) -> Layout {
         LOGS => by_day_and_service(logs_schema(), "time", &["trace_id", "span_id"]),
         SPANS => by_day_and_service(spans_schema(), "time", &["trace_id", "span_id"]),
         METRICS => by_day_and_service(metrics_schema(), "time", &["metric_name"]),
+        EXEMPLARS => by_day_and_service(exemplars_schema(), "time", &["trace_id"]),
         _ => Layout {
             schema: dead_letters_schema(),
             partition: vec![("received_at".to_string(), Transform::Day)],

@@ -311,7 +311,7 @@ pub async fn ingest(
 }
 
 /// `batch` (rows of `name`'s layout) appended to the log of table `otel.<name>`.
-async fn append(
+pub async fn append(
     log: &Arc<Ingest>,
     catalog: &CatalogService,
     caller: &Caller,

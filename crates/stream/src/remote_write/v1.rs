@@ -1,26 +1,12 @@
-//! Prometheus remote write 1.0 into Iceberg: a snappy-compressed (block format) protobuf
-//! `WriteRequest` decoded within the request's budget, each sample a row of the tenant's
-//! `otel.metrics` — the metric's name from `__name__`, its other labels as attributes, its
-//! `job` as the service.
-//!
-//! Each series is typed by its metric family's metadata: a counter, and the `_bucket`,
-//! `_sum` and `_count` series of a histogram or summary, are monotonic cumulative sums;
-//! everything else is a gauge. Prometheus sends metadata in requests of their own (every
-//! minute, apart from the samples), so what a tenant's requests said of each family is kept
-//! ([`MetadataMemory`]) for the requests after; a family no metadata has named yet is typed
-//! by the names Prometheus gives counters (`_total`, and `_bucket` with an `le` label).
-//! Native histograms are not taken (Prometheus sends them only when told to): such a request
-//! is refused.
+//! Remote write 1.0: `prometheus.WriteRequest`, series with labels of their own, and the
+//! metric metadata Prometheus sends in requests apart (every minute), remembered per tenant
+//! ([`MetadataMemory`]) for the samples that come without it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-
-use crate::decode::ipc::DecodeLimits;
-use crate::otlp::metrics::{MetricRows, Point, Values};
-use crate::otlp::values::UNKNOWN_SERVICE;
-use crate::otlp::{Converted, Refusal, Rejected, bounds};
+use super::native::Histogram;
+use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, counter_by_name, monotonic};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WriteRequest {
@@ -38,9 +24,9 @@ pub struct TimeSeries {
     pub samples: Vec<Sample>,
     #[prost(message, repeated, tag = "3")]
     pub exemplars: Vec<Exemplar>,
-    /// Native histograms: only their presence is read.
-    #[prost(bytes = "vec", repeated, tag = "4")]
-    pub histograms: Vec<Vec<u8>>,
+    /// Native histograms, as 2.0 carries them (the same fields).
+    #[prost(message, repeated, tag = "4")]
+    pub histograms: Vec<Histogram>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -83,10 +69,6 @@ pub struct MetricMetadata {
     #[prost(string, tag = "5")]
     pub unit: String,
 }
-
-const COUNTER: i32 = 1;
-const HISTOGRAM: i32 = 3;
-const SUMMARY: i32 = 5;
 
 /// Families remembered for all tenants together; past this, new ones are typed by name.
 const MOST_FAMILIES: usize = 200_000;
@@ -175,146 +157,81 @@ fn family_names(name: &str) -> impl Iterator<Item = &str> {
     std::iter::once(name).chain(stripped)
 }
 
-/// Whether a series is a monotonic cumulative sum, and its family's metadata if known.
-fn typed<'a>(
-    name: &str,
-    series: &TimeSeries,
+/// The family a series named `name` belongs to, if metadata named it: itself, or the family
+/// whose counter, histogram or summary part it is.
+fn family<'a>(name: &str, known: &'a HashMap<String, Family>) -> Option<&'a Family> {
+    family_names(name).find_map(|f| known.get(f))
+}
+
+/// The request's series in the form both versions share, typed by `known` (from
+/// [`MetadataMemory::families`]).
+pub fn series<'a>(
+    request: &'a WriteRequest,
     known: &'a HashMap<String, Family>,
-) -> (bool, Option<&'a Family>) {
-    if let Some(family) = known.get(name) {
-        return (family.kind == COUNTER, Some(family));
-    }
-    for (suffix, kinds) in [
-        ("_total", &[COUNTER][..]),
-        ("_bucket", &[HISTOGRAM][..]),
-        ("_sum", &[HISTOGRAM, SUMMARY][..]),
-        ("_count", &[HISTOGRAM, SUMMARY][..]),
-    ] {
-        if let Some(family) = name.strip_suffix(suffix).and_then(|f| known.get(f)) {
-            return (kinds.contains(&family.kind), Some(family));
-        }
-    }
-    let by_name = name.ends_with("_total")
-        || (name.ends_with("_bucket") && series.labels.iter().any(|l| l.name == "le"));
-    (by_name, None)
-}
-
-/// A snappy-compressed `body` decoded within `limits`: the body inflated at most to
-/// `limits.max_bytes`, then decoded within the budget of its inflated size (as an OTLP body
-/// after gzip is), so that what Prometheus sends by default — 500 to 2,000 samples a request,
-/// compressed about tenfold — always fits.
-pub fn decode(body: &[u8], limits: &DecodeLimits) -> Result<WriteRequest, Refusal> {
-    let length = snap::raw::decompress_len(body)
-        .map_err(|e| Refusal::Malformed(format!("the body is not snappy-compressed: {e}")))?;
-    if length > limits.max_bytes {
-        return Err(Refusal::TooLarge(format!(
-            "the body inflates to {length} bytes, more than the {} a request may decode \
-             (--decode-memory-mb)",
-            limits.max_bytes
-        )));
-    }
-    let budget = limits.budget(length);
-    let raw = snap::raw::Decoder::new()
-        .decompress_vec(body)
-        .map_err(|e| Refusal::Malformed(format!("the body is not snappy-compressed: {e}")))?;
-    let cost = bounds::protobuf_cost(&raw).ok_or_else(|| {
-        Refusal::Malformed("the body is not a protobuf remote-write request".into())
-    })?;
-    if cost > budget {
-        return Err(Refusal::TooLarge(format!(
-            "the request would take {cost} bytes to decode, more than the {budget} it may \
-             (--decode-memory-mb)"
-        )));
-    }
-    let request: WriteRequest = prost::Message::decode(raw.as_slice()).map_err(|e| {
-        Refusal::Malformed(format!("the body is not a remote-write WriteRequest: {e}"))
-    })?;
-    if request.timeseries.iter().any(|s| !s.histograms.is_empty()) {
-        return Err(Refusal::Malformed(
-            "native histograms are not taken: send classic histograms \
-             (send_native_histograms: false)"
-                .into(),
-        ));
-    }
-    Ok(request)
-}
-
-fn key_value(label: &Label) -> KeyValue {
-    KeyValue {
-        key: label.name.clone(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(label.value.clone())),
-        }),
-        ..Default::default()
-    }
-}
-
-/// The request's samples as rows of `otel.metrics`, typed by `known` (from
-/// [`MetadataMemory::families`]); a series without a name is refused.
-pub fn convert(request: &WriteRequest, known: &HashMap<String, Family>) -> Converted {
-    let mut rows = MetricRows::default();
-    let mut rejected = Vec::new();
-    for series in &request.timeseries {
-        let name = series_name(series);
-        let service = series
-            .labels
-            .iter()
-            .find(|l| l.name == "job")
-            .map_or(UNKNOWN_SERVICE, |l| l.value.as_str());
-        let Some(name) = name.filter(|n| !n.is_empty()) else {
-            let labels: Vec<(String, String)> = series
+) -> Vec<Series<'a>> {
+    request
+        .timeseries
+        .iter()
+        .map(|s| {
+            let labels: Vec<(&str, &str)> = s
                 .labels
                 .iter()
-                .map(|l| (l.name.clone(), l.value.clone()))
+                .map(|l| (l.name.as_str(), l.value.as_str()))
                 .collect();
-            rejected.push(Rejected::of(
-                service,
-                "a series needs a __name__ label".into(),
-                &labels,
-            ));
-            continue;
-        };
-        let attributes: Vec<KeyValue> = series
-            .labels
-            .iter()
-            .filter(|l| l.name != "__name__")
-            .map(key_value)
-            .collect();
-        let (counter, family) = typed(name, series, known);
-        let (description, unit) = family.map_or(("", ""), |f| (f.help.as_str(), f.unit.as_str()));
-        let point = Point {
-            service,
-            name,
-            kind: if counter { "sum" } else { "gauge" },
-            description,
-            unit,
-            resource: &[],
-            scope: None,
-        };
-        for sample in &series.samples {
-            rows.push(
-                &point,
-                Values {
-                    time: sample.timestamp.saturating_mul(1000),
-                    attributes: &attributes,
-                    value: Some(sample.value),
-                    is_monotonic: counter.then_some(true),
-                    temporality: counter.then_some("CUMULATIVE"),
-                    ..Values::default()
-                },
-            );
-        }
-    }
-    Converted {
-        batch: rows.finish(),
-        rejected,
-    }
+            let name = series_name(s).unwrap_or_default();
+            let family = family(name, known);
+            let monotonic = match family {
+                Some(f) if f.kind != 0 => monotonic(name, f.kind),
+                _ => counter_by_name(name, &labels),
+            };
+            Series {
+                samples: s
+                    .samples
+                    .iter()
+                    .map(|p| (p.value, p.timestamp, 0))
+                    .collect(),
+                histograms: s.histograms.iter().collect(),
+                exemplars: s
+                    .exemplars
+                    .iter()
+                    .map(|e| Seen {
+                        labels: e
+                            .labels
+                            .iter()
+                            .map(|l| (l.name.as_str(), l.value.as_str()))
+                            .collect(),
+                        value: e.value,
+                        timestamp: e.timestamp,
+                    })
+                    .collect(),
+                monotonic,
+                gauge_histogram: family.is_some_and(|f| f.kind == GAUGE_HISTOGRAM),
+                help: family.map_or("", |f| f.help.as_str()),
+                unit: family.map_or("", |f| f.unit.as_str()),
+                labels,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{COUNTER, HISTOGRAM, Received, Version, receive};
     use super::*;
+    use crate::decode::ipc::DecodeLimits;
+    use crate::otlp::Refusal;
     use prost::Message;
+
+    fn body(request: &WriteRequest) -> Vec<u8> {
+        snap::raw::Encoder::new()
+            .compress_vec(&request.encode_to_vec())
+            .unwrap()
+    }
+
+    fn take(memory: &MetadataMemory, tenant: &str, request: &WriteRequest) -> Received {
+        let limits = DecodeLimits::default();
+        receive(&body(request), Version::V1, &limits, memory, tenant, 0).unwrap()
+    }
 
     #[test]
     fn samples_become_metric_rows_typed_by_the_metadata() {
@@ -366,13 +283,9 @@ mod tests {
                 unit: String::new(),
             }],
         };
-        let body = snap::raw::Encoder::new()
-            .compress_vec(&request.encode_to_vec())
-            .unwrap();
         let limits = DecodeLimits::default();
-        let decoded = decode(&body, &limits).unwrap();
         let memory = MetadataMemory::default();
-        let converted = convert(&decoded, &memory.families("t", &decoded));
+        let converted = take(&memory, "t", &request).converted;
         assert_eq!(converted.batch.num_rows(), 2);
         assert_eq!(converted.rejected.len(), 1);
         let kinds = converted.batch.column_by_name("metric_type").unwrap();
@@ -382,14 +295,17 @@ mod tests {
             .unwrap();
         assert_eq!(kinds.value(0), "sum");
         assert!(matches!(
-            decode(b"not snappy", &limits),
+            receive(b"not snappy", Version::V1, &limits, &memory, "t", 0),
             Err(Refusal::Malformed(_))
         ));
         let tiny = DecodeLimits {
             max_bytes: 10,
             body_multiple: 1,
         };
-        assert!(matches!(decode(&body, &tiny), Err(Refusal::TooLarge(_))));
+        assert!(matches!(
+            receive(&body(&request), Version::V1, &tiny, &memory, "t", 0),
+            Err(Refusal::TooLarge(_))
+        ));
     }
 
     fn series(name: &str, labels: &[(&str, &str)]) -> TimeSeries {
@@ -411,8 +327,12 @@ mod tests {
         }
     }
 
-    fn kinds(converted: &Converted) -> Vec<String> {
-        let kinds = converted.batch.column_by_name("metric_type").unwrap();
+    fn kinds(received: &Received) -> Vec<String> {
+        let kinds = received
+            .converted
+            .batch
+            .column_by_name("metric_type")
+            .unwrap();
         let kinds = kinds
             .as_any()
             .downcast_ref::<datafusion::arrow::array::StringArray>()
@@ -464,15 +384,13 @@ mod tests {
             ],
             metadata: vec![],
         };
-        let converted = convert(&samples, &memory.families("a", &samples));
         assert_eq!(
-            kinds(&converted),
+            kinds(&take(&memory, "a", &samples)),
             ["sum", "sum", "sum", "sum", "gauge", "gauge", "sum", "sum"]
         );
         // Another tenant's metadata is its own: only the names say anything there.
-        let converted = convert(&samples, &memory.families("b", &samples));
         assert_eq!(
-            kinds(&converted),
+            kinds(&take(&memory, "b", &samples)),
             [
                 "gauge", "sum", "gauge", "gauge", "gauge", "gauge", "sum", "sum"
             ]
@@ -499,10 +417,7 @@ mod tests {
             timeseries,
             metadata: vec![],
         };
-        let body = snap::raw::Encoder::new()
-            .compress_vec(&request.encode_to_vec())
-            .unwrap();
-        let decoded = decode(&body, &DecodeLimits::default()).unwrap();
-        assert_eq!(decoded.timeseries.len(), 2000);
+        let received = take(&MetadataMemory::default(), "t", &request);
+        assert_eq!(received.converted.batch.num_rows(), 2000);
     }
 }
