@@ -24,11 +24,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 
+use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::tenants::Refused;
-use floe_catalog::{CatalogError, ErrorCode};
-use floe_stream::core::IngestError;
-use floe_stream::core::admit::admit;
+use floe_stream::core::{IngestError, Ingestor, Target};
 use floe_stream::otlp::opentelemetry_proto::tonic::collector;
 use floe_stream::otlp::{self, Encoding, Refusal, Signal, Taken};
 use prost::Message;
@@ -154,8 +153,9 @@ impl Failure {
         }
     }
 
-    /// A core error: the catalog's own status, a retryable failure as 503.
-    pub fn of_ingest(e: IngestError, tenant: &str) -> Self {
+    /// A core error, by its kind: a tenant's limit as the limit says, a retryable failure
+    /// as 503, the rest as the catalog's status for its code.
+    pub fn of_ingest(e: IngestError) -> Self {
         if let IngestError::Catalog(CatalogError::Limited(refused)) = e {
             return Failure::of_refused(refused);
         }
@@ -163,16 +163,12 @@ impl Failure {
             return Failure::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         }
         match e {
-            IngestError::Catalog(e) => {
-                let status = crate::error::status_for(e.code());
-                let message = match e.code() {
-                    ErrorCode::NotFound if e.to_string().contains("Warehouse") => {
-                        format!("unknown tenant {tenant:?}: no such warehouse")
-                    }
-                    _ => crate::error::client_message(&e),
-                };
-                Failure::new(status, message)
-            }
+            IngestError::Catalog(e) => Failure::new(
+                crate::error::status_for(e.code()),
+                crate::error::client_message(&e),
+            ),
+            IngestError::UnknownTenant(_) => Failure::new(StatusCode::NOT_FOUND, e.to_string()),
+            IngestError::TooLarge(m) => Failure::new(StatusCode::PAYLOAD_TOO_LARGE, m),
             e => Failure::new(StatusCode::BAD_REQUEST, e.to_string()),
         }
     }
@@ -278,47 +274,21 @@ pub(crate) fn content_encoding(headers: &HeaderMap) -> String {
         .map_or_else(|| "identity".to_string(), |v| v.trim().to_ascii_lowercase())
 }
 
-/// Checks that `tenant` is a warehouse `caller` can see (404 naming it otherwise).
-pub(crate) async fn tenant_of(
-    state: &AppState,
-    caller: &Caller,
-    tenant: &str,
-) -> Result<(), Failure> {
-    match state.catalog.visible_warehouse(caller, tenant).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == ErrorCode::NotFound => Err(Failure::new(
-            StatusCode::NOT_FOUND,
-            format!("unknown tenant {tenant:?}: no such warehouse"),
+/// The ingestion core's path for this server, or 503 when ingestion is off.
+pub(crate) fn ingestor(state: &AppState) -> Result<Ingestor<'_>, Failure> {
+    match &state.ingest {
+        Some(log) => Ok(Ingestor::new(log, &state.catalog)),
+        None => Err(Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ingestion is not enabled on this server",
         )),
-        Err(e) => Err(Failure::of_ingest(IngestError::of_catalog(e), tenant)),
     }
 }
 
-/// Checks that `caller` may write `signal`'s table of `tenant` (creating it on first write,
-/// with `create-table`).
-pub(crate) async fn may_write(
-    state: &AppState,
-    caller: &Caller,
-    tenant: &str,
-    signal: Signal,
-) -> Result<(), Failure> {
-    let ident = otlp::table_ident(signal.table());
-    floe_stream::core::target::ensure(
-        &state.catalog,
-        caller,
-        tenant,
-        &ident,
-        &otlp::layout::layout(signal.table()),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| Failure::of_ingest(e, tenant))
-}
-
 /// A signal's rows taken from `body` (gzip-compressed when `gzip`) as `caller` into
-/// `tenant`'s tables: the tenant checked, the request admitted by the overload guard and the
-/// tenant's limits before it is inflated or decoded, its records counted against the
-/// tenant's records bucket, and records past a per-record limit refused one by one.
+/// `tenant`'s tables, through the ingestion core: opened (tenant, table, admission) before
+/// the body is inflated or decoded, its records counted against the tenant's records bucket,
+/// records past a per-record limit refused one by one.
 pub async fn take(
     state: &AppState,
     caller: &Caller,
@@ -328,19 +298,16 @@ pub async fn take(
     body: &[u8],
     gzip: bool,
 ) -> Result<Taken, Failure> {
-    let Some(log) = state.ingest.clone() else {
-        return Err(Failure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ingestion is not enabled on this server",
-        ));
-    };
-    // The tenant must be a warehouse the caller can see, whatever the request holds, and the
-    // caller must be able to write the signal's table before the request costs the tenant
-    // anything of its limits.
-    tenant_of(state, caller, tenant).await?;
-    may_write(state, caller, tenant, signal).await?;
-    let admitted = admit(&log, state.catalog.tenants().get(tenant), body.len() as u64)
-        .map_err(Failure::of_refused)?;
+    let failed = |e: IngestError| Failure::of_ingest(e);
+    let opened = ingestor(state)?
+        .open(
+            caller,
+            tenant,
+            Target::Otel(signal.table()),
+            body.len() as u64,
+        )
+        .await
+        .map_err(failed)?;
     let inflated;
     let body = if gzip {
         inflated =
@@ -355,14 +322,12 @@ pub async fn take(
     let converted = otlp::convert(&request, now);
     drop(request);
     let records = converted.batch.num_rows() + converted.rejected.len();
-    admitted
-        .records(records as u64)
-        .map_err(Failure::of_refused)?;
-    let converted = otlp::screen::screen(converted, admitted.tenant(), now);
-    let taken = otlp::ingest(&log, &state.catalog, caller, tenant, signal, converted, now)
+    opened.count(records as u64).map_err(failed)?;
+    let converted = otlp::screen::screen(converted, opened.tenant(), now);
+    let taken = otlp::ingest(&opened, signal, converted, now)
         .await
-        .map_err(|e| Failure::of_ingest(e, tenant))?;
-    admitted.taken(taken.accepted as u64);
+        .map_err(failed)?;
+    opened.taken(taken.accepted as u64);
     Ok(taken)
 }
 

@@ -4,10 +4,12 @@
 //! The version is the one the `Content-Type` names (none: 1.0; an unknown `proto`: 415, as
 //! the 2.0 spec asks, so that a 2.0 sender falls back to 1.0); the body is snappy's block
 //! format (a missing `Content-Encoding` is taken as snappy, as Prometheus's own receiver
-//! does). The answer is 204 once the samples are durable — with 2.0's
-//! `X-Prometheus-Remote-Write-{Samples,Histograms,Exemplars}-Written` counts — 400 with a text
-//! body for a request Prometheus should drop, 5xx with `Retry-After` for one it should send
-//! again.
+//! does; any other is 415). The answer is 204 once the samples are durable — with 2.0's
+//! `X-Prometheus-Remote-Write-{Samples,Histograms,Exemplars}-Written` counts, and 400 with
+//! them when a part of a 2.0 request was refused — 400 with a text body for a request
+//! Prometheus should drop, 5xx with `Retry-After` for one it should send again. Between
+//! decoding and answering, the request takes the ingestion core's one path
+//! ([`floe_stream::core::Ingestor`]).
 
 use axum::Extension;
 use axum::extract::{Path as UrlPath, State};
@@ -15,12 +17,12 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use floe_catalog::governance::authz::Caller;
-use floe_stream::core::admit::admit;
+use floe_stream::core::Target;
 use floe_stream::otlp::{self, Signal, layout};
 use floe_stream::remote_write::{self, Version, Written};
 
 use crate::AppState;
-use crate::otlp::{Failure, content_encoding, may_write, read_body, tenant_of};
+use crate::otlp::{Failure, ingestor, read_body};
 
 /// 2.0's answer headers: what the request wrote.
 const SAMPLES_WRITTEN: &str = "x-prometheus-remote-write-samples-written";
@@ -42,27 +44,41 @@ pub async fn remote_write(
         Ok(version) => version,
         Err(reason) => return refuse(Failure::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, reason)),
     };
-    if !matches!(content_encoding(&headers).as_str(), "snappy" | "identity") {
+    // Snappy, or no Content-Encoding at all (taken as snappy, as Prometheus's own receiver
+    // does); anything else names what it is and is refused.
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or_default().trim().to_ascii_lowercase());
+    if encoding.as_deref().is_some_and(|e| e != "snappy") {
         return refuse(Failure::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "remote write bodies are snappy-compressed (Content-Encoding: snappy)",
         ));
     }
     match take(&state, &caller, &tenant, version, &headers, body).await {
-        Ok(written) => {
-            let mut response = StatusCode::NO_CONTENT.into_response();
-            if version == Version::V2 {
-                let answer = response.headers_mut();
-                for (name, count) in [
-                    (SAMPLES_WRITTEN, written.samples),
-                    (HISTOGRAMS_WRITTEN, written.histograms),
-                    (EXEMPLARS_WRITTEN, written.exemplars),
-                ] {
-                    answer.insert(name, HeaderValue::from(count));
-                }
+        // 2.0 answers what was written; a request of which a part was refused is a 400 (as
+        // the spec asks of a partial write: the sender counts the rest as failed and does not
+        // send it again — the refused records are in otel.dead_letters).
+        Ok(Outcome { written, refused }) if version == Version::V2 => {
+            let mut response = match refused {
+                None => StatusCode::NO_CONTENT.into_response(),
+                Some(reason) => (
+                    StatusCode::BAD_REQUEST,
+                    format!("some series were refused (kept in otel.dead_letters): {reason}"),
+                )
+                    .into_response(),
+            };
+            let answer = response.headers_mut();
+            for (name, count) in [
+                (SAMPLES_WRITTEN, written.samples),
+                (HISTOGRAMS_WRITTEN, written.histograms),
+                (EXEMPLARS_WRITTEN, written.exemplars),
+            ] {
+                answer.insert(name, HeaderValue::from(count));
             }
             response
         }
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(failure) => refuse(failure),
     }
 }
@@ -79,7 +95,14 @@ fn refuse(failure: Failure) -> Response {
     response
 }
 
-/// The request taken durably: its exemplars, then its samples and the series refused.
+/// What a request wrote, and the first reason a series or exemplar of it was refused.
+struct Outcome {
+    written: Written,
+    refused: Option<String>,
+}
+
+/// The request taken durably through the ingestion core: its exemplars, then its samples and
+/// the series refused (into `otel.dead_letters`).
 async fn take(
     state: &AppState,
     caller: &Caller,
@@ -87,18 +110,18 @@ async fn take(
     version: Version,
     headers: &HeaderMap,
     body: axum::body::Body,
-) -> Result<Written, Failure> {
-    let Some(log) = state.ingest.clone() else {
-        return Err(Failure::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ingestion is not enabled on this server",
-        ));
-    };
-    let body = read_body(body, headers, log.config.max_body_bytes).await?;
-    tenant_of(state, caller, tenant).await?;
-    may_write(state, caller, tenant, Signal::Metrics).await?;
-    let admitted = admit(&log, state.catalog.tenants().get(tenant), body.len() as u64)
-        .map_err(Failure::of_refused)?;
+) -> Result<Outcome, Failure> {
+    let ingestor = ingestor(state)?;
+    let body = read_body(body, headers, ingestor.max_body_bytes()).await?;
+    let opened = ingestor
+        .open(
+            caller,
+            tenant,
+            Target::Otel(Signal::Metrics.table()),
+            body.len() as u64,
+        )
+        .await
+        .map_err(Failure::of_ingest)?;
     let now = otlp::now_micros();
     let received = remote_write::receive(
         &body,
@@ -110,39 +133,33 @@ async fn take(
     )
     .map_err(Failure::of_refusal)?;
     drop(body);
-    let converted = received.converted;
-    let records =
-        converted.batch.num_rows() + converted.rejected.len() + received.exemplars.num_rows();
-    admitted
-        .records(records as u64)
-        .map_err(Failure::of_refused)?;
-    let converted = otlp::screen::screen(converted, admitted.tenant(), now);
-    let written = Written::of(&converted.batch, &received.exemplars);
+    let (converted, exemplars) = (received.converted, received.exemplars);
+    let records = converted.batch.num_rows() + converted.rejected.len() + exemplars.num_rows();
+    opened.count(records as u64).map_err(Failure::of_ingest)?;
+    let mut converted = otlp::screen::screen(converted, opened.tenant(), now);
+    // Exemplars carry their series' labels: the same per-record limits apply to them.
+    let exemplars = otlp::screen::screen(
+        otlp::Converted {
+            batch: exemplars,
+            rejected: Vec::new(),
+        },
+        opened.tenant(),
+        now,
+    );
+    converted.rejected.extend(exemplars.rejected);
+    let written = Written::of(&converted.batch, &exemplars.batch);
+    let refused = converted.rejected.first().map(|r| r.error.clone());
     // Exemplars first: should the samples then fail, the sender's retry doubles exemplars,
     // never samples.
-    if received.exemplars.num_rows() > 0 {
-        otlp::append(
-            &log,
-            &state.catalog,
-            caller,
-            tenant,
-            layout::EXEMPLARS,
-            &received.exemplars,
-        )
-        .await
-        .map_err(|e| Failure::of_ingest(e, tenant))?;
+    if exemplars.batch.num_rows() > 0 {
+        opened
+            .take_otel(layout::EXEMPLARS, &exemplars.batch)
+            .await
+            .map_err(Failure::of_ingest)?;
     }
-    let taken = otlp::ingest(
-        &log,
-        &state.catalog,
-        caller,
-        tenant,
-        Signal::Metrics,
-        converted,
-        now,
-    )
-    .await
-    .map_err(|e| Failure::of_ingest(e, tenant))?;
-    admitted.taken((taken.accepted + written.exemplars) as u64);
-    Ok(written)
+    let taken = otlp::ingest(&opened, Signal::Metrics, converted, now)
+        .await
+        .map_err(Failure::of_ingest)?;
+    opened.taken((taken.accepted + written.exemplars) as u64);
+    Ok(Outcome { written, refused })
 }

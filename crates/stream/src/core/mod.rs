@@ -31,12 +31,14 @@ mod dead_letter;
 pub mod evolve;
 mod fresh;
 pub mod infer;
+mod ingestor;
 pub mod log;
 pub mod replay;
 pub mod target;
 
 pub use conform::{Match, conform, leaf_count};
 pub use fresh::FreshRows;
+pub use ingestor::{Ingestor, Opened, Target};
 pub use log::{Ingest, IngestConfig, Receipt};
 
 use datafusion::error::DataFusionError;
@@ -58,10 +60,20 @@ pub enum IngestError {
     /// Storage or the catalog failed for now: worth trying again later.
     #[error("{0}")]
     Storage(String),
-    /// The catalog refused (no such table, no privilege, too large): its code decides the
-    /// answer.
+    /// The catalog refused (no such table, no privilege, a tenant's limit): its code decides
+    /// the answer.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// The tenant a request names is no warehouse the caller can see.
+    #[error("unknown tenant {0:?}: no such warehouse")]
+    UnknownTenant(String),
+    /// The request's body is not what its door takes (not the protocol's message, not
+    /// compressed as it says).
+    #[error("{0}")]
+    Malformed(String),
+    /// The request would decode to more than it may.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl IngestError {
@@ -69,7 +81,11 @@ impl IngestError {
     pub fn retryable(&self) -> bool {
         match self {
             IngestError::Conflict(_) | IngestError::Storage(_) => true,
-            IngestError::Fenced(_) | IngestError::Invalid(_) => false,
+            IngestError::Fenced(_)
+            | IngestError::Invalid(_)
+            | IngestError::UnknownTenant(_)
+            | IngestError::Malformed(_)
+            | IngestError::TooLarge(_) => false,
             IngestError::Catalog(e) => matches!(
                 e.code(),
                 ErrorCode::Conflict
@@ -121,6 +137,15 @@ impl IngestError {
     }
 }
 
+impl From<crate::otlp::Refusal> for IngestError {
+    fn from(refusal: crate::otlp::Refusal) -> Self {
+        match refusal {
+            crate::otlp::Refusal::Malformed(m) => IngestError::Malformed(m),
+            crate::otlp::Refusal::TooLarge(m) => IngestError::TooLarge(m),
+        }
+    }
+}
+
 impl From<floe_catalog::tenants::Refused> for IngestError {
     fn from(refused: floe_catalog::tenants::Refused) -> Self {
         IngestError::Catalog(CatalogError::Limited(refused))
@@ -132,9 +157,11 @@ impl From<IngestError> for CatalogError {
         match e {
             IngestError::Catalog(e) => e,
             IngestError::Conflict(message) => CatalogError::CommitFailed(message),
-            IngestError::Invalid(message) | IngestError::Fenced(message) => {
-                CatalogError::BadRequest { message }
-            }
+            IngestError::Invalid(message)
+            | IngestError::Fenced(message)
+            | IngestError::Malformed(message) => CatalogError::BadRequest { message },
+            IngestError::TooLarge(message) => CatalogError::PayloadTooLarge(message),
+            IngestError::UnknownTenant(name) => CatalogError::no_such_warehouse(&name),
             IngestError::Storage(message) => CatalogError::Unavailable(message),
         }
     }

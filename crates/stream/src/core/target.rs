@@ -27,29 +27,42 @@ pub struct Layout {
     pub properties: HashMap<String, String>,
 }
 
+/// How a table that does not exist yet comes to be, if at all.
+pub enum Creation<'a> {
+    /// It does not: the request is refused (not found).
+    Never,
+    /// With this layout, and its namespace too when that is missing (OpenTelemetry's tables).
+    Layout(&'a Layout),
+    /// With the layout `infer` makes (from the request's rows), once the caller's
+    /// `create-table` on the namespace is checked, so that nothing is decoded for a caller
+    /// who may not create it; the namespace must exist (`?create=true`).
+    Inferred(&'a mut (dyn FnMut() -> Result<Layout, IngestError> + Send)),
+}
+
 /// Table `ident` of `warehouse` ready to take rows from `caller`, who needs `write-data` on
-/// it. A table that does not exist is created with `layout`, as `caller`, who then needs
-/// `create-table` on its namespace (and `create-namespace` for a namespace that does not
-/// exist either). The table's Arrow schema, field ids kept.
+/// it. A table that does not exist is made as `creation` says, as `caller`, who then needs
+/// `create-table` on its namespace (and `create-namespace` for a namespace a layout may
+/// create). The table's Arrow schema, field ids kept.
 pub async fn ensure(
     catalog: &CatalogService,
     caller: &Caller,
     warehouse: &str,
     ident: &TableIdent,
-    layout: &Layout,
+    creation: Creation<'_>,
 ) -> Result<SchemaRef, IngestError> {
     let authorized = catalog
         .authorize_table(caller, warehouse, ident, Privilege::WriteData)
         .await;
-    match authorized {
-        Ok(()) => {}
-        Err(e) if e.code() == ErrorCode::NotFound => {
-            create(catalog, caller, warehouse, ident, layout).await?;
+    match (authorized, creation) {
+        (Ok(()), _) => {}
+        (Err(e), Creation::Never) => return Err(e.into()),
+        (Err(e), creation) if e.code() == ErrorCode::NotFound => {
+            create(catalog, caller, warehouse, ident, creation).await?;
             catalog
                 .authorize_table(caller, warehouse, ident, Privilege::WriteData)
                 .await?;
         }
-        Err(e) => return Err(e.into()),
+        (Err(e), _) => return Err(e.into()),
     }
     let loaded = catalog
         .load_table(caller, warehouse, ident)
@@ -63,15 +76,22 @@ async fn create(
     caller: &Caller,
     warehouse: &str,
     ident: &TableIdent,
-    layout: &Layout,
+    creation: Creation<'_>,
 ) -> Result<(), IngestError> {
     let namespace = ident.namespace();
-    match catalog
+    let may_create = catalog
         .authorize_namespace(caller, warehouse, namespace, Privilege::CreateTable)
-        .await
-    {
-        Ok(()) => {}
-        Err(e) if e.code() == ErrorCode::NotFound => {
+        .await;
+    let inferred;
+    let layout = match (may_create, creation) {
+        // `ensure` makes no table it may not; here too, the table stays missing.
+        (_, Creation::Never) => return Err(CatalogError::no_such_table(ident).into()),
+        (Ok(()), Creation::Layout(layout)) => layout,
+        (Ok(()), Creation::Inferred(infer)) => {
+            inferred = infer()?;
+            &inferred
+        }
+        (Err(e), Creation::Layout(layout)) if e.code() == ErrorCode::NotFound => {
             match catalog
                 .create_namespace(caller, warehouse, namespace, HashMap::new())
                 .await
@@ -82,9 +102,10 @@ async fn create(
             catalog
                 .authorize_namespace(caller, warehouse, namespace, Privilege::CreateTable)
                 .await?;
+            layout
         }
-        Err(e) => return Err(e.into()),
-    }
+        (Err(e), _) => return Err(e.into()),
+    };
     let schema = floe_sql::write::iceberg_schema(&layout.schema)
         .map_err(|e| IngestError::Invalid(format!("table layout: {e}")))?;
     let partition_spec = if layout.partition.is_empty() {

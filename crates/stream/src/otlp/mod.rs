@@ -21,9 +21,6 @@ use std::io::Read;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
-use floe_catalog::CatalogError;
-use floe_catalog::governance::authz::Caller;
-use floe_catalog::service::CatalogService;
 use iceberg::{NamespaceIdent, TableIdent};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -31,7 +28,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 pub use opentelemetry_proto;
 
-use crate::core::{Ingest, IngestError, Match, conform, target};
+use crate::core::{IngestError, Opened};
 
 /// What an OTLP request carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,14 +262,11 @@ pub fn table_ident(name: &str) -> TableIdent {
     )
 }
 
-/// `converted` (the rows of a `signal` request) taken durably into the tenant's (`warehouse`)
-/// tables as `caller`, creating them on first write: the rows into the signal's table, the
-/// refused records into `otel.dead_letters`. Once this returns, the request may be answered.
+/// `converted` (the rows of a `signal` request) taken durably through `opened` (the
+/// request opened on the signal's table): the rows into that table, the refused records into
+/// `otel.dead_letters`. Once this returns, the request may be answered.
 pub async fn ingest(
-    log: &Arc<Ingest>,
-    catalog: &CatalogService,
-    caller: &Caller,
-    warehouse: &str,
+    opened: &Opened<'_>,
     signal: Signal,
     converted: Converted,
     now: i64,
@@ -284,50 +278,14 @@ pub async fn ingest(
     };
     let rows = converted.batch.num_rows();
     if rows > 0 {
-        append(
-            log,
-            catalog,
-            caller,
-            warehouse,
-            signal.table(),
-            &converted.batch,
-        )
-        .await?;
+        opened.take(&[converted.batch]).await?;
         taken.accepted = rows;
     }
     if !converted.rejected.is_empty() {
         let letters = dead_letters(signal, &converted.rejected, now);
-        append(
-            log,
-            catalog,
-            caller,
-            warehouse,
-            layout::DEAD_LETTERS,
-            &letters,
-        )
-        .await?;
+        opened.take_otel(layout::DEAD_LETTERS, &letters).await?;
     }
     Ok(taken)
-}
-
-/// `batch` (rows of `name`'s layout) appended to the log of table `otel.<name>`.
-pub async fn append(
-    log: &Arc<Ingest>,
-    catalog: &CatalogService,
-    caller: &Caller,
-    warehouse: &str,
-    name: &str,
-    batch: &RecordBatch,
-) -> Result<(), IngestError> {
-    let ident = table_ident(name);
-    let schema = target::ensure(catalog, caller, warehouse, &ident, &layout::layout(name)).await?;
-    let rows = conform(batch, &schema, Match::Name).map_err(|e| {
-        IngestError::Catalog(CatalogError::bad_request(format!(
-            "table {warehouse}.{ident} cannot take OTLP rows as it is: {e}"
-        )))
-    })?;
-    log.append(warehouse, &ident, &[rows]).await?;
-    Ok(())
 }
 
 #[cfg(test)]

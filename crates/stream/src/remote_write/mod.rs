@@ -139,7 +139,12 @@ pub fn receive(
     let cost = bounds::protobuf_cost(&raw).ok_or_else(|| {
         Refusal::Malformed("the body is not a protobuf remote-write request".into())
     })?;
-    charge(&mut budget, cost)?;
+    // Packed numbers (label references, bucket deltas) take a byte each on the wire and up to
+    // eight once decoded, which the walk above counts as bytes.
+    charge(
+        &mut budget,
+        cost.saturating_add(raw.len().saturating_mul(8)),
+    )?;
     match version {
         Version::V1 => {
             let request: v1::WriteRequest = prost::Message::decode(raw.as_slice())
@@ -153,6 +158,9 @@ pub fn receive(
             let request: v2::Request = prost::Message::decode(raw.as_slice())
                 .map_err(|e| malformed("a remote-write 2.0 Request", e))?;
             drop(raw);
+            // Each reference resolves to a string slice of 16 bytes, in pairs of 32, before
+            // the series are charged what their rows will hold.
+            charge(&mut budget, v2::references(&request).saturating_mul(24))?;
             let (series, refused) = v2::series(&request);
             let mut received = convert(&series, &mut budget, now)?;
             received.converted.rejected.extend(refused);
@@ -245,8 +253,25 @@ impl Series<'_> {
     }
 }
 
+/// What labels cost once they are attributes: their text twice (the attribute, then the
+/// map column) and the structures holding it.
 fn text_cost(labels: &[(&str, &str)]) -> usize {
-    labels.iter().map(|(n, v)| n.len() + v.len() + 32).sum()
+    labels
+        .iter()
+        .map(|(n, v)| (n.len() + v.len()) * 2 + 96)
+        .sum()
+}
+
+/// Prometheus's staleness marker: a NaN of these bits, as a float sample's value or a native
+/// histogram's sum, says the series ended.
+const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// OTLP's `FLAG_NO_RECORDED_VALUE`, which a staleness marker becomes (its value NULL), as
+/// OTLP's own markers are kept.
+const NO_RECORDED_VALUE: i64 = 1;
+
+fn is_stale(value: f64) -> bool {
+    value.to_bits() == STALE_NAN
 }
 
 const COUNTER: i32 = 1;
@@ -316,20 +341,35 @@ fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Received, 
         };
         let floats = point(if series.monotonic { "sum" } else { "gauge" });
         for &(value, time, start) in &series.samples {
+            let stale = is_stale(value);
             rows.push(
                 &floats,
                 Values {
                     time: time.saturating_mul(1000),
                     start_time: (start != 0).then(|| start.saturating_mul(1000)),
                     attributes: &attributes,
-                    value: Some(value),
+                    value: (!stale).then_some(value),
                     is_monotonic: series.monotonic.then_some(true),
                     temporality: series.monotonic.then_some("CUMULATIVE"),
+                    flags: if stale { NO_RECORDED_VALUE } else { 0 },
                     ..Values::default()
                 },
             );
         }
         for histogram in &series.histograms {
+            if is_stale(histogram.sum) {
+                let kind = native::kind(histogram);
+                rows.push(
+                    &point(kind),
+                    Values {
+                        time: histogram.timestamp.saturating_mul(1000),
+                        attributes: &attributes,
+                        flags: NO_RECORDED_VALUE,
+                        ..Values::default()
+                    },
+                );
+                continue;
+            }
             match native::values(histogram, &attributes, series.gauge_histogram, budget) {
                 Ok((kind, values)) => rows.push(&point(kind), values),
                 Err(native::Unfit::Refused(reason)) => rejected.push(Rejected::of(

@@ -182,6 +182,15 @@ fn dense(
     Ok((first.offset, dense))
 }
 
+/// The kind of metric row native histogram `h` is.
+pub fn kind(h: &Histogram) -> &'static str {
+    if h.schema == CUSTOM_BUCKETS {
+        "histogram"
+    } else {
+        "exponential_histogram"
+    }
+}
+
 /// The row of native histogram `h` (its metric's kind, and its values), with `attributes`;
 /// `gauge` when its family is a gauge histogram.
 pub fn values<'a>(
@@ -253,14 +262,17 @@ pub fn values<'a>(
         budget,
     )?;
     // Prometheus's bucket i is OTLP's i - 1.
-    let otlp = |first: i32, counts: Vec<i64>| Some((first.saturating_sub(1), counts));
+    let otlp = |first: i32, counts: Vec<i64>| match first.checked_sub(1) {
+        Some(offset) => Ok(Some((offset, counts))),
+        None => Err(format!("its buckets start below index {}", i32::MIN + 1)),
+    };
     Ok((
         "exponential_histogram",
         Values {
             scale: Some(h.schema),
             zero_count: Some(whole(h.zero_count_int, h.zero_count_float, "zero count")?),
-            positive: otlp(first, positive),
-            negative: otlp(negative_first, negative),
+            positive: otlp(first, positive)?,
+            negative: otlp(negative_first, negative)?,
             ..values
         },
     ))

@@ -96,6 +96,21 @@ fn symbol(symbols: &[String], at: u32) -> Result<&str, String> {
     })
 }
 
+/// How many symbol references the request's series and exemplars hold.
+pub fn references(request: &Request) -> usize {
+    request
+        .timeseries
+        .iter()
+        .map(|s| {
+            s.labels_refs.len()
+                + s.exemplars
+                    .iter()
+                    .map(|e| e.labels_refs.len())
+                    .sum::<usize>()
+        })
+        .sum()
+}
+
 /// The request's series in the form both versions share, each typed by its own metadata
 /// (by its name where that says nothing); a series whose references do not resolve is
 /// refused alone.
@@ -106,10 +121,11 @@ pub fn series(request: &Request) -> (Vec<Series<'_>>, Vec<Rejected>) {
     for s in &request.timeseries {
         match resolve(symbols, s) {
             Ok(series) => taken.push(series),
+            // The references alone say nothing and may be many: their count is kept.
             Err(reason) => refused.push(Rejected::of(
                 UNKNOWN_SERVICE,
                 reason,
-                &serde_json::json!({ "labels_refs": s.labels_refs }),
+                &serde_json::json!({ "labels_refs": s.labels_refs.len() }),
             )),
         }
     }
@@ -377,5 +393,43 @@ mod tests {
         let received = send(&request).unwrap();
         assert_eq!(received.converted.batch.num_rows(), 2_000);
         assert!(received.converted.rejected.is_empty());
+    }
+
+    #[test]
+    fn staleness_markers_are_kept_without_a_value() {
+        let stale = f64::from_bits(0x7ff0_0000_0000_0002);
+        let request = Request {
+            symbols: symbols(&["", "__name__", "up", "latency_seconds"]),
+            timeseries: vec![
+                TimeSeries {
+                    labels_refs: vec![1, 2],
+                    samples: vec![Sample {
+                        value: stale,
+                        timestamp: 1_700_000_000_000,
+                        start_timestamp: 0,
+                    }],
+                    ..Default::default()
+                },
+                TimeSeries {
+                    labels_refs: vec![1, 3],
+                    histograms: vec![Histogram {
+                        sum: stale,
+                        schema: 3,
+                        timestamp: 1_700_000_000_000,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            ],
+        };
+        let batch = send(&request).unwrap().converted.batch;
+        assert_eq!(batch.num_rows(), 2);
+        for column in ["value", "count", "sum"] {
+            let column = batch.column_by_name(column).unwrap();
+            assert_eq!(column.null_count(), 2);
+        }
+        let flags = batch.column_by_name("flags").unwrap();
+        let flags = flags.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        assert_eq!(flags.values().to_vec(), vec![1, 1]);
     }
 }

@@ -1,0 +1,221 @@
+//! The one path a pushed request takes, whichever door it came through (`/ingest/v1`, OTLP
+//! over HTTP and gRPC, remote write): the doors decode and answer in their protocol's form;
+//! everything between is here, in this order.
+//!
+//! 1. [`Ingestor::open`], before a byte of the body is decoded: the tenant is a warehouse the
+//!    caller can see; the caller may write the target table, which is made on first write
+//!    when the target says how ([`Target`]); the server's overload guard and the tenant's
+//!    limits admit the request's bytes.
+//! 2. The door decodes, within its budget.
+//! 3. [`Opened::count`]: the request's records fit the tenant's records bucket, all or none.
+//! 4. [`Opened::evolve`], when the rows carry fields the table lacks.
+//! 5. [`Opened::take`]: the rows conformed to the table's columns and appended to the durable
+//!    log — the answer may be given once this returns — and rows for the tenant's other
+//!    `otel` tables (dead letters, exemplars) with them ([`Opened::take_otel`]).
+//! 6. The log's committer commits them, exactly once.
+//!
+//! Every failure is an [`IngestError`]; a door chooses its answer by the error's kind.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Field, SchemaRef};
+use floe_catalog::ErrorCode;
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::CatalogService;
+use floe_catalog::tenants::Tenant;
+use iceberg::TableIdent;
+
+use super::admit::{Admitted, admit};
+use super::log::{Ingest, Receipt, table_arrow_schema};
+use super::target::{Creation, Layout, ensure};
+use super::{IngestError, Match, conform};
+use crate::otlp;
+
+/// Where a request's rows go.
+pub enum Target<'a> {
+    /// A table the request names. It must exist, unless `create` is given: then a missing
+    /// table is made with the layout it returns (from the request's rows), once the caller
+    /// may create it.
+    Named {
+        ident: TableIdent,
+        create: Option<&'a mut (dyn FnMut() -> Result<Layout, IngestError> + Send)>,
+    },
+    /// The table `name` of the tenant's `otel` namespace, made with its layout (and the
+    /// namespace with it) on first write.
+    Otel(&'static str),
+}
+
+/// The ingestion core as a door sees it: the durable log and the catalog.
+#[derive(Clone, Copy)]
+pub struct Ingestor<'a> {
+    log: &'a Arc<Ingest>,
+    catalog: &'a CatalogService,
+}
+
+impl<'a> Ingestor<'a> {
+    pub fn new(log: &'a Arc<Ingest>, catalog: &'a CatalogService) -> Self {
+        Self { log, catalog }
+    }
+
+    /// The largest body a request may send (`--ingest-max-body-mb`).
+    pub fn max_body_bytes(&self) -> usize {
+        self.log.config.max_body_bytes
+    }
+
+    /// A request of `bytes` from `caller` to `target` of `warehouse`, checked and admitted
+    /// before its body is decoded (steps 1 above).
+    pub async fn open(
+        self,
+        caller: &'a Caller,
+        warehouse: &'a str,
+        target: Target<'_>,
+        bytes: u64,
+    ) -> Result<Opened<'a>, IngestError> {
+        match self.catalog.visible_warehouse(caller, warehouse).await {
+            Ok(_) => {}
+            Err(e) if e.code() == ErrorCode::NotFound => {
+                return Err(IngestError::UnknownTenant(warehouse.to_string()));
+            }
+            Err(e) => return Err(IngestError::of_catalog(e)),
+        }
+        let (ident, schema) = match target {
+            Target::Named { ident, create } => {
+                let creation = match create {
+                    Some(infer) => Creation::Inferred(infer),
+                    None => Creation::Never,
+                };
+                let schema = ensure(self.catalog, caller, warehouse, &ident, creation).await?;
+                (ident, schema)
+            }
+            Target::Otel(name) => {
+                let ident = otlp::table_ident(name);
+                let layout = otlp::layout::layout(name);
+                let schema = ensure(
+                    self.catalog,
+                    caller,
+                    warehouse,
+                    &ident,
+                    Creation::Layout(&layout),
+                )
+                .await?;
+                (ident, schema)
+            }
+        };
+        if schema.fields().is_empty() {
+            return Err(IngestError::Invalid(format!(
+                "table {ident} has no columns: there is nothing rows could be written to"
+            )));
+        }
+        let admitted = admit(self.log, self.catalog.tenants().get(warehouse), bytes)?;
+        Ok(Opened {
+            ingestor: self,
+            caller,
+            warehouse,
+            ident,
+            schema,
+            admitted,
+        })
+    }
+}
+
+/// A request admitted to its table: what is left of its way.
+pub struct Opened<'a> {
+    ingestor: Ingestor<'a>,
+    caller: &'a Caller,
+    warehouse: &'a str,
+    ident: TableIdent,
+    schema: SchemaRef,
+    admitted: Admitted,
+}
+
+impl Opened<'_> {
+    /// The table's columns as they are now, field ids kept.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    pub fn ident(&self) -> &TableIdent {
+        &self.ident
+    }
+
+    /// The tenant the request counts against (its per-record limits screen the rows).
+    pub fn tenant(&self) -> &Arc<Tenant> {
+        self.admitted.tenant()
+    }
+
+    /// The request holds `records`: all fit the tenant's records bucket, or none is taken.
+    pub fn count(&self, records: u64) -> Result<(), IngestError> {
+        Ok(self.admitted.records(records)?)
+    }
+
+    /// The table evolved, as the caller, to take rows of the `seen` fields (those it lacks
+    /// added, those whose values carry more widened).
+    pub async fn evolve(&mut self, seen: &[Field]) -> Result<(), IngestError> {
+        let loaded = super::evolve::evolve(
+            self.ingestor.catalog,
+            self.caller,
+            self.warehouse,
+            &self.ident,
+            seen,
+        )
+        .await?;
+        self.schema =
+            table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)?;
+        Ok(())
+    }
+
+    /// `batches` — rows of the table, their columns found by name — taken durably; the
+    /// answer may be given once this returns.
+    pub async fn take(&self, batches: &[RecordBatch]) -> Result<Receipt, IngestError> {
+        let rows = batches
+            .iter()
+            .map(|b| conform(b, &self.schema, Match::Name))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                IngestError::Invalid(format!(
+                    "table {}.{} cannot take the rows as they are: {e}",
+                    self.warehouse, self.ident
+                ))
+            })?;
+        self.ingestor
+            .log
+            .append(self.warehouse, &self.ident, &rows)
+            .await
+    }
+
+    /// `batch`, rows of the tenant's `otel.<name>` (dead letters, exemplars: what a request
+    /// brings beside its table's rows), taken durably; the table is made with its layout on
+    /// first write, as the caller.
+    pub async fn take_otel(
+        &self,
+        name: &'static str,
+        batch: &RecordBatch,
+    ) -> Result<Receipt, IngestError> {
+        let ident = otlp::table_ident(name);
+        let layout = otlp::layout::layout(name);
+        let schema = ensure(
+            self.ingestor.catalog,
+            self.caller,
+            self.warehouse,
+            &ident,
+            Creation::Layout(&layout),
+        )
+        .await?;
+        let rows = conform(batch, &schema, Match::Name).map_err(|e| {
+            IngestError::Invalid(format!(
+                "table {}.{ident} cannot take the rows as they are: {e}",
+                self.warehouse
+            ))
+        })?;
+        self.ingestor
+            .log
+            .append(self.warehouse, &ident, &[rows])
+            .await
+    }
+
+    /// `records` were taken durably (the tenant's counters).
+    pub fn taken(&self, records: u64) {
+        self.admitted.taken(records);
+    }
+}
