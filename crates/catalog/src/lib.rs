@@ -8,6 +8,7 @@
 //!   writes new metadata files through the warehouse's object store, and makes them current
 //!   by compare-and-swap in the store, re-applying a commit on a new base when it loses a race.
 
+pub mod clock;
 pub mod cluster;
 pub mod commit;
 mod error;

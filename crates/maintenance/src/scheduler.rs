@@ -32,6 +32,7 @@ use crate::exec::retention::enforce_retention;
 use crate::exec::rollup::roll_up;
 use crate::exec::{Maintainer, MaintenanceError};
 use crate::policy::{Effective, Policy};
+use floe_catalog::clock::now_ms;
 
 /// The kinds of job.
 pub const KINDS: [&str; 5] = [
@@ -796,10 +797,6 @@ impl Scheduler {
         }
         text
     }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 /// The namespace of a tenant's observability tables (`otel`, as OTLP ingestion creates them),

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::AppState;
 use crate::auth::require_server;
 use crate::error::ApiResult;
+use floe_catalog::clock::now_ms;
 
 /// How often a worker records that it lives.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
@@ -26,10 +27,6 @@ pub const WORKER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// A worker silent this long is forgotten by the store.
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
 
 /// Whether a worker may be given tasks now: it heartbeat within [`WORKER_TIMEOUT`] and runs
 /// this node's version (plans are encoded for the version that made them).

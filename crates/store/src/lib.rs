@@ -21,6 +21,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use floe_catalog::clock::now_ms;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyPool, Executor};
 use tokio::sync::{Mutex, MutexGuard};
@@ -28,10 +29,6 @@ use tokio::sync::{Mutex, MutexGuard};
 pub use error::StoreError;
 
 /// Milliseconds since the epoch, now.
-pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 /// Which database a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use floe_storage::WarehouseStorage;
 
+pub(crate) use crate::clock::now_ms;
 use crate::metadata::MetadataIo;
 use crate::model::Warehouse;
 use crate::store::CatalogStore;
@@ -178,8 +179,4 @@ impl CatalogService {
             .expect("warehouse cache")
             .remove(name);
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }

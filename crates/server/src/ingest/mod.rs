@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::{CatalogError, ErrorCode};
-use floe_stream::core::target::Layout;
+use floe_stream::core::Layout;
 use floe_stream::core::{IngestError, Ingestor, Target};
 use floe_stream::decode::rows::{self as body, ARROW_STREAM, JSON, NDJSON};
 use iceberg::{NamespaceIdent, TableIdent};
@@ -80,7 +80,7 @@ pub struct ReplayRequest {
 
 /// `POST /api/v1/ingest/replay`: takes entries `from-sequence..=to-sequence` of a table's log
 /// on this node again — committed entries still retained that the table no longer holds
-/// (rolled back), and dead letters — each once ([`floe_stream::core::replay`]). Needs
+/// (rolled back), and dead letters — each once (the ingestion core's replay). Needs
 /// `manage-pipelines` on the server and `write-data` on the table; a dry run by default.
 pub async fn replay(
     State(state): State<AppState>,

@@ -24,22 +24,23 @@
 //!
 //! Every failure is an [`IngestError`], told apart by its kind, never by its words.
 
-pub mod admit;
-pub mod commit;
+pub(crate) mod admit;
+pub(crate) mod commit;
 mod conform;
 mod dead_letter;
-pub mod evolve;
+pub(crate) mod evolve;
 mod fresh;
-pub mod infer;
+pub(crate) mod infer;
 mod ingestor;
-pub mod log;
-pub mod replay;
-pub mod target;
+pub(crate) mod log;
+pub(crate) mod replay;
+pub(crate) mod target;
 
 pub use conform::{Match, conform, leaf_count};
 pub use fresh::FreshRows;
 pub use ingestor::{Ingestor, Opened, Target};
 pub use log::{Ingest, IngestConfig, Receipt};
+pub use target::Layout;
 
 use datafusion::error::DataFusionError;
 use floe_catalog::{CatalogError, ErrorCode};

@@ -21,7 +21,8 @@ pub struct Layout {
     pub schema: Arc<Schema>,
     /// Its partition fields: a column and its transform.
     pub partition: Vec<(String, Transform)>,
-    /// Its write order: columns, ascending, nulls last.
+    /// Its write order: `column [asc|desc] [nulls first|nulls last]` each ([`sort_field`];
+    /// Iceberg's defaults: nulls first ascending, nulls last descending).
     pub order: Vec<String>,
     /// Its table properties (compression, bloom filters).
     pub properties: HashMap<String, String>,
@@ -33,6 +34,9 @@ pub enum Creation<'a> {
     Never,
     /// With this layout, and its namespace too when that is missing (OpenTelemetry's tables).
     Layout(&'a Layout),
+    /// With this layout, in a namespace that must exist (a Kafka pipeline's table, whose
+    /// namespace its definition was authorized on).
+    InNamespace(&'a Layout),
     /// With the layout `infer` makes (from the request's rows), once the caller's
     /// `create-table` on the namespace is checked, so that nothing is decoded for a caller
     /// who may not create it; the namespace must exist (`?create=true`).
@@ -86,7 +90,7 @@ async fn create(
     let layout = match (may_create, creation) {
         // `ensure` makes no table it may not; here too, the table stays missing.
         (_, Creation::Never) => return Err(CatalogError::no_such_table(ident).into()),
-        (Ok(()), Creation::Layout(layout)) => layout,
+        (Ok(()), Creation::Layout(layout) | Creation::InNamespace(layout)) => layout,
         (Ok(()), Creation::Inferred(infer)) => {
             inferred = infer()?;
             &inferred
@@ -112,8 +116,12 @@ async fn create(
         None
     } else {
         Some(
-            floe_sql::write::partition_spec(&schema, &layout.partition)
-                .map_err(|e| IngestError::Invalid(format!("table layout: {e}")))?,
+            floe_sql::write::partition_spec(&schema, &layout.partition).map_err(|e| {
+                IngestError::Invalid(format!(
+                    "partitioning: {e} (the columns are: {})",
+                    column_names(&schema)
+                ))
+            })?,
         )
     };
     let write_order = write_order(&schema, &layout.order)?;
@@ -140,31 +148,83 @@ async fn create(
     }
 }
 
-/// The sort order of `columns`, ascending with nulls last (none when empty).
+/// One entry of a write order, `column [asc|desc] [nulls first|nulls last]`: the column,
+/// whether descending, and whether nulls come first when it says.
+pub fn sort_field(item: &str) -> Result<(String, bool, Option<bool>), IngestError> {
+    let words: Vec<String> = item
+        .split_whitespace()
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let bad = || {
+        IngestError::Invalid(format!(
+            "sort entry {item:?}: use `column [asc|desc] [nulls first|nulls last]`"
+        ))
+    };
+    let column = item.split_whitespace().next().ok_or_else(bad)?.to_string();
+    let (descending, rest) = match words.get(1).map(String::as_str) {
+        Some("asc") => (false, &words[2..]),
+        Some("desc") => (true, &words[2..]),
+        _ => (false, &words[1..]),
+    };
+    let nulls_first = match rest {
+        [] => None,
+        [n, f] if n == "nulls" && f == "first" => Some(true),
+        [n, l] if n == "nulls" && l == "last" => Some(false),
+        _ => return Err(bad()),
+    };
+    Ok((column, descending, nulls_first))
+}
+
+/// The names of `schema`'s columns, for errors.
+pub fn column_names(schema: &iceberg::spec::Schema) -> String {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The sort order `items` ([`sort_field`] each) describe over `schema` (none when empty).
 fn write_order(
     schema: &iceberg::spec::Schema,
-    columns: &[String],
+    items: &[String],
 ) -> Result<Option<SortOrder>, IngestError> {
-    if columns.is_empty() {
+    if items.is_empty() {
         return Ok(None);
     }
     let mut builder = SortOrder::builder();
     builder.with_order_id(1);
-    for column in columns {
-        let field = schema
-            .field_by_name(column)
-            .ok_or_else(|| IngestError::Invalid(format!("table layout: no column {column}")))?;
+    for item in items {
+        let (column, descending, nulls_first) = sort_field(item)?;
+        let field = schema.field_by_name(&column).ok_or_else(|| {
+            IngestError::Invalid(format!(
+                "the sort order names {column:?}, which is not a column (the columns are: {})",
+                column_names(schema)
+            ))
+        })?;
+        // Iceberg's defaults: nulls first ascending, nulls last descending.
+        let nulls_first = nulls_first.unwrap_or(!descending);
         builder.with_sort_field(
             SortField::builder()
                 .source_id(field.id)
                 .transform(Transform::Identity)
-                .direction(SortDirection::Ascending)
-                .null_order(NullOrder::Last)
+                .direction(if descending {
+                    SortDirection::Descending
+                } else {
+                    SortDirection::Ascending
+                })
+                .null_order(if nulls_first {
+                    NullOrder::First
+                } else {
+                    NullOrder::Last
+                })
                 .build(),
         );
     }
     builder
         .build(schema)
         .map(Some)
-        .map_err(|e| IngestError::Invalid(format!("table layout: {e}")))
+        .map_err(|e| IngestError::Invalid(format!("sort order: {e}")))
 }

@@ -221,7 +221,10 @@ fn by_day_and_service(schema: Arc<Schema>, time: &str, ids: &[&str]) -> Layout {
             (time.to_string(), Transform::Day),
             ("service_name".to_string(), Transform::Identity),
         ],
-        order: vec!["service_name".to_string(), time.to_string()],
+        order: vec![
+            "service_name asc nulls last".to_string(),
+            format!("{time} asc nulls last"),
+        ],
         properties: properties(ids),
     }
 }

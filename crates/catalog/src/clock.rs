@@ -1,0 +1,7 @@
+//! The one wall clock every crate reads for the times it records (leases, heartbeats,
+//! audit, commits, pipeline statistics): milliseconds since the Unix epoch, UTC.
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
