@@ -212,6 +212,34 @@ def otlp(floe, path: str, body: bytes, content_type: str, token: str | None, **h
     return requests.post(f"{floe.base}{path}", data=body, headers=sent, timeout=30)
 
 
+def test_exemplars_of_metric_points_land_in_otel_exemplars(floe):
+    """OTLP data points carry exemplars (a trace the value was seen in): they are rows of
+    otel.exemplars, with the point's series, as remote write's are."""
+    body = {"resourceMetrics": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "api"}}]},
+        "scopeMetrics": [{"metrics": [{"name": "requests", "sum": {
+            "aggregationTemporality": 2, "isMonotonic": True, "dataPoints": [{
+                "timeUnixNano": "1700000000000000000", "asInt": "7",
+                "attributes": [{"key": "route", "value": {"stringValue": "/pay"}}],
+                "exemplars": [{"timeUnixNano": "1700000000000000000", "asInt": "1",
+                               "traceId": "5b8efff798038103d269b633813fc60c",
+                               "spanId": "eee19b7ec3c1b174",
+                               "filteredAttributes": [{"key": "user", "value": {"stringValue": "u1"}}]}],
+            }]}}]}],
+    }]}
+    answer = otlp(floe, f"/otlp/{floe.warehouse}/v1/metrics", json.dumps(body).encode(),
+                  "application/json", floe.token())
+    assert answer.status_code == 200, answer.text
+    eventually(
+        floe,
+        "SELECT service_name, metric_name, attributes['route'] AS route, value, trace_id, span_id, "
+        "exemplar_attributes['user'] AS user_label FROM otel.exemplars",
+        [{"service_name": "api", "metric_name": "requests", "route": "/pay", "value": 1.0,
+          "trace_id": "5b8efff798038103d269b633813fc60c", "span_id": "eee19b7ec3c1b174",
+          "user_label": "u1"}],
+    )
+
+
 def test_bad_input_is_a_clear_4xx_in_otlps_form(floe):
     token = floe.token()
     logs = f"/otlp/{floe.warehouse}/v1/logs"

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 
 use floe_catalog::governance::authz::Caller;
 use floe_stream::core::Target;
-use floe_stream::otlp::{self, Signal, layout};
+use floe_stream::otlp::{self, Signal};
 use floe_stream::remote_write::{self, Version, Written};
 
 use crate::AppState;
@@ -101,8 +101,8 @@ struct Outcome {
     refused: Option<String>,
 }
 
-/// The request taken durably through the ingestion core: its exemplars, then its samples and
-/// the series refused (into `otel.dead_letters`).
+/// The request taken durably through the ingestion core: its exemplars, its samples, and the
+/// series refused (into `otel.dead_letters`).
 async fn take(
     state: &AppState,
     caller: &Caller,
@@ -123,7 +123,7 @@ async fn take(
         .await
         .map_err(Failure::of_ingest)?;
     let now = otlp::now_micros();
-    let received = remote_write::receive(
+    let converted = remote_write::receive(
         &body,
         version,
         &state.decode,
@@ -133,30 +133,12 @@ async fn take(
     )
     .map_err(Failure::of_refusal)?;
     drop(body);
-    let (converted, exemplars) = (received.converted, received.exemplars);
-    let records = converted.batch.num_rows() + converted.rejected.len() + exemplars.num_rows();
+    let exemplars = converted.exemplars.as_ref().map_or(0, |e| e.num_rows());
+    let records = converted.batch.num_rows() + converted.rejected.len() + exemplars;
     opened.count(records as u64).map_err(Failure::of_ingest)?;
-    let mut converted = otlp::screen::screen(converted, opened.tenant(), now);
-    // Exemplars carry their series' labels: the same per-record limits apply to them.
-    let exemplars = otlp::screen::screen(
-        otlp::Converted {
-            batch: exemplars,
-            rejected: Vec::new(),
-        },
-        opened.tenant(),
-        now,
-    );
-    converted.rejected.extend(exemplars.rejected);
-    let written = Written::of(&converted.batch, &exemplars.batch);
+    let converted = otlp::screen::screen(converted, opened.tenant(), now);
+    let written = Written::of(&converted);
     let refused = converted.rejected.first().map(|r| r.error.clone());
-    // Exemplars first: should the samples then fail, the sender's retry doubles exemplars,
-    // never samples.
-    if exemplars.batch.num_rows() > 0 {
-        opened
-            .take_otel(layout::EXEMPLARS, &exemplars.batch)
-            .await
-            .map_err(Failure::of_ingest)?;
-    }
     let taken = otlp::ingest(&opened, Signal::Metrics, converted, now)
         .await
         .map_err(Failure::of_ingest)?;

@@ -106,5 +106,9 @@ pub fn convert(request: &ExportLogsServiceRequest, now: i64) -> Converted {
     ];
     let batch = RecordBatch::try_new(layout::logs_schema(), columns)
         .expect("the builders follow the logs layout");
-    Converted { batch, rejected }
+    Converted {
+        batch,
+        rejected,
+        exemplars: None,
+    }
 }

@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
+use super::exemplars::ExemplarRows;
 use super::layout;
 use super::values::{TextMap, count, micros, push_attributes, service_name, text_map};
 use super::{Converted, Rejected};
@@ -252,6 +253,7 @@ fn counts(counts: &[u64]) -> Vec<i64> {
 /// The request's data points as rows; a metric without data is refused.
 pub fn convert(request: &ExportMetricsServiceRequest, now: i64) -> Converted {
     let mut rows = MetricRows::default();
+    let mut exemplars = ExemplarRows::default();
     let mut rejected = Vec::new();
     for resource_metrics in &request.resource_metrics {
         let resource: Option<&Resource> = resource_metrics.resource.as_ref();
@@ -275,9 +277,12 @@ pub fn convert(request: &ExportMetricsServiceRequest, now: i64) -> Converted {
                     ));
                     continue;
                 }
-                if let Err(error) = push_metric(&mut rows, metric, &point, now, &mut |e, p| {
+                let mut refuse = |e, p: &NumberDataPoint| {
                     rejected.push(Rejected::of(&service, e, p));
-                }) {
+                };
+                let pushed =
+                    push_metric(&mut rows, &mut exemplars, metric, &point, now, &mut refuse);
+                if let Err(error) = pushed {
                     rejected.push(Rejected::of(&service, error, metric));
                 }
             }
@@ -286,6 +291,7 @@ pub fn convert(request: &ExportMetricsServiceRequest, now: i64) -> Converted {
     Converted {
         batch: rows.finish(),
         rejected,
+        exemplars: exemplars.finish(),
     }
 }
 
@@ -297,6 +303,7 @@ const NO_RECORDED_VALUE: u32 = 1;
 /// gauge's or sum's point with neither value nor the flag saying it has none).
 fn push_metric<'a>(
     rows: &mut MetricRows,
+    exemplars: &mut ExemplarRows,
     metric: &'a Metric,
     point: &dyn Fn(&'static str) -> Point<'a>,
     now: i64,
@@ -338,6 +345,7 @@ fn push_metric<'a>(
                         ..Values::default()
                     },
                 );
+                exemplars.push_otlp(point.service, point.name, &p.attributes, &p.exemplars, now);
             }
         }
         Some(Data::Sum(sum)) => {
@@ -357,6 +365,7 @@ fn push_metric<'a>(
                         ..Values::default()
                     },
                 );
+                exemplars.push_otlp(point.service, point.name, &p.attributes, &p.exemplars, now);
             }
         }
         Some(Data::Histogram(histogram)) => {
@@ -379,6 +388,7 @@ fn push_metric<'a>(
                         ..Values::default()
                     },
                 );
+                exemplars.push_otlp(point.service, point.name, &p.attributes, &p.exemplars, now);
             }
         }
         Some(Data::ExponentialHistogram(histogram)) => {
@@ -409,6 +419,7 @@ fn push_metric<'a>(
                         ..Values::default()
                     },
                 );
+                exemplars.push_otlp(point.service, point.name, &p.attributes, &p.exemplars, now);
             }
         }
         Some(Data::Summary(summary)) => {

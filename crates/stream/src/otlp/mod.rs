@@ -9,6 +9,7 @@
 //! them, as OTLP asks.
 
 pub mod bounds;
+pub mod exemplars;
 pub mod layout;
 pub mod logs;
 pub mod metrics;
@@ -200,6 +201,8 @@ impl Rejected {
 pub struct Converted {
     pub batch: RecordBatch,
     pub rejected: Vec<Rejected>,
+    /// Rows of `otel.exemplars` the records carried (metrics only).
+    pub exemplars: Option<RecordBatch>,
 }
 
 /// Microseconds since the epoch, now.
@@ -263,8 +266,10 @@ pub fn table_ident(name: &str) -> TableIdent {
 }
 
 /// `converted` (the rows of a `signal` request) taken durably through `opened` (the
-/// request opened on the signal's table): the rows into that table, the refused records into
-/// `otel.dead_letters`. Once this returns, the request may be answered.
+/// request opened on the signal's table): its exemplars into `otel.exemplars` first (should
+/// the rest fail, a sender's retry doubles exemplars, never records), the rows into the
+/// signal's table, the refused records into `otel.dead_letters`. Once this returns, the
+/// request may be answered.
 pub async fn ingest(
     opened: &Opened<'_>,
     signal: Signal,
@@ -276,6 +281,9 @@ pub async fn ingest(
         error_message: converted.rejected.first().map(|r| r.error.clone()),
         ..Taken::default()
     };
+    if let Some(exemplars) = &converted.exemplars {
+        opened.take_otel(layout::EXEMPLARS, exemplars).await?;
+    }
     let rows = converted.batch.num_rows();
     if rows > 0 {
         opened.take(&[converted.batch]).await?;
@@ -347,6 +355,32 @@ mod tests {
         assert_eq!(text_at(batch, "explicit_bounds", 3), "[inf]");
         assert_eq!(text_at(batch, "sum", 4), "-inf");
         assert!(text_at(batch, "resource_attributes", 0).contains("limit: inf"));
+    }
+
+    #[test]
+    fn exemplars_of_data_points_become_rows_of_their_own() {
+        let json = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"api"}}]},
+          "scopeMetrics":[{"metrics":[{"name":"latency","histogram":{"aggregationTemporality":2,"dataPoints":[
+            {"timeUnixNano":"1700000000000000000","count":"2","sum":0.5,"bucketCounts":["1","1"],"explicitBounds":[0.1],
+             "attributes":[{"key":"route","value":{"stringValue":"/pay"}}],
+             "exemplars":[{"timeUnixNano":"1700000000000000000","asDouble":0.4,
+               "traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174",
+               "filteredAttributes":[{"key":"user","value":{"stringValue":"u1"}}]}]}]}}]}]}]}"#;
+        let request = decode(Signal::Metrics, Encoding::Json, json.as_bytes(), 1 << 20).unwrap();
+        let converted = convert(&request, 0);
+        assert_eq!(converted.batch.num_rows(), 1);
+        let exemplars = converted.exemplars.expect("an exemplar");
+        assert_eq!(exemplars.num_rows(), 1);
+        assert_eq!(text_at(&exemplars, "metric_name", 0), "latency");
+        assert_eq!(text_at(&exemplars, "service_name", 0), "api");
+        assert_eq!(
+            text_at(&exemplars, "trace_id", 0),
+            "5b8efff798038103d269b633813fc60c"
+        );
+        assert_eq!(text_at(&exemplars, "span_id", 0), "eee19b7ec3c1b174");
+        // Logs and spans carry none.
+        let logs = decode(Signal::Logs, Encoding::Json, LOGS_JSON.as_bytes(), 1 << 20).unwrap();
+        assert!(convert(&logs, 0).exemplars.is_none());
     }
 
     fn text_at(batch: &RecordBatch, column: &str, row: usize) -> String {

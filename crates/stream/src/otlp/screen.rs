@@ -31,6 +31,20 @@ static SERIES_KEYS: LazyLock<RandomState> = LazyLock::new(RandomState::new);
 /// `converted` with the records `tenant`'s limits refuse moved to its refused records;
 /// `now` in microseconds.
 pub fn screen(mut converted: Converted, tenant: &Tenant, now: i64) -> Converted {
+    // Exemplars carry their series' attributes: the same per-record limits apply to them.
+    if let Some(exemplars) = converted.exemplars.take() {
+        let screened = screen(
+            Converted {
+                batch: exemplars,
+                rejected: Vec::new(),
+                exemplars: None,
+            },
+            tenant,
+            now,
+        );
+        converted.rejected.extend(screened.rejected);
+        converted.exemplars = (screened.batch.num_rows() > 0).then_some(screened.batch);
+    }
     let limits = tenant.limits();
     let batch = &converted.batch;
     if batch.num_rows() == 0 {

@@ -225,5 +225,9 @@ pub fn convert(request: &ExportTraceServiceRequest, now: i64) -> Converted {
     ];
     let batch = RecordBatch::try_new(layout::spans_schema(), columns)
         .expect("the builders follow the spans layout");
-    Converted { batch, rejected }
+    Converted {
+        batch,
+        rejected,
+        exemplars: None,
+    }
 }

@@ -10,7 +10,8 @@
 //! - a native histogram sample is a row too: an `exponential_histogram` for the base-2
 //!   schemas (-4 to 8), a `histogram` with its bounds for custom buckets (schema -53)
 //!   ([`native`]);
-//! - an exemplar is a row of `otel.exemplars`, with the series it was seen on ([`exemplars`]).
+//! - an exemplar is a row of `otel.exemplars`, with the series it was seen on
+//!   ([`crate::otlp::exemplars`]; its `trace_id` and `span_id` labels name its trace).
 //!
 //! A series is typed by its family's metadata: 2.0 carries it on every series; 1.0 sends it
 //! in requests of its own, so what a tenant's requests said is remembered
@@ -20,19 +21,18 @@
 //! `otel.dead_letters`, and [`Written`] counts what was taken, for 2.0's
 //! `X-Prometheus-Remote-Write-*-Written` headers.
 
-pub mod exemplars;
 pub mod native;
 pub mod v1;
 pub mod v2;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::AsArray;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 
 use crate::decode::ipc::DecodeLimits;
+use crate::otlp::exemplars::{ExemplarRows, Seen};
 use crate::otlp::metrics::{MetricRows, Point, Values};
 use crate::otlp::values::UNKNOWN_SERVICE;
 use crate::otlp::{Converted, Refusal, Rejected, bounds};
-use exemplars::{Exemplar, ExemplarRows};
 
 /// The remote-write protocol a request speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,13 +82,13 @@ impl Version {
     }
 }
 
-/// What one request brought, as rows.
+/// One exemplar as either version carries it, its labels resolved.
 #[derive(Debug)]
-pub struct Received {
-    /// Rows of `otel.metrics`, and the series refused.
-    pub converted: Converted,
-    /// Rows of `otel.exemplars`.
-    pub exemplars: RecordBatch,
+pub struct Exemplar<'a> {
+    pub labels: Vec<(&'a str, &'a str)>,
+    pub value: f64,
+    /// Milliseconds since the epoch; 0 when the sender gave none.
+    pub timestamp: i64,
 }
 
 /// What a request wrote, as remote write 2.0 counts it.
@@ -100,9 +100,10 @@ pub struct Written {
 }
 
 impl Written {
-    /// What `metrics` (rows of `otel.metrics`, after screening) and `exemplars` hold: a
-    /// histogram row is a histogram sample, any other row a float sample.
-    pub fn of(metrics: &RecordBatch, exemplars: &RecordBatch) -> Self {
+    /// What `converted` (after screening) holds: a histogram row is a histogram sample, any
+    /// other row of `otel.metrics` a float sample; and its exemplars.
+    pub fn of(converted: &Converted) -> Self {
+        let metrics = &converted.batch;
         let histograms = metrics
             .column_by_name("metric_type")
             .and_then(|c| c.as_string_opt::<i32>())
@@ -115,12 +116,13 @@ impl Written {
         Written {
             samples: metrics.num_rows() - histograms,
             histograms,
-            exemplars: exemplars.num_rows(),
+            exemplars: converted.exemplars.as_ref().map_or(0, |e| e.num_rows()),
         }
     }
 }
 
-/// A snappy-compressed `body` of `version` decoded and made rows, within `limits`: the body
+/// A snappy-compressed `body` of `version` decoded and made rows (of `otel.metrics` and
+/// `otel.exemplars`, and the series refused), within `limits`: the body
 /// inflated at most to `limits.max_bytes`, then decoded — and its rows built — within the
 /// budget of its inflated size (as an OTLP body after gzip is), so that what Prometheus sends
 /// by default (500 to 2,000 samples a request, compressed about tenfold) always fits.
@@ -133,7 +135,7 @@ pub fn receive(
     memory: &v1::MetadataMemory,
     tenant: &str,
     now: i64,
-) -> Result<Received, Refusal> {
+) -> Result<Converted, Refusal> {
     let raw = inflate(body, limits)?;
     let mut budget = limits.budget(raw.len());
     let cost = bounds::protobuf_cost(&raw).ok_or_else(|| {
@@ -162,9 +164,9 @@ pub fn receive(
             // the series are charged what their rows will hold.
             charge(&mut budget, v2::references(&request).saturating_mul(24))?;
             let (series, refused) = v2::series(&request);
-            let mut received = convert(&series, &mut budget, now)?;
-            received.converted.rejected.extend(refused);
-            Ok(received)
+            let mut converted = convert(&series, &mut budget, now)?;
+            converted.rejected.extend(refused);
+            Ok(converted)
         }
     }
 }
@@ -309,7 +311,7 @@ fn key_value(name: &str, value: &str) -> KeyValue {
 }
 
 /// The rows of `series`, built within what is left of the request's `budget`.
-fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Received, Refusal> {
+fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Converted, Refusal> {
     let mut rows = MetricRows::default();
     let mut exemplars = ExemplarRows::default();
     let mut rejected = Vec::new();
@@ -381,14 +383,37 @@ fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Received, 
             }
         }
         for exemplar in &series.exemplars {
-            exemplars.push(service, name, &attributes, exemplar, now);
+            let label = |wanted: &str| {
+                exemplar
+                    .labels
+                    .iter()
+                    .find(|(n, _)| *n == wanted)
+                    .map(|(_, v)| *v)
+                    .filter(|v| !v.is_empty())
+            };
+            let others: Vec<KeyValue> = exemplar
+                .labels
+                .iter()
+                .filter(|(n, _)| *n != "trace_id" && *n != "span_id")
+                .map(|(n, v)| key_value(n, v))
+                .collect();
+            let seen = Seen {
+                time: if exemplar.timestamp == 0 {
+                    now
+                } else {
+                    exemplar.timestamp.saturating_mul(1000)
+                },
+                value: Some(exemplar.value),
+                trace_id: label("trace_id"),
+                span_id: label("span_id"),
+                attributes: &others,
+            };
+            exemplars.push(service, name, &attributes, seen);
         }
     }
-    Ok(Received {
-        converted: Converted {
-            batch: rows.finish(),
-            rejected,
-        },
+    Ok(Converted {
+        batch: rows.finish(),
+        rejected,
         exemplars: exemplars.finish(),
     })
 }

@@ -216,10 +216,10 @@ pub fn series<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{COUNTER, HISTOGRAM, Received, Version, receive};
+    use super::super::{COUNTER, HISTOGRAM, Version, receive};
     use super::*;
     use crate::decode::ipc::DecodeLimits;
-    use crate::otlp::Refusal;
+    use crate::otlp::{Converted, Refusal};
     use prost::Message;
 
     fn body(request: &WriteRequest) -> Vec<u8> {
@@ -228,7 +228,7 @@ mod tests {
             .unwrap()
     }
 
-    fn take(memory: &MetadataMemory, tenant: &str, request: &WriteRequest) -> Received {
+    fn take(memory: &MetadataMemory, tenant: &str, request: &WriteRequest) -> Converted {
         let limits = DecodeLimits::default();
         receive(&body(request), Version::V1, &limits, memory, tenant, 0).unwrap()
     }
@@ -285,7 +285,7 @@ mod tests {
         };
         let limits = DecodeLimits::default();
         let memory = MetadataMemory::default();
-        let converted = take(&memory, "t", &request).converted;
+        let converted = take(&memory, "t", &request);
         assert_eq!(converted.batch.num_rows(), 2);
         assert_eq!(converted.rejected.len(), 1);
         let kinds = converted.batch.column_by_name("metric_type").unwrap();
@@ -327,12 +327,8 @@ mod tests {
         }
     }
 
-    fn kinds(received: &Received) -> Vec<String> {
-        let kinds = received
-            .converted
-            .batch
-            .column_by_name("metric_type")
-            .unwrap();
+    fn kinds(received: &Converted) -> Vec<String> {
+        let kinds = received.batch.column_by_name("metric_type").unwrap();
         let kinds = kinds
             .as_any()
             .downcast_ref::<datafusion::arrow::array::StringArray>()
@@ -418,6 +414,6 @@ mod tests {
             metadata: vec![],
         };
         let received = take(&MetadataMemory::default(), "t", &request);
-        assert_eq!(received.converted.batch.num_rows(), 2000);
+        assert_eq!(received.batch.num_rows(), 2000);
     }
 }

@@ -182,14 +182,14 @@ fn resolve<'a>(symbols: &'a [String], s: &'a TimeSeries) -> Result<Series<'a>, S
 mod tests {
     use super::super::native::BucketSpan;
     use super::super::v1::MetadataMemory;
-    use super::super::{Received, Version, Written, receive};
+    use super::super::{Version, Written, receive};
     use super::*;
     use crate::decode::ipc::DecodeLimits;
-    use crate::otlp::Refusal;
+    use crate::otlp::{Converted, Refusal};
     use datafusion::arrow::array::AsArray;
     use prost::Message;
 
-    fn send(request: &Request) -> Result<Received, Refusal> {
+    fn send(request: &Request) -> Result<Converted, Refusal> {
         let body = snap::raw::Encoder::new()
             .compress_vec(&request.encode_to_vec())
             .unwrap();
@@ -285,7 +285,7 @@ mod tests {
             ],
         };
         let received = send(&request).unwrap();
-        let batch = &received.converted.batch;
+        let batch = &received.batch;
         assert_eq!(batch.num_rows(), 3);
         let text = |column: &str, row: usize| {
             batch
@@ -309,13 +309,9 @@ mod tests {
         );
         assert!(!batch.column_by_name("start_time").unwrap().is_null(0));
         assert!(batch.column_by_name("start_time").unwrap().is_null(1));
-        assert_eq!(received.converted.rejected.len(), 1);
-        assert!(
-            received.converted.rejected[0]
-                .error
-                .contains("symbol reference 99")
-        );
-        let exemplars = &received.exemplars;
+        assert_eq!(received.rejected.len(), 1);
+        assert!(received.rejected[0].error.contains("symbol reference 99"));
+        let exemplars = received.exemplars.as_ref().unwrap();
         assert_eq!(exemplars.num_rows(), 1);
         let trace = exemplars.column_by_name("trace_id").unwrap();
         assert_eq!(
@@ -323,7 +319,7 @@ mod tests {
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
         assert_eq!(
-            Written::of(batch, exemplars),
+            Written::of(&received),
             Written {
                 samples: 2,
                 histograms: 1,
@@ -391,8 +387,8 @@ mod tests {
             timeseries,
         };
         let received = send(&request).unwrap();
-        assert_eq!(received.converted.batch.num_rows(), 2_000);
-        assert!(received.converted.rejected.is_empty());
+        assert_eq!(received.batch.num_rows(), 2_000);
+        assert!(received.rejected.is_empty());
     }
 
     #[test]
@@ -422,7 +418,7 @@ mod tests {
                 },
             ],
         };
-        let batch = send(&request).unwrap().converted.batch;
+        let batch = send(&request).unwrap().batch;
         assert_eq!(batch.num_rows(), 2);
         for column in ["value", "count", "sum"] {
             let column = batch.column_by_name(column).unwrap();
