@@ -239,6 +239,20 @@ def test_exemplars_of_metric_points_land_in_otel_exemplars(floe):
           "user_label": "u1"}],
     )
 
+    # A principal that may write otel.metrics alone: its points are taken, its exemplars left
+    # out (they are an addition, never a reason to lose the points).
+    from test_governance import make_principal
+
+    on_metrics = {"type": "table", "warehouse": floe.warehouse, "namespace": ["otel"], "name": "metrics"}
+    client_id, secret = make_principal(floe, "metrics-only", [("write-data", on_metrics)])
+    body["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["name"] = "requests_by_grant"
+    answer = otlp(floe, f"/otlp/{floe.warehouse}/v1/metrics", json.dumps(body).encode(),
+                  "application/json", floe.token(client_id, secret))
+    assert answer.status_code == 200, answer.text
+    eventually(floe, "SELECT count(*) AS n FROM otel.metrics WHERE metric_name = 'requests_by_grant'",
+               [{"n": 1}])
+    assert rows(floe, "SELECT count(*) AS n FROM otel.exemplars WHERE metric_name = 'requests_by_grant'") == [{"n": 0}]
+
 
 def test_bad_input_is_a_clear_4xx_in_otlps_form(floe):
     token = floe.token()

@@ -160,14 +160,18 @@ impl Failure {
             return Failure::of_refused(refused);
         }
         if e.retryable() {
-            return Failure::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            let message = match &e {
+                IngestError::Catalog(e) => crate::error::client_message(e),
+                e => e.to_string(),
+            };
+            return Failure::new(StatusCode::SERVICE_UNAVAILABLE, message);
         }
         match e {
             IngestError::Catalog(e) => Failure::new(
                 crate::error::status_for(e.code()),
                 crate::error::client_message(&e),
             ),
-            IngestError::UnknownTenant(_) => Failure::new(StatusCode::NOT_FOUND, e.to_string()),
+            IngestError::UnknownTenant { .. } => Failure::new(StatusCode::NOT_FOUND, e.to_string()),
             IngestError::TooLarge(m) => Failure::new(StatusCode::PAYLOAD_TOO_LARGE, m),
             e => Failure::new(StatusCode::BAD_REQUEST, e.to_string()),
         }
@@ -321,13 +325,14 @@ pub async fn take(
     let now = otlp::now_micros();
     let converted = otlp::convert(&request, now);
     drop(request);
-    let records = converted.batch.num_rows() + converted.rejected.len();
+    let exemplars = converted.exemplars.as_ref().map_or(0, |e| e.num_rows());
+    let records = converted.batch.num_rows() + converted.rejected.len() + exemplars;
     opened.count(records as u64).map_err(failed)?;
     let converted = otlp::screen::screen(converted, opened.tenant(), now);
     let taken = otlp::ingest(&opened, signal, converted, now)
         .await
         .map_err(failed)?;
-    opened.taken(taken.accepted as u64);
+    opened.taken((taken.accepted + taken.exemplars) as u64);
     Ok(taken)
 }
 

@@ -137,11 +137,12 @@ async fn take(
     let records = converted.batch.num_rows() + converted.rejected.len() + exemplars;
     opened.count(records as u64).map_err(Failure::of_ingest)?;
     let converted = otlp::screen::screen(converted, opened.tenant(), now);
-    let written = Written::of(&converted);
+    let mut written = Written::of(&converted);
     let refused = converted.rejected.first().map(|r| r.error.clone());
     let taken = otlp::ingest(&opened, Signal::Metrics, converted, now)
         .await
         .map_err(Failure::of_ingest)?;
-    opened.taken((taken.accepted + written.exemplars) as u64);
+    written.exemplars = taken.exemplars;
+    opened.taken((taken.accepted + taken.exemplars) as u64);
     Ok(Outcome { written, refused })
 }

@@ -74,10 +74,15 @@ impl<'a> Ingestor<'a> {
     ) -> Result<Opened<'a>, IngestError> {
         match self.catalog.visible_warehouse(caller, warehouse).await {
             Ok(_) => {}
-            Err(e) if e.code() == ErrorCode::NotFound => {
-                return Err(IngestError::UnknownTenant(warehouse.to_string()));
+            Err(refused) if refused.code() == ErrorCode::NotFound => {
+                return Err(IngestError::UnknownTenant {
+                    name: warehouse.to_string(),
+                    refused,
+                });
             }
-            Err(e) => return Err(IngestError::of_catalog(e)),
+            // The catalog's own error (its code decides the answer; an internal one shows
+            // the client no more than the catalog would).
+            Err(e) => return Err(IngestError::Catalog(e)),
         }
         let (ident, schema) = match target {
             Target::Named { ident, create } => {

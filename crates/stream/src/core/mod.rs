@@ -65,9 +65,10 @@ pub enum IngestError {
     /// the answer.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
-    /// The tenant a request names is no warehouse the caller can see.
-    #[error("unknown tenant {0:?}: no such warehouse")]
-    UnknownTenant(String),
+    /// The tenant a request names is no warehouse the caller can see; `refused` is the
+    /// catalog's own answer (hidden or missing, which an HTTP door audits as it is).
+    #[error("unknown tenant {name:?}: no such warehouse")]
+    UnknownTenant { name: String, refused: CatalogError },
     /// The request's body is not what its door takes (not the protocol's message, not
     /// compressed as it says).
     #[error("{0}")]
@@ -84,7 +85,7 @@ impl IngestError {
             IngestError::Conflict(_) | IngestError::Storage(_) => true,
             IngestError::Fenced(_)
             | IngestError::Invalid(_)
-            | IngestError::UnknownTenant(_)
+            | IngestError::UnknownTenant { .. }
             | IngestError::Malformed(_)
             | IngestError::TooLarge(_) => false,
             IngestError::Catalog(e) => matches!(
@@ -162,7 +163,7 @@ impl From<IngestError> for CatalogError {
             | IngestError::Fenced(message)
             | IngestError::Malformed(message) => CatalogError::BadRequest { message },
             IngestError::TooLarge(message) => CatalogError::PayloadTooLarge(message),
-            IngestError::UnknownTenant(name) => CatalogError::no_such_warehouse(&name),
+            IngestError::UnknownTenant { refused, .. } => refused,
             IngestError::Storage(message) => CatalogError::Unavailable(message),
         }
     }

@@ -68,10 +68,7 @@ pub async fn ensure(
         }
         (Err(e), _) => return Err(e.into()),
     }
-    let loaded = catalog
-        .load_table(caller, warehouse, ident)
-        .await
-        .map_err(IngestError::of_catalog)?;
+    let loaded = catalog.load_table(caller, warehouse, ident).await?;
     table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)
 }
 

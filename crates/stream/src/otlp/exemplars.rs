@@ -18,6 +18,12 @@ use opentelemetry_proto::tonic::metrics::v1::{Exemplar, exemplar};
 use super::layout;
 use super::values::{TextMap, hex_in, micros, push_attributes, text_map};
 
+/// The most exemplars kept of one OTLP data point (the SDKs keep one per histogram bucket,
+/// 16 by default, and one for a sum or gauge); the rest are dropped. Each copies its point's
+/// attributes, so a point of many tiny exemplars must not multiply its attributes without
+/// bound.
+pub const MOST_PER_POINT: usize = 16;
+
 /// One exemplar, as either source carries it.
 pub struct Seen<'a> {
     /// Microseconds since the epoch.
@@ -69,8 +75,8 @@ impl ExemplarRows {
         push_attributes(&mut self.exemplar_attributes, seen.attributes);
     }
 
-    /// OTLP's `exemplars` of a data point of metric `name` of `service` with `attributes`;
-    /// one without a time takes `now` (microseconds).
+    /// OTLP's `exemplars` of a data point of metric `name` of `service` with `attributes`,
+    /// the first [`MOST_PER_POINT`] of them; one without a time takes `now` (microseconds).
     pub fn push_otlp(
         &mut self,
         service: &str,
@@ -79,7 +85,7 @@ impl ExemplarRows {
         exemplars: &[Exemplar],
         now: i64,
     ) {
-        for e in exemplars {
+        for e in exemplars.iter().take(MOST_PER_POINT) {
             let (mut trace, mut span) = ([0u8; 64], [0u8; 64]);
             let value = match e.value {
                 Some(exemplar::Value::AsDouble(d)) => Some(d),

@@ -30,6 +30,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 pub use opentelemetry_proto;
 
 use crate::core::{IngestError, Opened};
+use floe_catalog::ErrorCode;
 
 /// What an OTLP request carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +256,8 @@ pub struct Taken {
     pub rejected: usize,
     /// The first refusal's reason, for the answer.
     pub error_message: Option<String>,
+    /// Exemplars taken into `otel.exemplars`.
+    pub exemplars: usize,
 }
 
 /// The table `name` of the `otel` namespace.
@@ -282,7 +285,17 @@ pub async fn ingest(
         ..Taken::default()
     };
     if let Some(exemplars) = &converted.exemplars {
-        opened.take_otel(layout::EXEMPLARS, exemplars).await?;
+        match opened.take_otel(layout::EXEMPLARS, exemplars).await {
+            Ok(_) => taken.exemplars = exemplars.num_rows(),
+            // A caller who may write the signal's table but not otel.exemplars (a grant on
+            // otel.metrics alone) still has its points taken: exemplars are an addition.
+            Err(IngestError::Catalog(e))
+                if matches!(e.code(), ErrorCode::PermissionDenied | ErrorCode::NotFound) =>
+            {
+                tracing::debug!(error = %e, "exemplars not taken");
+            }
+            Err(e) => return Err(e),
+        }
     }
     let rows = converted.batch.num_rows();
     if rows > 0 {

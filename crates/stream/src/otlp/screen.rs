@@ -16,10 +16,11 @@ use floe_catalog::tenants::{Limit, Tenant};
 use super::{Converted, Rejected};
 
 /// The map columns whose entries are attributes, and whether they count toward
-/// `max-attributes` (a record's own do; its resource's and scope's only have their lengths
-/// checked).
-const MAPS: [(&str, bool); 3] = [
+/// `max-attributes` (a record's own do, an exemplar's too; its resource's and scope's only
+/// have their lengths checked).
+const MAPS: [(&str, bool); 4] = [
     ("attributes", true),
+    ("exemplar_attributes", true),
     ("resource_attributes", false),
     ("scope_attributes", false),
 ];
@@ -29,11 +30,13 @@ const MAPS: [(&str, bool); 3] = [
 static SERIES_KEYS: LazyLock<RandomState> = LazyLock::new(RandomState::new);
 
 /// `converted` with the records `tenant`'s limits refuse moved to its refused records;
-/// `now` in microseconds.
+/// `now` in microseconds. Its exemplars are held to the attribute limits too, and one that
+/// breaks them is dropped (an exemplar is no record of its own: it is neither counted as
+/// refused nor a dead letter); they take no place among the active series, which their
+/// points' rows count.
 pub fn screen(mut converted: Converted, tenant: &Tenant, now: i64) -> Converted {
-    // Exemplars carry their series' attributes: the same per-record limits apply to them.
     if let Some(exemplars) = converted.exemplars.take() {
-        let screened = screen(
+        let screened = screen_rows(
             Converted {
                 batch: exemplars,
                 rejected: Vec::new(),
@@ -41,10 +44,16 @@ pub fn screen(mut converted: Converted, tenant: &Tenant, now: i64) -> Converted 
             },
             tenant,
             now,
+            false,
         );
-        converted.rejected.extend(screened.rejected);
         converted.exemplars = (screened.batch.num_rows() > 0).then_some(screened.batch);
     }
+    screen_rows(converted, tenant, now, true)
+}
+
+/// `converted`'s rows screened; `series`: whether their series count against
+/// `max-active-series`.
+fn screen_rows(mut converted: Converted, tenant: &Tenant, now: i64, series: bool) -> Converted {
     let limits = tenant.limits();
     let batch = &converted.batch;
     if batch.num_rows() == 0 {
@@ -64,6 +73,7 @@ pub fn screen(mut converted: Converted, tenant: &Tenant, now: i64) -> Converted 
         }
     }
     if limits.max_active_series.is_some()
+        && series
         && let Some(series) = series_of(batch)
     {
         let minute = (now / 60_000_000).clamp(0, u32::MAX as i64) as u32;
