@@ -1,7 +1,16 @@
 //! Stream-to-table: every source Floe turns into Iceberg tables, through one ingestion core
-//! ([`core`]: decode, infer, evolve, write and commit, the durable log) with thin adapters
-//! over it: Kafka topics ([`kafka`]), HTTP bodies ([`decode::rows`]), OpenTelemetry and
-//! Prometheus remote write.
+//! with thin adapters over it. A map of the crate:
+//!
+//! - [`core`]: the path every pushed request takes ([`core::Ingestor`]: tenant, the table made
+//!   on first write, admission, evolution, conform, the durable log and its per-table
+//!   committers, read-your-writes), the one error type [`core::IngestError`], and the append
+//!   commit every source shares;
+//! - [`decode`]: JSON rows and bounded Arrow IPC for `POST /ingest/v1`;
+//! - [`otlp`]: OpenTelemetry logs, spans and metrics (and their exemplars) as rows of the
+//!   tenant's `otel` tables, the tenant's per-record limits ([`otlp::screen`]);
+//! - [`remote_write`]: Prometheus remote write 1.0 and 2.0, native histograms;
+//! - [`kafka`]: pipelines from Kafka topics, and the supervisor that deals their partitions
+//!   over the nodes; [`registry`] and the formats it serves (Avro, Protobuf, JSON Schema).
 //!
 //! A [`kafka::Pipeline`] reads its topics' partitions from the offsets the table says it has
 //! committed, decodes JSON records against the table's schema, and appends them in one
