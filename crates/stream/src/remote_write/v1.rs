@@ -73,6 +73,23 @@ pub struct MetricMetadata {
 /// Families remembered for all tenants together; past this, new ones are typed by name.
 const MOST_FAMILIES: usize = 200_000;
 
+/// Families remembered for one tenant (a Prometheus with node-exporter describes about 1,000;
+/// large clusters a few thousand), so that one tenant cannot take every place from the rest.
+const MOST_FAMILIES_PER_TENANT: usize = 20_000;
+
+/// The most of a family's help text and unit remembered (the rest is cut at a character's
+/// boundary), and the longest family name remembered.
+const MOST_HELP_BYTES: usize = 1024;
+
+/// `text` cut to at most `most` bytes, at a character's boundary.
+fn cut(text: &str, most: usize) -> String {
+    let mut end = text.len().min(most);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 /// The metric metadata each tenant's remote-write requests carried, by family name, kept
 /// for the requests that carry samples without it.
 #[derive(Default)]
@@ -115,11 +132,20 @@ impl MetadataMemory {
         let Remembered { count, tenants } = &mut *guard;
         let remembered = tenants.entry(tenant.to_string()).or_default();
         for (name, family) in &known {
+            let kept = Family {
+                kind: family.kind,
+                help: cut(&family.help, MOST_HELP_BYTES),
+                unit: cut(&family.unit, MOST_HELP_BYTES),
+            };
+            // A name no metric has (over 1 KiB) is not remembered at all.
+            let room = *count < MOST_FAMILIES
+                && remembered.len() < MOST_FAMILIES_PER_TENANT
+                && name.len() <= MOST_HELP_BYTES;
             match remembered.get_mut(name) {
-                Some(kept) => *kept = family.clone(),
-                None if *count < MOST_FAMILIES => {
+                Some(old) => *old = kept,
+                None if room => {
                     *count += 1;
-                    remembered.insert(name.clone(), family.clone());
+                    remembered.insert(name.clone(), kept);
                 }
                 None => {}
             }
@@ -415,5 +441,43 @@ mod tests {
         };
         let received = take(&MetadataMemory::default(), "t", &request);
         assert_eq!(received.batch.num_rows(), 2000);
+    }
+
+    #[test]
+    fn one_tenant_cannot_take_every_place_in_the_memory() {
+        let memory = MetadataMemory::default();
+        let many = WriteRequest {
+            timeseries: vec![],
+            metadata: (0..MOST_FAMILIES_PER_TENANT + 10)
+                .map(|i| MetricMetadata {
+                    r#type: COUNTER,
+                    metric_family_name: format!("family_{i}"),
+                    help: "é".repeat(MOST_HELP_BYTES),
+                    unit: String::new(),
+                })
+                .collect(),
+        };
+        memory.families("greedy", &many);
+        let guard = memory.families.lock().unwrap();
+        let greedy = &guard.tenants["greedy"];
+        assert_eq!(greedy.len(), MOST_FAMILIES_PER_TENANT);
+        assert!(greedy.values().all(|f| f.help.len() <= MOST_HELP_BYTES));
+        drop(guard);
+        // Another tenant's families are still remembered.
+        let metadata = WriteRequest {
+            timeseries: vec![],
+            metadata: vec![MetricMetadata {
+                r#type: COUNTER,
+                metric_family_name: "up_changes".into(),
+                help: "changes".into(),
+                unit: String::new(),
+            }],
+        };
+        memory.families("modest", &metadata);
+        let samples = WriteRequest {
+            timeseries: vec![series("up_changes", &[])],
+            metadata: vec![],
+        };
+        assert_eq!(kinds(&take(&memory, "modest", &samples)), ["sum"]);
     }
 }
