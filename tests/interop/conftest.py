@@ -207,12 +207,17 @@ def start_floe(
     return floe
 
 
-def stop_floe(floe: Floe) -> None:
-    floe.process.terminate()
+def stop_process(process: subprocess.Popen, timeout: float = 20) -> None:
+    """`process` asked to stop (SIGTERM), killed if it has not within `timeout` seconds."""
+    process.terminate()
     try:
-        floe.process.wait(timeout=20)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        floe.process.kill()
+        process.kill()
+
+
+def stop_floe(floe: Floe) -> None:
+    stop_process(floe.process)
 
 
 def restart_floe(floe: Floe, tmp_path: Path, pause: float = 2.0) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import _free_port, restart_floe
+from conftest import _free_port, restart_floe, stop_process
 from test_otlp import rows
 
 COLLECTOR = os.environ.get("FLOE_OTELCOL") or str(Path.home() / ".cache/floe-bin/otelcol-floe")
@@ -151,11 +151,7 @@ service:
     try:
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process, timeout=30)
         log.close()
 
 

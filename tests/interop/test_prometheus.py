@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT_ID, ROOT_SECRET
+from conftest import ROOT_ID, ROOT_SECRET, stop_process
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMETHEUS3 = os.environ.get("FLOE_PROMETHEUS3")
@@ -101,11 +101,7 @@ remote_write:
         yield port
     finally:
         for process in (server, node):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop_process(process)
         log.close()
 
 

@@ -146,11 +146,10 @@ impl Failure {
         )
     }
 
+    /// A decoder's refusal, answered as the core's error of its kind (400 malformed, 413 too
+    /// large).
     pub(crate) fn of_refusal(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::Malformed(m) => Failure::new(StatusCode::BAD_REQUEST, m),
-            Refusal::TooLarge(m) => Failure::new(StatusCode::PAYLOAD_TOO_LARGE, m),
-        }
+        Self::of_ingest(refusal.into())
     }
 
     /// A core error, by its kind: a tenant's limit as the limit says, a retryable failure
@@ -271,7 +270,7 @@ pub(crate) async fn read_body(
 }
 
 /// `Content-Encoding`, lowercased (`identity` when absent).
-pub(crate) fn content_encoding(headers: &HeaderMap) -> String {
+fn content_encoding(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())

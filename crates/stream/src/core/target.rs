@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use floe_catalog::governance::authz::{Caller, Privilege};
-use floe_catalog::service::{CatalogService, CreateTable};
+use floe_catalog::service::{CatalogService, CreateTable, LoadedTable};
 use floe_catalog::{CatalogError, ErrorCode};
 use iceberg::TableIdent;
 use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, Transform};
@@ -43,10 +43,8 @@ pub enum Creation<'a> {
     Inferred(&'a mut (dyn FnMut() -> Result<Layout, IngestError> + Send)),
 }
 
-/// Table `ident` of `warehouse` ready to take rows from `caller`, who needs `write-data` on
-/// it. A table that does not exist is made as `creation` says, as `caller`, who then needs
-/// `create-table` on its namespace (and `create-namespace` for a namespace a layout may
-/// create). The table's Arrow schema, field ids kept.
+/// Table `ident` of `warehouse` ready to take rows from `caller` ([`ensure_loaded`]): its
+/// Arrow schema, field ids kept.
 pub async fn ensure(
     catalog: &CatalogService,
     caller: &Caller,
@@ -54,6 +52,21 @@ pub async fn ensure(
     ident: &TableIdent,
     creation: Creation<'_>,
 ) -> Result<SchemaRef, IngestError> {
+    let loaded = ensure_loaded(catalog, caller, warehouse, ident, creation).await?;
+    table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)
+}
+
+/// Table `ident` of `warehouse` ready to take rows from `caller`, who needs `write-data` on
+/// it. A table that does not exist is made as `creation` says, as `caller`, who then needs
+/// `create-table` on its namespace (and `create-namespace` for a namespace a layout may
+/// create). The table as it then is.
+pub async fn ensure_loaded(
+    catalog: &CatalogService,
+    caller: &Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    creation: Creation<'_>,
+) -> Result<LoadedTable, IngestError> {
     let authorized = catalog
         .authorize_table(caller, warehouse, ident, Privilege::WriteData)
         .await;
@@ -68,8 +81,7 @@ pub async fn ensure(
         }
         (Err(e), _) => return Err(e.into()),
     }
-    let loaded = catalog.load_table(caller, warehouse, ident).await?;
-    table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)
+    Ok(catalog.load_table(caller, warehouse, ident).await?)
 }
 
 async fn create(

@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::target::{Creation, Layout, ensure};
+use crate::core::target::{Creation, Layout, ensure_loaded};
 
 impl Pipeline {
     /// The pipeline's target table, if it exists.
@@ -223,17 +223,14 @@ impl Pipeline {
     /// by the one place every door makes its tables ([`crate::core::target::ensure`]), as the
     /// system (a pipeline acts for the catalog that defined it); the table as it then is.
     pub(super) async fn create(&self, ident: &TableIdent, layout: &Layout) -> Result<LoadedTable> {
-        ensure(
+        Ok(ensure_loaded(
             &self.catalog,
             &Caller::system(),
             &self.spec.warehouse,
             ident,
             Creation::InNamespace(layout),
         )
-        .await?;
-        self.load_ident(ident)
-            .await?
-            .ok_or_else(|| table_error("create the table", "it vanished"))
+        .await?)
     }
 
     /// The dead-letter table: the pipeline's target with `__dead_letters` appended.

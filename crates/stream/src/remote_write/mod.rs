@@ -226,20 +226,18 @@ pub struct Series<'a> {
     pub unit: &'a str,
 }
 
+/// The value of label `wanted` among `labels`, if it is there.
+fn label<'a>(labels: &[(&'a str, &'a str)], wanted: &str) -> Option<&'a str> {
+    labels.iter().find(|(n, _)| *n == wanted).map(|(_, v)| *v)
+}
+
 impl Series<'_> {
     fn name(&self) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(n, _)| *n == "__name__")
-            .map(|(_, v)| *v)
-            .filter(|v| !v.is_empty())
+        label(&self.labels, "__name__").filter(|v| !v.is_empty())
     }
 
     fn service(&self) -> &str {
-        self.labels
-            .iter()
-            .find(|(n, _)| *n == "job")
-            .map_or(UNKNOWN_SERVICE, |(_, v)| *v)
+        label(&self.labels, "job").unwrap_or(UNKNOWN_SERVICE)
     }
 
     /// What its rows will hold beyond their fixed columns, about: its labels, help and unit
@@ -298,6 +296,17 @@ fn monotonic(name: &str, kind: i32) -> bool {
 fn counter_by_name(name: &str, labels: &[(&str, &str)]) -> bool {
     name.ends_with("_total")
         || (name.ends_with("_bucket") && labels.iter().any(|(n, _)| *n == "le"))
+}
+
+/// Whether the float samples of series `name` with `labels` are a monotonic cumulative sum:
+/// as its family's metadata `kind` says ([`monotonic`]), or by its name when no metadata
+/// gives a kind (0, unspecified).
+fn is_sum(name: &str, kind: i32, labels: &[(&str, &str)]) -> bool {
+    if kind == 0 {
+        counter_by_name(name, labels)
+    } else {
+        monotonic(name, kind)
+    }
 }
 
 fn key_value(name: &str, value: &str) -> KeyValue {
@@ -383,14 +392,7 @@ fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Converted,
             }
         }
         for exemplar in &series.exemplars {
-            let label = |wanted: &str| {
-                exemplar
-                    .labels
-                    .iter()
-                    .find(|(n, _)| *n == wanted)
-                    .map(|(_, v)| *v)
-                    .filter(|v| !v.is_empty())
-            };
+            let id = |wanted: &str| label(&exemplar.labels, wanted).filter(|v| !v.is_empty());
             let others: Vec<KeyValue> = exemplar
                 .labels
                 .iter()
@@ -404,8 +406,8 @@ fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Converted,
                     exemplar.timestamp.saturating_mul(1000)
                 },
                 value: Some(exemplar.value),
-                trace_id: label("trace_id"),
-                span_id: label("span_id"),
+                trace_id: id("trace_id"),
+                span_id: id("span_id"),
                 attributes: &others,
             };
             exemplars.push(service, name, &attributes, seen);

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::native::Histogram;
-use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, counter_by_name, monotonic};
+use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, is_sum};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WriteRequest {
@@ -206,10 +206,7 @@ pub fn series<'a>(
                 .collect();
             let name = series_name(s).unwrap_or_default();
             let family = family(name, known);
-            let monotonic = match family {
-                Some(f) if f.kind != 0 => monotonic(name, f.kind),
-                _ => counter_by_name(name, &labels),
-            };
+            let monotonic = is_sum(name, family.map_or(0, |f| f.kind), &labels);
             Series {
                 samples: s
                     .samples

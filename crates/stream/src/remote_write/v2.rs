@@ -3,7 +3,7 @@
 //! carries its own metadata, so no memory of earlier requests is needed to type it.
 
 use super::native::Histogram;
-use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, counter_by_name, monotonic};
+use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, is_sum, label};
 use crate::otlp::Rejected;
 use crate::otlp::values::UNKNOWN_SERVICE;
 
@@ -135,15 +135,8 @@ pub fn series(request: &Request) -> (Vec<Series<'_>>, Vec<Rejected>) {
 fn resolve<'a>(symbols: &'a [String], s: &'a TimeSeries) -> Result<Series<'a>, String> {
     let labels = labels(symbols, &s.labels_refs)?;
     let metadata = s.metadata.clone().unwrap_or_default();
-    let name = labels
-        .iter()
-        .find(|(n, _)| *n == "__name__")
-        .map_or("", |(_, v)| *v);
-    let monotonic = if metadata.r#type == 0 {
-        counter_by_name(name, &labels)
-    } else {
-        monotonic(name, metadata.r#type)
-    };
+    let name = label(&labels, "__name__").unwrap_or_default();
+    let monotonic = is_sum(name, metadata.r#type, &labels);
     let exemplars = s
         .exemplars
         .iter()
