@@ -20,13 +20,12 @@ use std::time::Instant;
 use datafusion::prelude::SessionContext;
 use floe_catalog::CatalogError;
 use floe_sql::scan::IcebergTableProvider;
+use floe_sql::write::{SnapshotWriter, spec_of};
+use iceberg::TableIdent;
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestFile,
-    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, SortDirection, Summary,
-    TableMetadata, Transform,
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestWriter,
+    Operation, Snapshot, SortDirection, TableMetadata, Transform,
 };
-use iceberg::{TableIdent, TableUpdate};
 use serde::Serialize;
 
 use super::state::{DeleteIndex, LiveFile, SnapshotState, read_snapshot, referenced_file};
@@ -422,26 +421,23 @@ async fn commit(
     operation: Operation,
 ) -> Result<Committed> {
     let metadata = target.table.metadata();
-    let snapshot_id = new_snapshot_id(metadata);
     let removed_data: HashSet<&str> = groups
         .iter()
         .flat_map(|g| g.inputs.iter().map(String::as_str))
         .collect();
-    let added: Vec<&DataFile> = groups.iter().flat_map(|g| g.outputs.iter()).collect();
+    let added: Vec<DataFile> = groups
+        .iter()
+        .flat_map(|g| g.outputs.iter().cloned())
+        .collect();
     let removed_deletes = dead_deletes(metadata, state, &removed_data);
 
     let schema = metadata.current_schema().clone();
-    let mut summary = SnapshotSummaryCollector::default();
-    let mut writers = ManifestFactory {
-        target,
-        snapshot_id,
-        commit: uuid::Uuid::now_v7(),
-        counter: 0,
-    };
+    let mut snapshot = SnapshotWriter::new(&target.table);
+    let snapshot_id = snapshot.snapshot_id();
+    let written = |e| io("write a manifest", e);
     // Per kind and spec, manifests holding a removed file and small manifests become one
     // manifest: removed files marked deleted, the rest existing. Large untouched manifests
     // are carried over as they are.
-    let mut manifests: Vec<ManifestFile> = Vec::new();
     let mut rewrite: BTreeMap<(bool, i32), Vec<&super::state::ManifestState>> = BTreeMap::new();
     for manifest in &state.manifests {
         let touched = manifest.entries.iter().any(|e| {
@@ -456,7 +452,7 @@ async fn commit(
                 .or_default()
                 .push(manifest);
         } else {
-            manifests.push(manifest.file.clone());
+            snapshot.carry(manifest.file.clone());
         }
     }
     let mut merged_manifests = 0;
@@ -469,23 +465,29 @@ async fn commit(
             })
         });
         if group.len() < 2 && !touched {
-            manifests.extend(group.iter().map(|m| m.file.clone()));
+            for manifest in &group {
+                snapshot.carry(manifest.file.clone());
+            }
             continue;
         }
-        let spec = spec_of(metadata, spec_id)?;
-        let mut writer = writers.writer(spec_id, deletes)?;
+        let spec = spec_of(metadata, spec_id).map_err(written)?;
+        let mut writer = snapshot
+            .manifest_writer(spec_id, deletes)
+            .map_err(written)?;
         for manifest in &group {
             for entry in manifest.entries.iter().filter(|e| e.is_alive()) {
                 let path = entry.data_file().file_path();
                 if removed_data.contains(path) || removed_deletes.contains(path) {
-                    summary.remove_file(entry.data_file(), schema.clone(), spec.clone());
+                    snapshot
+                        .summary
+                        .remove_file(entry.data_file(), schema.clone(), spec.clone());
                     writer
                         .add_delete_file(
                             entry.data_file().clone(),
                             entry.sequence_number().unwrap_or(0),
                             entry.file_sequence_number,
                         )
-                        .map_err(|e| io("write a manifest", e))?;
+                        .map_err(written)?;
                 } else {
                     add_existing(&mut writer, entry)?;
                 }
@@ -494,104 +496,16 @@ async fn commit(
         if group.len() > 1 {
             merged_manifests += group.len();
         }
-        manifests.push(
-            writer
-                .write_manifest_file()
-                .await
-                .map_err(|e| io("write a manifest", e))?,
-        );
+        snapshot.close(writer).await.map_err(written)?;
     }
-    let default_spec = metadata.default_partition_spec().clone();
-    let mut writer = writers.writer(metadata.default_partition_spec_id(), false)?;
-    for file in &added {
-        summary.add_file(file, schema.clone(), default_spec.clone());
-        // A negative sequence number leaves it to be inherited: the snapshot's.
-        writer
-            .add_file((*file).clone(), -1)
-            .map_err(|e| io("write a manifest", e))?;
-    }
-    if !added.is_empty() {
-        manifests.push(
-            writer
-                .write_manifest_file()
-                .await
-                .map_err(|e| io("write a manifest", e))?,
-        );
-    }
-
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-1-{}.avro",
-        metadata.location().trim_end_matches('/'),
-        writers.commit
-    );
-    let output = target
-        .table
-        .file_io()
-        .new_output(&list_path)
-        .map_err(|e| io("write the manifest list", e))?
-        .writer()
+    snapshot
+        .add_files(metadata.default_partition_spec_id(), added)
+        .await
+        .map_err(written)?;
+    let updates = snapshot
+        .finish(Some(head), operation, HashMap::new())
         .await
         .map_err(|e| io("write the manifest list", e))?;
-    let sequence_number = metadata.next_sequence_number();
-    let first_row_id = metadata.next_row_id();
-    let mut list = match metadata.format_version() {
-        FormatVersion::V3 => ManifestListWriter::v3(
-            output,
-            snapshot_id,
-            Some(head.snapshot_id()),
-            sequence_number,
-            Some(first_row_id),
-        ),
-        _ => ManifestListWriter::v2(
-            output,
-            snapshot_id,
-            Some(head.snapshot_id()),
-            sequence_number,
-        ),
-    };
-    list.add_manifests(manifests.into_iter())
-        .map_err(|e| io("write the manifest list", e))?;
-    let next_row_id = list.next_row_id();
-    list.close()
-        .await
-        .map_err(|e| io("write the manifest list", e))?;
-
-    let mut properties = floe_catalog::commit::summary_with_totals(summary.build(), head.summary());
-    // Writers' positions (`floe.ingest.…`, `floe.source.…`) stay on the newest snapshot, so
-    // expiring the snapshots that wrote them never loses them.
-    for (key, value) in &head.summary().additional_properties {
-        if key.starts_with("floe.") {
-            properties
-                .entry(key.clone())
-                .or_insert_with(|| value.clone());
-        }
-    }
-    let summary = Summary {
-        operation,
-        additional_properties: properties,
-    };
-    let builder = Snapshot::builder()
-        .with_manifest_list(list_path)
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(head.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_summary(summary)
-        .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(chrono::Utc::now().timestamp_millis());
-    let snapshot = match next_row_id {
-        Some(next) => builder
-            .with_row_range(first_row_id, next - first_row_id)
-            .build(),
-        None => builder.build(),
-    };
-    let reference = main_ref(metadata, snapshot_id);
-    let updates = vec![
-        TableUpdate::AddSnapshot { snapshot },
-        TableUpdate::SetSnapshotRef {
-            ref_name: "main".into(),
-            reference,
-        },
-    ];
     commit_on_main(
         maintainer,
         warehouse,
@@ -619,13 +533,6 @@ fn add_existing(writer: &mut ManifestWriter, entry: &ManifestEntry) -> Result<()
         .map_err(|e| io("write a manifest", e))
 }
 
-fn spec_of(metadata: &TableMetadata, spec_id: i32) -> Result<iceberg::spec::PartitionSpecRef> {
-    metadata
-        .partition_spec_by_id(spec_id)
-        .cloned()
-        .ok_or_else(|| io("compaction", format!("partition spec {spec_id} is missing")))
-}
-
 /// Delete files that no longer apply to any data file once `removed` data files are gone:
 /// deletion vectors and position delete files naming only removed files, and equality
 /// deletes no remaining older data file in their scope could match.
@@ -648,67 +555,4 @@ fn dead_deletes(
         })
         .map(|d| d.path().to_string())
         .collect()
-}
-
-/// `main` pointing at `snapshot_id`, keeping its retention settings.
-pub(crate) fn main_ref(metadata: &TableMetadata, snapshot_id: i64) -> SnapshotReference {
-    let kept = floe_catalog::metadata::table_refs(metadata)
-        .ok()
-        .and_then(|mut refs| refs.remove("main"));
-    match kept {
-        Some(mut reference) => {
-            reference.snapshot_id = snapshot_id;
-            reference
-        }
-        None => SnapshotReference::new(snapshot_id, SnapshotRetention::branch(None, None, None)),
-    }
-}
-
-fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
-    loop {
-        let id = (rand::random::<u64>() >> 1) as i64;
-        if id != 0 && metadata.snapshot_by_id(id).is_none() {
-            return id;
-        }
-    }
-}
-
-/// Manifest writers of one commit, each at a fresh path.
-struct ManifestFactory<'a> {
-    target: &'a Target,
-    snapshot_id: i64,
-    commit: uuid::Uuid,
-    counter: usize,
-}
-
-impl ManifestFactory<'_> {
-    fn writer(&mut self, spec_id: i32, deletes: bool) -> Result<ManifestWriter> {
-        let metadata = self.target.table.metadata();
-        self.counter += 1;
-        let path = format!(
-            "{}/metadata/{}-m{}.avro",
-            metadata.location().trim_end_matches('/'),
-            self.commit,
-            self.counter
-        );
-        let output = self
-            .target
-            .table
-            .file_io()
-            .new_output(&path)
-            .map_err(|e| io("write a manifest", e))?;
-        let spec = spec_of(metadata, spec_id)?;
-        let builder = ManifestWriterBuilder::new(
-            output,
-            Some(self.snapshot_id),
-            metadata.current_schema().clone(),
-            spec.as_ref().clone(),
-        );
-        Ok(match (metadata.format_version(), deletes) {
-            (FormatVersion::V3, false) => builder.build_v3_data(),
-            (FormatVersion::V3, true) => builder.build_v3_deletes(),
-            (_, false) => builder.build_v2_data(),
-            (_, true) => builder.build_v2_deletes(),
-        })
-    }
 }

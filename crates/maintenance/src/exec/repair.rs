@@ -24,10 +24,11 @@ use iceberg::spec::Operation;
 use serde::Serialize;
 
 use super::check::{CheckReport, Damage, check_table};
-use super::compact::{CompactReport, Rewritten, commit_groups, main_ref};
+use super::compact::{CompactReport, Rewritten, commit_groups};
 use super::state::read_snapshot;
 use super::{Maintainer, MaintenanceError, Result, commit_on_main};
 use crate::compaction::RewriteGroup;
+use floe_sql::write::main_ref;
 
 /// One mend, done or (in a dry run) planned.
 #[derive(Debug, Clone, Serialize)]

@@ -44,6 +44,12 @@ pub struct IngestParams {
     pub create: Option<bool>,
     /// `false`: refuse fields the table lacks instead of adding them as columns.
     pub evolve: Option<bool>,
+    /// The key of an upsert table, columns separated by commas: a table created by this
+    /// request is an upsert table with this key; an existing table must have it.
+    pub key: Option<String>,
+    /// `delete`: the rows are keys of an upsert table whose rows are deleted (`upsert`, the
+    /// default: the rows are written, replacing the rows of their keys in an upsert table).
+    pub op: Option<String>,
 }
 
 fn bad_request(message: impl Into<String>) -> ApiError {
@@ -148,6 +154,28 @@ pub async fn ingest(
             ),
         ));
     }
+    let deletes = match params.op.as_deref() {
+        None | Some("upsert") => false,
+        Some("delete") => true,
+        Some(other) => {
+            return Err(bad_request(format!(
+                "op {other:?} is not an operation: use upsert (the default) or delete"
+            )));
+        }
+    };
+    let key: Vec<String> = params
+        .key
+        .as_deref()
+        .map(|k| {
+            k.split(',')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if params.key.is_some() && key.is_empty() {
+        return Err(bad_request("key names no column"));
+    }
     let body = crate::extract::body_within(body, &headers, ingest.config.max_body_bytes)
         .await
         .map_err(|m| ApiError(CatalogError::PayloadTooLarge(m)))?;
@@ -171,6 +199,7 @@ pub async fn ingest(
             partition: Vec::new(),
             order: Vec::new(),
             properties: Default::default(),
+            key: key.clone(),
         })
     };
     let target = Target::Named {
@@ -184,6 +213,31 @@ pub async fn ingest(
         .open(&caller, &warehouse, target, body.len() as u64)
         .await
         .map_err(refused)?;
+    if !key.is_empty() && opened.key() != Some(key.as_slice()) {
+        return Err(bad_request(match opened.key() {
+            Some(actual) => format!(
+                "table {} has the key {}, not {}",
+                opened.ident(),
+                actual.join(", "),
+                key.join(", ")
+            ),
+            None => format!(
+                "table {} is not an upsert table (it has no key; write.upsert.enabled and \
+                 identifier fields make one)",
+                opened.ident()
+            ),
+        }));
+    }
+    if deletes {
+        let Some(keys) = opened.key_schema() else {
+            return Err(bad_request(format!(
+                "table {} is not an upsert table: op=delete needs a key to delete by",
+                opened.ident()
+            )));
+        };
+        let batches = body::parse(&media, &body, &keys, budget)?;
+        return take(&ingest, &opened, &batches, params.wait.as_deref(), true).await;
+    }
     let batches = match body::parse(&media, &body, opened.schema(), budget) {
         Ok(batches) => batches,
         // A body too large to decode stays refused.
@@ -202,15 +256,32 @@ pub async fn ingest(
         }
         Err(refusal) => return Err(ApiError(refusal)),
     };
+    take(&ingest, &opened, &batches, params.wait.as_deref(), false).await
+}
+
+/// The request's rows (or, for `deletes`, keys) taken durably, answered once they are — or
+/// with `wait=commit`, once committed.
+async fn take(
+    ingest: &Ingest,
+    opened: &floe_stream::core::Opened<'_>,
+    batches: &[datafusion::arrow::array::RecordBatch],
+    wait: Option<&str>,
+    deletes: bool,
+) -> ApiResult<Response> {
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     if rows == 0 {
         return Ok((StatusCode::OK, axum::Json(json!({"rows": 0}))).into_response());
     }
     opened.count(rows as u64).map_err(refused)?;
-    let receipt = opened.take(&batches).await.map_err(refused)?;
+    let receipt = if deletes {
+        opened.take_deletes(batches).await
+    } else {
+        opened.take(batches).await
+    }
+    .map_err(refused)?;
     opened.taken(rows as u64);
     let sequence = receipt.sequence;
-    if params.wait.as_deref() == Some("commit") {
+    if wait == Some("commit") {
         // An entry the table could no longer take is not committed, though later ones are.
         if receipt.committed(ingest.config.wait_timeout).await {
             return Ok((

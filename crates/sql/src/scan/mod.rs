@@ -13,6 +13,7 @@ pub(crate) mod cache;
 pub(crate) mod equality_deletes;
 pub(crate) mod field_ids;
 pub(crate) mod file_pruning;
+pub(crate) mod live_keys;
 pub(crate) mod manifests;
 pub(crate) mod metadata_tables;
 pub mod pending;
@@ -23,6 +24,7 @@ pub(crate) mod provider;
 pub mod server_plan;
 
 pub use bounded_footer::{parquet_batches, parquet_rows};
+pub use live_keys::FileKeys;
 pub use manifests::forget_manifests;
 pub use pending::PendingRows;
 pub use position_deletes::delete_files_read;

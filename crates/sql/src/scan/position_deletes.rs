@@ -153,6 +153,31 @@ async fn read_deletes(
     if tasks.is_empty() {
         return Ok(HashMap::new());
     }
+    let mut deleted = deleted_positions(index, files, tasks).await?;
+    let plans: Vec<_> = tasks
+        .iter()
+        .map(|task| {
+            let positions = deleted.remove(&task.data_file_path).unwrap_or_default();
+            let (path, size) = (task.data_file_path.clone(), task.file_size_in_bytes);
+            async move {
+                let deletes = access_plan(files, &path, size, &positions).await?;
+                Ok::<_, DataFusionError>((path, deletes))
+            }
+        })
+        .collect();
+    futures::stream::iter(plans)
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// The deleted row positions of `tasks`' data files, from their position delete files and
+/// deletion vectors (each delete file read once), by data file.
+pub(crate) async fn deleted_positions(
+    index: &ManifestIndex,
+    files: &TableFiles,
+    tasks: &[FileScanTask],
+) -> Result<HashMap<String, RoaringTreemap>> {
     let wanted: Arc<HashSet<String>> =
         Arc::new(tasks.iter().map(|t| t.data_file_path.clone()).collect());
     let delete_files: HashMap<String, u64> = tasks
@@ -180,22 +205,7 @@ async fn read_deletes(
             *deleted.entry(data_file).or_default() |= positions;
         }
     }
-
-    let plans: Vec<_> = tasks
-        .iter()
-        .map(|task| {
-            let positions = deleted.remove(&task.data_file_path).unwrap_or_default();
-            let (path, size) = (task.data_file_path.clone(), task.file_size_in_bytes);
-            async move {
-                let deletes = access_plan(files, &path, size, &positions).await?;
-                Ok::<_, DataFusionError>((path, deletes))
-            }
-        })
-        .collect();
-    futures::stream::iter(plans)
-        .buffer_unordered(CONCURRENCY)
-        .try_collect()
-        .await
+    Ok(deleted)
 }
 
 /// Reads deletion vectors: a 4-byte big-endian length, the magic bytes, a portable 64-bit

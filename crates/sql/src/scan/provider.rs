@@ -227,6 +227,32 @@ impl IcebergTableProvider {
         }))
     }
 
+    /// The live rows of the snapshot read as the values of columns `key_ids` (field ids) and
+    /// their positions in their data files, file by file ([`super::live_keys`]): what an
+    /// upsert table's key index is built from. Needs `read-data`, as a scan does.
+    pub async fn live_keys(&self, key_ids: &[i32]) -> Result<Vec<super::live_keys::FileKeys>> {
+        self.access
+            .service
+            .authorize_table(
+                &self.access.caller,
+                &self.access.warehouse,
+                &self.loaded.ident,
+                Privilege::ReadData,
+            )
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let tasks = self.plan(&[]).await?;
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let files = TableFiles {
+            store: self.files.object_store(),
+            reach: self.files.reach().clone(),
+        };
+        let index = manifests::index(&self.table()?, self.snapshot_id).await?;
+        super::live_keys::read(&index, &files, tasks, &self.schema, &self.ids, key_ids).await
+    }
+
     /// The table as iceberg's reader and inspectors take it.
     pub fn table(&self) -> Result<Table> {
         let mut builder = Table::builder()

@@ -7,7 +7,9 @@
 mod commit;
 mod create_table;
 mod evolution;
+mod position_deletes;
 mod sink;
+mod snapshot;
 
 pub use commit::{commit_transaction, commit_transaction_on, table_of};
 pub use create_table::{
@@ -15,4 +17,8 @@ pub use create_table::{
     take_partitioned_by,
 };
 pub use evolution::{added_type, evolve_columns, merged_type, widened_type};
-pub use sink::{IcebergSink, write_batch_files, write_data_files, writer_properties};
+pub use position_deletes::write_position_deletes;
+pub use sink::{
+    IcebergSink, write_batch_files, write_batch_parts, write_data_files, writer_properties,
+};
+pub use snapshot::{SnapshotWriter, main_ref, spec_of};

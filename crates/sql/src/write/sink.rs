@@ -324,6 +324,21 @@ fn data_file_writers(
 /// however many partitions the batch touches (a stream pipeline's commit). Nothing is
 /// committed.
 pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec<DataFile>> {
+    Ok(write_batch_parts(table, batch)
+        .await?
+        .into_iter()
+        .flat_map(|(files, _)| files)
+        .collect())
+}
+
+/// [`write_batch_files`], telling where each row went: per table partition, its files in the
+/// order they were written and the partition's rows in the order written — the first file
+/// holds the first `record_count` rows, the next the rows after them (what an upsert's key
+/// index records as each row's position).
+pub async fn write_batch_parts(
+    table: &Table,
+    batch: &RecordBatch,
+) -> Result<Vec<(Vec<DataFile>, RecordBatch)>> {
     let (file_schema, splitter) = write_layout(table)?;
     let writer_builder = data_file_writers(table, None)?;
     let batch = crate::cast_batch(batch, &file_schema)?;
@@ -338,13 +353,14 @@ pub async fn write_batch_files(table: &Table, batch: &RecordBatch) -> Result<Vec
             .map(|(key, part)| (Some(key), part))
             .collect(),
     };
-    let mut files = Vec::new();
+    let mut written = Vec::new();
     for (key, part) in parts {
         let mut writer = writer_builder.build(key).await.map_err(iceberg_error)?;
-        writer.write(part).await.map_err(iceberg_error)?;
-        files.extend(writer.close().await.map_err(iceberg_error)?);
+        writer.write(part.clone()).await.map_err(iceberg_error)?;
+        let files = order.stamp(table, writer.close().await.map_err(iceberg_error)?)?;
+        written.push((files, part));
     }
-    order.stamp(table, files)
+    Ok(written)
 }
 
 /// Iceberg's default for `write.parquet.row-group-size-bytes`.

@@ -138,6 +138,11 @@ impl floe_sql::scan::PendingRows for FreshRows {
         let Some(ingest) = self.0.upgrade() else {
             return Ok(Vec::new());
         };
+        // An upsert table's pending rows would stand beside the rows they replace: its reads
+        // see changes once they are committed.
+        if !matches!(super::upsert::key_of(metadata), Ok(None)) {
+            return Ok(Vec::new());
+        }
         let Some(log) = ingest.existing_log(warehouse, ident).await else {
             return Ok(Vec::new());
         };

@@ -28,8 +28,8 @@ use iceberg::TableIdent;
 
 use super::admit::{Admitted, admit};
 use super::log::{Ingest, Receipt, table_arrow_schema};
-use super::target::{Creation, Layout, ensure};
-use super::{IngestError, Match, conform};
+use super::target::{Creation, Layout, ensure, ensure_loaded};
+use super::{IngestError, Match, conform, upsert};
 use crate::otlp;
 
 /// Where a request's rows go.
@@ -84,13 +84,19 @@ impl<'a> Ingestor<'a> {
             // the client no more than the catalog would).
             Err(e) => return Err(IngestError::Catalog(e)),
         }
+        let mut key = None;
         let (ident, schema) = match target {
             Target::Named { ident, create } => {
                 let creation = match create {
                     Some(infer) => Creation::Inferred(infer),
                     None => Creation::Never,
                 };
-                let schema = ensure(self.catalog, caller, warehouse, &ident, creation).await?;
+                let loaded =
+                    ensure_loaded(self.catalog, caller, warehouse, &ident, creation).await?;
+                let metadata = &loaded.metadata;
+                key = upsert::key_of(metadata)?.map(|ids| upsert::key_names(metadata, &ids));
+                let schema =
+                    table_arrow_schema(metadata.current_schema()).map_err(IngestError::Invalid)?;
                 (ident, schema)
             }
             Target::Otel(name) => {
@@ -119,6 +125,7 @@ impl<'a> Ingestor<'a> {
             warehouse,
             ident,
             schema,
+            key,
             admitted,
         })
     }
@@ -131,6 +138,8 @@ pub struct Opened<'a> {
     warehouse: &'a str,
     ident: TableIdent,
     schema: SchemaRef,
+    /// The key columns of an upsert table.
+    key: Option<Vec<String>>,
     admitted: Admitted,
 }
 
@@ -180,6 +189,55 @@ impl Opened<'_> {
             .map_err(|e| {
                 IngestError::Invalid(format!(
                     "table {}.{} cannot take the rows as they are: {e}",
+                    self.warehouse, self.ident
+                ))
+            })?;
+        self.ingestor
+            .log
+            .append(self.warehouse, &self.ident, &rows)
+            .await
+    }
+
+    /// The key columns when the table is an upsert table ([`super::upsert`]).
+    pub fn key(&self) -> Option<&[String]> {
+        self.key.as_deref()
+    }
+
+    /// The columns a delete of an upsert table's rows names: its key columns.
+    pub fn key_schema(&self) -> Option<SchemaRef> {
+        let key = self.key.as_ref()?;
+        let fields: Vec<Field> = key
+            .iter()
+            .filter_map(|name| self.schema.field_with_name(name).ok().cloned())
+            .collect();
+        Some(Arc::new(datafusion::arrow::datatypes::Schema::new(fields)))
+    }
+
+    /// `batches` — keys of an upsert table, their columns found by name — taken durably as
+    /// deletes of those keys' rows; the answer may be given once this returns.
+    pub async fn take_deletes(&self, batches: &[RecordBatch]) -> Result<Receipt, IngestError> {
+        let Some(keys) = self.key_schema() else {
+            return Err(IngestError::Invalid(format!(
+                "table {}.{} is not an upsert table: it has no key to delete by",
+                self.warehouse, self.ident
+            )));
+        };
+        let marked = Arc::new(keys.as_ref().clone().with_metadata(
+            std::collections::HashMap::from([(
+                upsert::OP_KEY.to_string(),
+                upsert::OP_DELETE.to_string(),
+            )]),
+        ));
+        let rows = batches
+            .iter()
+            .map(|b| {
+                conform(b, &keys, Match::Name)
+                    .and_then(|b| b.with_schema(marked.clone()).map_err(|e| e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                IngestError::Invalid(format!(
+                    "table {}.{} cannot take the keys as they are: {e}",
                     self.warehouse, self.ident
                 ))
             })?;

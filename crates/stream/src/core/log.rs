@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use super::conform::{Match, conform};
 use floe_catalog::tenants::{Limit, Refused};
 
-use super::{IngestError, commit, dead_letter};
+use super::{IngestError, commit, dead_letter, upsert};
 
 /// The longest wait between two commit attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -794,16 +794,48 @@ impl Ingest {
         if let Some(&last) = fresh.last() {
             let schema = table_arrow_schema(loaded.metadata.current_schema())
                 .map_err(IngestError::Invalid)?;
+            let key = upsert::key_of(&loaded.metadata)?;
+            let key_schema = key
+                .as_ref()
+                .map(|ids| upsert::key_schema(&schema, &loaded.metadata, ids));
             let mut conformed = Vec::new();
+            let mut changes = Vec::new();
             let mut dead = Vec::new();
             for &sequence in &fresh {
                 // From memory when the entry is kept there, else from its file.
-                let entry = match log.recent.get(sequence) {
-                    Some(batches) => conform_entry(&batches, &schema),
-                    None => read_entry(&log.dir, sequence, &schema),
+                let raw = match log.recent.get(sequence) {
+                    Some(batches) => Ok(batches.as_ref().clone()),
+                    None => read_raw(&log.dir, sequence),
                 };
+                let entry = raw.and_then(|raw| {
+                    let deletes = raw.first().is_some_and(|b| {
+                        b.schema()
+                            .metadata()
+                            .get(upsert::OP_KEY)
+                            .map(String::as_str)
+                            == Some(upsert::OP_DELETE)
+                    });
+                    match (&key_schema, deletes) {
+                        (None, true) => Err(Unfit::Misfit(format!(
+                            "the entry deletes keys, but table {} is no longer an upsert table",
+                            log.ident
+                        ))),
+                        (Some(keys), true) => {
+                            conform_entry(&raw, keys).map(|b| (b, Some(upsert::OP_DELETE)))
+                        }
+                        (_, false) => conform_entry(&raw, &schema).map(|b| (b, None)),
+                    }
+                });
                 match entry {
-                    Ok(batches) => conformed.extend(batches),
+                    Ok((batches, op)) if key.is_some() => {
+                        for batch in batches {
+                            changes.push(match op {
+                                Some(_) => upsert::Change::Delete(batch),
+                                None => upsert::Change::Upsert(batch),
+                            });
+                        }
+                    }
+                    Ok((batches, _)) => conformed.extend(batches),
                     Err(Unfit::Misfit(reason)) => dead.push((sequence, reason)),
                     Err(Unfit::Io(e)) => {
                         return Err(IngestError::Storage(format!(
@@ -836,17 +868,42 @@ impl Ingest {
                     .pending
                     .store(state.pending.len() as u64, Ordering::Relaxed);
             }
+            let key = self.sequence_key();
+            // The first sequence too, so a replay knows which entries this commit holds.
+            let first_key = self.first_sequence_key();
+            let first = fresh.first().copied().unwrap_or(last);
+            let positions = |metadata: &iceberg::spec::TableMetadata| {
+                // Another of this log's commits cannot have raced it; a snapshot already past
+                // `last` would mean the log was copied elsewhere.
+                if self.sequence_in(metadata) >= last {
+                    return Err(IngestError::Conflict(format!(
+                        "the table already covers log entry {last}"
+                    )));
+                }
+                Ok(HashMap::from([
+                    (key.clone(), last.to_string()),
+                    (first_key.clone(), first.to_string()),
+                ]))
+            };
+            let started = std::time::Instant::now();
             // Every fresh entry dead-lettered: nothing to write, the table is as it was.
             let rows: usize = conformed.iter().map(|b| b.num_rows()).sum();
-            if rows > 0 {
+            let committed = if !changes.is_empty() {
+                let upserted = upsert::commit(
+                    &self.catalog,
+                    &self.sql,
+                    &caller,
+                    &log.warehouse,
+                    &log.ident,
+                    changes,
+                    positions,
+                )
+                .await?;
+                Some((upserted.rows, upserted.sequence_number))
+            } else if rows > 0 {
                 let batch = datafusion::arrow::compute::concat_batches(&schema, &conformed)
                     .map_err(|e| IngestError::Invalid(format!("gather the log's rows: {e}")))?;
                 drop(conformed);
-                let key = self.sequence_key();
-                // The first sequence too, so a replay knows which entries this commit holds.
-                let first_key = self.first_sequence_key();
-                let first = fresh.first().copied().unwrap_or(last);
-                let started = std::time::Instant::now();
                 let appended = commit::append(
                     &self.catalog,
                     &self.sql,
@@ -854,26 +911,17 @@ impl Ingest {
                     &log.warehouse,
                     &log.ident,
                     batch,
-                    |metadata| {
-                        // Another of this log's commits cannot have raced it; a snapshot
-                        // already past `last` would mean the log was copied elsewhere.
-                        if self.sequence_in(metadata) >= last {
-                            return Err(IngestError::Conflict(format!(
-                                "the table already covers log entry {last}"
-                            )));
-                        }
-                        Ok(HashMap::from([
-                            (key.clone(), last.to_string()),
-                            (first_key.clone(), first.to_string()),
-                        ]))
-                    },
+                    positions,
                 )
                 .await?;
-                number = Some(appended.sequence_number);
+                Some((appended.rows, appended.sequence_number))
+            } else {
+                None
+            };
+            if let Some((rows, sequence_number)) = committed {
+                number = Some(sequence_number);
                 log.stats.commits.fetch_add(1, Ordering::Relaxed);
-                log.stats
-                    .committed_rows
-                    .fetch_add(appended.rows, Ordering::Relaxed);
+                log.stats.committed_rows.fetch_add(rows, Ordering::Relaxed);
                 log.stats
                     .commit_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -911,11 +959,6 @@ impl Ingest {
 pub(super) enum Unfit {
     Misfit(String),
     Io(std::io::Error),
-}
-
-/// A log entry's batches, conformed to the table's current schema (`schema`).
-fn read_entry(dir: &Path, sequence: u64, schema: &SchemaRef) -> Result<Vec<RecordBatch>, Unfit> {
-    conform_entry(&read_raw(dir, sequence)?, schema)
 }
 
 /// An entry's batches conformed to the table's current schema (`schema`).

@@ -35,6 +35,7 @@ mod ingestor;
 pub(crate) mod log;
 pub(crate) mod replay;
 pub(crate) mod target;
+pub mod upsert;
 
 pub use conform::{Match, conform, leaf_count};
 pub use fresh::FreshRows;

@@ -26,6 +26,9 @@ pub struct Layout {
     pub order: Vec<String>,
     /// Its table properties (compression, bloom filters).
     pub properties: HashMap<String, String>,
+    /// Its key, when it is an upsert table ([`super::upsert`]): columns that become required
+    /// identifier fields, with `write.upsert.enabled` set.
+    pub key: Vec<String>,
 }
 
 /// How a table that does not exist yet comes to be, if at all.
@@ -119,8 +122,7 @@ async fn create(
         }
         (Err(e), _) => return Err(e.into()),
     };
-    let schema = floe_sql::write::iceberg_schema(&layout.schema)
-        .map_err(|e| IngestError::Invalid(format!("table layout: {e}")))?;
+    let (schema, properties) = keyed_schema(layout)?;
     let partition_spec = if layout.partition.is_empty() {
         None
     } else {
@@ -146,7 +148,7 @@ async fn create(
                 partition_spec,
                 write_order,
                 stage_create: false,
-                properties: layout.properties.clone(),
+                properties,
             },
         )
         .await;
@@ -155,6 +157,59 @@ async fn create(
         Ok(_) | Err(CatalogError::AlreadyExists { .. }) => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The Iceberg schema and properties of a new table of `layout`: with a key, its columns are
+/// required identifier fields and the table is an upsert table.
+fn keyed_schema(
+    layout: &Layout,
+) -> Result<(iceberg::spec::Schema, HashMap<String, String>), IngestError> {
+    let mut properties = layout.properties.clone();
+    let mut arrow = layout.schema.as_ref().clone();
+    if !layout.key.is_empty() {
+        let mut fields: Vec<_> = arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
+        for name in &layout.key {
+            let field = fields
+                .iter_mut()
+                .find(|f| f.name() == name)
+                .ok_or_else(|| {
+                    IngestError::Invalid(format!(
+                        "the key names {name:?}, which is not a column (the columns are: {})",
+                        layout
+                            .schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+            *field = field.clone().with_nullable(false);
+        }
+        arrow = Schema::new_with_metadata(fields, arrow.metadata().clone());
+        properties.insert(super::upsert::UPSERT_PROPERTY.to_string(), "true".into());
+    }
+    // With a key, its columns (made non-null above) are required; the rest stay optional.
+    let schema = if layout.key.is_empty() {
+        floe_sql::write::iceberg_schema(&arrow)
+    } else {
+        floe_sql::write::declared_iceberg_schema(&arrow)
+    }
+    .map_err(|e| IngestError::Invalid(format!("table layout: {e}")))?;
+    if layout.key.is_empty() {
+        return Ok((schema, properties));
+    }
+    let ids: Vec<i32> = layout
+        .key
+        .iter()
+        .filter_map(|name| schema.field_by_name(name).map(|f| f.id))
+        .collect();
+    let schema = schema
+        .into_builder()
+        .with_identifier_field_ids(ids)
+        .build()
+        .map_err(|e| IngestError::Invalid(format!("key {}: {e}", layout.key.join(", "))))?;
+    Ok((schema, properties))
 }
 
 /// One entry of a write order, `column [asc|desc] [nulls first|nulls last]`: the column,

@@ -260,6 +260,7 @@ impl Pipeline {
                 partition: Vec::new(),
                 order: Vec::new(),
                 properties: HashMap::new(),
+                key: Vec::new(),
             };
             self.create(&ident, &layout).await?;
         }
@@ -290,6 +291,7 @@ impl Pipeline {
             partition,
             order: self.spec.sort_by.clone(),
             properties: HashMap::new(),
+            key: Vec::new(),
         };
         self.create(&self.spec.ident()?, &layout).await
     }

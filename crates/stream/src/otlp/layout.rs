@@ -226,6 +226,7 @@ fn by_day_and_service(schema: Arc<Schema>, time: &str, ids: &[&str]) -> Layout {
             format!("{time} asc nulls last"),
         ],
         properties: properties(ids),
+        key: Vec::new(),
     }
 }
 
@@ -241,6 +242,7 @@ pub fn layout(name: &str) -> Layout {
             partition: vec![("received_at".to_string(), Transform::Day)],
             order: Vec::new(),
             properties: properties(&[]),
+            key: Vec::new(),
         },
     }
 }

@@ -1,0 +1,189 @@
+//! A table's live rows as key columns and positions: for every live data file of a snapshot,
+//! the values of some columns (found by Iceberg field id) of each row no position delete or
+//! deletion vector removes, with the row's position in its file. An upsert table's key index
+//! is built from this (in floe-stream's upsert core): the position is what a later delete of
+//! that row names.
+//!
+//! Only the key columns are read. Equality deletes are not applied here: a table with any is
+//! refused by name (an upsert writer never writes them; compaction folds another writer's).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use datafusion::arrow::compute::{cast, concat_batches, take};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::{DataFusionError, Result};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::scan::FileScanTask;
+use iceberg::spec::{DataContentType, Struct};
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::async_reader::ParquetObjectReader;
+use roaring::RoaringTreemap;
+
+use super::field_ids::{FieldIds, field_id};
+use super::manifests::ManifestIndex;
+use super::position_deletes::deleted_positions;
+use super::provider::TableFiles;
+
+/// Data files read at once.
+const CONCURRENCY: usize = 8;
+
+/// The live rows of one data file.
+#[derive(Debug, Clone)]
+pub struct FileKeys {
+    pub data_file: String,
+    /// The spec and partition tuple of the data file (a delete of its rows has the same).
+    pub spec_id: i32,
+    pub partition: Struct,
+    /// The key columns of its live rows, in the table's current types and column names.
+    pub keys: RecordBatch,
+    /// Each live row's position in the file, ascending.
+    pub positions: Vec<u64>,
+}
+
+/// The live rows of `tasks`' data files, as `key_ids` (columns of `schema`, the table's
+/// current schema, whose ids `ids` gives) and positions.
+pub(crate) async fn read(
+    index: &ManifestIndex,
+    files: &TableFiles,
+    tasks: Vec<FileScanTask>,
+    schema: &SchemaRef,
+    ids: &FieldIds,
+    key_ids: &[i32],
+) -> Result<Vec<FileKeys>> {
+    let mut seen = HashSet::new();
+    let tasks: Vec<FileScanTask> = tasks
+        .into_iter()
+        .filter(|t| seen.insert(t.data_file_path.clone()))
+        .collect();
+    if let Some(task) = tasks.iter().find(|t| {
+        t.deletes
+            .iter()
+            .any(|d| d.file_type == DataContentType::EqualityDeletes)
+    }) {
+        return Err(DataFusionError::Execution(format!(
+            "data file {} has equality deletes, which an upsert table's key index does not \
+             apply: compact the table first",
+            task.data_file_path
+        )));
+    }
+    let key_fields: Vec<(i32, Field)> = key_ids
+        .iter()
+        .map(|&id| {
+            let name = ids.name_of(id).ok_or_else(|| {
+                DataFusionError::Execution(format!("the key field id {id} is not a column"))
+            })?;
+            let field = schema.field_with_name(name)?.clone();
+            Ok((id, field))
+        })
+        .collect::<Result<_>>()?;
+    let key_schema = Arc::new(Schema::new(
+        key_fields
+            .iter()
+            .map(|(_, f)| f.clone())
+            .collect::<Vec<_>>(),
+    ));
+    let with_deletes: Vec<FileScanTask> = tasks
+        .iter()
+        .filter(|t| !t.deletes.is_empty())
+        .cloned()
+        .collect();
+    let mut deleted = deleted_positions(index, files, &with_deletes).await?;
+    let reads = tasks.into_iter().map(|task| {
+        let removed = deleted.remove(&task.data_file_path).unwrap_or_default();
+        let entry = index.data.get(&task.data_file_path);
+        let (spec_id, partition) = entry
+            .map(|e| (e.spec_id, e.file.partition().clone()))
+            .unwrap_or((0, Struct::empty()));
+        let key_fields = &key_fields;
+        let key_schema = key_schema.clone();
+        async move {
+            let (keys, positions) =
+                read_file(files, &task, key_fields, &key_schema, &removed).await?;
+            Ok::<_, DataFusionError>(FileKeys {
+                data_file: task.data_file_path,
+                spec_id,
+                partition,
+                keys,
+                positions,
+            })
+        }
+    });
+    futures::stream::iter(reads)
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// The key columns and positions of one data file's rows not in `removed`.
+async fn read_file(
+    files: &TableFiles,
+    task: &FileScanTask,
+    key_fields: &[(i32, Field)],
+    key_schema: &SchemaRef,
+    removed: &RoaringTreemap,
+) -> Result<(RecordBatch, Vec<u64>)> {
+    let location = &task.data_file_path;
+    let size = task.file_size_in_bytes;
+    let reader = super::bounded_footer::Bounded::new(
+        ParquetObjectReader::new(files.store.clone(), files.path(location)?.into())
+            .with_file_size(size),
+        location.clone(),
+        size,
+    );
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let file_schema = builder.schema().clone();
+    let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
+    // Each key column's root in the file: by id, or by name in a file written without ids.
+    let roots: Vec<usize> = key_fields
+        .iter()
+        .map(|(id, field)| {
+            file_schema
+                .fields()
+                .iter()
+                .position(|f| {
+                    if has_ids {
+                        field_id(f) == Some(*id)
+                    } else {
+                        f.name() == field.name()
+                    }
+                })
+                .ok_or_else(|| {
+                    DataFusionError::Execution(format!(
+                        "data file {location} has no column for the key {}",
+                        field.name()
+                    ))
+                })
+        })
+        .collect::<Result<_>>()?;
+    let mut sorted = roots.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), sorted.clone());
+    let mut stream = builder.with_projection(mask).build()?;
+    let mut batches = Vec::new();
+    let mut positions = Vec::new();
+    let mut offset = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let rows = batch.num_rows() as u64;
+        let live: Vec<u64> = (offset..offset + rows)
+            .filter(|p| !removed.contains(*p))
+            .collect();
+        let indices = UInt64Array::from_iter_values(live.iter().map(|p| p - offset));
+        let columns: Vec<ArrayRef> = roots
+            .iter()
+            .zip(key_fields)
+            .map(|(root, (_, field))| {
+                let at = sorted.binary_search(root).expect("projected");
+                let values = take(batch.column(at), &indices, None)?;
+                Ok(cast(&values, field.data_type())?)
+            })
+            .collect::<Result<_>>()?;
+        batches.push(RecordBatch::try_new(key_schema.clone(), columns)?);
+        positions.extend(live);
+        offset += rows;
+    }
+    Ok((concat_batches(key_schema, &batches)?, positions))
+}

@@ -1,0 +1,114 @@
+//! Position delete files (format v2): a Parquet file of `file_path` and `pos` that removes
+//! rows of one data file, as Spark, PyIceberg, DuckDB, Trino and Flink read them — with
+//! `referenced_data_file` set and the path's bounds, so a reader applies it to that file only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::{DataFusionError, Result};
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, FormatVersion, Struct,
+};
+use iceberg::table::Table;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultLocationGenerator, LocationGenerator,
+};
+use parquet::arrow::ArrowWriter;
+
+use crate::scan::provider::iceberg_error;
+
+/// Field ids the spec reserves for a position delete file's columns.
+const FILE_PATH_ID: i32 = 2147483546;
+const POS_ID: i32 = 2147483545;
+
+/// Writes a position delete file removing rows `positions` (ascending) of data file
+/// `data_file`, whose partition spec and tuple are `spec_id` and `partition`. Nothing is
+/// committed.
+pub async fn write_position_deletes(
+    table: &Table,
+    data_file: &str,
+    spec_id: i32,
+    partition: &Struct,
+    positions: &[u64],
+) -> Result<DataFile> {
+    let metadata = table.metadata();
+    if metadata.format_version() == FormatVersion::V3 {
+        return Err(DataFusionError::NotImplemented(
+            "deletes in a format v3 table must be deletion vectors, which Floe does not write \
+             yet: use a format v2 table"
+                .into(),
+        ));
+    }
+    let (first, last) = match (positions.first(), positions.last()) {
+        (Some(&first), Some(&last)) => (first as i64, last as i64),
+        _ => {
+            return Err(DataFusionError::Internal(
+                "a position delete file needs a position".into(),
+            ));
+        }
+    };
+    let field = |name: &str, data_type: DataType, id: i32| {
+        Field::new(name, data_type, false).with_metadata(HashMap::from([(
+            crate::scan::field_ids::FIELD_ID_KEY.to_string(),
+            id.to_string(),
+        )]))
+    };
+    let schema = Arc::new(Schema::new(vec![
+        field("file_path", DataType::Utf8, FILE_PATH_ID),
+        field("pos", DataType::Int64, POS_ID),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                data_file,
+                positions.len(),
+            ))),
+            Arc::new(Int64Array::from_iter_values(
+                positions.iter().map(|&p| p as i64),
+            )),
+        ],
+    )?;
+    let mut bytes = Vec::new();
+    {
+        let properties = super::writer_properties(metadata);
+        let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(properties))?;
+        writer.write(&batch)?;
+        writer.close()?;
+    }
+    let size = bytes.len() as u64;
+    let location = DefaultLocationGenerator::new(metadata)
+        .map_err(iceberg_error)?
+        .generate_location(
+            None,
+            &format!("floe-{}-deletes.parquet", uuid::Uuid::now_v7()),
+        );
+    table
+        .file_io()
+        .new_output(&location)
+        .map_err(iceberg_error)?
+        .write(bytes.into())
+        .await
+        .map_err(iceberg_error)?;
+    DataFileBuilder::default()
+        .content(DataContentType::PositionDeletes)
+        .file_path(location)
+        .file_format(DataFileFormat::Parquet)
+        .partition(partition.clone())
+        .partition_spec_id(spec_id)
+        .record_count(positions.len() as u64)
+        .file_size_in_bytes(size)
+        .referenced_data_file(Some(data_file.to_string()))
+        .lower_bounds(HashMap::from([
+            (FILE_PATH_ID, Datum::string(data_file)),
+            (POS_ID, Datum::long(first)),
+        ]))
+        .upper_bounds(HashMap::from([
+            (FILE_PATH_ID, Datum::string(data_file)),
+            (POS_ID, Datum::long(last)),
+        ]))
+        .build()
+        .map_err(|e| DataFusionError::Internal(format!("describe a position delete file: {e}")))
+}

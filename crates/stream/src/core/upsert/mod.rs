@@ -1,0 +1,475 @@
+//! Upsert tables: the newest row per key wins, and a delete removes the key.
+//!
+//! A table is an upsert table when its property `write.upsert.enabled` is `true` (the
+//! property Iceberg's Flink writer reads) and its schema has identifier fields (Iceberg's
+//! key: required, not floating point). Changes arrive in source order — rows to upsert and
+//! keys to delete — and [`commit`] writes them as one row delta:
+//!
+//! 1. Within the changes, the last change per key wins.
+//! 2. The winning rows are written as new data files, and the rows they replace — found in
+//!    the table's key index ([`index`]), not by reading the table — are removed by position
+//!    delete files (format v2, one per data file touched) in the same snapshot, together with
+//!    the rows of deleted keys. An upsert costs O(changes), not O(table).
+//! 3. The snapshot (`overwrite` when it deletes, `append` when it only adds) carries every
+//!    manifest of its parent and the source's positions, and commits only on the `main` the
+//!    index described; a lost race rebuilds the index and tries again.
+//!
+//! Every engine that reads position deletes (Floe's SQL, PyIceberg, DuckDB, Spark, Trino,
+//! Flink) reads the latest row per key. Compaction folds the deletes into new files.
+
+pub mod index;
+
+use std::collections::{BTreeMap, HashMap};
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use floe_catalog::governance::authz::Caller;
+use floe_catalog::service::{CatalogService, TableCommitRequest};
+use iceberg::TableIdent;
+use iceberg::spec::{Operation, TableMetadata};
+
+use super::IngestError;
+use index::{KeyIndex, Slot};
+
+/// The table property that makes a table with identifier fields an upsert table.
+pub const UPSERT_PROPERTY: &str = "write.upsert.enabled";
+
+/// The metadata key of a log entry's schema that says its rows are keys to delete.
+pub const OP_KEY: &str = "floe.op";
+/// [`OP_KEY`]'s value for deletes.
+pub const OP_DELETE: &str = "delete";
+
+/// Tries of a commit that keeps losing its race.
+const ATTEMPTS: usize = 8;
+
+/// One change, in source order.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Rows of the table: each replaces the row of its key, if any.
+    Upsert(RecordBatch),
+    /// Key columns (the table's identifier fields): each key's row is deleted.
+    Delete(RecordBatch),
+}
+
+/// The identifier field ids of `metadata`'s table when it is an upsert table, `None` when it
+/// is not; an error when it says it is but has no key.
+pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError> {
+    let enabled = metadata
+        .properties()
+        .get(UPSERT_PROPERTY)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if !enabled {
+        return Ok(None);
+    }
+    let ids: Vec<i32> = metadata.current_schema().identifier_field_ids().collect();
+    if ids.is_empty() {
+        return Err(IngestError::Invalid(format!(
+            "the table says {UPSERT_PROPERTY}=true but its schema has no identifier fields: \
+             set them (ALTER TABLE … SET IDENTIFIER FIELDS) to say what its key is"
+        )));
+    }
+    Ok(Some(ids))
+}
+
+/// The key columns' names of `metadata`'s current schema, in the key's order.
+pub fn key_names(metadata: &TableMetadata, ids: &[i32]) -> Vec<String> {
+    let schema = metadata.current_schema();
+    ids.iter()
+        .filter_map(|&id| schema.name_by_field_id(id).map(str::to_string))
+        .collect()
+}
+
+/// `schema` (the table's Arrow schema) narrowed to the key columns: what a delete carries.
+pub fn key_schema(schema: &SchemaRef, metadata: &TableMetadata, ids: &[i32]) -> SchemaRef {
+    let names = key_names(metadata, ids);
+    let fields: Vec<_> = names
+        .iter()
+        .filter_map(|name| schema.field_with_name(name).ok().cloned())
+        .collect();
+    std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
+}
+
+/// What a row delta wrote.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Upserted {
+    pub files: usize,
+    /// Rows written (the winning version of each upserted key).
+    pub rows: u64,
+    /// Rows deleted: replaced versions and deleted keys.
+    pub deleted: u64,
+    pub sequence_number: i64,
+}
+
+/// The changes' net effect: per key, its winning row (an index into `rows`) or its deletion.
+struct Net {
+    /// The winning rows, one per upserted key.
+    rows: Option<RecordBatch>,
+    /// Keys (encoded) to delete from the table, with the winning row where there is one.
+    keys: Vec<(Box<[u8]>, Option<usize>)>,
+}
+
+/// Applies `changes` (in source order) to upsert table `ident` of `warehouse` as `caller`, in
+/// one snapshot whose summary carries what `positions` makes of the table's metadata as the
+/// commit finds it.
+pub async fn commit(
+    catalog: &CatalogService,
+    sql: &floe_sql::SqlEngine,
+    caller: &Caller,
+    warehouse: &str,
+    ident: &TableIdent,
+    changes: Vec<Change>,
+    positions: impl Fn(&TableMetadata) -> Result<HashMap<String, String>, IngestError>,
+) -> Result<Upserted, IngestError> {
+    let access = sql
+        .access(caller, warehouse)
+        .await
+        .map_err(|e| IngestError::of_sql(&e))?;
+    let mut net: Option<Net> = None;
+    // The winning rows as written: per data file, the keys of its rows in order.
+    let mut written: Option<Vec<(iceberg::spec::DataFile, RecordBatch)>> = None;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let loaded = catalog
+            .load_table(caller, warehouse, ident)
+            .await
+            .map_err(IngestError::of_catalog)?;
+        let metadata = loaded.metadata.clone();
+        let properties = positions(&metadata)?;
+        let key_ids = key_of(&metadata)?.ok_or_else(|| {
+            IngestError::Invalid(format!(
+                "table {ident} is not an upsert table ({UPSERT_PROPERTY} is not true)"
+            ))
+        })?;
+        let schema = super::log::table_arrow_schema(metadata.current_schema())
+            .map_err(IngestError::Invalid)?;
+        let keys = key_schema(&schema, &metadata, &key_ids);
+        let types: Vec<DataType> = keys
+            .fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        if types.len() != key_ids.len() {
+            return Err(IngestError::Invalid(format!(
+                "table {ident}: an identifier field is not a top-level column"
+            )));
+        }
+        let held = index::of_table(metadata.uuid());
+        let mut guard = held.lock().await;
+        let current = metadata.current_snapshot().map(|s| s.snapshot_id());
+        let stale = match guard.as_ref() {
+            Some(index) => index.snapshot_id != current || index.types() != types.as_slice(),
+            None => true,
+        };
+        if stale {
+            *guard = Some(build(&access, loaded.clone(), &key_ids, types.clone(), current).await?);
+        }
+        let index = guard.as_mut().expect("built");
+        let net = match &mut net {
+            Some(net) => net,
+            None => net.insert(resolve(index, &schema, &keys, &changes)?),
+        };
+        let table = floe_sql::write::table_of(&access, loaded)
+            .map_err(|e| IngestError::Storage(e.to_string()))?;
+        let files = match &written {
+            Some(files) => files.clone(),
+            None => {
+                let files = write_rows(&table, net.rows.as_ref(), &keys).await?;
+                written = Some(files.clone());
+                files
+            }
+        };
+        // The rows each deleted or replaced key has in the table, by data file.
+        let mut doomed: BTreeMap<u32, (Slot, Vec<u64>)> = BTreeMap::new();
+        for (key, _) in &net.keys {
+            if let Some((id, slot, position)) = index.get(key) {
+                doomed
+                    .entry(id)
+                    .or_insert_with(|| (slot.clone(), Vec::new()))
+                    .1
+                    .push(position);
+            }
+        }
+        let deleted: u64 = doomed.values().map(|(_, p)| p.len() as u64).sum();
+        let mut delete_files: BTreeMap<i32, Vec<iceberg::spec::DataFile>> = BTreeMap::new();
+        for (_, (slot, mut positions)) in doomed {
+            positions.sort_unstable();
+            positions.dedup();
+            let file = floe_sql::write::write_position_deletes(
+                &table,
+                &slot.path,
+                slot.spec_id,
+                &slot.partition,
+                &positions,
+            )
+            .await
+            .map_err(|e| IngestError::of_write(&e))?;
+            delete_files.entry(slot.spec_id).or_default().push(file);
+        }
+        let data_files: Vec<_> = files.iter().map(|(f, _)| f.clone()).collect();
+        let rows: u64 = data_files.iter().map(|f| f.record_count()).sum();
+        let mut snapshot = floe_sql::write::SnapshotWriter::new(&table);
+        let snapshot_id = snapshot.snapshot_id();
+        let failed = |e: iceberg::Error| IngestError::Storage(format!("write the snapshot: {e}"));
+        let parent = metadata.current_snapshot().cloned();
+        if let Some(parent) = &parent {
+            snapshot.carry_all(parent).await.map_err(failed)?;
+        }
+        if !data_files.is_empty() {
+            snapshot
+                .add_files(metadata.default_partition_spec_id(), data_files.clone())
+                .await
+                .map_err(failed)?;
+        }
+        let delete_paths: Vec<String> = delete_files
+            .values()
+            .flatten()
+            .map(|f| f.file_path().to_string())
+            .collect();
+        for (spec_id, files) in delete_files {
+            snapshot.add_files(spec_id, files).await.map_err(failed)?;
+        }
+        let operation = if deleted > 0 {
+            Operation::Overwrite
+        } else {
+            Operation::Append
+        };
+        let updates = snapshot
+            .finish(parent.as_deref(), operation, properties)
+            .await
+            .map_err(failed)?;
+        let committed = catalog
+            .commit_table(
+                caller,
+                warehouse,
+                TableCommitRequest {
+                    ident: ident.clone(),
+                    requirements: vec![
+                        iceberg::TableRequirement::UuidMatch {
+                            uuid: metadata.uuid(),
+                        },
+                        iceberg::TableRequirement::RefSnapshotIdMatch {
+                            r#ref: "main".into(),
+                            snapshot_id: current,
+                        },
+                    ],
+                    updates,
+                },
+            )
+            .await;
+        match committed {
+            Ok(response) => {
+                // The index moves along with this commit: deleted and replaced keys out,
+                // the written rows in.
+                for (key, _) in &net.keys {
+                    index.remove(key);
+                }
+                for (file, keys) in &files {
+                    let positions: Vec<u64> = (0..keys.num_rows() as u64).collect();
+                    index.insert_file(
+                        Slot {
+                            path: file.file_path().to_string(),
+                            spec_id: metadata.default_partition_spec_id(),
+                            partition: file.partition().clone(),
+                        },
+                        keys,
+                        &positions,
+                    )?;
+                }
+                index.snapshot_id = Some(snapshot_id);
+                return Ok(Upserted {
+                    files: files.len(),
+                    rows,
+                    deleted,
+                    sequence_number: response.metadata.last_sequence_number(),
+                });
+            }
+            Err(e) => {
+                // Whatever was deleted or written meanwhile, the index no longer describes
+                // `main`: built again on the next try. The delete files of this try are
+                // orphans; the data files are committed by the next.
+                *guard = None;
+                for path in &delete_paths {
+                    if let Err(e) = table.file_io().delete(path).await {
+                        tracing::warn!(file = %path, error = %e, "delete an uncommitted delete file");
+                    }
+                }
+                match IngestError::of_catalog(e) {
+                    IngestError::Conflict(_) if attempt < ATTEMPTS => {
+                        tracing::info!(table = %ident, attempt, "retry an upsert commit");
+                    }
+                    error => return Err(error),
+                }
+            }
+        }
+    }
+}
+
+/// The index of table `loaded` built from its live rows.
+async fn build(
+    access: &floe_sql::scan::TableAccess,
+    loaded: floe_catalog::service::LoadedTable,
+    key_ids: &[i32],
+    types: Vec<DataType>,
+    snapshot_id: Option<i64>,
+) -> Result<KeyIndex, IngestError> {
+    let started = std::time::Instant::now();
+    let ident = loaded.ident.clone();
+    let provider = floe_sql::scan::IcebergTableProvider::try_new(access.clone(), loaded)
+        .map_err(|e| IngestError::of_write(&e))?;
+    let files = provider
+        .live_keys(key_ids)
+        .await
+        .map_err(|e| IngestError::of_write(&e))?;
+    let mut index = KeyIndex::new(types)?;
+    for file in files {
+        let slot = Slot {
+            path: file.data_file,
+            spec_id: file.spec_id,
+            partition: file.partition,
+        };
+        index.insert_file(slot, &file.keys, &file.positions)?;
+    }
+    index.snapshot_id = snapshot_id;
+    tracing::info!(
+        table = %ident,
+        keys = index.keys(),
+        millis = started.elapsed().as_millis() as u64,
+        "built an upsert table's key index"
+    );
+    Ok(index)
+}
+
+/// The net effect of `changes`: the last change per key wins.
+fn resolve(
+    index: &KeyIndex,
+    schema: &SchemaRef,
+    keys: &SchemaRef,
+    changes: &[Change],
+) -> Result<Net, IngestError> {
+    let upserts: Vec<&RecordBatch> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Upsert(rows) => Some(rows),
+            Change::Delete(_) => None,
+        })
+        .collect();
+    let rows = if upserts.is_empty() {
+        None
+    } else {
+        Some(
+            concat_batches(schema, upserts)
+                .map_err(|e| IngestError::Invalid(format!("gather the rows: {e}")))?,
+        )
+    };
+    // Per key, its last change: a row of `rows` or a deletion; keys in first-seen order.
+    let mut last: HashMap<Box<[u8]>, Option<usize>> = HashMap::new();
+    let mut order: Vec<Box<[u8]>> = Vec::new();
+    let mut row_base = 0usize;
+    for change in changes {
+        let (batch, upsert) = match change {
+            Change::Upsert(batch) => (batch, true),
+            Change::Delete(batch) => (batch, false),
+        };
+        let columns = key_columns(batch, keys)?;
+        let encoded = index.encode(&columns)?;
+        for (i, key) in encoded.iter().enumerate() {
+            let key: Box<[u8]> = key.as_ref().into();
+            let winner = upsert.then_some(row_base + i);
+            if last.insert(key.clone(), winner).is_none() {
+                order.push(key);
+            }
+        }
+        if upsert {
+            row_base += batch.num_rows();
+        }
+    }
+    let keys: Vec<(Box<[u8]>, Option<usize>)> = order
+        .into_iter()
+        .map(|key| {
+            let winner = last[&key];
+            (key, winner)
+        })
+        .collect();
+    // Only the winning rows, in their keys' first-seen order.
+    let rows = match rows {
+        None => None,
+        Some(rows) => {
+            let picked: Vec<u64> = keys
+                .iter()
+                .filter_map(|(_, winner)| winner.map(|i| i as u64))
+                .collect();
+            let indices = datafusion::arrow::array::UInt64Array::from(picked);
+            Some(
+                take_record_batch(&rows, &indices)
+                    .map_err(|e| IngestError::Invalid(format!("pick the newest rows: {e}")))?,
+            )
+        }
+    };
+    Ok(Net { rows, keys })
+}
+
+/// The key columns of `batch`, found by name, refusing nulls (a key is required).
+fn key_columns(batch: &RecordBatch, keys: &SchemaRef) -> Result<Vec<ArrayRef>, IngestError> {
+    keys.fields()
+        .iter()
+        .map(|field| {
+            let column = batch.column_by_name(field.name()).ok_or_else(|| {
+                IngestError::Invalid(format!(
+                    "a change has no value for the key {}",
+                    field.name()
+                ))
+            })?;
+            if column.null_count() > 0 {
+                return Err(IngestError::Invalid(format!(
+                    "a change has a null key {}: a key column is required",
+                    field.name()
+                )));
+            }
+            Ok(column.clone())
+        })
+        .collect()
+}
+
+/// Writes the winning rows of `rows` (sorted by the table's order) as data files: each file
+/// with the key columns of its rows in the order written, row i at position i.
+async fn write_rows(
+    table: &iceberg::table::Table,
+    rows: Option<&RecordBatch>,
+    keys: &SchemaRef,
+) -> Result<Vec<(iceberg::spec::DataFile, RecordBatch)>, IngestError> {
+    let Some(rows) = rows else {
+        return Ok(Vec::new());
+    };
+    if rows.num_rows() == 0 {
+        return Ok(Vec::new());
+    }
+    let sorted = super::commit::sort_batch(table.metadata(), rows.clone())?;
+    let parts = floe_sql::write::write_batch_parts(table, &sorted)
+        .await
+        .map_err(|e| IngestError::of_write(&e))?;
+    let mut written = Vec::new();
+    for (files, part) in parts {
+        let part_keys = RecordBatch::try_new(keys.clone(), key_columns(&part, keys)?)
+            .map_err(|e| IngestError::Invalid(format!("key columns: {e}")))?;
+        let mut offset = 0usize;
+        for file in files {
+            let count = file.record_count() as usize;
+            if offset + count > part_keys.num_rows() {
+                return Err(IngestError::Storage(format!(
+                    "data file {} says it holds more rows than were written",
+                    file.file_path()
+                )));
+            }
+            written.push((file, part_keys.slice(offset, count)));
+            offset += count;
+        }
+        if offset != part_keys.num_rows() {
+            return Err(IngestError::Storage(
+                "the written data files hold fewer rows than were written".into(),
+            ));
+        }
+    }
+    Ok(written)
+}
