@@ -343,3 +343,43 @@ def test_spark_tags_on_format_version_1_tables_survive_floe(spark_floe):
     assert rows_of(spark.sql("SELECT id FROM floe.v1s.events VERSION AS OF 'release'")) == [(1,), (2,)]
     names = {r[0]: r[1] for r in spark.sql("SELECT name, type FROM floe.v1s.events.refs").collect()}
     assert names == {"main": "BRANCH", "release": "TAG", "audit": "BRANCH"}, names
+
+
+def test_spark_reads_an_upsert_table_and_its_writes_reach_the_key_index(spark_floe):
+    """An upsert table written over HTTP (issue 39): Spark reads the newest row per key, and
+    what Spark itself appends and deletes (merge-on-read position deletes) is what Floe's key
+    index is built from on the next upsert."""
+    import json
+
+    import requests
+
+    spark, floe = spark_floe
+    floe.pyiceberg().create_namespace("ups")
+
+    def upsert(rows, **params):
+        answer = requests.post(
+            f"{floe.base}/ingest/v1/{floe.warehouse}/ups/users",
+            data="\n".join(json.dumps(r) for r in rows).encode(),
+            headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {floe.token()}"},
+            params={"wait": "commit", **params},
+            timeout=90,
+        )
+        assert answer.status_code == 200, answer.text
+
+    upsert([{"id": i, "name": f"n{i}"} for i in range(1, 6)], create="true", key="id")
+    upsert([{"id": 2, "name": "two"}, {"id": 4, "name": "four"}])
+    upsert([{"id": 5}], op="delete")
+    expected = [(1, "n1"), (2, "two"), (3, "n3"), (4, "four")]
+    assert rows_of(spark.sql("SELECT id, name FROM floe.ups.users")) == expected
+
+    spark.sql("ALTER TABLE floe.ups.users SET TBLPROPERTIES ('write.delete.mode'='merge-on-read')")
+    spark.sql("INSERT INTO floe.ups.users VALUES (100, 'from spark')")
+    spark.sql("DELETE FROM floe.ups.users WHERE id = 1")
+    upsert([{"id": 100, "name": "hundred"}, {"id": 1, "name": "one again"}, {"id": 3, "name": "three"}])
+    expected = [(1, "one again"), (2, "two"), (3, "three"), (4, "four"), (100, "hundred")]
+    # Spark's catalog caches the table as its own writes left it.
+    spark.sql("REFRESH TABLE floe.ups.users")
+    assert rows_of(spark.sql("SELECT id, name FROM floe.ups.users")) == expected
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM ups.users ORDER BY id", "warehouse": floe.warehouse})
+    assert answer.status_code == 200, answer.text
+    assert [tuple(r.values()) for r in answer.json()["rows"]] == expected

@@ -5,9 +5,14 @@ compaction (built again from the table); bad requests are refused by name."""
 
 from __future__ import annotations
 
-from conftest import restart_floe
+import json
+import time
+
+from confluent_kafka import Producer
+from conftest import restart_floe, start_floe, stop_floe
 from test_compaction import run_job
 from test_ingest import ndjson, post
+from test_pipelines import broker  # noqa: F401 (the mock broker fixture)
 
 NDJSON = "application/x-ndjson"
 
@@ -140,3 +145,138 @@ def test_upsert_requests_are_refused_by_name(floe):
     answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM up.keyed", "warehouse": floe.warehouse})
     assert answer.status_code == 200, answer.text
     assert answer.json()["rows"] == [{"id": 1, "name": "a"}]
+
+
+def kafka_rows(floe, table: str, columns: str) -> list[tuple]:
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": f"SELECT {columns} FROM {table} ORDER BY id", "warehouse": floe.warehouse})
+    if answer.status_code != 200:
+        return []
+    return [tuple(r.values()) for r in answer.json()["rows"]]
+
+
+def wait_for(floe, table: str, columns: str, expected: list[tuple], timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while (seen := kafka_rows(floe, table, columns)) != expected:
+        assert time.time() < deadline, (seen[:20], expected[:20])
+        time.sleep(0.3)
+
+
+def test_a_kafka_topic_materializes_as_an_upsert_table_through_kill_9(tmp_path, broker):
+    from test_duckdb import attach
+    from test_pipelines import PARTITIONS, spec
+
+    floe = start_floe(tmp_path)
+    try:
+        floe.pyiceberg().create_namespace("stream")
+        body = {**spec(floe, broker), "name": "users", "table": "users", "mode": "upsert", "key": ["id"]}
+        assert floe.api("POST", "/api/v1/pipelines", json={**body, "key": []}).status_code == 400
+        created = floe.api("POST", "/api/v1/pipelines", json=body)
+        assert created.status_code == 201, created.text
+        producer = Producer({"bootstrap.servers": broker})
+
+        def send(i, value):
+            payload = None if value is None else json.dumps({"id": i, "version": value, "name": f"u{i}"})
+            producer.produce("events", key=str(i), value=payload, partition=i % PARTITIONS)
+
+        for i in range(300):
+            send(i, 0)
+        producer.flush()
+        wait_for(floe, "stream.users", "id, version", [(i, 0) for i in range(300)])
+        # kill -9 with updates and tombstones on their way; the rest sent after the restart.
+        for i in range(0, 300, 3):
+            send(i, 1)
+        producer.flush()
+        floe.process.kill()
+        floe.process.wait()
+        for i in range(0, 300, 10):
+            send(i, None)
+        send(0, 2)
+        producer.flush()
+        restart_floe(floe, tmp_path, pause=0.5)
+        expected = [(0, 2)] + [(i, 1 if i % 3 == 0 else 0) for i in range(1, 300) if i % 10]
+        wait_for(floe, "stream.users", "id, version", expected)
+        rows = floe.pyiceberg().load_table("stream.users").scan(selected_fields=("id", "version")).to_arrow().to_pylist()
+        assert sorted((r["id"], r["version"]) for r in rows) == expected
+        con = attach(floe)
+        assert con.execute("SELECT id, version FROM floe.stream.users ORDER BY id").fetchall() == expected
+        loaded = floe.pyiceberg().load_table("stream.users")
+        assert loaded.properties.get("write.upsert.enabled") == "true"
+        # A tombstone without a key is a dead letter; the pipeline goes on.
+        producer.produce("events", key=None, value=None, partition=1)
+        send(1, 5)
+        producer.flush()
+        expected[1] = (1, 5)
+        wait_for(floe, "stream.users", "id, version", expected)
+    finally:
+        stop_floe(floe)
+
+
+def debezium_event(op: str, before: dict | None, after: dict | None, lsn: int) -> str:
+    """A change event as Debezium's PostgreSQL connector writes it with Kafka Connect's JSON
+    converter and schemas enabled (the schema abbreviated)."""
+    row_schema = {"type": "struct", "optional": True, "fields": [
+        {"type": "int32", "optional": False, "field": "id"},
+        {"type": "string", "optional": True, "field": "name"},
+        {"type": "string", "optional": True, "field": "email"},
+    ]}
+    return json.dumps({
+        "schema": {"type": "struct", "name": "dbserver1.public.customers.Envelope", "fields": [
+            {**row_schema, "field": "before"}, {**row_schema, "field": "after"},
+            {"type": "struct", "field": "source", "fields": []},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ]},
+        "payload": {
+            "before": before,
+            "after": after,
+            "source": {"version": "2.7.0.Final", "connector": "postgresql", "name": "dbserver1", "db": "shop",
+                       "schema": "public", "table": "customers", "txId": 700 + lsn, "lsn": 24000000 + lsn, "snapshot": "false"},
+            "op": op,
+            "ts_ms": 1733500000000 + lsn,
+            "transaction": None,
+        },
+    })
+
+
+def test_a_debezium_stream_materializes_as_the_source_table(tmp_path, broker):
+    from test_pipelines import PARTITIONS, spec
+
+    floe = start_floe(tmp_path)
+    try:
+        floe.pyiceberg().create_namespace("stream")
+        body = {**spec(floe, broker), "name": "customers", "table": "customers", "mode": "debezium", "key": ["id"]}
+        created = floe.api("POST", "/api/v1/pipelines", json=body)
+        assert created.status_code == 201, created.text
+        producer = Producer({"bootstrap.servers": broker})
+
+        def row(i, name):
+            return {"id": i, "name": name, "email": f"{name}@example.com"}
+
+        def send(i, value):
+            key = json.dumps({"schema": {"type": "struct", "fields": [{"type": "int32", "field": "id"}]}, "payload": {"id": i}})
+            producer.produce("events", key=key, value=value, partition=i % PARTITIONS)
+
+        lsn = iter(range(1, 1000))
+        for i in (1, 2, 3):
+            send(i, debezium_event("r", None, row(i, f"c{i}"), next(lsn)))
+        send(4, debezium_event("c", None, row(4, "d"), next(lsn)))
+        send(2, debezium_event("u", row(2, "c2"), row(2, "b2"), next(lsn)))
+        send(3, debezium_event("d", {"id": 3, "name": None, "email": None}, None, next(lsn)))
+        send(3, None)  # the tombstone that follows a delete
+        send(4, debezium_event("u", row(4, "d"), row(4, "d2"), next(lsn)))
+        send(5, debezium_event("c", None, row(5, "e"), next(lsn)))
+        send(5, debezium_event("d", row(5, "e"), None, next(lsn)))
+        send(5, None)
+        send(6, debezium_event("t", None, None, next(lsn)))  # a truncate: a dead letter
+        producer.flush()
+        expected = [(1, "c1", "c1@example.com"), (2, "b2", "b2@example.com"), (4, "d2", "d2@example.com")]
+        wait_for(floe, "stream.customers", "id, name, email", expected)
+        columns = [f.name for f in floe.pyiceberg().load_table("stream.customers").schema().fields]
+        # The row's columns, not the envelope's (inferred from JSON rows, named in order).
+        assert sorted(columns) == ["email", "id", "name"], columns
+        deadline = time.time() + 30
+        while floe.api("GET", "/api/v1/pipelines/customers/status").json()["stats"]["dead-letters"] != 1:
+            assert time.time() < deadline
+            time.sleep(0.3)
+    finally:
+        stop_floe(floe)

@@ -7,6 +7,10 @@ pub(super) struct Batch {
     pub(super) rows: Vec<u8>,
     pub(super) ends: Vec<usize>,
     pub(super) sources: Vec<Source>,
+    /// Per row: whether it is the key of a row to delete (upsert and Debezium pipelines).
+    pub(super) deletes: Vec<bool>,
+    /// The rows the table took (indexes into `sources`, in order), once prepared.
+    pub(super) kept: Vec<usize>,
     pub(super) records: usize,
     pub(super) rejected: u64,
     pub(super) dead: Vec<DeadLetter>,
@@ -41,11 +45,44 @@ pub(super) struct DeadLetter {
 impl Batch {
     /// Takes a record whose value decoded to `row` (one JSON object, no newline).
     pub(super) fn push(&mut self, source: Source, row: &[u8]) {
+        self.push_change(source, row, false);
+    }
+
+    /// Takes a record that deletes the row of the key `key` (one JSON object of the key
+    /// fields).
+    pub(super) fn push_delete(&mut self, source: Source, key: &[u8]) {
+        self.push_change(source, key, true);
+    }
+
+    fn push_change(&mut self, source: Source, row: &[u8], delete: bool) {
         self.rows.extend_from_slice(row);
         self.rows.push(b'\n');
         self.ends.push(self.rows.len());
         self.sources.push(source);
+        self.deletes.push(delete);
         self.records += 1;
+    }
+
+    /// The prepared rows (`rows`, one per kept record) as the changes they make, in order.
+    pub(super) fn changes(&self, rows: &RecordBatch) -> Vec<crate::core::upsert::Change> {
+        use crate::core::upsert::Change;
+        let mut changes = Vec::new();
+        let mut start = 0;
+        while start < self.kept.len() {
+            let delete = self.deletes[self.kept[start]];
+            let mut end = start + 1;
+            while end < self.kept.len() && self.deletes[self.kept[end]] == delete {
+                end += 1;
+            }
+            let slice = rows.slice(start, end - start);
+            changes.push(if delete {
+                Change::Delete(slice)
+            } else {
+                Change::Upsert(slice)
+            });
+            start = end;
+        }
+        changes
     }
 
     /// Dead-letters a record unless an earlier run did (its offset lies below what the

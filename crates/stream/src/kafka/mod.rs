@@ -12,6 +12,7 @@
 //! - this module: the run loop.
 
 mod batch;
+mod changes;
 mod client;
 mod spec;
 mod supervisor;
@@ -44,7 +45,7 @@ use crate::{Result, StreamError, table_error};
 use batch::*;
 use client::*;
 pub use client::{PartitionLag, Watermarks, lag, partitions};
-pub use spec::{Format, MetadataColumn, PipelineSpec, StartPosition};
+pub use spec::{Format, MetadataColumn, Mode, PipelineSpec, StartPosition};
 pub use supervisor::Pipelines;
 
 /// One partition's position: the next offset committed to the table, the broker's high
@@ -262,7 +263,8 @@ impl Pipeline {
             let flush = match received {
                 None => true,
                 Some(Ok(message)) => {
-                    let payload = message.payload().unwrap_or_default();
+                    let value = message.payload();
+                    let payload = value.unwrap_or_default();
                     let source = Source {
                         topic: message.topic().to_string(),
                         partition: message.partition(),
@@ -279,8 +281,19 @@ impl Pipeline {
                         original: (self.spec.format != Format::Json).then(|| payload.to_vec()),
                     };
                     pending.insert((source.topic.clone(), source.partition), source.offset + 1);
-                    match decoder.decode(payload, &mut batch.fields).await? {
-                        Ok(row) => batch.push(source, &row),
+                    let change = self
+                        .change(
+                            &mut decoder,
+                            value,
+                            source.key.as_deref(),
+                            &mut batch.fields,
+                        )
+                        .await?;
+                    match change {
+                        Ok(changes::Change::Upsert(row)) => batch.push(source, &row),
+                        Ok(changes::Change::Delete(key)) => batch.push_delete(source, &key),
+                        // Its offset moves with the batch's commit.
+                        Ok(changes::Change::Skip) => {}
                         Err(error) => batch.reject(
                             DeadLetter {
                                 topic: source.topic,
@@ -323,7 +336,7 @@ impl Pipeline {
                         stats.dead_letters += batch.dead.len() as u64;
                     }
                     let rows = decoded.as_ref().map_or(0, |b| b.num_rows());
-                    let files = self.commit(decoded, &next, &pending).await?;
+                    let files = self.commit(decoded, &batch, &next, &pending).await?;
                     let elapsed = started.elapsed().as_secs_f64();
                     stats.commit_seconds += elapsed;
                     stats.last_commit_seconds = elapsed;
@@ -348,6 +361,37 @@ impl Pipeline {
             }
         }
         Ok(stats)
+    }
+
+    /// The change a record of value `value` (none: a tombstone) and key `key` makes, as the
+    /// pipeline's mode reads it; or why the record cannot change the table.
+    async fn change(
+        &self,
+        decoder: &mut Decoder,
+        value: Option<&[u8]>,
+        key: Option<&[u8]>,
+        fields: &mut Vec<Field>,
+    ) -> Result<std::result::Result<changes::Change, String>> {
+        use changes::Change;
+        let value = match (self.spec.mode, value) {
+            (Mode::Upsert, None) => {
+                return Ok(changes::key_of_record(key, &self.spec.key).map(Change::Delete));
+            }
+            // A tombstone follows a delete event for log compaction: the delete did the work.
+            (Mode::Debezium, None) => return Ok(Ok(Change::Skip)),
+            (_, value) => value.unwrap_or_default(),
+        };
+        let row = match decoder.decode(value, fields).await? {
+            Ok(row) => row,
+            Err(error) => return Ok(Err(error)),
+        };
+        Ok(match self.spec.mode {
+            Mode::Append | Mode::Upsert => Ok(Change::Upsert(row)),
+            Mode::Debezium => {
+                changes::row_fields(fields);
+                changes::debezium(&row, &self.spec.key)
+            }
+        })
     }
 
     /// Answers the broker's "offset out of range": each partition whose next offset lies

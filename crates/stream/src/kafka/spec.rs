@@ -55,6 +55,36 @@ pub struct PipelineSpec {
     /// The sort order of a table the pipeline creates (`ts`, `id desc`, `name asc nulls last`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sort_by: Vec<String>,
+    /// How records change the table (default: appended).
+    #[serde(default, skip_serializing_if = "Mode::is_append")]
+    pub mode: Mode,
+    /// The key of an `upsert` or `debezium` pipeline's table: fields of the record value (of
+    /// Debezium's `after`/`before`), which become its required identifier fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
+}
+
+/// How a pipeline's records change its table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Every record is a new row.
+    #[default]
+    Append,
+    /// A record replaces the row of its key; a tombstone (a record with a key and no value)
+    /// deletes it. The key's values come from the record's value, or for a tombstone from
+    /// the record's key (a JSON object of the key fields, or the one key field's value).
+    Upsert,
+    /// Debezium change events (`op` c, r, u: `after` replaces the row of its key; d: the
+    /// key of `before` is deleted; tombstones are skipped), JSON with or without its
+    /// `schema`/`payload` wrapper, or Avro through the registry.
+    Debezium,
+}
+
+impl Mode {
+    fn is_append(&self) -> bool {
+        *self == Mode::Append
+    }
 }
 
 impl Default for PipelineSpec {
@@ -77,6 +107,8 @@ impl Default for PipelineSpec {
             metadata_columns: Vec::new(),
             partition_by: Vec::new(),
             sort_by: Vec::new(),
+            mode: Mode::Append,
+            key: Vec::new(),
         }
     }
 }
@@ -214,6 +246,22 @@ impl PipelineSpec {
         for item in &self.partition_by {
             floe_sql::write::partition_field(item)
                 .map_err(|e| StreamError::Invalid(format!("partition-by: {e}")))?;
+        }
+        match (self.mode, self.key.is_empty()) {
+            (Mode::Append, false) => {
+                return Err(StreamError::Invalid(
+                    "key is for mode upsert or debezium: an append pipeline has none".into(),
+                ));
+            }
+            (Mode::Upsert | Mode::Debezium, true) => {
+                return Err(StreamError::Invalid(
+                    "mode upsert and debezium need a key: the fields that identify a row".into(),
+                ));
+            }
+            _ => {}
+        }
+        if self.key.iter().any(|k| k.is_empty()) {
+            return Err(StreamError::Invalid("key names an empty field".into()));
         }
         for item in &self.sort_by {
             crate::core::target::sort_field(item)

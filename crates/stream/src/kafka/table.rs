@@ -29,14 +29,50 @@ impl Pipeline {
     /// same records.
     pub(super) async fn commit(
         &self,
-        batch: Option<RecordBatch>,
+        rows: Option<RecordBatch>,
+        batch: &Batch,
         from: &HashMap<(String, i32), i64>,
         offsets: &HashMap<(String, i32), i64>,
     ) -> Result<usize> {
         // Nothing to write (only dead letters): the offsets move with the next rows.
-        let Some(batch) = batch else { return Ok(0) };
-        self.append(&self.spec.ident()?, batch, offsets, Some(from))
-            .await
+        let Some(rows) = rows else { return Ok(0) };
+        if self.spec.mode == Mode::Append {
+            return self
+                .append(&self.spec.ident()?, rows, offsets, Some(from))
+                .await;
+        }
+        let upserted = crate::core::upsert::commit(
+            &self.catalog,
+            &self.sql,
+            &Caller::system(),
+            &self.spec.warehouse,
+            &self.spec.ident()?,
+            batch.changes(&rows),
+            |metadata| self.fenced_offsets(metadata, offsets, Some(from)),
+        )
+        .await?;
+        Ok(upserted.files)
+    }
+
+    /// The offsets a commit records on the table `metadata` describes: every partition's as
+    /// the table says, with `offsets` updated — or fenced when the table no longer says `from`
+    /// (another node took the pipeline over).
+    fn fenced_offsets(
+        &self,
+        metadata: &TableMetadata,
+        offsets: &HashMap<(String, i32), i64>,
+        from: Option<&HashMap<(String, i32), i64>>,
+    ) -> std::result::Result<HashMap<String, String>, crate::core::IngestError> {
+        let mut merged = self.spec.committed_offsets(metadata);
+        if from.is_some_and(|from| {
+            from.iter()
+                .any(|(partition, offset)| merged.get(partition) != Some(offset))
+        }) {
+            return Err(crate::core::IngestError::Fenced(self.spec.name.clone()));
+        }
+        // Every partition's offsets: what the table says, with this run's own updated.
+        merged.extend(offsets.iter().map(|(k, v)| (k.clone(), *v)));
+        Ok(self.offset_properties(&merged))
     }
 
     /// Appends `batch` to table `ident` in one snapshot carrying `offsets`, fenced by `from`
@@ -55,18 +91,7 @@ impl Pipeline {
             &self.spec.warehouse,
             ident,
             batch,
-            |metadata| {
-                let mut merged = self.spec.committed_offsets(metadata);
-                if from.is_some_and(|from| {
-                    from.iter()
-                        .any(|(partition, offset)| merged.get(partition) != Some(offset))
-                }) {
-                    return Err(crate::core::IngestError::Fenced(self.spec.name.clone()));
-                }
-                // Every partition's offsets: what the table says, with this run's own updated.
-                merged.extend(offsets.iter().map(|(k, v)| (k.clone(), *v)));
-                Ok(self.offset_properties(&merged))
-            },
+            |metadata| self.fenced_offsets(metadata, offsets, from),
         )
         .await?;
         Ok(appended.files)
@@ -199,6 +224,7 @@ impl Pipeline {
                 (decoded, kept)
             }
         };
+        batch.kept = kept.clone();
         if kept.is_empty() {
             return Ok(None);
         }
@@ -291,7 +317,8 @@ impl Pipeline {
             partition,
             order: self.spec.sort_by.clone(),
             properties: HashMap::new(),
-            key: Vec::new(),
+            // An upsert or Debezium pipeline's table is an upsert table with the spec's key.
+            key: self.spec.key.clone(),
         };
         self.create(&self.spec.ident()?, &layout).await
     }
