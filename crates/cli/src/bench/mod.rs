@@ -20,6 +20,7 @@ mod tpch;
 mod tpch_cache;
 mod tpch_steal;
 mod tpch_workers;
+mod upsert;
 
 use clap::Subcommand;
 
@@ -35,6 +36,10 @@ pub enum BenchCommand {
     /// HTTP ingestion into a running server (or with `--kafka`, Kafka ingestion in this
     /// process): throughput, freshness, files per commit.
     Ingest(ingest::IngestBenchArgs),
+    /// An upsert table against an append table over HTTP on a running server: rows/s per
+    /// core loading keys and committing batches of 10% updates, the key index built again,
+    /// reads after the commits against the table compacted.
+    Upsert(upsert::UpsertBenchArgs),
     /// Compaction of a table of many small files: throughput, memory, queries before and
     /// after against the same rows written optimally.
     Compaction(compaction::CompactionBenchArgs),
@@ -68,6 +73,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Tpch(args) => tpch::run(args).await,
         BenchCommand::Tpcds(args) => tpcds::run(args).await,
         BenchCommand::Ingest(args) => ingest::run(args).await,
+        BenchCommand::Upsert(args) => upsert::run(args).await,
         BenchCommand::Compaction(args) => compaction::run(args).await,
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
