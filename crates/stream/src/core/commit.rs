@@ -58,6 +58,13 @@ pub async fn append(
             .load_table(caller, warehouse, ident)
             .await
             .map_err(IngestError::of_catalog)?;
+        // Rows appended as they are would stand beside the rows of their keys.
+        if super::upsert::key_of(&loaded.metadata)?.is_some() {
+            return Err(IngestError::Invalid(format!(
+                "table {ident} is an upsert table: its rows are written as upserts (a Kafka \
+                 pipeline needs mode upsert or debezium and the table's key)"
+            )));
+        }
         let properties = positions(&loaded.metadata)?;
         let table = floe_sql::write::table_of(&access, loaded)
             .map_err(|e| IngestError::Storage(e.to_string()))?;

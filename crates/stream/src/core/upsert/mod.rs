@@ -473,3 +473,100 @@ async fn write_rows(
     }
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{AsArray, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]))
+    }
+
+    fn rows(pairs: &[(i64, &str)]) -> Change {
+        Change::Upsert(
+            RecordBatch::try_new(
+                schema(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(pairs.iter().map(|p| p.0))),
+                    Arc::new(StringArray::from_iter_values(pairs.iter().map(|p| p.1))),
+                ],
+            )
+            .unwrap(),
+        )
+    }
+
+    fn deletes(ids: &[i64]) -> Change {
+        let keys = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        Change::Delete(
+            RecordBatch::try_new(keys, vec![Arc::new(Int64Array::from(ids.to_vec()))]).unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_last_change_per_key_wins_within_a_batch() {
+        let keys = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let index = KeyIndex::new(vec![DataType::Int64]).unwrap();
+        let changes = [
+            rows(&[(1, "a"), (2, "b"), (1, "a2")]),
+            deletes(&[2, 3]),
+            rows(&[(3, "c"), (4, "d")]),
+            deletes(&[4]),
+        ];
+        let net = resolve(&index, &schema(), &keys, &changes).unwrap();
+        // Keys in first-seen order; 2 and 4 end deleted, 3 deleted then written again.
+        let winners: Vec<Option<usize>> = net.keys.iter().map(|(_, w)| *w).collect();
+        assert_eq!(winners, vec![Some(2), None, Some(3), None]);
+        let written = net.rows.unwrap();
+        let ids: Vec<i64> = written
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        let names: Vec<&str> = written
+            .column(1)
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .collect();
+        assert_eq!((ids, names), (vec![1, 3], vec!["a2", "c"]));
+    }
+
+    #[test]
+    fn a_null_or_missing_key_is_refused_by_name() {
+        let keys = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let index = KeyIndex::new(vec![DataType::Int64]).unwrap();
+        let nullable = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+        let null_key = Change::Delete(
+            RecordBatch::try_new(
+                nullable,
+                vec![Arc::new(Int64Array::from(vec![Some(1), None]))],
+            )
+            .unwrap(),
+        );
+        let error = resolve(&index, &schema(), &keys, &[null_key])
+            .err()
+            .unwrap();
+        assert!(error.to_string().contains("null key id"), "{error}");
+        let other = Arc::new(Schema::new(vec![Field::new(
+            "other",
+            DataType::Int64,
+            false,
+        )]));
+        let no_key = Change::Delete(
+            RecordBatch::try_new(other, vec![Arc::new(Int64Array::from(vec![1]))]).unwrap(),
+        );
+        let error = resolve(&index, &schema(), &keys, &[no_key]).err().unwrap();
+        assert!(
+            error.to_string().contains("no value for the key id"),
+            "{error}"
+        );
+    }
+}
