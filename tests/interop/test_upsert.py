@@ -93,7 +93,7 @@ def test_the_newest_row_per_key_wins_in_every_reader(floe, tmp_path):
     assert every_reader(floe, table) == expected
 
     snapshot = floe.pyiceberg().load_table(table).current_snapshot()
-    assert snapshot.summary.operation.value == "overwrite"
+    assert snapshot.summary.operation.value == "delete"  # deletes only: as Java's RowDelta names it
     assert snapshot.summary["added-position-deletes"] == "1"
 
     # A key deleted and written again in one request comes back; one written and deleted
@@ -120,6 +120,24 @@ def test_the_newest_row_per_key_wins_in_every_reader(floe, tmp_path):
     assert every_reader(floe, table) == expected
 
 
+def test_a_key_of_two_columns_and_deletes_by_whole_rows(floe):
+    floe.pyiceberg().create_namespace("up")
+    table = "up.tenants"
+    rows = [{"tenant": t, "id": i, "name": f"{t}-{i}", "score": 0.0} for t in (1, 2) for i in (1, 2)]
+    upsert(floe, table, rows, create="true", key="tenant,id")
+    # The same key, named in the other order; (1, 2) and (2, 1) are different keys.
+    upsert(floe, table, [{"tenant": 1, "id": 2, "name": "changed", "score": 1.0}], key="id,tenant")
+    upsert(floe, table, [{"tenant": 2, "id": 1, "name": "whole row", "score": 9.0}], op="delete")
+    statement = "SELECT tenant, id, name FROM up.tenants ORDER BY tenant, id"
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": statement, "warehouse": floe.warehouse})
+    assert answer.status_code == 200, answer.text
+    assert [tuple(r.values()) for r in answer.json()["rows"]] == [(1, 1, "1-1"), (1, 2, "changed"), (2, 2, "2-2")]
+    loaded = floe.pyiceberg().load_table(table)
+    assert sorted(loaded.schema().identifier_field_names()) == ["id", "tenant"]
+    assert loaded.current_snapshot().summary.operation.value == "delete"
+    assert loaded.current_snapshot().summary["total-records"] == "5"
+
+
 def test_upsert_requests_are_refused_by_name(floe):
     floe.pyiceberg().create_namespace("up")
     upsert(floe, "up.plain", [{"id": 1, "name": "a"}], create="true")
@@ -133,6 +151,7 @@ def test_upsert_requests_are_refused_by_name(floe):
     assert "not an upsert table" in refused("up.plain", [{"id": 1}], op="delete")
     assert "not an upsert table" in refused("up.plain", [{"id": 1}], key="id")
     assert "has the key id, not name" in refused("up.keyed", [{"id": 1, "name": "b"}], key="name")
+    assert "not a column" not in refused("up.keyed", [{"name": "whole row, no key"}], op="delete")
     assert "not an operation" in refused("up.keyed", [{"id": 1}], op="merge")
     # A key must be given and cannot be null.
     refused("up.keyed", [{"name": "no key"}])
@@ -141,6 +160,21 @@ def test_upsert_requests_are_refused_by_name(floe):
     # A floating-point key is no Iceberg key.
     assert "key" in refused("up.floats", [{"x": 1.5}], create="true", key="x")
     assert "not a column" in refused("up.missing", [{"x": 1}], create="true", key="y")
+    assert "needs key=" in refused("up.new", [{"id": 1}], create="true", op="delete")
+    # SQL's INSERT INTO would put rows beside the rows of their keys.
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": "INSERT INTO up.keyed VALUES (1, 'dup')", "warehouse": floe.warehouse})
+    assert answer.status_code == 400 and "upsert table" in answer.text, answer.text
+    # A format v3 table cannot take position deletes; v1 none at all.
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    keyed = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        identifier_field_ids=[1],
+    )
+    floe.pyiceberg().create_table("up.v3", schema=keyed, properties={"format-version": "3", "write.upsert.enabled": "true"})
+    assert "format v3" in refused("up.v3", [{"id": 1, "name": "a"}])
     # Nothing refused reached the table.
     answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM up.keyed", "warehouse": floe.warehouse})
     assert answer.status_code == 200, answer.text
@@ -278,5 +312,94 @@ def test_a_debezium_stream_materializes_as_the_source_table(tmp_path, broker):
         while floe.api("GET", "/api/v1/pipelines/customers/status").json()["stats"]["dead-letters"] != 1:
             assert time.time() < deadline
             time.sleep(0.3)
+    finally:
+        stop_floe(floe)
+
+
+DEBEZIUM_AVRO = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "dbserver1.public.customers",
+    "fields": [
+        {"name": "before", "type": ["null", {"type": "record", "name": "Value", "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "name", "type": ["null", "string"], "default": None},
+        ]}], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                                    "fields": [{"name": "lsn", "type": ["null", "long"], "default": None}]}},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+ACCOUNT_AVRO = {
+    "type": "record",
+    "name": "Account",
+    "namespace": "bank",
+    "fields": [{"name": "id", "type": "long"}, {"name": "balance", "type": "long"}],
+}
+
+
+def test_avro_values_upsert_and_tombstones_delete(tmp_path, broker):
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from test_pipelines import PARTITIONS, spec
+    from test_registry import registry
+
+    floe = start_floe(tmp_path)
+    try:
+        floe.pyiceberg().create_namespace("stream")
+        client = registry(floe)
+        producer = Producer({"bootstrap.servers": broker})
+        context = SerializationContext("events", MessageField.VALUE)
+
+        # Avro values keyed by the id as text; tombstones delete.
+        accounts = AvroSerializer(client, json.dumps(ACCOUNT_AVRO))
+        body = {**spec(floe, broker), "name": "accounts", "table": "accounts", "format": "avro", "mode": "upsert", "key": ["id"]}
+        assert floe.api("POST", "/api/v1/pipelines", json=body).status_code == 201
+        for version in range(3):
+            for i in range(30):
+                producer.produce("events", key=str(i), value=accounts({"id": i, "balance": 100 * version + i}, context), partition=i % PARTITIONS)
+        for i in range(0, 30, 5):
+            producer.produce("events", key=str(i), value=None, partition=i % PARTITIONS)
+        producer.flush()
+        expected = [(i, 200 + i) for i in range(30) if i % 5]
+        wait_for(floe, "stream.accounts", "id, balance", expected)
+        assert floe.api("DELETE", "/api/v1/pipelines/accounts").status_code in (200, 204)
+    finally:
+        stop_floe(floe)
+
+
+def test_a_debezium_avro_stream_materializes_its_after_rows(tmp_path, broker):
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    from test_pipelines import PARTITIONS, spec
+    from test_registry import registry
+
+    floe = start_floe(tmp_path)
+    try:
+        floe.pyiceberg().create_namespace("stream")
+        client = registry(floe)
+        producer = Producer({"bootstrap.servers": broker})
+        envelope = AvroSerializer(client, json.dumps(DEBEZIUM_AVRO))
+        context = SerializationContext("events", MessageField.VALUE)
+        body = {**spec(floe, broker), "name": "cdc", "table": "customers", "format": "avro", "mode": "debezium", "key": ["id"]}
+        assert floe.api("POST", "/api/v1/pipelines", json=body).status_code == 201
+
+        def send(i, op, before, after, lsn):
+            event = {"before": before, "after": after, "source": {"lsn": lsn}, "op": op, "ts_ms": 1733500000000 + lsn}
+            producer.produce("events", key=json.dumps({"id": i}), value=envelope(event, context), partition=i % PARTITIONS)
+
+        send(1, "r", None, {"id": 1, "name": "a"}, 1)
+        send(2, "c", None, {"id": 2, "name": "b"}, 2)
+        send(1, "u", {"id": 1, "name": "a"}, {"id": 1, "name": "a2"}, 3)
+        send(2, "d", {"id": 2, "name": None}, None, 4)
+        producer.produce("events", key=json.dumps({"id": 2}), value=None, partition=2 % PARTITIONS)
+        send(3, "c", None, {"id": 3, "name": None}, 5)
+        producer.flush()
+        wait_for(floe, "stream.customers", "id, name", [(1, "a2"), (3, None)])
+        columns = sorted(f.name for f in floe.pyiceberg().load_table("stream.customers").schema().fields)
+        assert columns == ["id", "name"], columns
     finally:
         stop_floe(floe)

@@ -176,6 +176,12 @@ pub async fn ingest(
     if params.key.is_some() && key.is_empty() {
         return Err(bad_request("key names no column"));
     }
+    if deletes && params.create == Some(true) && key.is_empty() {
+        return Err(bad_request(
+            "op=delete with create=true needs key=: a table made by this request deletes by \
+             its key",
+        ));
+    }
     let body = crate::extract::body_within(body, &headers, ingest.config.max_body_bytes)
         .await
         .map_err(|m| ApiError(CatalogError::PayloadTooLarge(m)))?;
@@ -213,7 +219,13 @@ pub async fn ingest(
         .open(&caller, &warehouse, target, body.len() as u64)
         .await
         .map_err(refused)?;
-    if !key.is_empty() && opened.key() != Some(key.as_slice()) {
+    let same_key = |table: &[String]| {
+        let (mut a, mut b) = (table.to_vec(), key.clone());
+        a.sort();
+        b.sort();
+        a == b
+    };
+    if !key.is_empty() && !opened.key().is_some_and(same_key) {
         return Err(bad_request(match opened.key() {
             Some(actual) => format!(
                 "table {} has the key {}, not {}",
@@ -235,7 +247,19 @@ pub async fn ingest(
                 opened.ident()
             )));
         };
-        let batches = body::parse(&media, &body, &keys, budget)?;
+        // Keys, or whole rows whose key columns say which rows go: the other columns are
+        // read as optional and left out.
+        let fields: Vec<_> = opened
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| {
+                let in_key = keys.field_with_name(f.name()).is_ok();
+                f.as_ref().clone().with_nullable(!in_key)
+            })
+            .collect();
+        let rows_schema = std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let batches = body::parse(&media, &body, &rows_schema, budget)?;
         return take(&ingest, &opened, &batches, params.wait.as_deref(), true).await;
     }
     let batches = match body::parse(&media, &body, opened.schema(), budget) {

@@ -62,7 +62,7 @@ pub(crate) async fn read(
             .iter()
             .any(|d| d.file_type == DataContentType::EqualityDeletes)
     }) {
-        return Err(DataFusionError::Execution(format!(
+        return Err(DataFusionError::Plan(format!(
             "data file {} has equality deletes, which an upsert table's key index does not \
              apply: compact the table first",
             task.data_file_path
@@ -93,12 +93,16 @@ pub(crate) async fn read(
     let reads = tasks.into_iter().map(|task| {
         let removed = deleted.remove(&task.data_file_path).unwrap_or_default();
         let entry = index.data.get(&task.data_file_path);
-        let (spec_id, partition) = entry
-            .map(|e| (e.spec_id, e.file.partition().clone()))
-            .unwrap_or((0, Struct::empty()));
+        let located = entry.map(|e| (e.spec_id, e.file.partition().clone()));
         let key_fields = &key_fields;
         let key_schema = key_schema.clone();
         async move {
+            let (spec_id, partition) = located.ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "data file {} is not in the snapshot's manifests",
+                    task.data_file_path
+                ))
+            })?;
             let (keys, positions) =
                 read_file(files, &task, key_fields, &key_schema, &removed).await?;
             Ok::<_, DataFusionError>(FileKeys {

@@ -468,6 +468,19 @@ impl TableProvider for IcebergTableProvider {
                 "a time-travel name cannot be written to".into(),
             ));
         }
+        // Rows inserted as they are would stand beside the rows of their keys.
+        let metadata = &self.loaded.metadata;
+        if metadata
+            .properties()
+            .get("write.upsert.enabled")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            return Err(DataFusionError::Plan(format!(
+                "{} is an upsert table (write.upsert.enabled): INSERT INTO would add rows beside \
+                 the rows of their keys; write it through /ingest/v1 or an upsert pipeline",
+                self.loaded.ident
+            )));
+        }
         let sink =
             crate::write::IcebergSink::new(self.access.clone(), self.table()?, self.schema.clone());
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))

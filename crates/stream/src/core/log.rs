@@ -896,6 +896,7 @@ impl Ingest {
                     &log.warehouse,
                     &log.ident,
                     changes,
+                    None,
                     positions,
                 )
                 .await?;

@@ -16,7 +16,9 @@ pub(super) enum Change {
 }
 
 /// The key a tombstone deletes, from the record's key: a JSON object holding the key
-/// fields, or — for a key of one field — a JSON scalar or plain text.
+/// fields (with or without Kafka Connect's `schema`/`payload` wrapper; a key the registry
+/// serialized arrives here decoded to one), or — for a key of one field — a JSON scalar or
+/// plain text, taken as text (which a numeric column parses).
 pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec<u8>, String> {
     let Some(key) = key else {
         return Err("a tombstone without a record key: there is no key to delete".into());
@@ -31,10 +33,18 @@ pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec
             };
             key_fields(&object, fields, "the record key")?
         }
-        (Ok(scalar), [only]) if !scalar.is_array() && !scalar.is_null() => {
-            Map::from_iter([(only.clone(), scalar)])
+        (Ok(Value::String(text)), [only]) => Map::from_iter([(only.clone(), Value::String(text))]),
+        (Ok(Value::Number(number)), [only]) => {
+            Map::from_iter([(only.clone(), Value::String(number.to_string()))])
         }
         (Err(_), [only]) => match std::str::from_utf8(key) {
+            Ok(text) if text.chars().any(char::is_control) => {
+                return Err(
+                    "the record key holds control characters (a key serialized for a schema \
+                     registry needs the pipeline's format to be avro, json-schema or protobuf)"
+                        .into(),
+                );
+            }
             Ok(text) => Map::from_iter([(only.clone(), Value::String(text.to_string()))]),
             Err(_) => return Err("the record key is neither JSON nor UTF-8 text".into()),
         },
@@ -49,8 +59,13 @@ pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec
 }
 
 /// The change a Debezium event (`row`, one JSON object, with or without the
-/// `schema`/`payload` wrapper of Kafka Connect's JSON converter) makes.
-pub(super) fn debezium(row: &[u8], fields: &[String]) -> Result<Change, String> {
+/// `schema`/`payload` wrapper of Kafka Connect's JSON converter) makes; a delete without a
+/// `before` deletes the key its record key (`key`) names.
+pub(super) fn debezium(
+    row: &[u8],
+    key: Option<&[u8]>,
+    fields: &[String],
+) -> Result<Change, String> {
     let event: Value =
         serde_json::from_slice(row).map_err(|e| format!("not a JSON change event: {e}"))?;
     let Value::Object(mut event) = unwrap_payload(event) else {
@@ -75,10 +90,9 @@ pub(super) fn debezium(row: &[u8], fields: &[String]) -> Result<Change, String> 
                 serde_json::to_vec(&Value::Object(key_fields(&before, fields, "before")?))
                     .expect("JSON encodes"),
             )),
-            _ => Err(
-                "a delete event needs a before object with the key (REPLICA IDENTITY gives it)"
-                    .into(),
-            ),
+            _ => key_of_record(key, fields)
+                .map(Change::Delete)
+                .map_err(|e| format!("a delete event without a before object, and {e}")),
         },
         // A logical decoding message carries no row.
         "m" => Ok(Change::Skip),
@@ -163,10 +177,17 @@ mod tests {
 
     #[test]
     fn a_tombstone_deletes_the_key_its_record_key_names() {
+        // A scalar key is taken as text, which a numeric key column parses.
         assert_eq!(
             text(key_of_record(Some(b"42"), &key(&["id"]))),
-            r#"{"id":42}"#
+            r#"{"id":"42"}"#
         );
+        assert_eq!(
+            text(key_of_record(Some(br#""42""#), &key(&["id"]))),
+            r#"{"id":"42"}"#
+        );
+        // Magic byte 0 and a schema id: serialized for a registry, not text.
+        assert!(key_of_record(Some(b"\0\0\0\0\x01\x02"), &key(&["id"])).is_err());
         assert_eq!(
             text(key_of_record(Some(b"user-7"), &key(&["id"]))),
             r#"{"id":"user-7"}"#
@@ -196,26 +217,31 @@ mod tests {
         let id = key(&["id"]);
         let created = br#"{"schema":{},"payload":{"before":null,"after":{"id":1,"name":"a"},"op":"c","source":{"lsn":10}}}"#;
         assert_eq!(
-            debezium(created, &id).unwrap(),
+            debezium(created, None, &id).unwrap(),
             Change::Upsert(br#"{"id":1,"name":"a"}"#.to_vec())
         );
         let updated = br#"{"before":{"id":1,"name":"a"},"after":{"id":1,"name":"b"},"op":"u"}"#;
         assert_eq!(
-            debezium(updated, &id).unwrap(),
+            debezium(updated, None, &id).unwrap(),
             Change::Upsert(br#"{"id":1,"name":"b"}"#.to_vec())
         );
         let snapshot = br#"{"after":{"id":2,"name":"c"},"op":"r"}"#;
         assert!(matches!(
-            debezium(snapshot, &id).unwrap(),
+            debezium(snapshot, None, &id).unwrap(),
             Change::Upsert(_)
         ));
         let deleted = br#"{"before":{"id":1,"name":null},"after":null,"op":"d"}"#;
         assert_eq!(
-            debezium(deleted, &id).unwrap(),
+            debezium(deleted, None, &id).unwrap(),
             Change::Delete(br#"{"id":1}"#.to_vec())
         );
+        // A delete whose before is missing deletes the record key's key.
         assert_eq!(
-            debezium(br#"{"op":"m","message":{}}"#, &id).unwrap(),
+            debezium(br#"{"op":"d","before":null}"#, Some(br#"{"id":9}"#), &id).unwrap(),
+            Change::Delete(br#"{"id":9}"#.to_vec())
+        );
+        assert_eq!(
+            debezium(br#"{"op":"m","message":{}}"#, None, &id).unwrap(),
             Change::Skip
         );
         for bad in [
@@ -228,7 +254,7 @@ mod tests {
             b"not json",
         ] {
             assert!(
-                debezium(bad, &id).is_err(),
+                debezium(bad, None, &id).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );

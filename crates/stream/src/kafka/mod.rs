@@ -373,6 +373,21 @@ impl Pipeline {
         fields: &mut Vec<Field>,
     ) -> Result<std::result::Result<changes::Change, String>> {
         use changes::Change;
+        // A key the registry serialized (magic byte 0, schema id) is decoded to its object.
+        let registered = !matches!(self.spec.format, Format::Json | Format::Raw);
+        let decoded_key;
+        let key = match key {
+            Some(k) if registered && self.spec.mode != Mode::Append && k.first() == Some(&0) => {
+                match decoder.decode(k, &mut Vec::new()).await? {
+                    Ok(row) => {
+                        decoded_key = row;
+                        Some(decoded_key.as_slice())
+                    }
+                    Err(error) => return Ok(Err(format!("the record key: {error}"))),
+                }
+            }
+            other => other,
+        };
         let value = match (self.spec.mode, value) {
             (Mode::Upsert, None) => {
                 return Ok(changes::key_of_record(key, &self.spec.key).map(Change::Delete));
@@ -389,7 +404,7 @@ impl Pipeline {
             Mode::Append | Mode::Upsert => Ok(Change::Upsert(row)),
             Mode::Debezium => {
                 changes::row_fields(fields);
-                changes::debezium(&row, &self.spec.key)
+                changes::debezium(&row, key, &self.spec.key)
             }
         })
     }

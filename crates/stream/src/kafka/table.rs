@@ -48,6 +48,7 @@ impl Pipeline {
             &self.spec.warehouse,
             &self.spec.ident()?,
             batch.changes(&rows),
+            Some(&self.spec.key),
             |metadata| self.fenced_offsets(metadata, offsets, Some(from)),
         )
         .await?;

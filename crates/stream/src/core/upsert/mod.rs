@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::{concat_batches, take_record_batch};
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogService, TableCommitRequest};
 use iceberg::TableIdent;
@@ -43,6 +43,10 @@ pub const OP_DELETE: &str = "delete";
 /// Tries of a commit that keeps losing its race.
 const ATTEMPTS: usize = 8;
 
+/// The longest key (in its comparable encoding) a change may have: the key index holds every
+/// live key in memory.
+pub const MAX_KEY_BYTES: usize = 1024;
+
 /// One change, in source order.
 #[derive(Debug, Clone)]
 pub enum Change {
@@ -52,8 +56,9 @@ pub enum Change {
     Delete(RecordBatch),
 }
 
-/// The identifier field ids of `metadata`'s table when it is an upsert table, `None` when it
-/// is not; an error when it says it is but has no key.
+/// The identifier field ids of `metadata`'s table (ascending: the key's order) when it is an
+/// upsert table, `None` when it is not; an error naming what is wrong when it says it is but
+/// cannot be written as one (no key, a key field inside a struct, a format other than v2).
 pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError> {
     let enabled = metadata
         .properties()
@@ -62,14 +67,36 @@ pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError>
     if !enabled {
         return Ok(None);
     }
-    let ids: Vec<i32> = metadata.current_schema().identifier_field_ids().collect();
+    let schema = metadata.current_schema();
+    let mut ids: Vec<i32> = schema.identifier_field_ids().collect();
+    ids.sort_unstable();
     if ids.is_empty() {
         return Err(IngestError::Invalid(format!(
             "the table says {UPSERT_PROPERTY}=true but its schema has no identifier fields: \
              set them (ALTER TABLE … SET IDENTIFIER FIELDS) to say what its key is"
         )));
     }
-    Ok(Some(ids))
+    if let Some(nested) = ids
+        .iter()
+        .find(|&&id| !schema.as_struct().fields().iter().any(|f| f.id == id))
+    {
+        return Err(IngestError::Invalid(format!(
+            "identifier field {} lies inside a struct: an upsert table's key must be top-level \
+             columns",
+            schema.name_by_field_id(*nested).unwrap_or("?")
+        )));
+    }
+    match metadata.format_version() {
+        iceberg::spec::FormatVersion::V2 => Ok(Some(ids)),
+        iceberg::spec::FormatVersion::V1 => Err(IngestError::Invalid(
+            "a format v1 table cannot hold deletes: upgrade it to format v2 to upsert".into(),
+        )),
+        _ => Err(IngestError::Invalid(
+            "a format v3 table's deletes must be deletion vectors, which Floe does not write \
+             yet: upserts need a format v2 table"
+                .into(),
+        )),
+    }
 }
 
 /// The key columns' names of `metadata`'s current schema, in the key's order.
@@ -101,6 +128,9 @@ pub struct Upserted {
     pub sequence_number: i64,
 }
 
+/// Data files written, each with the key columns of its rows in the order written.
+type Written = Vec<(iceberg::spec::DataFile, RecordBatch)>;
+
 /// The changes' net effect: per key, its winning row (an index into `rows`) or its deletion.
 struct Net {
     /// The winning rows, one per upserted key.
@@ -111,7 +141,9 @@ struct Net {
 
 /// Applies `changes` (in source order) to upsert table `ident` of `warehouse` as `caller`, in
 /// one snapshot whose summary carries what `positions` makes of the table's metadata as the
-/// commit finds it.
+/// commit finds it. `expected_key`, when given, must be the table's key (a pipeline reads
+/// its tombstones' keys by it).
+#[allow(clippy::too_many_arguments)]
 pub async fn commit(
     catalog: &CatalogService,
     sql: &floe_sql::SqlEngine,
@@ -119,15 +151,19 @@ pub async fn commit(
     warehouse: &str,
     ident: &TableIdent,
     changes: Vec<Change>,
+    expected_key: Option<&[String]>,
     positions: impl Fn(&TableMetadata) -> Result<HashMap<String, String>, IngestError>,
 ) -> Result<Upserted, IngestError> {
     let access = sql
         .access(caller, warehouse)
         .await
         .map_err(|e| IngestError::of_sql(&e))?;
-    let mut net: Option<Net> = None;
-    // The winning rows as written: per data file, the keys of its rows in order.
-    let mut written: Option<Vec<(iceberg::spec::DataFile, RecordBatch)>> = None;
+    // Taken before the table is loaded, so a commit waiting for another's sees its result.
+    let held = index::of_table(&format!("{warehouse}\u{1f}{ident}"));
+    let mut guard = held.lock().await;
+    // The net change and the files written for it, with the schema and spec they were made
+    // for: made again if either changed under a retry.
+    let mut made: Option<(i32, i32, Net, Written)> = None;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -142,48 +178,66 @@ pub async fn commit(
                 "table {ident} is not an upsert table ({UPSERT_PROPERTY} is not true)"
             ))
         })?;
+        let names = key_names(&metadata, &key_ids);
+        if let Some(expected) = expected_key {
+            let mut wanted = expected.to_vec();
+            wanted.sort();
+            let mut actual = names.clone();
+            actual.sort();
+            if wanted != actual {
+                return Err(IngestError::Invalid(format!(
+                    "table {ident} has the key {}, not {}",
+                    names.join(", "),
+                    expected.join(", ")
+                )));
+            }
+        }
         let schema = super::log::table_arrow_schema(metadata.current_schema())
             .map_err(IngestError::Invalid)?;
         let keys = key_schema(&schema, &metadata, &key_ids);
-        let types: Vec<DataType> = keys
-            .fields()
-            .iter()
-            .map(|f| f.data_type().clone())
-            .collect();
-        if types.len() != key_ids.len() {
-            return Err(IngestError::Invalid(format!(
-                "table {ident}: an identifier field is not a top-level column"
-            )));
-        }
-        let held = index::of_table(metadata.uuid());
-        let mut guard = held.lock().await;
         let current = metadata.current_snapshot().map(|s| s.snapshot_id());
-        let stale = match guard.as_ref() {
-            Some(index) => index.snapshot_id != current || index.types() != types.as_slice(),
-            None => true,
+        let described = index::Described {
+            table: metadata.uuid(),
+            key_ids: key_ids.clone(),
+            types: keys
+                .fields()
+                .iter()
+                .map(|f| f.data_type().clone())
+                .collect(),
+            snapshot_id: current,
         };
-        if stale {
-            *guard = Some(build(&access, loaded.clone(), &key_ids, types.clone(), current).await?);
+        if guard
+            .as_ref()
+            .is_none_or(|index| index.described != described)
+        {
+            *guard = None;
+            *guard = Some(build(&access, loaded.clone(), described).await?);
         }
         let index = guard.as_mut().expect("built");
-        let net = match &mut net {
-            Some(net) => net,
-            None => net.insert(resolve(index, &schema, &keys, &changes)?),
-        };
         let table = floe_sql::write::table_of(&access, loaded)
             .map_err(|e| IngestError::Storage(e.to_string()))?;
-        let files = match &written {
-            Some(files) => files.clone(),
+        let (schema_id, spec_id) = (
+            metadata.current_schema_id(),
+            metadata.default_partition_spec_id(),
+        );
+        if made
+            .as_ref()
+            .is_some_and(|(s, p, _, _)| (*s, *p) != (schema_id, spec_id))
+        {
+            made = None;
+        }
+        let (_, _, net, files) = match &mut made {
+            Some(made) => made,
             None => {
+                let net = resolve(index, &schema, &keys, &changes)?;
                 let files = write_rows(&table, net.rows.as_ref(), &keys).await?;
-                written = Some(files.clone());
-                files
+                made.insert((schema_id, spec_id, net, files))
             }
         };
         // The rows each deleted or replaced key has in the table, by data file.
         let mut doomed: BTreeMap<u32, (Slot, Vec<u64>)> = BTreeMap::new();
         for (key, _) in &net.keys {
-            if let Some((id, slot, position)) = index.get(key) {
+            for (id, slot, position) in index.get(key) {
                 doomed
                     .entry(id)
                     .or_insert_with(|| (slot.clone(), Vec::new()))
@@ -218,7 +272,7 @@ pub async fn commit(
         }
         if !data_files.is_empty() {
             snapshot
-                .add_files(metadata.default_partition_spec_id(), data_files.clone())
+                .add_files(spec_id, data_files.clone())
                 .await
                 .map_err(failed)?;
         }
@@ -230,10 +284,10 @@ pub async fn commit(
         for (spec_id, files) in delete_files {
             snapshot.add_files(spec_id, files).await.map_err(failed)?;
         }
-        let operation = if deleted > 0 {
-            Operation::Overwrite
-        } else {
-            Operation::Append
+        let operation = match (deleted > 0, data_files.is_empty()) {
+            (true, true) => Operation::Delete,
+            (true, false) => Operation::Overwrite,
+            (false, _) => Operation::Append,
         };
         let updates = snapshot
             .finish(parent.as_deref(), operation, properties)
@@ -265,19 +319,19 @@ pub async fn commit(
                 for (key, _) in &net.keys {
                     index.remove(key);
                 }
-                for (file, keys) in &files {
+                for (file, keys) in files.iter() {
                     let positions: Vec<u64> = (0..keys.num_rows() as u64).collect();
                     index.insert_file(
                         Slot {
                             path: file.file_path().to_string(),
-                            spec_id: metadata.default_partition_spec_id(),
+                            spec_id,
                             partition: file.partition().clone(),
                         },
                         keys,
                         &positions,
                     )?;
                 }
-                index.snapshot_id = Some(snapshot_id);
+                index.described.snapshot_id = Some(snapshot_id);
                 return Ok(Upserted {
                     files: files.len(),
                     rows,
@@ -287,15 +341,20 @@ pub async fn commit(
             }
             Err(e) => {
                 // Whatever was deleted or written meanwhile, the index no longer describes
-                // `main`: built again on the next try. The delete files of this try are
-                // orphans; the data files are committed by the next.
+                // `main` for sure: built again on the next try.
                 *guard = None;
-                for path in &delete_paths {
-                    if let Err(e) = table.file_io().delete(path).await {
-                        tracing::warn!(file = %path, error = %e, "delete an uncommitted delete file");
+                let error = IngestError::of_catalog(e);
+                // Only a refused commit is known not to have happened: after a timeout or an
+                // unknown state the snapshot may hold these files, so they stay (orphan
+                // cleanup takes them if it does not).
+                if matches!(error, IngestError::Conflict(_)) {
+                    for path in &delete_paths {
+                        if let Err(e) = table.file_io().delete(path).await {
+                            tracing::warn!(file = %path, error = %e, "delete an uncommitted delete file");
+                        }
                     }
                 }
-                match IngestError::of_catalog(e) {
+                match error {
                     IngestError::Conflict(_) if attempt < ATTEMPTS => {
                         tracing::info!(table = %ident, attempt, "retry an upsert commit");
                     }
@@ -306,23 +365,28 @@ pub async fn commit(
     }
 }
 
-/// The index of table `loaded` built from its live rows.
+/// The index of table `loaded` (and key and snapshot `described`) built from its live rows.
 async fn build(
     access: &floe_sql::scan::TableAccess,
     loaded: floe_catalog::service::LoadedTable,
-    key_ids: &[i32],
-    types: Vec<DataType>,
-    snapshot_id: Option<i64>,
+    described: index::Described,
 ) -> Result<KeyIndex, IngestError> {
     let started = std::time::Instant::now();
     let ident = loaded.ident.clone();
-    let provider = floe_sql::scan::IcebergTableProvider::try_new(access.clone(), loaded)
-        .map_err(|e| IngestError::of_write(&e))?;
+    // What the table's contents refuse (equality deletes) is the table's to fix, not a
+    // failure worth retrying soon.
+    let refused = |e: datafusion::error::DataFusionError| match e {
+        datafusion::error::DataFusionError::Plan(m)
+        | datafusion::error::DataFusionError::NotImplemented(m) => IngestError::Invalid(m),
+        other => IngestError::of_write(&other),
+    };
+    let provider =
+        floe_sql::scan::IcebergTableProvider::try_new(access.clone(), loaded).map_err(refused)?;
     let files = provider
-        .live_keys(key_ids)
+        .live_keys(&described.key_ids)
         .await
-        .map_err(|e| IngestError::of_write(&e))?;
-    let mut index = KeyIndex::new(types)?;
+        .map_err(refused)?;
+    let mut index = KeyIndex::new(described)?;
     for file in files {
         let slot = Slot {
             path: file.data_file,
@@ -331,7 +395,6 @@ async fn build(
         };
         index.insert_file(slot, &file.keys, &file.positions)?;
     }
-    index.snapshot_id = snapshot_id;
     tracing::info!(
         table = %ident,
         keys = index.keys(),
@@ -375,6 +438,13 @@ fn resolve(
         let columns = key_columns(batch, keys)?;
         let encoded = index.encode(&columns)?;
         for (i, key) in encoded.iter().enumerate() {
+            if key.as_ref().len() > MAX_KEY_BYTES {
+                return Err(IngestError::Invalid(format!(
+                    "a key of {} bytes is longer than the {MAX_KEY_BYTES} an upsert table's key \
+                     may be",
+                    key.as_ref().len()
+                )));
+            }
             let key: Box<[u8]> = key.as_ref().into();
             let winner = upsert.then_some(row_base + i);
             if last.insert(key.clone(), winner).is_none() {
@@ -438,7 +508,7 @@ async fn write_rows(
     table: &iceberg::table::Table,
     rows: Option<&RecordBatch>,
     keys: &SchemaRef,
-) -> Result<Vec<(iceberg::spec::DataFile, RecordBatch)>, IngestError> {
+) -> Result<Written, IngestError> {
     let Some(rows) = rows else {
         return Ok(Vec::new());
     };
@@ -479,7 +549,7 @@ mod tests {
     use std::sync::Arc;
 
     use datafusion::arrow::array::{AsArray, Int64Array, StringArray};
-    use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 
     use super::*;
 
@@ -513,7 +583,13 @@ mod tests {
     #[test]
     fn the_last_change_per_key_wins_within_a_batch() {
         let keys = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let index = KeyIndex::new(vec![DataType::Int64]).unwrap();
+        let index = KeyIndex::new(index::Described {
+            table: uuid::Uuid::nil(),
+            key_ids: vec![1],
+            types: vec![DataType::Int64],
+            snapshot_id: None,
+        })
+        .unwrap();
         let changes = [
             rows(&[(1, "a"), (2, "b"), (1, "a2")]),
             deletes(&[2, 3]),
@@ -542,7 +618,13 @@ mod tests {
     #[test]
     fn a_null_or_missing_key_is_refused_by_name() {
         let keys = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let index = KeyIndex::new(vec![DataType::Int64]).unwrap();
+        let index = KeyIndex::new(index::Described {
+            table: uuid::Uuid::nil(),
+            key_ids: vec![1],
+            types: vec![DataType::Int64],
+            snapshot_id: None,
+        })
+        .unwrap();
         let nullable = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
         let null_key = Change::Delete(
             RecordBatch::try_new(
