@@ -383,3 +383,50 @@ def test_spark_reads_an_upsert_table_and_its_writes_reach_the_key_index(spark_fl
     answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM ups.users ORDER BY id", "warehouse": floe.warehouse})
     assert answer.status_code == 200, answer.text
     assert [tuple(r.values()) for r in answer.json()["rows"]] == expected
+
+
+def test_spark_reads_deletion_vectors_floe_merged_with_its_own(spark_floe):
+    """A format v3 upsert table: Spark deletes a row with a deletion vector, Floe's next upsert
+    of another row of that data file replaces Spark's vector by one holding both, and Spark
+    reads the newest row per key with one live vector per data file."""
+    import json
+
+    import requests
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    spark, floe = spark_floe
+    floe.pyiceberg().create_namespace("ups3")
+    keyed = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        identifier_field_ids=[1],
+    )
+    floe.pyiceberg().create_table(
+        "ups3.users", schema=keyed, properties={"format-version": "3", "write.upsert.enabled": "true", "write.delete.mode": "merge-on-read"}
+    )
+
+    def upsert(rows, **params):
+        answer = requests.post(
+            f"{floe.base}/ingest/v1/{floe.warehouse}/ups3/users",
+            data="\n".join(json.dumps(r) for r in rows).encode(),
+            headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {floe.token()}"},
+            params={"wait": "commit", **params},
+            timeout=90,
+        )
+        assert answer.status_code == 200, answer.text
+
+    upsert([{"id": i, "name": f"n{i}"} for i in range(1, 9)])
+    spark.sql("REFRESH TABLE floe.ups3.users")
+    spark.sql("DELETE FROM floe.ups3.users WHERE id = 1")
+    upsert([{"id": 2, "name": "two"}])
+    upsert([{"id": 3}], op="delete")
+    spark.sql("REFRESH TABLE floe.ups3.users")
+    expected = [(2, "two")] + [(i, f"n{i}") for i in range(4, 9)]
+    assert rows_of(spark.sql("SELECT id, name FROM floe.ups3.users")) == expected
+    vectors = spark.sql("SELECT referenced_data_file, file_format, record_count FROM floe.ups3.users.delete_files").collect()
+    assert len(vectors) == 1, vectors
+    assert vectors[0]["file_format"] == "PUFFIN" and vectors[0]["record_count"] == 3, vectors
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM ups3.users ORDER BY id", "warehouse": floe.warehouse})
+    assert answer.status_code == 200, answer.text
+    assert [tuple(r.values()) for r in answer.json()["rows"]] == expected

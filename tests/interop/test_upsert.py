@@ -164,7 +164,7 @@ def test_upsert_requests_are_refused_by_name(floe):
     # SQL's INSERT INTO would put rows beside the rows of their keys.
     answer = floe.api("POST", "/api/v1/sql", json={"sql": "INSERT INTO up.keyed VALUES (1, 'dup')", "warehouse": floe.warehouse})
     assert answer.status_code == 400 and "upsert table" in answer.text, answer.text
-    # A format v3 table cannot take position deletes; v1 none at all.
+    # A format v1 table holds no deletes.
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
@@ -173,8 +173,8 @@ def test_upsert_requests_are_refused_by_name(floe):
         NestedField(2, "name", StringType(), required=False),
         identifier_field_ids=[1],
     )
-    floe.pyiceberg().create_table("up.v3", schema=keyed, properties={"format-version": "3", "write.upsert.enabled": "true"})
-    assert "format v3" in refused("up.v3", [{"id": 1, "name": "a"}])
+    floe.pyiceberg().create_table("up.v1", schema=keyed, properties={"format-version": "1", "write.upsert.enabled": "true"})
+    assert "format v1" in refused("up.v1", [{"id": 1, "name": "a"}])
     # Nothing refused reached the table.
     answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM up.keyed", "warehouse": floe.warehouse})
     assert answer.status_code == 200, answer.text
@@ -403,3 +403,32 @@ def test_a_debezium_avro_stream_materializes_its_after_rows(tmp_path, broker):
         assert columns == ["id", "name"], columns
     finally:
         stop_floe(floe)
+
+
+def test_a_format_v3_upsert_table_takes_deletion_vectors(floe):
+    """Format v3: a data file's deletes are one deletion vector, replaced (old positions and
+    new) each time more of its rows go."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    floe.pyiceberg().create_namespace("up")
+    keyed = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "score", LongType(), required=False),
+        identifier_field_ids=[1],
+    )
+    floe.pyiceberg().create_table("up.v3", schema=keyed, properties={"format-version": "3", "write.upsert.enabled": "true"})
+    upsert(floe, "up.v3", [{"id": i, "name": f"n{i}", "score": i} for i in range(10)])
+    upsert(floe, "up.v3", [{"id": 1, "name": "one", "score": 1}])
+    upsert(floe, "up.v3", [{"id": 2, "name": "two", "score": 2}, {"id": 11, "name": "n11", "score": 11}])
+    upsert(floe, "up.v3", [{"id": 3}, {"id": 11}], op="delete")
+    expected = [(i, {1: "one", 2: "two"}.get(i, f"n{i}")) for i in range(10) if i != 3]
+    answer = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT id, name FROM up.v3 ORDER BY id", "warehouse": floe.warehouse})
+    assert answer.status_code == 200, answer.text
+    assert [tuple(r.values()) for r in answer.json()["rows"]] == expected
+    # One live vector per data file: the first file's three deleted rows in one vector.
+    table = floe.pyiceberg().load_table("up.v3")
+    summary = table.current_snapshot().summary
+    assert summary["total-position-deletes"] == "4", summary
+    assert summary["total-delete-files"] == "2", summary

@@ -187,13 +187,15 @@ pub async fn run(args: UpsertBenchArgs) -> anyhow::Result<()> {
         format!("SELECT name FROM {ns}.upserts WHERE id = {}", args.keys / 2),
     ];
     let before = time_reads(&client, &wh, &reads, args.iterations).await?;
-    let delete_files = sql_count(
-        &client,
-        &wh,
-        &format!("SELECT count(*) FROM {ns}.\"upserts$delete_files\""),
-    )
-    .await
-    .unwrap_or(-1);
+    let loaded = client
+        .call(
+            reqwest::Method::GET,
+            &format!("/catalog/v1/{wh}/namespaces/{ns}/tables/upserts"),
+            None,
+        )
+        .await?;
+    let delete_files = current_summary(&loaded, "total-delete-files");
+    let position_deletes = current_summary(&loaded, "total-position-deletes");
     let compacted = Instant::now();
     compact(&client, &wh, &ns, "upserts").await?;
     let compaction = compacted.elapsed().as_secs_f64();
@@ -238,7 +240,8 @@ pub async fn run(args: UpsertBenchArgs) -> anyhow::Result<()> {
         );
     }
     println!(
-        "  the upsert table holds {held} keys once each; {delete_files} delete files before compaction ({compaction:.1} s)"
+        "  the upsert table holds {held} keys once each; before compaction {delete_files} delete \
+         files of {position_deletes} rows (compaction {compaction:.1} s)"
     );
     for (i, sql) in reads.iter().enumerate() {
         println!(
@@ -322,4 +325,20 @@ async fn compact(client: &Client, wh: &str, ns: &str, table: &str) -> anyhow::Re
             _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
         }
     }
+}
+
+/// A total of the current snapshot's summary in a REST load-table answer.
+fn current_summary(loaded: &Value, key: &str) -> String {
+    let metadata = &loaded["metadata"];
+    let current = metadata["current-snapshot-id"].as_i64();
+    metadata["snapshots"]
+        .as_array()
+        .and_then(|snapshots| {
+            snapshots
+                .iter()
+                .find(|s| s["snapshot-id"].as_i64() == current)
+        })
+        .and_then(|s| s["summary"][key].as_str())
+        .unwrap_or("?")
+        .to_string()
 }

@@ -234,7 +234,7 @@ async fn read_vectors(
     Ok(found)
 }
 
-fn parse_vector(bytes: &[u8]) -> std::result::Result<RoaringTreemap, String> {
+pub(crate) fn parse_vector(bytes: &[u8]) -> std::result::Result<RoaringTreemap, String> {
     if bytes.len() < 12 {
         return Err(format!("{} bytes is too short", bytes.len()));
     }

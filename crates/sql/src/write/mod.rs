@@ -6,6 +6,7 @@
 
 mod commit;
 mod create_table;
+mod deletes;
 mod evolution;
 mod position_deletes;
 mod sink;
@@ -16,6 +17,7 @@ pub use create_table::{
     PartitionFields, declared_iceberg_schema, iceberg_schema, partition_field, partition_spec,
     take_partitioned_by,
 };
+pub use deletes::{DeletesWritten, Doomed, delete_rows};
 pub use evolution::{added_type, evolve_columns, merged_type, widened_type};
 pub use position_deletes::write_position_deletes;
 pub use sink::{

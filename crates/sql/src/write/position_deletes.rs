@@ -35,9 +35,8 @@ pub async fn write_position_deletes(
 ) -> Result<DataFile> {
     let metadata = table.metadata();
     if metadata.format_version() == FormatVersion::V3 {
-        return Err(DataFusionError::NotImplemented(
-            "deletes in a format v3 table must be deletion vectors, which Floe does not write \
-             yet: use a format v2 table"
+        return Err(DataFusionError::Plan(
+            "deletes in a format v3 table must be deletion vectors, not position delete files"
                 .into(),
         ));
     }

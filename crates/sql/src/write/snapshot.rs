@@ -53,15 +53,8 @@ impl<'a> SnapshotWriter<'a> {
 
     /// Every manifest of `parent` carried over as it is (a snapshot that only adds).
     pub async fn carry_all(&mut self, parent: &Snapshot) -> iceberg::Result<()> {
-        let bytes = self
-            .table
-            .file_io()
-            .new_input(parent.manifest_list())?
-            .read()
-            .await?;
-        let list =
-            ManifestList::parse_with_version(&bytes, self.table.metadata().format_version())?;
-        self.manifests.extend(list.entries().iter().cloned());
+        let list = manifest_list(self.table, parent).await?;
+        self.manifests.extend(list);
         Ok(())
     }
 
@@ -221,6 +214,20 @@ impl<'a> SnapshotWriter<'a> {
             },
         ])
     }
+}
+
+/// The manifests of `snapshot` of `table`.
+pub async fn manifest_list(
+    table: &Table,
+    snapshot: &Snapshot,
+) -> iceberg::Result<Vec<ManifestFile>> {
+    let bytes = table
+        .file_io()
+        .new_input(snapshot.manifest_list())?
+        .read()
+        .await?;
+    let list = ManifestList::parse_with_version(&bytes, table.metadata().format_version())?;
+    Ok(list.entries().to_vec())
 }
 
 /// `main` pointing at `snapshot_id`, keeping its retention settings.

@@ -87,15 +87,10 @@ pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError>
         )));
     }
     match metadata.format_version() {
-        iceberg::spec::FormatVersion::V2 => Ok(Some(ids)),
         iceberg::spec::FormatVersion::V1 => Err(IngestError::Invalid(
             "a format v1 table cannot hold deletes: upgrade it to format v2 to upsert".into(),
         )),
-        _ => Err(IngestError::Invalid(
-            "a format v3 table's deletes must be deletion vectors, which Floe does not write \
-             yet: upserts need a format v2 table"
-                .into(),
-        )),
+        _ => Ok(Some(ids)),
     }
 }
 
@@ -245,44 +240,40 @@ pub async fn commit(
                     .push(position);
             }
         }
-        let deleted: u64 = doomed.values().map(|(_, p)| p.len() as u64).sum();
-        let mut delete_files: BTreeMap<i32, Vec<iceberg::spec::DataFile>> = BTreeMap::new();
-        for (_, (slot, mut positions)) in doomed {
-            positions.sort_unstable();
-            positions.dedup();
-            let file = floe_sql::write::write_position_deletes(
-                &table,
-                &slot.path,
-                slot.spec_id,
-                &slot.partition,
-                &positions,
-            )
-            .await
-            .map_err(|e| IngestError::of_write(&e))?;
-            delete_files.entry(slot.spec_id).or_default().push(file);
-        }
         let data_files: Vec<_> = files.iter().map(|(f, _)| f.clone()).collect();
         let rows: u64 = data_files.iter().map(|f| f.record_count()).sum();
         let mut snapshot = floe_sql::write::SnapshotWriter::new(&table);
         let snapshot_id = snapshot.snapshot_id();
         let failed = |e: iceberg::Error| IngestError::Storage(format!("write the snapshot: {e}"));
         let parent = metadata.current_snapshot().cloned();
-        if let Some(parent) = &parent {
-            snapshot.carry_all(parent).await.map_err(failed)?;
-        }
+        let doomed = doomed
+            .into_values()
+            .map(|(slot, mut positions)| {
+                positions.sort_unstable();
+                positions.dedup();
+                floe_sql::write::Doomed {
+                    data_file: slot.path,
+                    spec_id: slot.spec_id,
+                    partition: slot.partition,
+                    positions,
+                }
+            })
+            .collect();
+        // What the table's contents refuse (a v2 delete file in a v3 table) is the table's
+        // to fix, not worth retrying soon.
+        let written =
+            floe_sql::write::delete_rows(&table, &mut snapshot, parent.as_deref(), doomed)
+                .await
+                .map_err(|e| match e {
+                    datafusion::error::DataFusionError::Plan(m) => IngestError::Invalid(m),
+                    other => IngestError::of_write(&other),
+                })?;
+        let (deleted, delete_paths) = (written.rows, written.paths);
         if !data_files.is_empty() {
             snapshot
                 .add_files(spec_id, data_files.clone())
                 .await
                 .map_err(failed)?;
-        }
-        let delete_paths: Vec<String> = delete_files
-            .values()
-            .flatten()
-            .map(|f| f.file_path().to_string())
-            .collect();
-        for (spec_id, files) in delete_files {
-            snapshot.add_files(spec_id, files).await.map_err(failed)?;
         }
         let operation = match (deleted > 0, data_files.is_empty()) {
             (true, true) => Operation::Delete,
