@@ -259,3 +259,85 @@ def test_the_registry_is_governed(tmp_path):
         assert floe.api("GET", "/schema-registry/subjects?deleted=true").json() == ["x-value"]
     finally:
         stop_floe(floe)
+
+
+MONEY = {"type": "record", "name": "Money", "namespace": "shop", "fields": [
+    {"name": "cents", "type": "long"}, {"name": "currency", "type": "string"}]}
+PRICED = {"type": "record", "name": "Priced", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "price", "type": "shop.Money"}]}
+MONEY_PROTO = 'syntax = "proto3";\npackage shop;\nmessage Money { int64 cents = 1; string currency = 2; }\n'
+METER_PROTO = (
+    'syntax = "proto3";\npackage meter;\nimport "shop/money.proto";\n'
+    "message Bill { string meter = 1; shop.Money amount = 2; }\n"
+)
+
+
+def bill_message_class():
+    """meter.Bill, which imports shop/money.proto, built at run time."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    kinds = descriptor_pb2.FieldDescriptorProto
+    money = descriptor_pb2.FileDescriptorProto(name="shop/money.proto", package="shop", syntax="proto3")
+    m = money.message_type.add(name="Money")
+    m.field.add(name="cents", number=1, type=kinds.TYPE_INT64, label=kinds.LABEL_OPTIONAL)
+    m.field.add(name="currency", number=2, type=kinds.TYPE_STRING, label=kinds.LABEL_OPTIONAL)
+    bill = descriptor_pb2.FileDescriptorProto(name="meter/bill.proto", package="meter", syntax="proto3", dependency=["shop/money.proto"])
+    b = bill.message_type.add(name="Bill")
+    b.field.add(name="meter", number=1, type=kinds.TYPE_STRING, label=kinds.LABEL_OPTIONAL)
+    b.field.add(name="amount", number=2, type=kinds.TYPE_MESSAGE, type_name=".shop.Money", label=kinds.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(bill)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("meter.Bill"))
+
+
+def test_schema_references_resolve_for_avro_and_protobuf(tmp_path, broker):
+    from confluent_kafka.schema_registry import SchemaReference
+
+    floe = start_floe(tmp_path)
+    try:
+        floe.pyiceberg().create_namespace("stream")
+        client = registry(floe)
+        producer = Producer({"bootstrap.servers": broker})
+
+        # Avro: a record whose field's type is another subject's named type.
+        client.register_schema("shop-money", Schema(json.dumps(MONEY), "AVRO"))
+        reference = SchemaReference("shop.Money", "shop-money", 1)
+        priced = Schema(json.dumps(PRICED), "AVRO", references=[reference])
+        with pytest.raises(SchemaRegistryError) as unresolved:
+            client.register_schema("orders-value", Schema(json.dumps(PRICED), "AVRO"))
+        assert unresolved.value.http_status_code == 422
+        with pytest.raises(SchemaRegistryError) as missing:
+            client.register_schema("orders-value", Schema(json.dumps(PRICED), "AVRO", references=[SchemaReference("shop.Money", "nope", 1)]))
+        assert missing.value.http_status_code == 422 and "nope" in str(missing.value)
+        schema_id = client.register_schema("orders-value", priced)
+        assert client.get_schema(schema_id).references[0].subject == "shop-money"
+        serialize = AvroSerializer(client, priced, conf={"auto.register.schemas": False, "use.latest.version": True})
+        context = SerializationContext("orders", MessageField.VALUE)
+        for i in range(20):
+            producer.produce("orders", value=serialize({"id": i, "price": {"cents": 100 * i, "currency": "EUR"}}, context), partition=0)
+        producer.flush()
+        pipeline(floe, broker, "orders", "orders", "avro")
+        wait_for(floe, "orders", 20)
+        found = rows(floe, "SELECT id, price['cents'] AS cents, price['currency'] AS currency FROM stream.orders WHERE id = 7")
+        assert found == [{"id": 7, "cents": 700, "currency": "EUR"}]
+
+        # Protobuf: a message importing another subject's file.
+        money_id = client.register_schema("shop-money-proto", Schema(MONEY_PROTO, "PROTOBUF"))
+        assert money_id > 0
+        bill_schema = Schema(METER_PROTO, "PROTOBUF", references=[SchemaReference("shop/money.proto", "shop-money-proto", 1)])
+        bill_id = client.register_schema("meters-value", bill_schema)
+        Bill = bill_message_class()
+        for i in range(10):
+            message = Bill(meter=f"m{i}")
+            message.amount.cents = i
+            message.amount.currency = "USD"
+            payload = b"\x00" + bill_id.to_bytes(4, "big") + b"\x00" + message.SerializeToString()
+            producer.produce("meters", value=payload, partition=0)
+        producer.flush()
+        pipeline(floe, broker, "meters", "meters", "protobuf")
+        wait_for(floe, "meters", 10)
+        found = rows(floe, "SELECT meter, amount['cents'] AS cents, amount['currency'] AS currency FROM stream.meters WHERE meter = 'm3'")
+        assert found == [{"meter": "m3", "cents": 3, "currency": "USD"}]
+    finally:
+        stop_floe(floe)

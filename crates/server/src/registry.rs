@@ -349,9 +349,11 @@ async fn lookup(
 ) -> Response {
     let registry = registry_or_return!(state);
     let answer = async {
-        let (schema_type, text, _) = schema_of(&body)?;
+        let (schema_type, text, references) = schema_of(&body)?;
         Ok(version_body(
-            &registry.lookup(&subject, schema_type, &text).await?,
+            &registry
+                .lookup(&subject, schema_type, &text, &references)
+                .await?,
         ))
     }
     .await;
@@ -530,9 +532,9 @@ async fn compatible(
 ) -> Response {
     let registry = registry_or_return!(state);
     let answer = async {
-        let (schema_type, text, _) = schema_of(body)?;
+        let (schema_type, text, references) = schema_of(body)?;
         let reason = registry
-            .compatible(subject, version, schema_type, &text)
+            .compatible(subject, version, schema_type, &text, &references)
             .await?;
         let mut body = json!({"is_compatible": reason.is_none()});
         if verbose {

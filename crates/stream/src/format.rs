@@ -21,6 +21,8 @@ use crate::{Result, StreamError};
 enum Parsed {
     Avro {
         schema: Box<AvroSchema>,
+        /// The schemas it references (schema references), whose named types it uses.
+        referenced: Vec<AvroSchema>,
         names: HashMap<String, AvroSchema>,
         fields: Vec<Field>,
     },
@@ -87,14 +89,20 @@ impl Decoder {
                 let (schema_fields, row) = match parsed.as_ref() {
                     Parsed::Avro {
                         schema,
+                        referenced,
                         names,
                         fields,
                     } => {
                         let mut reader = body;
                         let row = crate::avro_scan::check(schema, names, body)
                             .and_then(|()| {
-                                apache_avro::from_avro_datum(schema, &mut reader, None)
-                                    .map_err(|e| e.to_string())
+                                apache_avro::from_avro_datum_schemata(
+                                    schema,
+                                    referenced.iter().collect(),
+                                    &mut reader,
+                                    None,
+                                )
+                                .map_err(|e| e.to_string())
                             })
                             .map_err(|e| format!("not Avro of schema {id}: {e}"))
                             .and_then(|value| avro_json(&value, schema, names))
@@ -165,8 +173,20 @@ impl Decoder {
         let Some(registered) = registry.schema_by_id(id).await? else {
             return Ok(Err(format!("schema id {id} is not in the schema registry")));
         };
+        // The schemas it references, from the same registry.
+        let source = crate::registry::References::new(registry.as_ref());
+        let dependencies = match crate::references::resolve(&source, &registered.references).await {
+            Ok(found) => found,
+            Err(error) => {
+                if let Some(unreachable) = source.unreachable() {
+                    return Err(unreachable);
+                }
+                return Ok(Err(format!("schema {id}: {error}")));
+            }
+        };
         let parsed = match (self.format, registered.schema_type) {
-            (Format::Avro, SchemaType::Avro) => match parse_avro(&registered.schema) {
+            (Format::Avro, SchemaType::Avro) => match parse_avro(&registered.schema, &dependencies)
+            {
                 Ok(parsed) => parsed,
                 Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
             },
@@ -176,21 +196,23 @@ impl Decoder {
                     Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
                 }
             }
-            (Format::Protobuf, SchemaType::Protobuf) => match protobuf_file(&registered.schema) {
-                Ok(file) => {
-                    let mut fields = HashMap::new();
-                    let mut pending: Vec<MessageDescriptor> = file.messages().collect();
-                    while let Some(message) = pending.pop() {
-                        pending.extend(message.child_messages());
-                        fields.insert(
-                            message.full_name().to_string(),
-                            protobuf_fields(&message, 0),
-                        );
+            (Format::Protobuf, SchemaType::Protobuf) => {
+                match protobuf_file_with(&registered.schema, &dependencies) {
+                    Ok(file) => {
+                        let mut fields = HashMap::new();
+                        let mut pending: Vec<MessageDescriptor> = file.messages().collect();
+                        while let Some(message) = pending.pop() {
+                            pending.extend(message.child_messages());
+                            fields.insert(
+                                message.full_name().to_string(),
+                                protobuf_fields(&message, 0),
+                            );
+                        }
+                        Parsed::Protobuf { file, fields }
                     }
-                    Parsed::Protobuf { file, fields }
+                    Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
                 }
-                Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
-            },
+            }
             (format, found) => {
                 return Ok(Err(format!(
                     "schema {id} is {} but the pipeline reads {format:?}",
@@ -241,10 +263,18 @@ pub(crate) fn object_error(payload: &[u8]) -> Option<String> {
     Some(format!("a record must be a JSON object, not {kind}"))
 }
 
-/// An Avro schema with its named types and the Arrow fields of its top-level record.
-fn parse_avro(text: &str) -> std::result::Result<Parsed, String> {
-    let schema = AvroSchema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?;
+/// An Avro schema (its named types possibly defined in `dependencies`, schema references)
+/// with its named types and the Arrow fields of its top-level record.
+fn parse_avro(
+    text: &str,
+    dependencies: &[crate::references::Dependency],
+) -> std::result::Result<Parsed, String> {
+    let schema = crate::references::avro(text, dependencies)?;
     let mut names = HashMap::new();
+    let referenced = crate::references::avro_dependencies(dependencies)?;
+    for named in &referenced {
+        collect_names(named, &mut names);
+    }
     collect_names(&schema, &mut names);
     let AvroSchema::Record(record) = &schema else {
         return Err("the Avro schema is not a record".into());
@@ -256,6 +286,7 @@ fn parse_avro(text: &str) -> std::result::Result<Parsed, String> {
         .collect();
     Ok(Parsed::Avro {
         schema: Box::new(schema),
+        referenced,
         names,
         fields,
     })
@@ -604,31 +635,48 @@ fn json_schema_type(schema: &Json, root: &Json, depth: usize) -> Option<DataType
 /// `FileDescriptorProto` as Confluent's Python serializer registers it — compiled, with
 /// Google's well-known types importable.
 pub(crate) fn protobuf_file(text: &str) -> std::result::Result<FileDescriptor, String> {
+    protobuf_file_with(text, &[])
+}
+
+/// [`protobuf_file`] whose imports may be `dependencies` (schema references, by their import
+/// paths).
+pub(crate) fn protobuf_file_with(
+    text: &str,
+    dependencies: &[crate::references::Dependency],
+) -> std::result::Result<FileDescriptor, String> {
     use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
-    struct Only(File);
-    impl FileResolver for Only {
+    struct Files(Vec<File>);
+    impl FileResolver for Files {
         fn open_file(&self, name: &str) -> std::result::Result<File, protox::Error> {
-            if name == self.0.name() {
-                Ok(self.0.clone())
-            } else {
-                Err(protox::Error::file_not_found(name))
-            }
+            self.0
+                .iter()
+                .find(|f| f.name() == name)
+                .cloned()
+                .ok_or_else(|| protox::Error::file_not_found(name))
         }
     }
-    let file = match File::from_source("schema.proto", text) {
-        Ok(file) => file,
+    let read = |name: &str, text: &str| match File::from_source(name, text) {
+        Ok(file) => Ok(file),
         Err(source_error) => {
             use base64::Engine;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(text.trim())
                 .map_err(|_| format!("not a Protobuf schema: {source_error}"))?;
             File::decode_file_descriptor_proto(bytes.as_slice())
-                .map_err(|e| format!("not a Protobuf file descriptor: {e}"))?
+                .map_err(|e| format!("not a Protobuf file descriptor: {e}"))
         }
     };
+    let file = read("schema.proto", text)?;
     let name = file.name().to_string();
+    let mut files = vec![file];
+    for dependency in dependencies {
+        files.push(
+            read(&dependency.name, &dependency.schema)
+                .map_err(|e| format!("referenced {}: {e}", dependency.name))?,
+        );
+    }
     let mut resolver = ChainFileResolver::new();
-    resolver.add(Only(file));
+    resolver.add(Files(files));
     resolver.add(GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.include_imports(true);

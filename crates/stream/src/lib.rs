@@ -29,6 +29,7 @@ pub mod decode;
 mod format;
 pub mod kafka;
 pub mod otlp;
+pub mod references;
 pub mod registry;
 pub mod remote_write;
 

@@ -17,6 +17,8 @@ use crate::{Result, StreamError};
 pub struct RegisteredSchema {
     pub schema_type: SchemaType,
     pub schema: String,
+    /// The schemas it references ([`crate::references`]; JSON array text, `[]` for none).
+    pub references: String,
 }
 
 /// Where schema ids are looked up.
@@ -24,6 +26,56 @@ pub struct RegisteredSchema {
 pub trait SchemaSource: Send + Sync {
     /// Schema `id`; `None` when the registry does not know it.
     async fn schema_by_id(&self, id: u32) -> Result<Option<RegisteredSchema>>;
+    /// Version `version` of `subject` (what a schema reference names); `None` when the
+    /// registry does not hold it.
+    async fn schema_by_version(
+        &self,
+        subject: &str,
+        version: i64,
+    ) -> Result<Option<RegisteredSchema>>;
+}
+
+/// A schema source as schema references are resolved from it: a registry that cannot be
+/// asked is kept apart from a reference it does not hold (the first stops a pipeline, the
+/// second makes a record a dead letter).
+pub struct References<'a> {
+    source: &'a dyn SchemaSource,
+    failure: std::sync::Mutex<Option<StreamError>>,
+}
+
+impl<'a> References<'a> {
+    pub fn new(source: &'a dyn SchemaSource) -> Self {
+        Self {
+            source,
+            failure: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The registry's own failure, if asking it failed.
+    pub fn unreachable(&self) -> Option<StreamError> {
+        self.failure.lock().expect("reference failure lock").take()
+    }
+}
+
+#[async_trait]
+impl crate::references::ReferenceSource for References<'_> {
+    async fn referenced(
+        &self,
+        subject: &str,
+        version: i64,
+    ) -> std::result::Result<Option<crate::references::Referenced>, String> {
+        match self.source.schema_by_version(subject, version).await {
+            Ok(found) => Ok(found.map(|r| crate::references::Referenced {
+                schema: r.schema,
+                references: r.references,
+            })),
+            Err(e) => {
+                let message = e.to_string();
+                *self.failure.lock().expect("reference failure lock") = Some(e);
+                Err(message)
+            }
+        }
+    }
 }
 
 /// A Confluent-compatible registry over HTTP (`GET {url}/schemas/ids/{id}`); credentials
@@ -45,9 +97,10 @@ impl HttpRegistry {
     }
 }
 
-#[async_trait]
-impl SchemaSource for HttpRegistry {
-    async fn schema_by_id(&self, id: u32) -> Result<Option<RegisteredSchema>> {
+impl HttpRegistry {
+    /// The schema at `path` of the registry (`/schemas/ids/{id}`,
+    /// `/subjects/{subject}/versions/{version}`).
+    async fn get(&self, path: &str) -> Result<Option<RegisteredSchema>> {
         let mut url = self.url.clone();
         let user = url.username().to_string();
         let password = url.password().map(str::to_string);
@@ -56,7 +109,7 @@ impl SchemaSource for HttpRegistry {
         let base = url.as_str().trim_end_matches('/').to_string();
         let mut request = self
             .client
-            .get(format!("{base}/schemas/ids/{id}"))
+            .get(format!("{base}{path}"))
             .header("Accept", "application/vnd.schemaregistry.v1+json");
         if !user.is_empty() {
             request = request.basic_auth(user, password);
@@ -81,10 +134,41 @@ impl SchemaSource for HttpRegistry {
             Some(kind) => SchemaType::parse(kind)
                 .ok_or_else(|| unreachable(&format!("unknown schema type {kind:?}")))?,
         };
+        let references = match &body["references"] {
+            serde_json::Value::Array(list) if !list.is_empty() => body["references"].to_string(),
+            _ => "[]".to_string(),
+        };
         Ok(Some(RegisteredSchema {
             schema_type,
             schema,
+            references,
         }))
+    }
+}
+
+#[async_trait]
+impl SchemaSource for HttpRegistry {
+    async fn schema_by_id(&self, id: u32) -> Result<Option<RegisteredSchema>> {
+        self.get(&format!("/schemas/ids/{id}")).await
+    }
+
+    async fn schema_by_version(
+        &self,
+        subject: &str,
+        version: i64,
+    ) -> Result<Option<RegisteredSchema>> {
+        // A path segment: every byte but the unreserved ones percent-encoded.
+        let subject: String = subject
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        self.get(&format!("/subjects/{subject}/versions/{version}"))
+            .await
     }
 }
 
@@ -237,11 +321,15 @@ impl Registry {
 
     /// Parses a schema, giving its canonical text (whitespace and the like normalized, so
     /// equal schemas get one id).
-    fn check(schema_type: SchemaType, text: &str) -> RegistryResult<(Checked, String)> {
+    fn check(
+        schema_type: SchemaType,
+        text: &str,
+        dependencies: &[crate::references::Dependency],
+    ) -> RegistryResult<(Checked, String)> {
         match schema_type {
             SchemaType::Avro => {
-                let schema = apache_avro::Schema::parse_str(text)
-                    .map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
+                let schema = crate::references::avro(text, dependencies)
+                    .map_err(RegistryError::InvalidSchema)?;
                 let canonical = serde_json::to_string(&schema)
                     .map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
                 Ok((Checked::Avro(schema), canonical))
@@ -258,8 +346,8 @@ impl Registry {
                 Ok((Checked::Json(schema), canonical))
             }
             SchemaType::Protobuf => {
-                let file =
-                    crate::format::protobuf_file(text).map_err(RegistryError::InvalidSchema)?;
+                let file = crate::format::protobuf_file_with(text, dependencies)
+                    .map_err(RegistryError::InvalidSchema)?;
                 let canonical = text.split_whitespace().collect::<Vec<_>>().join(" ");
                 Ok((Checked::Protobuf(file), canonical))
             }
@@ -282,8 +370,28 @@ impl Registry {
             .unwrap_or(DEFAULT_COMPATIBILITY))
     }
 
+    /// The schemas `references` (JSON array text) reaches in this registry; a reference it
+    /// does not hold, or a cycle, is an invalid schema.
+    async fn dependencies(
+        &self,
+        references: &str,
+    ) -> RegistryResult<Vec<crate::references::Dependency>> {
+        let source = References::new(self);
+        match crate::references::resolve(&source, references).await {
+            Ok(found) => Ok(found),
+            Err(reason) => match source.unreachable() {
+                Some(StreamError::Catalog(e)) => Err(RegistryError::Store(e)),
+                Some(other) => Err(RegistryError::Store(CatalogError::Unavailable(
+                    other.to_string(),
+                ))),
+                None => Err(RegistryError::InvalidSchema(reason)),
+            },
+        }
+    }
+
     /// Why `new` may not follow `existing` versions under `level`, if it may not.
-    fn incompatibility(
+    async fn incompatibility(
+        &self,
         level: Compatibility,
         new: &Checked,
         existing: &[SubjectVersion],
@@ -298,7 +406,9 @@ impl Registry {
             existing.last().into_iter().collect()
         };
         for old in against {
-            let (old_checked, _) = Self::check(old.schema.schema_type, &old.schema.schema)?;
+            let dependencies = self.dependencies(&old.schema.references).await?;
+            let (old_checked, _) =
+                Self::check(old.schema.schema_type, &old.schema.schema, &dependencies)?;
             let problem = match (new, &old_checked) {
                 (Checked::Avro(new), Checked::Avro(previous)) => {
                     use apache_avro::schema_compatibility::SchemaCompatibility;
@@ -365,7 +475,8 @@ impl Registry {
         schema: &str,
         references: &str,
     ) -> RegistryResult<(i64, i64)> {
-        let (checked, canonical) = Self::check(schema_type, schema)?;
+        let dependencies = self.dependencies(references).await?;
+        let (checked, canonical) = Self::check(schema_type, schema, &dependencies)?;
         let existing = self.store.versions(subject, false).await?;
         if let Some(same) = existing.iter().find(|v| {
             v.schema.schema_type == schema_type
@@ -375,7 +486,7 @@ impl Registry {
             return Ok((same.schema.id, same.version));
         }
         let level = self.level(Some(subject)).await?;
-        if let Some(reason) = Self::incompatibility(level, &checked, &existing)? {
+        if let Some(reason) = self.incompatibility(level, &checked, &existing).await? {
             return Err(RegistryError::Incompatible {
                 subject: subject.to_string(),
                 reason,
@@ -397,15 +508,17 @@ impl Registry {
         version: Option<&str>,
         schema_type: SchemaType,
         schema: &str,
+        references: &str,
     ) -> RegistryResult<Option<String>> {
-        let (checked, _) = Self::check(schema_type, schema)?;
+        let dependencies = self.dependencies(references).await?;
+        let (checked, _) = Self::check(schema_type, schema, &dependencies)?;
         let existing = self.store.versions(subject, false).await?;
         let level = self.level(Some(subject)).await?;
         let against = match version {
             None => existing,
             Some(version) => vec![self.version(subject, version).await?],
         };
-        Self::incompatibility(level, &checked, &against)
+        self.incompatibility(level, &checked, &against).await
     }
 
     /// The version of a subject holding a schema equal to `schema`.
@@ -414,8 +527,10 @@ impl Registry {
         subject: &str,
         schema_type: SchemaType,
         schema: &str,
+        references: &str,
     ) -> RegistryResult<SubjectVersion> {
-        let (_, canonical) = Self::check(schema_type, schema)?;
+        let dependencies = self.dependencies(references).await?;
+        let (_, canonical) = Self::check(schema_type, schema, &dependencies)?;
         let versions = self.store.versions(subject, false).await?;
         if versions.is_empty() {
             return Err(RegistryError::SubjectNotFound(subject.to_string()));
@@ -592,10 +707,27 @@ impl SchemaSource for Registry {
             .store
             .schema_by_id(i64::from(id))
             .await?
-            .map(|stored| RegisteredSchema {
-                schema_type: stored.schema_type,
-                schema: stored.schema,
-            }))
+            .map(registered))
+    }
+
+    async fn schema_by_version(
+        &self,
+        subject: &str,
+        version: i64,
+    ) -> Result<Option<RegisteredSchema>> {
+        let versions = self.store.versions(subject, false).await?;
+        Ok(versions
+            .into_iter()
+            .find(|v| v.version == version)
+            .map(|v| registered(v.schema)))
+    }
+}
+
+fn registered(stored: StoredSchema) -> RegisteredSchema {
+    RegisteredSchema {
+        schema_type: stored.schema_type,
+        schema: stored.schema,
+        references: stored.references,
     }
 }
 
