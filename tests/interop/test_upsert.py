@@ -107,9 +107,13 @@ def test_the_newest_row_per_key_wins_in_every_reader(floe, tmp_path):
     # The key index lives in memory: after a restart it is built again from the table (its
     # key column less its position deletes), and the next upsert replaces the right rows.
     restart_floe(floe, tmp_path)
-    upsert(floe, table, [{"id": 2, "name": "two again", "score": 2.5}])
+    # Rows of two data files replaced: one delete file naming both, in path order.
+    upsert(floe, table, [{"id": 2, "name": "two again", "score": 2.5}, {"id": 1, "name": "one more", "score": 1.25}])
+    expected[0] = (1, "one more", 1.25)
     expected[1] = (2, "two again", 2.5)
     assert every_reader(floe, table) == expected
+    summary = floe.pyiceberg().load_table(table).current_snapshot().summary
+    assert (summary["added-delete-files"], summary["added-position-deletes"]) == ("1", "2"), summary
 
     # Compaction folds the deletes into new files; the index follows the new files.
     result = run_job(floe, "up", "users", "compact")

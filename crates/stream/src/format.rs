@@ -96,12 +96,22 @@ impl Decoder {
                         let mut reader = body;
                         let row = crate::avro_scan::check(schema, names, body)
                             .and_then(|()| {
-                                apache_avro::from_avro_datum_schemata(
-                                    schema,
-                                    referenced.iter().collect(),
-                                    &mut reader,
-                                    None,
-                                )
+                                // With references, the named types of the schema and of
+                                // those it references, together.
+                                if referenced.is_empty() {
+                                    apache_avro::from_avro_datum(schema, &mut reader, None)
+                                } else {
+                                    // Referenced ones first: a type is defined before it
+                                    // is used.
+                                    let mut all: Vec<&AvroSchema> = referenced.iter().collect();
+                                    all.push(schema.as_ref());
+                                    apache_avro::from_avro_datum_schemata(
+                                        schema,
+                                        all,
+                                        &mut reader,
+                                        None,
+                                    )
+                                }
                                 .map_err(|e| e.to_string())
                             })
                             .map_err(|e| format!("not Avro of schema {id}: {e}"))

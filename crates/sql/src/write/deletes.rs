@@ -1,8 +1,8 @@
 //! The delete half of a row delta: rows of data files removed in a new snapshot, the way the
 //! table's format is meant to be read.
 //!
-//! - **Format v2**: one position delete file per data file touched
-//!   ([`super::write_position_deletes`]).
+//! - **Format v2**: one position delete file per partition touched, naming its data files
+//!   in order ([`super::write_position_deletes`]; `referenced_data_file` set when it is one).
 //! - **Format v3**: one deletion vector per data file touched, all in one Puffin file. At most
 //!   one vector may name a data file in a snapshot, so a data file that has one already gets a
 //!   new vector holding the old positions and the new ones, and the old vector is removed in
@@ -67,19 +67,27 @@ pub async fn delete_rows(
             snapshot.carry_all(parent).await.map_err(iceberg_error)?;
         }
         let mut written = DeletesWritten::default();
+        // One delete file per partition a commit touches, naming its data files in order:
+        // a commit spread over many files of a partition writes one file, not one each.
+        let mut by_partition: BTreeMap<String, Vec<&Doomed>> = BTreeMap::new();
+        for doomed in &doomed {
+            by_partition
+                .entry(format!("{}/{:?}", doomed.spec_id, doomed.partition))
+                .or_default()
+                .push(doomed);
+        }
         let mut by_spec: BTreeMap<i32, Vec<DataFile>> = BTreeMap::new();
-        for doomed in doomed {
-            let file = super::write_position_deletes(
-                table,
-                &doomed.data_file,
-                doomed.spec_id,
-                &doomed.partition,
-                &doomed.positions,
-            )
-            .await?;
+        for mut group in by_partition.into_values() {
+            group.sort_by(|a, b| a.data_file.cmp(&b.data_file));
+            let rows: Vec<(&str, &[u64])> = group
+                .iter()
+                .map(|d| (d.data_file.as_str(), d.positions.as_slice()))
+                .collect();
+            let (spec_id, partition) = (group[0].spec_id, &group[0].partition);
+            let file = super::write_position_deletes(table, spec_id, partition, &rows).await?;
             written.paths.push(file.file_path().to_string());
             written.rows += file.record_count();
-            by_spec.entry(doomed.spec_id).or_default().push(file);
+            by_spec.entry(spec_id).or_default().push(file);
         }
         for (spec_id, files) in by_spec {
             snapshot

@@ -1,6 +1,7 @@
 //! Position delete files (format v2): a Parquet file of `file_path` and `pos` that removes
-//! rows of one data file, as Spark, PyIceberg, DuckDB, Trino and Flink read them — with
-//! `referenced_data_file` set and the path's bounds, so a reader applies it to that file only.
+//! rows of data files of one partition, as Spark, PyIceberg, DuckDB, Trino and Flink read
+//! them — sorted by path and position, with the paths' bounds, and `referenced_data_file`
+//! set when it names one data file, so a reader applies it to that file only.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,15 +24,16 @@ use crate::scan::provider::iceberg_error;
 const FILE_PATH_ID: i32 = 2147483546;
 const POS_ID: i32 = 2147483545;
 
-/// Writes a position delete file removing rows `positions` (ascending) of data file
-/// `data_file`, whose partition spec and tuple are `spec_id` and `partition`. Nothing is
-/// committed.
+/// Writes a position delete file removing, of each data file in `rows` (sorted by path, each
+/// with its positions ascending), those positions; the data files share partition spec
+/// `spec_id` and tuple `partition`. A file naming one data file says so
+/// (`referenced_data_file`); one naming several is scoped to their partition, with the
+/// bounds of its paths. Nothing is committed.
 pub async fn write_position_deletes(
     table: &Table,
-    data_file: &str,
     spec_id: i32,
     partition: &Struct,
-    positions: &[u64],
+    rows: &[(&str, &[u64])],
 ) -> Result<DataFile> {
     let metadata = table.metadata();
     if metadata.format_version() == FormatVersion::V3 {
@@ -40,13 +42,17 @@ pub async fn write_position_deletes(
                 .into(),
         ));
     }
-    let (first, last) = match (positions.first(), positions.last()) {
-        (Some(&first), Some(&last)) => (first as i64, last as i64),
-        _ => {
-            return Err(DataFusionError::Internal(
-                "a position delete file needs a position".into(),
-            ));
-        }
+    let count: usize = rows.iter().map(|(_, p)| p.len()).sum();
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Err(DataFusionError::Internal(
+            "a position delete file needs a position".into(),
+        ));
+    };
+    let positions = || rows.iter().flat_map(|(_, p)| p.iter().map(|&p| p as i64));
+    let (Some(lowest), Some(highest)) = (positions().min(), positions().max()) else {
+        return Err(DataFusionError::Internal(
+            "a position delete file needs a position".into(),
+        ));
     };
     let field = |name: &str, data_type: DataType, id: i32| {
         Field::new(name, data_type, false).with_metadata(HashMap::from([(
@@ -61,13 +67,12 @@ pub async fn write_position_deletes(
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-                data_file,
-                positions.len(),
-            ))),
-            Arc::new(Int64Array::from_iter_values(
-                positions.iter().map(|&p| p as i64),
+            Arc::new(StringArray::from(
+                rows.iter()
+                    .flat_map(|(path, p)| std::iter::repeat_n(*path, p.len()))
+                    .collect::<Vec<&str>>(),
             )),
+            Arc::new(Int64Array::from(positions().collect::<Vec<i64>>())),
         ],
     )?;
     let mut bytes = Vec::new();
@@ -97,16 +102,16 @@ pub async fn write_position_deletes(
         .file_format(DataFileFormat::Parquet)
         .partition(partition.clone())
         .partition_spec_id(spec_id)
-        .record_count(positions.len() as u64)
+        .record_count(count as u64)
         .file_size_in_bytes(size)
-        .referenced_data_file(Some(data_file.to_string()))
+        .referenced_data_file((rows.len() == 1).then(|| first.0.to_string()))
         .lower_bounds(HashMap::from([
-            (FILE_PATH_ID, Datum::string(data_file)),
-            (POS_ID, Datum::long(first)),
+            (FILE_PATH_ID, Datum::string(first.0)),
+            (POS_ID, Datum::long(lowest)),
         ]))
         .upper_bounds(HashMap::from([
-            (FILE_PATH_ID, Datum::string(data_file)),
-            (POS_ID, Datum::long(last)),
+            (FILE_PATH_ID, Datum::string(last.0)),
+            (POS_ID, Datum::long(highest)),
         ]))
         .build()
         .map_err(|e| DataFusionError::Internal(format!("describe a position delete file: {e}")))
