@@ -128,15 +128,7 @@ pub(crate) async fn commit_on_main(
             warehouse,
             floe_catalog::service::TableCommitRequest {
                 ident: ident.clone(),
-                requirements: vec![
-                    iceberg::TableRequirement::UuidMatch {
-                        uuid: metadata.uuid(),
-                    },
-                    iceberg::TableRequirement::RefSnapshotIdMatch {
-                        r#ref: "main".into(),
-                        snapshot_id: main,
-                    },
-                ],
+                requirements: floe_sql::write::on_main(metadata, main),
                 updates,
             },
         )

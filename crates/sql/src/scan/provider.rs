@@ -227,10 +227,8 @@ impl IcebergTableProvider {
         }))
     }
 
-    /// The live rows of the snapshot read as the values of columns `key_ids` (field ids) and
-    /// their positions in their data files, file by file ([`super::live_keys`]): what an
-    /// upsert table's key index is built from. Needs `read-data`, as a scan does.
-    pub async fn live_keys(&self, key_ids: &[i32]) -> Result<Vec<super::live_keys::FileKeys>> {
+    /// The caller may read the table's rows (`read-data`): checked by every read of them.
+    async fn authorize_read(&self) -> Result<()> {
         self.access
             .service
             .authorize_table(
@@ -240,7 +238,14 @@ impl IcebergTableProvider {
                 Privilege::ReadData,
             )
             .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+
+    /// The live rows of the snapshot read as the values of columns `key_ids` (field ids) and
+    /// their positions in their data files, file by file ([`super::live_keys`]): what an
+    /// upsert table's key index is built from. Needs `read-data`, as a scan does.
+    pub async fn live_keys(&self, key_ids: &[i32]) -> Result<Vec<super::live_keys::FileKeys>> {
+        self.authorize_read().await?;
         let tasks = self.plan(&[]).await?;
         if tasks.is_empty() {
             return Ok(Vec::new());
@@ -493,16 +498,7 @@ impl TableProvider for IcebergTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.access
-            .service
-            .authorize_table(
-                &self.access.caller,
-                &self.access.warehouse,
-                &self.loaded.ident,
-                Privilege::ReadData,
-            )
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        self.authorize_read().await?;
         let projected = project_schema(&self.schema, projection)?;
         let mut tasks = self.plan(filters).await?;
         if let Some(only) = &self.only_files {

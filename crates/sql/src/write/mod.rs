@@ -23,4 +23,4 @@ pub use position_deletes::write_position_deletes;
 pub use sink::{
     IcebergSink, write_batch_files, write_batch_parts, write_data_files, writer_properties,
 };
-pub use snapshot::{SnapshotWriter, main_ref, spec_of};
+pub use snapshot::{SnapshotWriter, main_ref, on_main, spec_of};

@@ -230,6 +230,20 @@ pub async fn manifest_list(
     Ok(list.entries().to_vec())
 }
 
+/// What a commit of a hand-built snapshot requires: the same table, its `main` still at
+/// `main` (none: an empty table).
+pub fn on_main(metadata: &TableMetadata, main: Option<i64>) -> Vec<iceberg::TableRequirement> {
+    vec![
+        iceberg::TableRequirement::UuidMatch {
+            uuid: metadata.uuid(),
+        },
+        iceberg::TableRequirement::RefSnapshotIdMatch {
+            r#ref: "main".into(),
+            snapshot_id: main,
+        },
+    ]
+}
+
 /// `main` pointing at `snapshot_id`, keeping its retention settings.
 pub fn main_ref(metadata: &TableMetadata, snapshot_id: i64) -> SnapshotReference {
     let kept = floe_catalog::metadata::table_refs(metadata)

@@ -290,15 +290,7 @@ pub async fn commit(
                 warehouse,
                 TableCommitRequest {
                     ident: ident.clone(),
-                    requirements: vec![
-                        iceberg::TableRequirement::UuidMatch {
-                            uuid: metadata.uuid(),
-                        },
-                        iceberg::TableRequirement::RefSnapshotIdMatch {
-                            r#ref: "main".into(),
-                            snapshot_id: current,
-                        },
-                    ],
+                    requirements: floe_sql::write::on_main(&metadata, current),
                     updates,
                 },
             )
