@@ -689,7 +689,7 @@ impl Ingest {
                     tokio::time::sleep(self.config.commit_interval / 4).await;
                 }
             }
-            let outcome = self.commit_pending(&log).await;
+            let outcome = unpanicked(self.commit_pending(&log)).await;
             log.state.lock().await.last_error = outcome
                 .as_ref()
                 .err()
@@ -956,6 +956,29 @@ impl Ingest {
     }
 }
 
+/// `work`, a panic inside it turned into an error naming it: a table's committer outlives a
+/// bug that panics in one of its commits (the table's ingest status shows it; the entries
+/// wait, acknowledged and durable, for the fix).
+async fn unpanicked<T>(
+    work: impl std::future::Future<Output = Result<T, IngestError>>,
+) -> Result<T, IngestError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            tracing::error!(panic = %message, "an ingest commit panicked");
+            Err(IngestError::Invalid(format!(
+                "the commit failed inside Floe ({message}): a bug, kept until it is fixed"
+            )))
+        }
+    }
+}
+
 /// Why a log entry is not written: it cannot be, or it could not be read now.
 pub(super) enum Unfit {
     Misfit(String),
@@ -1007,4 +1030,31 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_commit_that_panics_is_an_error_not_a_dead_committer() {
+        let failed = super::unpanicked(async {
+            if std::hint::black_box(true) {
+                panic!("index out of bounds in a writer");
+            }
+            Ok::<(), super::IngestError>(())
+        })
+        .await
+        .unwrap_err();
+        assert!(!failed.retryable());
+        assert!(
+            failed
+                .to_string()
+                .contains("index out of bounds in a writer"),
+            "{failed}"
+        );
+        assert!(
+            super::unpanicked(async { Ok::<_, super::IngestError>(7) })
+                .await
+                .is_ok()
+        );
+    }
 }
