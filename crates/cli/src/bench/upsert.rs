@@ -37,6 +37,9 @@ pub struct UpsertBenchArgs {
     /// Times each read is run (the best is reported).
     #[arg(long, default_value_t = 5)]
     iterations: usize,
+    /// The tables' Iceberg format version: 2 (position delete files) or 3 (deletion vectors).
+    #[arg(long, default_value_t = 2)]
+    format_version: u8,
 }
 
 /// An NDJSON body of rows for `ids`, at `version`.
@@ -119,18 +122,44 @@ pub async fn run(args: UpsertBenchArgs) -> anyhow::Result<()> {
             .await;
     }
     let path = |table: &str| format!("/ingest/v1/{wh}/{ns}/{table}");
-    post(
-        &client,
-        &format!("{}?create=true&key=id&wait=commit", path("upserts")),
-        rows(0..1, 0),
-    )
-    .await?;
-    post(
-        &client,
-        &format!("{}?create=true&wait=commit", path("appends")),
-        rows(0..1, 0),
-    )
-    .await?;
+    if !matches!(args.format_version, 2 | 3) {
+        bail!("format-version must be 2 or 3");
+    }
+    // Both tables made through the catalog in the format asked for; the upsert table keyed.
+    for (table, keyed) in [("upserts", true), ("appends", false)] {
+        let mut properties = json!({"format-version": args.format_version.to_string()});
+        if keyed {
+            properties["write.upsert.enabled"] = json!("true");
+        }
+        let field = |id: i32, name: &str, kind: &str, required: bool| json!({"id": id, "name": name, "type": kind, "required": required});
+        client
+            .call(
+                reqwest::Method::POST,
+                &format!("/catalog/v1/{wh}/namespaces/{ns}/tables"),
+                Some(json!({
+                    "name": table,
+                    "schema": {
+                        "type": "struct",
+                        "schema-id": 0,
+                        "identifier-field-ids": if keyed { json!([1]) } else { json!([]) },
+                        "fields": [
+                            field(1, "id", "long", keyed),
+                            field(2, "version", "long", false),
+                            field(3, "name", "string", false),
+                            field(4, "score", "double", false),
+                        ],
+                    },
+                    "properties": properties,
+                })),
+            )
+            .await?;
+        post(
+            &client,
+            &format!("{}?wait=commit", path(table)),
+            rows(0..1, 0),
+        )
+        .await?;
+    }
 
     // The keys, loaded into both tables the same way (one commit per request).
     let mut load = Vec::new();
@@ -222,7 +251,8 @@ pub async fn run(args: UpsertBenchArgs) -> anyhow::Result<()> {
     let steady = steady.elapsed().as_secs_f64();
 
     println!(
-        "floe bench upsert: {} keys, {} commits of {} rows ({:.0}% updates)",
+        "floe bench upsert (format v{}): {} keys, {} commits of {} rows ({:.0}% updates)",
+        args.format_version,
         args.keys,
         args.commits,
         args.batch_rows,
