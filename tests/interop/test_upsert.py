@@ -436,3 +436,32 @@ def test_a_format_v3_upsert_table_takes_deletion_vectors(floe):
     summary = table.current_snapshot().summary
     assert summary["total-position-deletes"] == "4", summary
     assert summary["total-delete-files"] == "2", summary
+
+
+def test_acknowledged_upserts_survive_kill_9_in_order(floe, tmp_path):
+    """Upserts acknowledged over HTTP (durable in the log, not yet committed) when Floe is
+    killed are committed after the restart in the order they were taken: every key ends at
+    the last version acknowledged for it, once."""
+    floe.pyiceberg().create_namespace("up")
+    table = "up.versions"
+    upsert(floe, table, [{"id": i, "version": 0} for i in range(50)], create="true", key="id")
+    last = {i: 0 for i in range(50)}
+    for version in range(1, 21):
+        keys = [i for i in range(50) if (i + version) % 3 == 0]
+        rows = [{"id": i, "version": version} for i in keys]
+        answer = post(floe, table, ndjson(rows), NDJSON)
+        assert answer.status_code in (200, 202), answer.text
+        for i in keys:
+            last[i] = version
+    floe.process.kill()
+    floe.process.wait()
+    restart_floe(floe, tmp_path, pause=0.5)
+    expected = sorted(last.items())
+    deadline = time.time() + 60
+    while True:
+        answer = floe.api("POST", "/api/v1/sql", json={"sql": f"SELECT id, version FROM {table} ORDER BY id", "warehouse": floe.warehouse})
+        seen = [tuple(r.values()) for r in answer.json()["rows"]] if answer.status_code == 200 else []
+        if seen == expected:
+            break
+        assert time.time() < deadline, (seen[:10], expected[:10])
+        time.sleep(0.3)
