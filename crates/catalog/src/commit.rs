@@ -29,10 +29,11 @@ pub enum Applied<T> {
 }
 
 /// A snapshot summary's `added-*`/`deleted-*` counts with the table's running `total-*`
-/// recounted from the parent snapshot's summary (totals the parent lacks are left out).
+/// recounted from the parent snapshot's summary (totals the parent lacks are left out); a
+/// table's first snapshot (no parent) counts them from zero.
 pub fn summary_with_totals(
     mut properties: std::collections::HashMap<String, String>,
-    parent: &iceberg::spec::Summary,
+    parent: Option<&iceberg::spec::Summary>,
 ) -> std::collections::HashMap<String, String> {
     const TOTALS: [(&str, &str, &str); 6] = [
         ("total-data-files", "added-data-files", "deleted-data-files"),
@@ -58,7 +59,11 @@ pub fn summary_with_totals(
         map.get(key).and_then(|v| v.parse::<i64>().ok())
     };
     for (total, added, removed) in TOTALS {
-        match number(&parent.additional_properties, total) {
+        let before = match parent {
+            Some(parent) => number(&parent.additional_properties, total),
+            None => Some(0),
+        };
+        match before {
             Some(before) => {
                 let after = before + number(&properties, added).unwrap_or(0)
                     - number(&properties, removed).unwrap_or(0);

@@ -135,3 +135,12 @@ pub fn cast_batch(
         &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
     )?)
 }
+
+/// What a caught panic said (its `&str` or `String` payload), for a log line or an error.
+pub fn panic_said(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}

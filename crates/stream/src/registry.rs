@@ -157,16 +157,8 @@ impl SchemaSource for HttpRegistry {
         subject: &str,
         version: i64,
     ) -> Result<Option<RegisteredSchema>> {
-        // A path segment: every byte but the unreserved ones percent-encoded.
-        let subject: String = subject
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
+        let subject =
+            percent_encoding::utf8_percent_encode(subject, percent_encoding::NON_ALPHANUMERIC);
         self.get(&format!("/subjects/{subject}/versions/{version}"))
             .await
     }

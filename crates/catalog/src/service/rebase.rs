@@ -140,7 +140,7 @@ pub(crate) async fn rebase_append(
         operation: Operation::Append,
         additional_properties: crate::commit::summary_with_totals(
             snapshot.summary().additional_properties.clone(),
-            head.summary(),
+            Some(head.summary()),
         ),
     };
     let builder = Snapshot::builder()

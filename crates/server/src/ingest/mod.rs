@@ -219,13 +219,11 @@ pub async fn ingest(
         .open(&caller, &warehouse, target, body.len() as u64)
         .await
         .map_err(refused)?;
-    let same_key = |table: &[String]| {
-        let (mut a, mut b) = (table.to_vec(), key.clone());
-        a.sort();
-        b.sort();
-        a == b
-    };
-    if !key.is_empty() && !opened.key().is_some_and(same_key) {
+    if !key.is_empty()
+        && !opened
+            .key()
+            .is_some_and(|table| floe_stream::core::upsert::same_key(table, &key))
+    {
         return Err(bad_request(match opened.key() {
             Some(actual) => format!(
                 "table {} has the key {}, not {}",

@@ -182,14 +182,9 @@ enum Step<T> {
     Stalled(Vec<url::Url>),
 }
 
-/// What a panic said, for the log.
+/// What a query task's panic said, for the log.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let said = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into());
-    format!("a query task panicked: {said}")
+    format!("a query task panicked: {}", crate::panic_said(panic))
 }
 
 /// `stream` dropped (its memory and tasks go before the next attempt starts) and replaced by

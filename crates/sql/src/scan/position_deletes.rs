@@ -32,7 +32,7 @@ use crate::scan::provider::TableFiles;
 const CONCURRENCY: usize = 16;
 
 /// The magic bytes that open a deletion vector blob (`deletion-vector-v1`).
-const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
+pub(crate) const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
 
 /// A data file's deletes in the form the Parquet scan takes.
 #[derive(Debug, Clone)]

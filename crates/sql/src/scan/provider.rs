@@ -474,12 +474,7 @@ impl TableProvider for IcebergTableProvider {
             ));
         }
         // Rows inserted as they are would stand beside the rows of their keys.
-        let metadata = &self.loaded.metadata;
-        if metadata
-            .properties()
-            .get("write.upsert.enabled")
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        {
+        if crate::write::upsert_enabled(&self.loaded.metadata) {
             return Err(DataFusionError::Plan(format!(
                 "{} is an upsert table (write.upsert.enabled): INSERT INTO would add rows beside \
                  the rows of their keys; write it through /ingest/v1 or an upsert pipeline",

@@ -30,8 +30,7 @@ use roaring::RoaringTreemap;
 use super::SnapshotWriter;
 use crate::scan::provider::iceberg_error;
 
-/// The magic bytes that open a deletion vector blob.
-const DV_MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
+use crate::scan::position_deletes::DV_MAGIC;
 /// The field id of a row's position (`_pos`), which a deletion vector's blob names.
 const ROW_POSITION_ID: i32 = 2147483645;
 
@@ -89,12 +88,7 @@ pub async fn delete_rows(
             written.rows += file.record_count();
             by_spec.entry(spec_id).or_default().push(file);
         }
-        for (spec_id, files) in by_spec {
-            snapshot
-                .add_files(spec_id, files)
-                .await
-                .map_err(iceberg_error)?;
-        }
+        add_by_spec(snapshot, by_spec).await?;
         return Ok(written);
     }
     vectors(table, snapshot, parent, doomed).await
@@ -263,16 +257,25 @@ async fn vectors(
         }
         snapshot.close(writer).await.map_err(iceberg_error)?;
     }
+    add_by_spec(snapshot, by_spec).await?;
+    Ok(DeletesWritten {
+        paths: vec![location],
+        rows: added,
+    })
+}
+
+/// New delete files, by the partition spec of the data files they name, added to `snapshot`.
+async fn add_by_spec(
+    snapshot: &mut SnapshotWriter<'_>,
+    by_spec: BTreeMap<i32, Vec<DataFile>>,
+) -> Result<()> {
     for (spec_id, files) in by_spec {
         snapshot
             .add_files(spec_id, files)
             .await
             .map_err(iceberg_error)?;
     }
-    Ok(DeletesWritten {
-        paths: vec![location],
-        rows: added,
-    })
+    Ok(())
 }
 
 fn same_blob(a: &DataFile, b: &DataFile) -> bool {

@@ -24,3 +24,15 @@ pub use sink::{
     IcebergSink, write_batch_files, write_batch_parts, write_data_files, writer_properties,
 };
 pub use snapshot::{SnapshotWriter, main_ref, on_main, spec_of};
+
+/// The table property that makes a table with identifier fields an upsert table (Iceberg's
+/// Flink writer reads the same one): its rows are written by key, never appended as they are.
+pub const UPSERT_PROPERTY: &str = "write.upsert.enabled";
+
+/// Whether `metadata`'s table says it is an upsert table ([`UPSERT_PROPERTY`] is `true`).
+pub fn upsert_enabled(metadata: &iceberg::spec::TableMetadata) -> bool {
+    metadata
+        .properties()
+        .get(UPSERT_PROPERTY)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}

@@ -162,25 +162,10 @@ impl<'a> SnapshotWriter<'a> {
         list.close().await?;
 
         // The table's totals, counted from the parent's (from zero in an empty table).
-        let empty = Summary {
-            operation: Operation::Append,
-            additional_properties: [
-                "total-data-files",
-                "total-delete-files",
-                "total-records",
-                "total-files-size",
-                "total-position-deletes",
-                "total-equality-deletes",
-            ]
-            .into_iter()
-            .map(|total| (total.to_string(), "0".to_string()))
-            .collect(),
-        };
-        let summary = floe_catalog::commit::summary_with_totals(
+        let mut summary = floe_catalog::commit::summary_with_totals(
             self.summary.build(),
-            parent.map_or(&empty, |p| p.summary()),
+            parent.map(|p| p.summary()),
         );
-        let mut summary = summary;
         summary.extend(properties);
         if let Some(parent) = parent {
             for (key, value) in &parent.summary().additional_properties {

@@ -182,13 +182,24 @@ impl Opened<'_> {
     /// `batches` — rows of the table, their columns found by name — taken durably; the
     /// answer may be given once this returns.
     pub async fn take(&self, batches: &[RecordBatch]) -> Result<Receipt, IngestError> {
+        self.log_as(batches, &self.schema, "rows").await
+    }
+
+    /// `batches` conformed to `schema` (their columns found by name; its metadata kept) and
+    /// appended to the durable log; `what` they are, for the error.
+    async fn log_as(
+        &self,
+        batches: &[RecordBatch],
+        schema: &SchemaRef,
+        what: &str,
+    ) -> Result<Receipt, IngestError> {
         let rows = batches
             .iter()
-            .map(|b| conform(b, &self.schema, Match::Name))
+            .map(|b| conform(b, schema, Match::Name))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| {
                 IngestError::Invalid(format!(
-                    "table {}.{} cannot take the rows as they are: {e}",
+                    "table {}.{} cannot take the {what} as they are: {e}",
                     self.warehouse, self.ident
                 ))
             })?;
@@ -205,12 +216,7 @@ impl Opened<'_> {
 
     /// The columns a delete of an upsert table's rows names: its key columns.
     pub fn key_schema(&self) -> Option<SchemaRef> {
-        let key = self.key.as_ref()?;
-        let fields: Vec<Field> = key
-            .iter()
-            .filter_map(|name| self.schema.field_with_name(name).ok().cloned())
-            .collect();
-        Some(Arc::new(datafusion::arrow::datatypes::Schema::new(fields)))
+        Some(upsert::key_schema(&self.schema, self.key.as_ref()?))
     }
 
     /// `batches` — keys of an upsert table, their columns found by name — taken durably as
@@ -222,29 +228,14 @@ impl Opened<'_> {
                 self.warehouse, self.ident
             )));
         };
+        // The entry's schema says its rows are keys to delete.
         let marked = Arc::new(keys.as_ref().clone().with_metadata(
             std::collections::HashMap::from([(
                 upsert::OP_KEY.to_string(),
                 upsert::OP_DELETE.to_string(),
             )]),
         ));
-        let rows = batches
-            .iter()
-            .map(|b| {
-                conform(b, &keys, Match::Name)
-                    .and_then(|b| b.with_schema(marked.clone()).map_err(|e| e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                IngestError::Invalid(format!(
-                    "table {}.{} cannot take the keys as they are: {e}",
-                    self.warehouse, self.ident
-                ))
-            })?;
-        self.ingestor
-            .log
-            .append(self.warehouse, &self.ident, &rows)
-            .await
+        self.log_as(batches, &marked, "keys").await
     }
 
     /// `batch`, rows of the tenant's `otel.<name>` (dead letters, exemplars: what a request

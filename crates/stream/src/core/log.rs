@@ -797,7 +797,7 @@ impl Ingest {
             let key = upsert::key_of(&loaded.metadata)?;
             let key_schema = key
                 .as_ref()
-                .map(|ids| upsert::key_schema(&schema, &loaded.metadata, ids));
+                .map(|ids| upsert::key_schema(&schema, &upsert::key_names(&loaded.metadata, ids)));
             let mut conformed = Vec::new();
             let mut changes = Vec::new();
             let mut dead = Vec::new();
@@ -820,20 +820,16 @@ impl Ingest {
                             "the entry deletes keys, but table {} is no longer an upsert table",
                             log.ident
                         ))),
-                        (Some(keys), true) => {
-                            conform_entry(&raw, keys).map(|b| (b, Some(upsert::OP_DELETE)))
-                        }
-                        (_, false) => conform_entry(&raw, &schema).map(|b| (b, None)),
+                        (Some(keys), true) => conform_entry(&raw, keys).map(|b| (b, true)),
+                        (_, false) => conform_entry(&raw, &schema).map(|b| (b, false)),
                     }
                 });
                 match entry {
-                    Ok((batches, op)) if key.is_some() => {
-                        for batch in batches {
-                            changes.push(match op {
-                                Some(_) => upsert::Change::Delete(batch),
-                                None => upsert::Change::Upsert(batch),
-                            });
-                        }
+                    Ok((batches, deletes)) if key.is_some() => {
+                        changes.extend(batches.into_iter().map(|batch| match deletes {
+                            true => upsert::Change::Delete(batch),
+                            false => upsert::Change::Upsert(batch),
+                        }));
                     }
                     Ok((batches, _)) => conformed.extend(batches),
                     Err(Unfit::Misfit(reason)) => dead.push((sequence, reason)),
@@ -966,11 +962,7 @@ async fn unpanicked<T>(
     match std::panic::AssertUnwindSafe(work).catch_unwind().await {
         Ok(result) => result,
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".into());
+            let message = floe_sql::panic_said(panic.as_ref());
             tracing::error!(panic = %message, "an ingest commit panicked");
             Err(IngestError::Invalid(format!(
                 "the commit failed inside Floe ({message}): a bug, kept until it is fixed"

@@ -7,15 +7,18 @@
 //!
 //! 1. Within the changes, the last change per key wins.
 //! 2. The winning rows are written as new data files, and the rows they replace — found in
-//!    the table's key index ([`index`]), not by reading the table — are removed by position
-//!    delete files (format v2, one per data file touched) in the same snapshot, together with
-//!    the rows of deleted keys. An upsert costs O(changes), not O(table).
-//! 3. The snapshot (`overwrite` when it deletes, `append` when it only adds) carries every
-//!    manifest of its parent and the source's positions, and commits only on the `main` the
-//!    index described; a lost race rebuilds the index and tries again.
+//!    the table's key index ([`index`]), not by reading the table — are removed in the same
+//!    snapshot together with the rows of deleted keys, as the table's format is read
+//!    ([`floe_sql::write::delete_rows`]: v2 position delete files, one per partition touched;
+//!    v3 deletion vectors, one per data file). An upsert costs O(changes), not O(table).
+//! 3. The snapshot (`overwrite` when it writes and deletes, `delete` when it only deletes,
+//!    `append` when it only adds) carries every manifest of its parent and the source's
+//!    positions, and commits only on the `main` the index described; a lost race rebuilds the
+//!    index and tries again.
 //!
-//! Every engine that reads position deletes (Floe's SQL, PyIceberg, DuckDB, Spark, Trino,
-//! Flink) reads the latest row per key. Compaction folds the deletes into new files.
+//! Every engine that reads position deletes and deletion vectors (Floe's SQL, PyIceberg,
+//! DuckDB, Spark, Trino, Flink) reads the latest row per key. Compaction folds the deletes
+//! into new files.
 
 pub mod index;
 
@@ -32,8 +35,7 @@ use iceberg::spec::{Operation, TableMetadata};
 use super::IngestError;
 use index::{KeyIndex, Slot};
 
-/// The table property that makes a table with identifier fields an upsert table.
-pub const UPSERT_PROPERTY: &str = "write.upsert.enabled";
+pub use floe_sql::write::UPSERT_PROPERTY;
 
 /// The metadata key of a log entry's schema that says its rows are keys to delete.
 pub const OP_KEY: &str = "floe.op";
@@ -58,13 +60,9 @@ pub enum Change {
 
 /// The identifier field ids of `metadata`'s table (ascending: the key's order) when it is an
 /// upsert table, `None` when it is not; an error naming what is wrong when it says it is but
-/// cannot be written as one (no key, a key field inside a struct, a format other than v2).
+/// cannot be written as one (no key, a key field inside a struct, format v1).
 pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError> {
-    let enabled = metadata
-        .properties()
-        .get(UPSERT_PROPERTY)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if !enabled {
+    if !floe_sql::write::upsert_enabled(metadata) {
         return Ok(None);
     }
     let schema = metadata.current_schema();
@@ -102,14 +100,33 @@ pub fn key_names(metadata: &TableMetadata, ids: &[i32]) -> Vec<String> {
         .collect()
 }
 
-/// `schema` (the table's Arrow schema) narrowed to the key columns: what a delete carries.
-pub fn key_schema(schema: &SchemaRef, metadata: &TableMetadata, ids: &[i32]) -> SchemaRef {
-    let names = key_names(metadata, ids);
+/// `schema` (the table's Arrow schema) narrowed to the key columns `names`: what a delete
+/// carries.
+pub fn key_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
     let fields: Vec<_> = names
         .iter()
         .filter_map(|name| schema.field_with_name(name).ok().cloned())
         .collect();
     std::sync::Arc::new(datafusion::arrow::datatypes::Schema::new(fields))
+}
+
+/// Whether two lists of key columns name the same key (in any order).
+pub fn same_key(a: &[String], b: &[String]) -> bool {
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort();
+    b.sort();
+    a == b
+}
+
+/// An SQL write's or read's error in an upsert: what the table's contents refuse (a `Plan`
+/// error: equality deletes, a v2 delete file in a v3 table) is the table's to fix, not worth
+/// retrying soon; the rest as any write's.
+fn refused(e: datafusion::error::DataFusionError) -> IngestError {
+    match e {
+        datafusion::error::DataFusionError::Plan(m)
+        | datafusion::error::DataFusionError::NotImplemented(m) => IngestError::Invalid(m),
+        other => IngestError::of_write(&other),
+    }
 }
 
 /// What a row delta wrote.
@@ -174,22 +191,18 @@ pub async fn commit(
             ))
         })?;
         let names = key_names(&metadata, &key_ids);
-        if let Some(expected) = expected_key {
-            let mut wanted = expected.to_vec();
-            wanted.sort();
-            let mut actual = names.clone();
-            actual.sort();
-            if wanted != actual {
-                return Err(IngestError::Invalid(format!(
-                    "table {ident} has the key {}, not {}",
-                    names.join(", "),
-                    expected.join(", ")
-                )));
-            }
+        if let Some(expected) = expected_key
+            && !same_key(expected, &names)
+        {
+            return Err(IngestError::Invalid(format!(
+                "table {ident} has the key {}, not {}",
+                names.join(", "),
+                expected.join(", ")
+            )));
         }
         let schema = super::log::table_arrow_schema(metadata.current_schema())
             .map_err(IngestError::Invalid)?;
-        let keys = key_schema(&schema, &metadata, &key_ids);
+        let keys = key_schema(&schema, &names);
         let current = metadata.current_snapshot().map(|s| s.snapshot_id());
         let described = index::Described {
             table: metadata.uuid(),
@@ -242,6 +255,7 @@ pub async fn commit(
         }
         let data_files: Vec<_> = files.iter().map(|(f, _)| f.clone()).collect();
         let rows: u64 = data_files.iter().map(|f| f.record_count()).sum();
+        let adds = !data_files.is_empty();
         let mut snapshot = floe_sql::write::SnapshotWriter::new(&table);
         let snapshot_id = snapshot.snapshot_id();
         let failed = |e: iceberg::Error| IngestError::Storage(format!("write the snapshot: {e}"));
@@ -259,25 +273,20 @@ pub async fn commit(
                 }
             })
             .collect();
-        // What the table's contents refuse (a v2 delete file in a v3 table) is the table's
-        // to fix, not worth retrying soon.
         let written =
             floe_sql::write::delete_rows(&table, &mut snapshot, parent.as_deref(), doomed)
                 .await
-                .map_err(|e| match e {
-                    datafusion::error::DataFusionError::Plan(m) => IngestError::Invalid(m),
-                    other => IngestError::of_write(&other),
-                })?;
+                .map_err(refused)?;
         let (deleted, delete_paths) = (written.rows, written.paths);
-        if !data_files.is_empty() {
+        if adds {
             snapshot
-                .add_files(spec_id, data_files.clone())
+                .add_files(spec_id, data_files)
                 .await
                 .map_err(failed)?;
         }
-        let operation = match (deleted > 0, data_files.is_empty()) {
-            (true, true) => Operation::Delete,
-            (true, false) => Operation::Overwrite,
+        let operation = match (deleted > 0, adds) {
+            (true, false) => Operation::Delete,
+            (true, true) => Operation::Overwrite,
             (false, _) => Operation::Append,
         };
         let updates = snapshot
@@ -356,13 +365,6 @@ async fn build(
 ) -> Result<KeyIndex, IngestError> {
     let started = std::time::Instant::now();
     let ident = loaded.ident.clone();
-    // What the table's contents refuse (equality deletes) is the table's to fix, not a
-    // failure worth retrying soon.
-    let refused = |e: datafusion::error::DataFusionError| match e {
-        datafusion::error::DataFusionError::Plan(m)
-        | datafusion::error::DataFusionError::NotImplemented(m) => IngestError::Invalid(m),
-        other => IngestError::of_write(&other),
-    };
     let provider =
         floe_sql::scan::IcebergTableProvider::try_new(access.clone(), loaded).map_err(refused)?;
     let files = provider
