@@ -306,7 +306,8 @@ def test_bad_input_is_a_clear_4xx_in_otlps_form(floe):
     partial = answer.json()["partialSuccess"]
     assert partial["rejectedLogRecords"] in (1, "1") and "trace_id" in partial["errorMessage"]
     eventually(floe, "SELECT body FROM otel.logs WHERE service_name = 'partial'", [{"body": "fine"}])
-    eventually(floe, "SELECT signal FROM otel.dead_letters WHERE service_name = 'partial'", [{"signal": "logs"}])
+    eventually(floe, "SELECT door, reason LIKE '%trace_id%' AS why, CAST(record AS VARCHAR) LIKE '%abcd%' AS kept "
+               "FROM otel.logs__dead_letters WHERE source = 'partial'", [{"door": "otlp", "why": True, "kept": True}])
     # The server is alive after all of it.
     assert requests.get(f"{floe.base}/health", timeout=10).status_code == 200
 

@@ -188,8 +188,8 @@ def test_forged_remote_write_2_0_requests_are_refused_and_the_server_stays_up(fl
     while rows(floe, statement) != [{"n": 1}] and time.time() < deadline:
         time.sleep(0.3)
     assert rows(floe, statement) == [{"n": 1}]
-    letters = rows(floe, "SELECT error FROM otel.dead_letters")
-    assert len(letters) == 1 and "buckets" in letters[0]["error"], letters
+    letters = rows(floe, "SELECT door, reason FROM otel.metrics__dead_letters")
+    assert len(letters) == 1 and "buckets" in letters[0]["reason"] and letters[0]["door"] == "remote-write", letters
 
 
 def varint(n: int) -> bytes:

@@ -88,6 +88,10 @@ def dead_letters_replayed(floe):
     assert all(outcomes[s] == "replayed" for s in sequences), applied
     assert outcomes.get(first["sequence"], "in-table") == "in-table", applied
     assert eventually_ids(floe, [1, 2, 3]) == [1, 2, 3]
+    # Taken again, they are no longer dead letters.
+    left = floe.api("POST", "/api/v1/sql", json={"sql": "SELECT count(*) AS n FROM fix.events__dead_letters",
+                                                 "warehouse": floe.warehouse})
+    assert left.status_code == 200 and left.json()["rows"] == [{"n": 0}], left.text
     again = replay(floe, 0, max(sequences) + 10, apply=True)
     assert all(e["outcome"] != "replayed" for e in again["entries"]), again
     time.sleep(1.5)

@@ -323,11 +323,13 @@ def test_per_record_limits_refuse_records_one_by_one(two_tenants):
     deadline = time.time() + 30
     while time.time() < deadline:
         letters = floe.api("POST", "/api/v1/sql", json={
-            "sql": "SELECT error FROM otel.dead_letters ORDER BY error", "warehouse": TENANT_A})
+            "sql": "SELECT door, reason FROM otel.logs__dead_letters UNION ALL "
+                   "SELECT door, reason FROM otel.metrics__dead_letters ORDER BY reason", "warehouse": TENANT_A})
         if letters.status_code == 200 and len(letters.json()["rows"]) == 3:
             break
         time.sleep(0.2)
-    errors = [r["error"] for r in letters.json()["rows"]]
+    assert {r["door"] for r in letters.json()["rows"]} == {"otlp"}, letters.text
+    errors = [r["reason"] for r in letters.json()["rows"]]
     assert sum("max-active-series" in e for e in errors) == 2 and sum("max-attributes" in e for e in errors) == 1, errors
     got = floe.api("POST", "/api/v1/sql", json={
         "sql": "SELECT count(*) AS n FROM otel.metrics", "warehouse": TENANT_A}).json()["rows"]

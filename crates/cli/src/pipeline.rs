@@ -39,6 +39,17 @@ pub enum PipelineCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Send a pipeline's dead letters back to the partitions of its topics they came from,
+    /// once their cause is fixed (it reads them again; what still fails is a dead letter
+    /// again), and remove them from its dead-letter table. Without `--apply`, a dry run that
+    /// counts them.
+    Redrive {
+        name: String,
+        #[arg(long)]
+        apply: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
 }
 
 pub async fn run(command: PipelineCommand) -> anyhow::Result<()> {
@@ -80,6 +91,20 @@ pub async fn run(command: PipelineCommand) -> anyhow::Result<()> {
             let path = format!("/api/v1/pipelines/{name}");
             client.call(reqwest::Method::DELETE, &path, None).await?;
             Ok(())
+        }
+        PipelineCommand::Redrive {
+            name,
+            apply,
+            server,
+        } => {
+            let client = server.connect().await?;
+            let path = format!("/api/v1/pipelines/{name}/dead-letters/redrive");
+            let body = serde_json::json!({ "dry-run": !apply });
+            print(
+                &client
+                    .call(reqwest::Method::POST, &path, Some(body))
+                    .await?,
+            )
         }
     }
 }

@@ -169,6 +169,6 @@ mod tests {
             assert_eq!(rollups[0].table, format!("{source}_1m"));
             assert!(rollups[1].select.contains("date_trunc('hour', time)"));
         }
-        assert!(rollups_of("dead_letters").is_empty());
+        assert!(rollups_of("logs__dead_letters").is_empty());
     }
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::tenants::Refused;
+use floe_stream::core::dead_letter::Door;
 use floe_stream::core::{IngestError, Ingestor, Target};
 use floe_stream::otlp::opentelemetry_proto::tonic::collector;
 use floe_stream::otlp::{self, Encoding, Refusal, Signal, Taken};
@@ -278,9 +279,9 @@ fn content_encoding(headers: &HeaderMap) -> String {
 }
 
 /// The ingestion core's path for this server, or 503 when ingestion is off.
-pub(crate) fn ingestor(state: &AppState) -> Result<Ingestor<'_>, Failure> {
+pub(crate) fn ingestor(state: &AppState, door: Door) -> Result<Ingestor<'_>, Failure> {
     match &state.ingest {
-        Some(log) => Ok(Ingestor::new(log, &state.catalog)),
+        Some(log) => Ok(Ingestor::new(log, &state.catalog, door)),
         None => Err(Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "ingestion is not enabled on this server",
@@ -302,7 +303,7 @@ pub async fn take(
     gzip: bool,
 ) -> Result<Taken, Failure> {
     let failed = |e: IngestError| Failure::of_ingest(e);
-    let opened = ingestor(state)?
+    let opened = ingestor(state, Door::Otlp)?
         .open(
             caller,
             tenant,
@@ -328,9 +329,7 @@ pub async fn take(
     let records = converted.batch.num_rows() + converted.rejected.len() + exemplars;
     opened.count(records as u64).map_err(failed)?;
     let converted = otlp::screen::screen(converted, opened.tenant(), now);
-    let taken = otlp::ingest(&opened, signal, converted, now)
-        .await
-        .map_err(failed)?;
+    let taken = otlp::ingest(&opened, converted).await.map_err(failed)?;
     opened.taken((taken.accepted + taken.exemplars) as u64);
     Ok(taken)
 }

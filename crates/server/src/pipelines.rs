@@ -211,3 +211,37 @@ pub async fn status(
     answer["broker-error"] = broker_error;
     Ok(Json(answer))
 }
+
+/// What `POST /api/v1/pipelines/{name}/dead-letters/redrive` may say.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RedriveRequest {
+    /// Only count what would be sent (default true).
+    pub dry_run: Option<bool>,
+}
+
+/// `POST /api/v1/pipelines/{name}/dead-letters/redrive`: the pipeline's dead letters sent back
+/// to the partitions of its topics they came from, then removed from its dead-letter table
+/// (floe-stream's redrive). Needs `manage-pipelines` on its namespace and `write-data` on its
+/// table; a dry run by default.
+pub async fn redrive(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    JsonBody(request): JsonBody<RedriveRequest>,
+) -> ApiResult<Json<Value>> {
+    let record = managed(&state, &caller, &name).await?;
+    let spec = spec_of(&record)?;
+    let ident = spec
+        .ident()
+        .map_err(|e| ApiError(CatalogError::bad_request(e.to_string())))?;
+    state
+        .catalog
+        .authorize_table(&caller, &spec.warehouse, &ident, Privilege::WriteData)
+        .await?;
+    let dry_run = request.dry_run.unwrap_or(true);
+    let done = floe_stream::kafka::redrive(&spec, &state.catalog, &state.sql, dry_run)
+        .await
+        .map_err(|e| ApiError(CatalogError::bad_request(e.to_string())))?;
+    Ok(Json(json!({"dry-run": dry_run, "redriven": done})))
+}

@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 
 use floe_catalog::governance::authz::Caller;
 use floe_stream::core::Target;
+use floe_stream::core::dead_letter::Door;
 use floe_stream::otlp::{self, Signal};
 use floe_stream::remote_write::{self, Version, Written};
 
@@ -58,13 +59,15 @@ pub async fn remote_write(
     match take(&state, &caller, &tenant, version, &headers, body).await {
         // 2.0 answers what was written; a request of which a part was refused is a 400 (as
         // the spec asks of a partial write: the sender counts the rest as failed and does not
-        // send it again — the refused records are in otel.dead_letters).
+        // send it again — the refused records are in otel.metrics__dead_letters).
         Ok(Outcome { written, refused }) if version == Version::V2 => {
             let mut response = match refused {
                 None => StatusCode::NO_CONTENT.into_response(),
                 Some(reason) => (
                     StatusCode::BAD_REQUEST,
-                    format!("some series were refused (kept in otel.dead_letters): {reason}"),
+                    format!(
+                        "some series were refused (kept in otel.metrics__dead_letters): {reason}"
+                    ),
                 )
                     .into_response(),
             };
@@ -102,7 +105,7 @@ struct Outcome {
 }
 
 /// The request taken durably through the ingestion core: its exemplars, its samples, and the
-/// series refused (into `otel.dead_letters`).
+/// series refused (into `otel.metrics__dead_letters`).
 async fn take(
     state: &AppState,
     caller: &Caller,
@@ -111,7 +114,7 @@ async fn take(
     headers: &HeaderMap,
     body: axum::body::Body,
 ) -> Result<Outcome, Failure> {
-    let ingestor = ingestor(state)?;
+    let ingestor = ingestor(state, Door::RemoteWrite)?;
     let body = read_body(body, headers, ingestor.max_body_bytes()).await?;
     let opened = ingestor
         .open(
@@ -139,7 +142,7 @@ async fn take(
     let converted = otlp::screen::screen(converted, opened.tenant(), now);
     let mut written = Written::of(&converted);
     let refused = converted.rejected.first().map(|r| r.error.clone());
-    let taken = otlp::ingest(&opened, Signal::Metrics, converted, now)
+    let taken = otlp::ingest(&opened, converted)
         .await
         .map_err(Failure::of_ingest)?;
     written.exemplars = taken.exemplars;

@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use floe_catalog::governance::authz::{Caller, Privilege};
 use floe_catalog::{CatalogError, ErrorCode};
 use floe_stream::core::Layout;
+use floe_stream::core::dead_letter::Door;
 use floe_stream::core::{IngestError, Ingestor, Target};
 use floe_stream::decode::rows::{self as body, ARROW_STREAM, JSON, NDJSON};
 use iceberg::{NamespaceIdent, TableIdent};
@@ -215,7 +216,7 @@ pub async fn ingest(
             _ => None,
         },
     };
-    let mut opened = Ingestor::new(&ingest, &state.catalog)
+    let mut opened = Ingestor::new(&ingest, &state.catalog, Door::Http)
         .open(&caller, &warehouse, target, body.len() as u64)
         .await
         .map_err(refused)?;

@@ -68,6 +68,7 @@ management_routes! {
     "/pipelines" => get crate::pipelines::list, post crate::pipelines::create;
     "/pipelines/{name}" => get crate::pipelines::get, delete crate::pipelines::delete;
     "/pipelines/{name}/status" => get crate::pipelines::status;
+    "/pipelines/{name}/dead-letters/redrive" => post crate::pipelines::redrive;
 }
 
 /// The management routes; all but the OpenAPI document require an authenticated principal.

@@ -27,6 +27,7 @@ use floe_catalog::tenants::Tenant;
 use iceberg::TableIdent;
 
 use super::admit::{Admitted, admit};
+use super::dead_letter::{self, Door, Letter};
 use super::log::{Ingest, Receipt, table_arrow_schema};
 use super::target::{Creation, Layout, ensure, ensure_loaded};
 use super::{IngestError, Match, conform, upsert};
@@ -51,11 +52,13 @@ pub enum Target<'a> {
 pub struct Ingestor<'a> {
     log: &'a Arc<Ingest>,
     catalog: &'a CatalogService,
+    /// The door the requests come through (their dead letters say so).
+    door: Door,
 }
 
 impl<'a> Ingestor<'a> {
-    pub fn new(log: &'a Arc<Ingest>, catalog: &'a CatalogService) -> Self {
-        Self { log, catalog }
+    pub fn new(log: &'a Arc<Ingest>, catalog: &'a CatalogService, door: Door) -> Self {
+        Self { log, catalog, door }
     }
 
     /// The largest body a request may send (`--ingest-max-body-mb`).
@@ -185,17 +188,23 @@ impl Opened<'_> {
         self.log_as(batches, &self.schema, "rows").await
     }
 
-    /// `batches` conformed to `schema` (their columns found by name; its metadata kept) and
-    /// appended to the durable log; `what` they are, for the error.
+    /// `batches` conformed to `schema` (their columns found by name; its metadata kept, the
+    /// door added) and appended to the durable log; `what` they are, for the error.
     async fn log_as(
         &self,
         batches: &[RecordBatch],
         schema: &SchemaRef,
         what: &str,
     ) -> Result<Receipt, IngestError> {
+        let mut metadata = schema.metadata().clone();
+        metadata.insert(
+            dead_letter::DOOR_KEY.to_string(),
+            self.ingestor.door.as_str().to_string(),
+        );
+        let schema = Arc::new(schema.as_ref().clone().with_metadata(metadata));
         let rows = batches
             .iter()
-            .map(|b| conform(b, schema, Match::Name))
+            .map(|b| conform(b, &schema, Match::Name))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| {
                 IngestError::Invalid(format!(
@@ -229,17 +238,41 @@ impl Opened<'_> {
             )));
         };
         // The entry's schema says its rows are keys to delete.
-        let marked = Arc::new(keys.as_ref().clone().with_metadata(
-            std::collections::HashMap::from([(
-                upsert::OP_KEY.to_string(),
-                upsert::OP_DELETE.to_string(),
-            )]),
-        ));
+        let marked = upsert::marked_for_deletes(&keys);
         self.log_as(batches, &marked, "keys").await
     }
 
-    /// `batch`, rows of the tenant's `otel.<name>` (dead letters, exemplars: what a request
-    /// brings beside its table's rows), taken durably; the table is made with its layout on
+    /// Records of the request the table cannot take, kept durably as rows of its dead-letter
+    /// table ([`dead_letter`]), made on first use as the caller (who needs `write-data` on
+    /// it, and `create-table` on the namespace the first time).
+    pub async fn take_dead_letters(&self, letters: &[Letter]) -> Result<Receipt, IngestError> {
+        let (ident, schema) = dead_letter::ready(
+            self.ingestor.catalog,
+            self.caller,
+            self.warehouse,
+            &self.ident,
+        )
+        .await?;
+        let rows = dead_letter::batch(letters, floe_catalog::clock::now_ms() * 1000);
+        let rows = conform(&rows, &schema, Match::Name).map_err(|e| {
+            IngestError::Invalid(format!(
+                "dead-letter table {}.{ident} cannot take letters: {e}",
+                self.warehouse
+            ))
+        })?;
+        self.ingestor
+            .log
+            .append(self.warehouse, &ident, &[rows])
+            .await
+    }
+
+    /// The door the request came through.
+    pub fn door(&self) -> Door {
+        self.ingestor.door
+    }
+
+    /// `batch`, rows of the tenant's `otel.<name>` (exemplars: what a request brings beside
+    /// its table's rows), taken durably; the table is made with its layout on
     /// first write, as the caller.
     pub async fn take_otel(
         &self,

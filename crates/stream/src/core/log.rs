@@ -82,9 +82,9 @@ pub fn table_arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef, S
 pub struct Ingest {
     pub config: IngestConfig,
     /// Identifies this log in snapshot summaries (several nodes may ingest into one table).
-    log_id: String,
-    catalog: Arc<CatalogService>,
-    sql: Arc<floe_sql::SqlEngine>,
+    pub(super) log_id: String,
+    pub(super) catalog: Arc<CatalogService>,
+    pub(super) sql: Arc<floe_sql::SqlEngine>,
     tables: Mutex<HashMap<(String, TableIdent), Arc<TableLog>>>,
     /// Stops the committers.
     cancel: CancellationToken,
@@ -96,6 +96,8 @@ pub struct Ingest {
     inflight: Arc<AtomicU64>,
     /// One replay at a time on this node ([`super::replay`]).
     pub(super) replays: Mutex<()>,
+    /// Log entries' rows for dead-letter tables, appended by a task of their own.
+    pub(super) letters: tokio::sync::mpsc::UnboundedSender<super::dead_letter::keep::LettersToKeep>,
 }
 
 /// A request's bytes counted as in flight until it is answered.
@@ -120,8 +122,8 @@ struct TableMarker {
 
 /// One table's log: entries `<sequence>.arrow`, committed in sequence order.
 pub struct TableLog {
-    warehouse: String,
-    ident: TableIdent,
+    pub(super) warehouse: String,
+    pub(super) ident: TableIdent,
     pub(super) dir: PathBuf,
     state: Mutex<LogState>,
     /// The last sequence a committed snapshot covers.
@@ -226,6 +228,7 @@ impl Ingest {
                 id
             }
         };
+        let (letters, to_keep) = tokio::sync::mpsc::unbounded_channel();
         let ingest = Arc::new(Self {
             config,
             log_id,
@@ -237,7 +240,9 @@ impl Ingest {
             backlog: AtomicU64::new(0),
             inflight: Arc::default(),
             replays: Mutex::new(()),
+            letters,
         });
+        super::dead_letter::keep::start(&ingest, to_keep);
         for entry in std::fs::read_dir(&ingest.config.dir)? {
             let dir = entry?.path();
             let Ok(marker) = std::fs::read(dir.join("table.json")) else {
@@ -740,7 +745,7 @@ impl Ingest {
             .filter(|s| !state.writing.contains(s))
             .collect();
         for sequence in durable {
-            if let Err(e) = dead_letter::move_aside(&log.dir, sequence, reason) {
+            if let Err(e) = self.set_aside(log, sequence, None, reason).await {
                 tracing::warn!(table = %log.ident, sequence, error = %e, "dead-letter a log entry");
                 continue;
             }
@@ -807,14 +812,20 @@ impl Ingest {
                     Some(batches) => Ok(batches.as_ref().clone()),
                     None => read_raw(&log.dir, sequence),
                 };
-                let entry = raw.and_then(|raw| {
-                    let deletes = raw.first().is_some_and(|b| {
-                        b.schema()
-                            .metadata()
-                            .get(upsert::OP_KEY)
-                            .map(String::as_str)
-                            == Some(upsert::OP_DELETE)
-                    });
+                let raw = match raw {
+                    Ok(raw) => raw,
+                    Err(Unfit::Misfit(reason)) => {
+                        dead.push((sequence, reason, None));
+                        continue;
+                    }
+                    Err(Unfit::Io(e)) => {
+                        return Err(IngestError::Storage(format!(
+                            "read log entry {sequence}: {e}"
+                        )));
+                    }
+                };
+                let entry = {
+                    let deletes = upsert::deletes(&raw);
                     match (&key_schema, deletes) {
                         (None, true) => Err(Unfit::Misfit(format!(
                             "the entry deletes keys, but table {} is no longer an upsert table",
@@ -823,7 +834,7 @@ impl Ingest {
                         (Some(keys), true) => conform_entry(&raw, keys).map(|b| (b, true)),
                         (_, false) => conform_entry(&raw, &schema).map(|b| (b, false)),
                     }
-                });
+                };
                 match entry {
                     Ok((batches, deletes)) if key.is_some() => {
                         changes.extend(batches.into_iter().map(|batch| match deletes {
@@ -832,7 +843,7 @@ impl Ingest {
                         }));
                     }
                     Ok((batches, _)) => conformed.extend(batches),
-                    Err(Unfit::Misfit(reason)) => dead.push((sequence, reason)),
+                    Err(Unfit::Misfit(reason)) => dead.push((sequence, reason, Some(raw))),
                     Err(Unfit::Io(e)) => {
                         return Err(IngestError::Storage(format!(
                             "read log entry {sequence}: {e}"
@@ -842,16 +853,17 @@ impl Ingest {
             }
             // Moved aside before the commit: once a snapshot covers `last`, whatever is
             // still in the log up to it is taken for committed.
-            for (sequence, reason) in &dead {
-                dead_letter::move_aside(&log.dir, *sequence, reason).map_err(|e| {
-                    IngestError::Storage(format!("dead-letter log entry {sequence}: {e}"))
-                })?;
+            for (sequence, reason, raw) in &dead {
+                self.set_aside(log, *sequence, raw.as_deref(), reason)
+                    .await
+                    .map_err(|e| {
+                        IngestError::Storage(format!("dead-letter log entry {sequence}: {e}"))
+                    })?;
                 tracing::error!(
                     table = %log.ident,
                     sequence,
                     reason = %reason,
-                    dir = %dead_letter::dir(&log.dir).display(),
-                    "move ingest log entry to the dead-letter directory"
+                    "set an ingest log entry aside as dead letters"
                 );
                 log.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
                 log.recent.forget(*sequence, &self.kept);

@@ -27,7 +27,7 @@
 pub(crate) mod admit;
 pub(crate) mod commit;
 mod conform;
-mod dead_letter;
+pub mod dead_letter;
 pub(crate) mod evolve;
 mod fresh;
 pub(crate) mod infer;

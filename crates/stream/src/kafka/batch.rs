@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::dead_letter::{Door, Letter};
 
 /// Records read and not committed yet.
 #[derive(Default)]
@@ -40,6 +41,20 @@ pub(super) struct DeadLetter {
     pub(super) key: Option<Vec<u8>>,
     pub(super) value: Vec<u8>,
     pub(super) error: String,
+}
+
+impl DeadLetter {
+    /// The record as a letter of the one dead-letter form, from `pipeline`.
+    pub(super) fn letter(&self, pipeline: &str) -> Letter {
+        let mut letter = Letter::new(Door::Kafka, &self.error, Some(self.value.clone()));
+        letter.source = Some(self.topic.clone());
+        letter.partition = Some(self.partition);
+        letter.offset = Some(self.offset);
+        letter.timestamp_ms = self.timestamp_ms;
+        letter.key = self.key.clone();
+        letter.pipeline = Some(pipeline.to_string());
+        letter
+    }
 }
 
 impl Batch {
@@ -229,58 +244,4 @@ pub(super) fn decode(rows: &[u8], schema: &SchemaRef, strict: bool) -> Result<Re
         .map_err(|e| table_error("decode records", e))?;
     datafusion::arrow::compute::concat_batches(schema, &batches)
         .map_err(|e| table_error("decode records", e))
-}
-
-/// The dead letters as one Arrow batch: pipeline, topic, partition, offset, timestamp, key,
-/// value, error.
-pub(super) fn dead_letter_batch(
-    pipeline: &str,
-    dead: &[DeadLetter],
-) -> Result<(SchemaRef, RecordBatch)> {
-    use datafusion::arrow::array::{
-        BinaryArray, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray,
-    };
-    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("pipeline", DataType::Utf8, false),
-        Field::new("topic", DataType::Utf8, false),
-        Field::new("partition", DataType::Int32, false),
-        Field::new("offset", DataType::Int64, false),
-        Field::new(
-            "timestamp",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
-            true,
-        ),
-        Field::new("key", DataType::Binary, true),
-        Field::new("value", DataType::Binary, false),
-        Field::new("error", DataType::Utf8, false),
-    ]));
-    let timestamps: Vec<Option<i64>> = dead
-        .iter()
-        .map(|d| d.timestamp_ms.and_then(|ms| ms.checked_mul(1000)))
-        .collect();
-    let keys: Vec<Option<&[u8]>> = dead.iter().map(|d| d.key.as_deref()).collect();
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(vec![pipeline; dead.len()])),
-            Arc::new(StringArray::from_iter_values(
-                dead.iter().map(|d| d.topic.as_str()),
-            )),
-            Arc::new(Int32Array::from_iter_values(
-                dead.iter().map(|d| d.partition),
-            )),
-            Arc::new(Int64Array::from_iter_values(dead.iter().map(|d| d.offset))),
-            Arc::new(TimestampMicrosecondArray::from(timestamps).with_timezone("+00:00")),
-            Arc::new(BinaryArray::from(keys)),
-            Arc::new(BinaryArray::from_iter_values(
-                dead.iter().map(|d| d.value.as_slice()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                dead.iter().map(|d| d.error.as_str()),
-            )),
-        ],
-    )
-    .map_err(|e| table_error("build dead letters", e))?;
-    Ok((schema, batch))
 }

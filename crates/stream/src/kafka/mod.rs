@@ -9,11 +9,13 @@
 //!   offsets in the same snapshot — and its dead-letter table;
 //! - [`supervisor`]: the partitions of every pipeline dealt over the nodes, and this node's
 //!   share run;
+//! - [`redrive`]: the pipeline's dead letters sent back to its topics;
 //! - this module: the run loop.
 
 mod batch;
 mod changes;
 mod client;
+mod redrive;
 mod spec;
 mod supervisor;
 mod table;
@@ -45,6 +47,7 @@ use crate::{Result, StreamError, table_error};
 use batch::*;
 use client::*;
 pub use client::{PartitionLag, Watermarks, lag, partitions};
+pub use redrive::{Redriven, redrive};
 pub use spec::{Format, MetadataColumn, Mode, PipelineSpec, StartPosition};
 pub use supervisor::Pipelines;
 

@@ -270,7 +270,7 @@ impl PipelineSpec {
         Ok(())
     }
 
-    pub(super) fn ident(&self) -> Result<TableIdent> {
+    pub fn ident(&self) -> Result<TableIdent> {
         let namespace = NamespaceIdent::from_vec(self.namespace.clone())
             .map_err(|e| StreamError::Invalid(format!("namespace: {e}")))?;
         Ok(TableIdent::new(namespace, self.table.clone()))

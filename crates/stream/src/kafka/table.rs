@@ -1,5 +1,7 @@
 use super::*;
+use crate::core::dead_letter::{self, Letter};
 use crate::core::target::{Creation, Layout, ensure_loaded};
+use crate::core::{Match, conform};
 
 impl Pipeline {
     /// The pipeline's target table, if it exists.
@@ -260,37 +262,33 @@ impl Pipeline {
         .await?)
     }
 
-    /// The dead-letter table: the pipeline's target with `__dead_letters` appended.
+    /// The dead-letter table of the pipeline's target ([`dead_letter`]).
     pub(super) fn dead_letter_ident(&self) -> Result<TableIdent> {
-        let target = self.spec.ident()?;
-        Ok(TableIdent::new(
-            target.namespace().clone(),
-            format!("{}__dead_letters", self.spec.table),
-        ))
+        Ok(dead_letter::ident_of(&self.spec.ident()?))
     }
 
     pub(super) async fn load_dead_letters(&self) -> Result<Option<LoadedTable>> {
         self.load_ident(&self.dead_letter_ident()?).await
     }
 
-    /// Appends dead letters (creating their table on first use) with the batch's offsets.
+    /// Appends dead letters to the target's dead-letter table (made on first use, upgraded
+    /// from the earlier form) with the batch's offsets.
     pub(super) async fn commit_dead_letters(
         &self,
         dead: &[DeadLetter],
         offsets: &HashMap<(String, i32), i64>,
     ) -> Result<()> {
-        let (schema, batch) = dead_letter_batch(&self.spec.name, dead)?;
-        let ident = self.dead_letter_ident()?;
-        if self.load_dead_letters().await?.is_none() {
-            let layout = Layout {
-                schema,
-                partition: Vec::new(),
-                order: Vec::new(),
-                properties: HashMap::new(),
-                key: Vec::new(),
-            };
-            self.create(&ident, &layout).await?;
-        }
+        let (ident, schema) = dead_letter::ready(
+            &self.catalog,
+            &Caller::system(),
+            &self.spec.warehouse,
+            &self.spec.ident()?,
+        )
+        .await?;
+        let letters: Vec<Letter> = dead.iter().map(|d| d.letter(&self.spec.name)).collect();
+        let batch = dead_letter::batch(&letters, floe_catalog::clock::now_ms() * 1000);
+        let batch =
+            conform(&batch, &schema, Match::Name).map_err(|e| table_error("dead letters", e))?;
         self.append(&ident, batch, offsets, None).await?;
         Ok(())
     }

@@ -1,5 +1,7 @@
 //! The tables OpenTelemetry data lands in (docs/observability.md): `otel.logs`, `otel.spans`,
-//! `otel.metrics` and `otel.dead_letters` of the tenant's warehouse, created on first write.
+//! `otel.metrics` and `otel.exemplars` of the tenant's warehouse, created on first write (each
+//! table's refused records in its dead-letter table, `otel.<table>__dead_letters`:
+//! [`crate::core::dead_letter`]).
 //!
 //! Resource, scope and record attributes are maps of text; the keys dashboards filter on are
 //! columns of their own (`service_name`, `severity_number`, `trace_id`, `metric_name`, …).
@@ -21,7 +23,6 @@ pub const LOGS: &str = "logs";
 pub const SPANS: &str = "spans";
 pub const METRICS: &str = "metrics";
 pub const EXEMPLARS: &str = "exemplars";
-pub const DEAD_LETTERS: &str = "dead_letters";
 
 pub fn time() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
@@ -189,16 +190,6 @@ pub fn exemplars_schema() -> Arc<Schema> {
     Arc::new(Schema::new(fields))
 }
 
-pub fn dead_letters_schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![
-        Field::new("received_at", time(), false),
-        Field::new("service_name", DataType::Utf8, false),
-        Field::new("signal", DataType::Utf8, false),
-        Field::new("error", DataType::Utf8, false),
-        Field::new("record", DataType::Utf8, true),
-    ]))
-}
-
 /// Zstd, and bloom filters on `ids`.
 fn properties(ids: &[&str]) -> HashMap<String, String> {
     let mut properties = HashMap::from([(
@@ -236,13 +227,7 @@ pub fn layout(name: &str) -> Layout {
         LOGS => by_day_and_service(logs_schema(), "time", &["trace_id", "span_id"]),
         SPANS => by_day_and_service(spans_schema(), "time", &["trace_id", "span_id"]),
         METRICS => by_day_and_service(metrics_schema(), "time", &["metric_name"]),
-        EXEMPLARS => by_day_and_service(exemplars_schema(), "time", &["trace_id"]),
-        _ => Layout {
-            schema: dead_letters_schema(),
-            partition: vec![("received_at".to_string(), Transform::Day)],
-            order: Vec::new(),
-            properties: properties(&[]),
-            key: Vec::new(),
-        },
+        // EXEMPLARS: the names are this module's constants.
+        _ => by_day_and_service(exemplars_schema(), "time", &["trace_id"]),
     }
 }

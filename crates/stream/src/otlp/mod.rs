@@ -5,8 +5,8 @@
 //!
 //! A record that cannot be a row (an id of the wrong length, a span without ids, a metric
 //! without data) is refused on its own: the rest of the request is taken, the refused records
-//! go to `otel.dead_letters` with their reason, and the answer's `partial_success` counts
-//! them, as OTLP asks.
+//! go to the signal table's dead letters (`otel.logs__dead_letters`, …) with their reason,
+//! and the answer's `partial_success` counts them, as OTLP asks.
 
 pub mod bounds;
 pub mod exemplars;
@@ -19,9 +19,8 @@ mod special_floats;
 pub mod values;
 
 use std::io::Read;
-use std::sync::Arc;
 
-use datafusion::arrow::array::{RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
+use datafusion::arrow::array::RecordBatch;
 use iceberg::{NamespaceIdent, TableIdent};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -29,6 +28,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 pub use opentelemetry_proto;
 
+use crate::core::dead_letter::{Door, Letter};
 use crate::core::{IngestError, Opened};
 use floe_catalog::ErrorCode;
 
@@ -220,31 +220,16 @@ pub fn convert(request: &Request, now: i64) -> Converted {
     }
 }
 
-/// The refused records of `signal` as rows of `otel.dead_letters`.
-pub fn dead_letters(signal: Signal, rejected: &[Rejected], now: i64) -> RecordBatch {
-    let mut received = TimestampMicrosecondBuilder::new().with_timezone("+00:00");
-    let mut service = StringBuilder::new();
-    let mut kind = StringBuilder::new();
-    let mut error = StringBuilder::new();
-    let mut record = StringBuilder::new();
-    for r in rejected {
-        received.append_value(now);
-        service.append_value(&r.service);
-        kind.append_value(signal.path());
-        error.append_value(&r.error);
-        record.append_option(r.record.as_deref());
-    }
-    RecordBatch::try_new(
-        layout::dead_letters_schema(),
-        vec![
-            Arc::new(received.finish()),
-            Arc::new(service.finish()),
-            Arc::new(kind.finish()),
-            Arc::new(error.finish()),
-            Arc::new(record.finish()),
-        ],
-    )
-    .expect("the builders follow the dead-letter layout")
+/// The refused records as letters of the door `door` (the signal's table's dead letters).
+pub fn dead_letters(door: Door, rejected: &[Rejected]) -> Vec<Letter> {
+    rejected
+        .iter()
+        .map(|r| {
+            let mut letter = Letter::new(door, &r.error, r.record.clone().map(String::into_bytes));
+            letter.source = Some(r.service.clone());
+            letter
+        })
+        .collect()
 }
 
 /// What a request's rows became.
@@ -252,7 +237,7 @@ pub fn dead_letters(signal: Signal, rejected: &[Rejected], now: i64) -> RecordBa
 pub struct Taken {
     /// Records taken durably (they reach their table exactly once).
     pub accepted: usize,
-    /// Records refused (in `otel.dead_letters`).
+    /// Records refused (in the signal's table's dead letters, `otel.<table>__dead_letters`).
     pub rejected: usize,
     /// The first refusal's reason, for the answer.
     pub error_message: Option<String>,
@@ -271,14 +256,9 @@ pub fn table_ident(name: &str) -> TableIdent {
 /// `converted` (the rows of a `signal` request) taken durably through `opened` (the
 /// request opened on the signal's table): its exemplars into `otel.exemplars` first (should
 /// the rest fail, a sender's retry doubles exemplars, never records), the rows into the
-/// signal's table, the refused records into `otel.dead_letters`. Once this returns, the
-/// request may be answered.
-pub async fn ingest(
-    opened: &Opened<'_>,
-    signal: Signal,
-    converted: Converted,
-    now: i64,
-) -> Result<Taken, IngestError> {
+/// signal's table, the refused records into its dead letters (`otel.<table>__dead_letters`).
+/// Once this returns, the request may be answered.
+pub async fn ingest(opened: &Opened<'_>, converted: Converted) -> Result<Taken, IngestError> {
     let mut taken = Taken {
         rejected: converted.rejected.len(),
         error_message: converted.rejected.first().map(|r| r.error.clone()),
@@ -303,8 +283,8 @@ pub async fn ingest(
         taken.accepted = rows;
     }
     if !converted.rejected.is_empty() {
-        let letters = dead_letters(signal, &converted.rejected, now);
-        opened.take_otel(layout::DEAD_LETTERS, &letters).await?;
+        let letters = dead_letters(opened.door(), &converted.rejected);
+        opened.take_dead_letters(&letters).await?;
     }
     Ok(taken)
 }

@@ -1,8 +1,8 @@
 //! A tenant's per-record limits over a request's rows: records with more attributes than
 //! `max-attributes`, or an attribute key or value longer than `max-attribute-bytes`, and
-//! metric points of a new series past `max-active-series`, are refused one by one (into
-//! `otel.dead_letters`, counted by OTLP's `partial_success`); the rest of the request is
-//! taken. Rows are screened as the layouts hold them, so every door (OTLP over HTTP and
+//! metric points of a new series past `max-active-series`, are refused one by one (into the
+//! table's dead letters, `otel.<table>__dead_letters`, counted by OTLP's `partial_success`);
+//! the rest of the request is taken. Rows are screened as the layouts hold them, so every door (OTLP over HTTP and
 //! gRPC, remote write) is screened alike.
 
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};

@@ -18,7 +18,7 @@
 //! ([`v1::MetadataMemory`]); a family nothing has described yet is typed by the names
 //! Prometheus gives counters (`_total`, and `_bucket` with an `le` label). What a series
 //! cannot be (no name, a histogram of an unknown schema) is refused alone, into
-//! `otel.dead_letters`, and [`Written`] counts what was taken, for 2.0's
+//! `otel.metrics__dead_letters`, and [`Written`] counts what was taken, for 2.0's
 //! `X-Prometheus-Remote-Write-*-Written` headers.
 
 pub mod native;

@@ -208,7 +208,7 @@ async fn records_deleted_by_retention_are_a_dead_letter_not_a_silent_skip() {
     assert_eq!(stats.records_lost, (low - 10) as u64);
     let dead = text_rows(
         &engine,
-        "SELECT \"offset\", error FROM raw.short__dead_letters",
+        "SELECT \"offset\", reason FROM raw.short__dead_letters",
     )
     .await;
     assert_eq!(dead.len(), 1, "{dead:?}");
@@ -454,7 +454,7 @@ async fn avro_records_land_typed_and_evolve_with_their_registry_schema() {
     );
     let dead = text_rows(
         &engine,
-        "SELECT \"offset\", error FROM raw.orders__dead_letters ORDER BY \"offset\"",
+        "SELECT \"offset\", reason FROM raw.orders__dead_letters ORDER BY \"offset\"",
     )
     .await;
     assert_eq!(dead.len(), 2, "{dead:?}");
@@ -595,7 +595,7 @@ async fn protobuf_records_land_typed_through_the_registry() {
             "2|item-2|2.5|PAID|s1|2|2025-11-24T16:00:02Z|even|cafe|7"
         ]
     );
-    let dead = text_rows(&engine, "SELECT error FROM raw.orders__dead_letters").await;
+    let dead = text_rows(&engine, "SELECT reason FROM raw.orders__dead_letters").await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(dead[0].contains("name no message"), "{dead:?}");
 }

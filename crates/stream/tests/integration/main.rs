@@ -155,7 +155,7 @@ async fn dead_letters(engine: &SqlEngine) -> Vec<(i32, i64, String)> {
         warehouse: Some("wh".into()),
         ..Default::default()
     };
-    let sql = "SELECT \"partition\", \"offset\", error FROM raw.events__dead_letters";
+    let sql = "SELECT \"partition\", \"offset\", reason FROM raw.events__dead_letters";
     let Ok(result) = engine.query(&Caller::system(), sql, &options).await else {
         return Vec::new();
     };
@@ -321,4 +321,5 @@ async fn json_topic_lands_exactly_once_across_restarts() {
     );
 }
 
+mod dead_letters;
 mod formats;

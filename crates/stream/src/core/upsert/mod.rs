@@ -42,6 +42,20 @@ pub const OP_KEY: &str = "floe.op";
 /// [`OP_KEY`]'s value for deletes.
 pub const OP_DELETE: &str = "delete";
 
+/// Whether a log entry's `batches` are keys to delete ([`OP_KEY`] on their schema).
+pub fn deletes(batches: &[RecordBatch]) -> bool {
+    batches
+        .first()
+        .is_some_and(|b| b.schema().metadata().get(OP_KEY).map(String::as_str) == Some(OP_DELETE))
+}
+
+/// `schema` marked as the schema of keys to delete ([`OP_KEY`]).
+pub fn marked_for_deletes(schema: &SchemaRef) -> SchemaRef {
+    let mut metadata = schema.metadata().clone();
+    metadata.insert(OP_KEY.to_string(), OP_DELETE.to_string());
+    std::sync::Arc::new(schema.as_ref().clone().with_metadata(metadata))
+}
+
 /// Tries of a commit that keeps losing its race.
 const ATTEMPTS: usize = 8;
 

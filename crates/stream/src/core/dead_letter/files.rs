@@ -1,4 +1,5 @@
-//! Log entries a table can no longer take, kept beside its log: `dead-letter/<sequence>.arrow`
+//! Log entries a table can no longer take whose dead-letter table cannot take them either
+//! (see [`super::keep`]), kept beside its log: `dead-letter/<sequence>.arrow`
 //! (the entry as it was acknowledged, an Arrow IPC stream) and `dead-letter/<sequence>.json`
 //! (why, and when). Nothing in them is lost: an operator reads them (`pyarrow.ipc.open_stream`)
 //! and sends them again once the table takes them, then deletes them.
@@ -12,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::log::write_durably;
+use crate::core::log::write_durably;
 
-pub(super) const DIR: &str = "dead-letter";
+pub(crate) const DIR: &str = "dead-letter";
 
 /// Moves the log entry `sequence` of the log in `log_dir` aside, with `reason`.
-pub(super) fn move_aside(log_dir: &Path, sequence: u64, reason: &str) -> std::io::Result<()> {
+pub(crate) fn move_aside(log_dir: &Path, sequence: u64, reason: &str) -> std::io::Result<()> {
     let dir = log_dir.join(DIR);
     std::fs::create_dir_all(&dir)?;
     let note = json!({
@@ -37,13 +38,24 @@ pub(super) fn move_aside(log_dir: &Path, sequence: u64, reason: &str) -> std::io
     std::fs::File::open(log_dir)?.sync_all()
 }
 
+/// Drops the log entry `sequence` of the log in `log_dir` once its rows are kept elsewhere
+/// (its dead-letter table's log), durably: removed, and the directory synced.
+pub(crate) fn drop_entry(log_dir: &Path, sequence: u64) -> std::io::Result<()> {
+    match std::fs::remove_file(log_dir.join(format!("{sequence:020}.arrow"))) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::File::open(log_dir)?.sync_all()
+}
+
 /// The sequences of the entries dead-lettered in the log in `log_dir`.
-pub(super) fn sequences(log_dir: &Path) -> Vec<u64> {
+pub(crate) fn sequences(log_dir: &Path) -> Vec<u64> {
     entries_in(&log_dir.join(DIR))
 }
 
 /// The sequences of the log entries (`<sequence>.arrow`) in `dir`, in order.
-pub(super) fn entries_in(dir: &Path) -> Vec<u64> {
+pub(crate) fn entries_in(dir: &Path) -> Vec<u64> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -61,7 +73,7 @@ pub(super) fn entries_in(dir: &Path) -> Vec<u64> {
 }
 
 /// Where the dead letters of the log in `log_dir` are.
-pub(super) fn dir(log_dir: &Path) -> PathBuf {
+pub(crate) fn dir(log_dir: &Path) -> PathBuf {
     log_dir.join(DIR)
 }
 
