@@ -284,8 +284,8 @@ def test_a_required_column_added_after_the_acknowledgement_does_not_wedge_the_lo
         update.add_column("tenant", LongType(), required=True)
     second = post(floe, "ing.required", ndjson([{"id": 2, "tenant": 7}]), token, "application/x-ndjson", wait="commit")
     assert second.status_code == 200, second.text
-    # The log goes on: the entry it could not write is a dead letter (a row of
-    # ing.required__dead_letters, not a file beside the log).
+    # The log goes on: the entry it could not write is a dead letter, kept beside the log as
+    # acknowledged (for replay) and as rows of ing.required__dead_letters (to read).
     third = post(floe, "ing.required", ndjson([{"id": 3, "tenant": 8}]), token, "application/x-ndjson", wait="commit")
     assert third.status_code == 200, third.text
     rows = sorted(floe.pyiceberg().load_table("ing.required").scan().to_arrow().to_pylist(), key=lambda r: r["id"])
@@ -293,8 +293,16 @@ def test_a_required_column_added_after_the_acknowledgement_does_not_wedge_the_lo
 
     status = floe.api("GET", "/api/v1/ingest/status").json()["tables"]
     log = [t for t in status if t["table"] == "required"][0]
-    assert log["dead-letter-entries"] == 0 and log["pending-entries"] == 0, log
+    assert log["dead-letter-entries"] == 1 and log["pending-entries"] == 0, log
     assert log["last-error"] is None, log
+    from pathlib import Path
+
+    letters = Path(log["dead-letter-dir"])
+    entry = next(letters.glob("*.arrow"))
+    kept = pa.ipc.open_stream(entry.read_bytes()).read_all()
+    assert kept.column("id").to_pylist() == [1] and kept.column("name").to_pylist() == ["a"]
+    reason = json.loads(entry.with_suffix(".json").read_text())
+    assert "tenant" in reason["error"], reason
     metrics = floe.api("GET", "/metrics").text
     assert f'floe_ingest_dead_letters_total{{table="{floe.warehouse}.ing.required"}} 1' in metrics
     # And in the one dead-letter form every door shares: a row per row, queryable.

@@ -1,4 +1,13 @@
-//! `floe`: the one binary. Parses flags, sets up tracing and dispatches.
+//! `floe`: the one binary. Parses flags, sets up tracing and dispatches to a subcommand:
+//!
+//! - `serve` ([`serve`]): the server — catalog, management API, SQL doors, ingestion,
+//!   pipelines and maintenance jobs on one node; `worker` ([`worker`]): a node that runs
+//!   distributed query stages;
+//! - clients of a running server: `sql`, `warehouse`, `admin`, `audit`, `tenant`,
+//!   `pipeline`, `ingest`, `table`, `maintenance` (over [`client`]);
+//! - `migrate` ([`migrate`]): tables moved onto Floe from other catalogs;
+//! - `bench` ([`bench`]): the benchmarks that measure Floe against its peers, side by side
+//!   (TPC-H, TPC-DS, ingestion, upserts, the catalog), and the randomized differential fuzzer.
 
 mod admin;
 mod audit;

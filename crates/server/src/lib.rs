@@ -1,13 +1,21 @@
-//! Floe's HTTP front door.
+//! Floe's front doors: every one a thin adapter that decodes a protocol, calls one core and
+//! answers in the protocol's own form.
 //!
-//! - `/catalog/v1/…`: the Iceberg REST catalog ([`rest`]).
-//! - `/api/v1/…`: the management API ([`management`]), described at `/api/v1/openapi.json`.
-//! - `/console/`: the web console ([`console`]).
-//! - `/health` and `/metrics`.
+//! - `/catalog/v1/…`: the Iceberg REST catalog ([`rest`], one file per resource) over
+//!   [`floe_catalog::service::CatalogService`].
+//! - `/api/v1/…`: the management API ([`management`], described at `/api/v1/openapi.json`):
+//!   principals and grants, warehouses, maintenance, [`pipelines`], [`tenants`], the
+//!   [`cluster`]'s workers, and `/api/v1/sql`.
+//! - SQL over the PostgreSQL wire ([`pg`]) and Arrow Flight SQL ([`flight`]): like
+//!   `/api/v1/sql`, each calls `floe_sql::SqlEngine::query`.
+//! - The push doors — `/ingest/v1` ([`ingest`]), OTLP over HTTP ([`otlp`]) and gRPC
+//!   ([`otlp_grpc`]), Prometheus remote write — decode within their budgets and hand the rows
+//!   to floe-stream's `Ingestor`; they make no catalog call of their own.
+//! - `/console/` ([`console`]), `/health` and `/metrics`.
 //!
-//! Handlers are thin: they parse the request, call [`floe_catalog::service::CatalogService`]
-//! and shape the response. Errors become the Iceberg `ErrorModel` in exactly one place,
-//! [`error`].
+//! Around them: authentication (bearer tokens, OIDC: [`oidc`]) and the audit layer
+//! ([`audit`]), `Idempotency-Key` replays, TLS ([`tls`]). Catalog errors become the Iceberg
+//! `ErrorModel` in exactly one place, [`error`].
 
 pub mod audit;
 mod auth;

@@ -42,8 +42,25 @@ pub struct FileKeys {
     pub positions: Vec<u64>,
 }
 
+/// Which rows a read keeps: each file's rows (its columns as read) to a keep-or-not per row.
+pub type Keep<'a> = dyn Fn(&RecordBatch) -> Vec<bool> + Send + Sync + 'a;
+
+/// How a read goes beyond an upsert index's needs (the default: every live row of every file,
+/// a file without one of the columns refused).
+#[derive(Default, Clone, Copy)]
+pub struct Reading<'a> {
+    /// A column a file does not have (it was written before the column was added) reads as
+    /// nulls, as Iceberg's schema evolution says.
+    pub missing_as_null: bool,
+    /// Only these data files.
+    pub only: Option<&'a HashSet<String>>,
+    /// Only the rows this keeps, decided as each file is read (so that what is not kept is
+    /// never held all at once).
+    pub keep: Option<&'a Keep<'a>>,
+}
+
 /// The live rows of `tasks`' data files, as `key_ids` (columns of `schema`, the table's
-/// current schema, whose ids `ids` gives) and positions.
+/// current schema, whose ids `ids` gives) and positions, as `reading` says.
 pub(crate) async fn read(
     index: &ManifestIndex,
     files: &TableFiles,
@@ -51,10 +68,16 @@ pub(crate) async fn read(
     schema: &SchemaRef,
     ids: &FieldIds,
     key_ids: &[i32],
+    reading: Reading<'_>,
 ) -> Result<Vec<FileKeys>> {
     let mut seen = HashSet::new();
     let tasks: Vec<FileScanTask> = tasks
         .into_iter()
+        .filter(|t| {
+            reading
+                .only
+                .is_none_or(|only| only.contains(&t.data_file_path))
+        })
         .filter(|t| seen.insert(t.data_file_path.clone()))
         .collect();
     if let Some(task) = tasks.iter().find(|t| {
@@ -103,8 +126,29 @@ pub(crate) async fn read(
                     task.data_file_path
                 ))
             })?;
-            let (keys, positions) =
-                read_file(files, &task, key_fields, &key_schema, &removed).await?;
+            let (keys, positions) = read_file(
+                files,
+                &task,
+                key_fields,
+                &key_schema,
+                &removed,
+                reading.missing_as_null,
+            )
+            .await?;
+            let (keys, positions) = match reading.keep {
+                None => (keys, positions),
+                Some(keep) => {
+                    let kept = keep(&keys);
+                    let mask = datafusion::arrow::array::BooleanArray::from(kept.clone());
+                    let keys = datafusion::arrow::compute::filter_record_batch(&keys, &mask)?;
+                    let positions = positions
+                        .into_iter()
+                        .zip(kept)
+                        .filter_map(|(p, k)| k.then_some(p))
+                        .collect();
+                    (keys, positions)
+                }
+            };
             Ok::<_, DataFusionError>(FileKeys {
                 data_file: task.data_file_path,
                 spec_id,
@@ -114,10 +158,14 @@ pub(crate) async fn read(
             })
         }
     });
-    futures::stream::iter(reads)
+    let read: Vec<FileKeys> = futures::stream::iter(reads)
         .buffer_unordered(CONCURRENCY)
         .try_collect()
-        .await
+        .await?;
+    Ok(read
+        .into_iter()
+        .filter(|f| reading.keep.is_none() || !f.positions.is_empty())
+        .collect())
 }
 
 /// The key columns and positions of one data file's rows not in `removed`.
@@ -127,6 +175,7 @@ async fn read_file(
     key_fields: &[(i32, Field)],
     key_schema: &SchemaRef,
     removed: &RoaringTreemap,
+    missing_as_null: bool,
 ) -> Result<(RecordBatch, Vec<u64>)> {
     let location = &task.data_file_path;
     let size = task.file_size_in_bytes;
@@ -140,28 +189,27 @@ async fn read_file(
     let file_schema = builder.schema().clone();
     let has_ids = file_schema.fields().iter().any(|f| field_id(f).is_some());
     // Each key column's root in the file: by id, or by name in a file written without ids.
-    let roots: Vec<usize> = key_fields
+    let roots: Vec<Option<usize>> = key_fields
         .iter()
         .map(|(id, field)| {
-            file_schema
-                .fields()
-                .iter()
-                .position(|f| {
-                    if has_ids {
-                        field_id(f) == Some(*id)
-                    } else {
-                        f.name() == field.name()
-                    }
-                })
-                .ok_or_else(|| {
-                    DataFusionError::Execution(format!(
-                        "data file {location} has no column for the key {}",
-                        field.name()
-                    ))
-                })
+            let root = file_schema.fields().iter().position(|f| {
+                if has_ids {
+                    field_id(f) == Some(*id)
+                } else {
+                    f.name() == field.name()
+                }
+            });
+            match root {
+                Some(root) => Ok(Some(root)),
+                None if missing_as_null => Ok(None),
+                None => Err(DataFusionError::Execution(format!(
+                    "data file {location} has no column for the key {}",
+                    field.name()
+                ))),
+            }
         })
         .collect::<Result<_>>()?;
-    let mut sorted = roots.clone();
+    let mut sorted: Vec<usize> = roots.iter().flatten().copied().collect();
     sorted.sort_unstable();
     sorted.dedup();
     let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), sorted.clone());
@@ -179,10 +227,16 @@ async fn read_file(
         let columns: Vec<ArrayRef> = roots
             .iter()
             .zip(key_fields)
-            .map(|(root, (_, field))| {
-                let at = sorted.binary_search(root).expect("projected");
-                let values = take(batch.column(at), &indices, None)?;
-                Ok(cast(&values, field.data_type())?)
+            .map(|(root, (_, field))| match root {
+                Some(root) => {
+                    let at = sorted.binary_search(root).expect("projected");
+                    let values = take(batch.column(at), &indices, None)?;
+                    Ok(cast(&values, field.data_type())?)
+                }
+                None => Ok(datafusion::arrow::array::new_null_array(
+                    field.data_type(),
+                    indices.len(),
+                )),
             })
             .collect::<Result<_>>()?;
         batches.push(RecordBatch::try_new(key_schema.clone(), columns)?);

@@ -245,6 +245,18 @@ impl IcebergTableProvider {
     /// their positions in their data files, file by file ([`super::live_keys`]): what an
     /// upsert table's key index is built from. Needs `read-data`, as a scan does.
     pub async fn live_keys(&self, key_ids: &[i32]) -> Result<Vec<super::live_keys::FileKeys>> {
+        self.live_columns(key_ids, super::live_keys::Reading::default())
+            .await
+    }
+
+    /// The live rows of the snapshot as columns `ids` and positions, read as `reading` says
+    /// (missing columns as nulls, some files, some rows): what Floe reads of a dead-letter
+    /// table to find letters to take again. Needs `read-data`.
+    pub async fn live_columns(
+        &self,
+        key_ids: &[i32],
+        reading: super::live_keys::Reading<'_>,
+    ) -> Result<Vec<super::live_keys::FileKeys>> {
         self.authorize_read().await?;
         let tasks = self.plan(&[]).await?;
         if tasks.is_empty() {
@@ -255,7 +267,16 @@ impl IcebergTableProvider {
             reach: self.files.reach().clone(),
         };
         let index = manifests::index(&self.table()?, self.snapshot_id).await?;
-        super::live_keys::read(&index, &files, tasks, &self.schema, &self.ids, key_ids).await
+        super::live_keys::read(
+            &index,
+            &files,
+            tasks,
+            &self.schema,
+            &self.ids,
+            key_ids,
+            reading,
+        )
+        .await
     }
 
     /// The table as iceberg's reader and inspectors take it.

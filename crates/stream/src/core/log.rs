@@ -737,28 +737,33 @@ impl Ingest {
 
     /// Moves every durable pending entry of `log` to its dead letters with `reason`.
     async fn set_aside_all(&self, log: &TableLog, reason: &str) {
-        let mut state = log.state.lock().await;
-        let durable: Vec<u64> = state
-            .pending
-            .keys()
-            .copied()
-            .filter(|s| !state.writing.contains(s))
-            .collect();
+        // Listed, then set aside without the lock (this committer is the only one to remove
+        // pending entries; requests may append meanwhile).
+        let durable: Vec<u64> = {
+            let state = log.state.lock().await;
+            state
+                .pending
+                .keys()
+                .copied()
+                .filter(|s| !state.writing.contains(s))
+                .collect()
+        };
         for sequence in durable {
             if let Err(e) = self.set_aside(log, sequence, None, reason).await {
                 tracing::warn!(table = %log.ident, sequence, error = %e, "dead-letter a log entry");
                 continue;
             }
             log.recent.forget(sequence, &self.kept);
+            let mut state = log.state.lock().await;
             if let Some(size) = state.pending.remove(&sequence) {
                 self.backlog.fetch_sub(size, Ordering::Relaxed);
             }
             state.dead.insert(sequence);
+            log.stats
+                .pending
+                .store(state.pending.len() as u64, Ordering::Relaxed);
             log.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
         }
-        log.stats
-            .pending
-            .store(state.pending.len() as u64, Ordering::Relaxed);
         tracing::warn!(table = %log.ident, reason, "set the ingest log's entries aside");
     }
 

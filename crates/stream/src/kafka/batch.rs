@@ -39,14 +39,15 @@ pub(super) struct DeadLetter {
     pub(super) offset: i64,
     pub(super) timestamp_ms: Option<i64>,
     pub(super) key: Option<Vec<u8>>,
-    pub(super) value: Vec<u8>,
+    /// The record's value; none for a tombstone, or for a gap of records the broker deleted.
+    pub(super) value: Option<Vec<u8>>,
     pub(super) error: String,
 }
 
 impl DeadLetter {
     /// The record as a letter of the one dead-letter form, from `pipeline`.
     pub(super) fn letter(&self, pipeline: &str) -> Letter {
-        let mut letter = Letter::new(Door::Kafka, &self.error, Some(self.value.clone()));
+        let mut letter = Letter::new(Door::Kafka, &self.error, self.value.clone());
         letter.source = Some(self.topic.clone());
         letter.partition = Some(self.partition);
         letter.offset = Some(self.offset);

@@ -304,7 +304,7 @@ impl Pipeline {
                                 offset: source.offset,
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key,
-                                value: source.original.unwrap_or_else(|| payload.to_vec()),
+                                value: value.map(|v| source.original.unwrap_or_else(|| v.to_vec())),
                                 error,
                             },
                             &dead_committed,
@@ -449,7 +449,7 @@ impl Pipeline {
                         offset: *at,
                         timestamp_ms: None,
                         key: None,
-                        value: Vec::new(),
+                        value: None,
                         error: format!(
                             "offsets {at} to {} ({count} records) were deleted by the broker's \
                              retention before the pipeline read them",

@@ -6,9 +6,14 @@
 //!
 //! Only letters of this pipeline (`pipeline` names it; `door` is `kafka`, or empty on rows of
 //! the earlier form) whose `source` is one of the pipeline's topics are sent: a row someone
-//! wrote into the dead-letter table naming another topic is never produced anywhere. A crash
-//! between sending and removing leaves the letters to be sent once more by the next redrive.
-//! Record headers are not kept in a dead letter, so they are not sent back.
+//! wrote into the dead-letter table naming another topic is never produced anywhere (one
+//! naming the pipeline's own topic is, like any letter: writing a dead-letter table is
+//! writing its table, through a redrive). A letter with a key and no record is a tombstone and
+//! is sent as one; one with neither (a gap the broker's retention made) is kept. One redrive
+//! sends at most 64 MiB of records (`more` says when letters are left), one at a time per
+//! pipeline on a node. A crash between sending and removing leaves the letters to be sent
+//! once more by the next redrive. Record headers are not kept in a dead letter, so they are
+//! not sent back.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -24,6 +29,14 @@ use super::client::metadata_consumer;
 use crate::core::dead_letter::held::{self, Held};
 use crate::{Result, StreamError};
 
+/// The redrives of each pipeline on this node (one at a time).
+static RUNNING: std::sync::LazyLock<
+    std::sync::Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// The most bytes of records one redrive reads and sends.
+const MOST_BYTES: usize = 64 << 20;
+
 /// How long one record's delivery may take.
 const DELIVERY: Duration = Duration::from_secs(30);
 
@@ -37,6 +50,8 @@ pub struct Redriven {
     pub sent: usize,
     /// Letters left as they are, with why.
     pub kept: Vec<String>,
+    /// More letters than one redrive sends (64 MiB of records): run it again.
+    pub more: bool,
 }
 
 /// A letter's place in its topic: (topic, partition, offset).
@@ -60,28 +75,52 @@ pub async fn redrive(
     sql: &SqlEngine,
     dry_run: bool,
 ) -> Result<Redriven> {
+    // One redrive of a pipeline at a time on a node: two would send the same letters.
+    let one = {
+        let mut running = RUNNING.lock().expect("redrives");
+        running
+            .entry(spec.name.clone())
+            .or_insert_with(|| std::sync::Arc::new(tokio::sync::Mutex::new(())))
+            .clone()
+    };
+    let _one_at_a_time = one.lock().await;
     let target = spec.ident()?;
     let name = spec.name.clone();
     let ours = move |letter: &Held| of_pipeline(letter, &name);
-    let (_, mut letters) = held::find(catalog, sql, &spec.warehouse, &target, &ours).await?;
+    let found = held::find(
+        catalog,
+        sql,
+        &spec.warehouse,
+        &target,
+        &ours,
+        Some(MOST_BYTES),
+    )
+    .await?;
+    let mut letters = found.letters;
     letters.sort_by_key(place);
     let mut done = Redriven {
         letters: letters.len(),
+        more: found.more,
         ..Redriven::default()
     };
     let mut sendable = Vec::new();
     for letter in letters {
-        match (place(&letter), &letter.record) {
-            (Some((topic, _, _)), Some(_)) if spec.topics.contains(&topic) => sendable.push(letter),
-            (Some((topic, partition, offset)), Some(_)) => done.kept.push(format!(
+        let Some((topic, partition, offset)) = place(&letter) else {
+            done.kept
+                .push("a letter without its topic, partition and offset".into());
+            continue;
+        };
+        if !spec.topics.contains(&topic) {
+            done.kept.push(format!(
                 "{topic}/{partition}@{offset}: {topic:?} is not a topic of the pipeline"
-            )),
-            (Some((topic, partition, offset)), None) => done.kept.push(format!(
+            ));
+        } else if letter.record.is_none() && letter.key.is_none() {
+            // A gap of records the broker deleted, not a record.
+            done.kept.push(format!(
                 "{topic}/{partition}@{offset}: the letter holds no record"
-            )),
-            (None, _) => done
-                .kept
-                .push("a letter without its topic, partition and offset".into()),
+            ));
+        } else {
+            sendable.push(letter);
         }
     }
     if dry_run || sendable.is_empty() {
@@ -98,8 +137,11 @@ pub async fn redrive(
     let mut failure = None;
     for letter in &sendable {
         let (topic, partition, offset) = place(letter).expect("sendable letters have a place");
-        let mut record: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(&topic).payload(letter.record.as_deref().unwrap_or_default());
+        // A letter with a key and no record is a tombstone: sent as one (a null value).
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic);
+        if let Some(value) = &letter.record {
+            record = record.payload(value);
+        }
         if let Some(key) = &letter.key {
             record = record.key(key);
         }

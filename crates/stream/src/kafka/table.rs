@@ -211,9 +211,9 @@ impl Pipeline {
                                 offset: source.offset,
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key.clone(),
-                                value: source.original.clone().unwrap_or_else(|| {
+                                value: Some(source.original.clone().unwrap_or_else(|| {
                                     row.strip_suffix(b"\n").unwrap_or(row).to_vec()
-                                }),
+                                })),
                                 error: crate::format::object_error(row)
                                     .unwrap_or_else(|| format!("does not fit the table: {e}")),
                             };

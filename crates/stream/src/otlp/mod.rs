@@ -277,14 +277,30 @@ pub async fn ingest(opened: &Opened<'_>, converted: Converted) -> Result<Taken, 
             Err(e) => return Err(e),
         }
     }
+    // The refused records before the rows: should the letters fail, nothing of the request is
+    // taken yet and the sender's retry doubles nothing but letters.
+    if !converted.rejected.is_empty() {
+        let letters = dead_letters(opened.door(), &converted.rejected);
+        match opened.take_dead_letters(&letters).await {
+            Ok(_) => {}
+            // A caller who may write the signal's table but not its dead letters, or a table
+            // of that name that is not Floe's: the refusals are still answered (counted in
+            // `partial_success`), only not kept.
+            Err(IngestError::Catalog(e))
+                if matches!(e.code(), ErrorCode::PermissionDenied | ErrorCode::NotFound) =>
+            {
+                tracing::debug!(error = %e, "dead letters not kept");
+            }
+            Err(IngestError::Invalid(e)) => {
+                tracing::warn!(error = %e, "dead letters not kept");
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let rows = converted.batch.num_rows();
     if rows > 0 {
         opened.take(&[converted.batch]).await?;
         taken.accepted = rows;
-    }
-    if !converted.rejected.is_empty() {
-        let letters = dead_letters(opened.door(), &converted.rejected);
-        opened.take_dead_letters(&letters).await?;
     }
     Ok(taken)
 }

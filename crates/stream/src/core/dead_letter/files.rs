@@ -1,8 +1,8 @@
-//! Log entries a table can no longer take whose dead-letter table cannot take them either
-//! (see [`super::keep`]), kept beside its log: `dead-letter/<sequence>.arrow`
+//! Log entries a table can no longer take, kept beside its log exactly as acknowledged (their
+//! rows are also letters of the table's dead-letter table, [`super::keep`]): `dead-letter/<sequence>.arrow`
 //! (the entry as it was acknowledged, an Arrow IPC stream) and `dead-letter/<sequence>.json`
-//! (why, and when). Nothing in them is lost: an operator reads them (`pyarrow.ipc.open_stream`)
-//! and sends them again once the table takes them, then deletes them.
+//! (why, and when). Nothing in them is lost: `floe ingest replay` takes them again once the
+//! table takes them (or an operator reads them with `pyarrow.ipc.open_stream`).
 //!
 //! An entry is moved before the commit that skips it: the reason is written and synced, the
 //! entry renamed into the directory, and the directory synced. A crash in between leaves the
@@ -35,17 +35,6 @@ pub(crate) fn move_aside(log_dir: &Path, sequence: u64, reason: &str) -> std::io
         dir.join(format!("{sequence:020}.arrow")),
     )?;
     std::fs::File::open(&dir)?.sync_all()?;
-    std::fs::File::open(log_dir)?.sync_all()
-}
-
-/// Drops the log entry `sequence` of the log in `log_dir` once its rows are kept elsewhere
-/// (its dead-letter table's log), durably: removed, and the directory synced.
-pub(crate) fn drop_entry(log_dir: &Path, sequence: u64) -> std::io::Result<()> {
-    match std::fs::remove_file(log_dir.join(format!("{sequence:020}.arrow"))) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
     std::fs::File::open(log_dir)?.sync_all()
 }
 

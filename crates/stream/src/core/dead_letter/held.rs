@@ -17,19 +17,14 @@ use iceberg::spec::{Operation, Struct};
 use super::{OF_PROPERTY, ident_of};
 use crate::core::IngestError;
 
-/// Attempts at removing letters while other writers commit to their table.
-const ATTEMPTS: usize = 8;
+/// Attempts at removing letters while other writers commit to their table (each found
+/// again; a dead-letter table taking letters steadily conflicts now and then).
+const ATTEMPTS: usize = 20;
 
-/// The columns a held letter is read by.
-const COLUMNS: [&str; 7] = [
-    "door",
-    "source",
-    "partition",
-    "offset",
-    "key",
-    "record",
-    "pipeline",
-];
+/// The columns a letter is found by, read for every live row (the small ones).
+const FOUND_BY: [&str; 5] = ["door", "source", "partition", "offset", "pipeline"];
+/// The columns a letter's record is in, read only for letters found.
+const HELD: [&str; 2] = ["key", "record"];
 
 /// One letter as its dead-letter table holds it, and where.
 #[derive(Debug, Clone, Default)]
@@ -38,75 +33,68 @@ pub struct Held {
     pub source: Option<String>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
+    pub pipeline: Option<String>,
+    /// Read only when asked for ([`find`]'s `records`).
     pub key: Option<Vec<u8>>,
     pub record: Option<Vec<u8>>,
-    pub pipeline: Option<String>,
     file: String,
     spec_id: i32,
     partition_value: Option<Struct>,
     position: u64,
 }
 
-impl Held {
-    /// A letter of the log (a row, or an upsert table's key to delete when it has no record)
-    /// found nowhere in particular.
-    #[cfg(test)]
-    pub(crate) fn of(row: Vec<u8>, delete: bool) -> Self {
-        match delete {
-            true => Self {
-                key: Some(row),
-                ..Self::default()
-            },
-            false => Self {
-                record: Some(row),
-                ..Self::default()
-            },
-        }
-    }
+/// A letter's key and record.
+type KeyAndRecord = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-    /// The letter of the log `log_id`'s entry it names, as (sequence, JSON row, delete).
-    pub(crate) fn of_log(&self, log_id: &str) -> Option<(u64, &[u8], bool)> {
-        if self.pipeline.is_some() || self.source.as_deref() != Some(log_id) {
-            return None;
-        }
-        let sequence = u64::try_from(self.offset?).ok()?;
-        match (&self.record, &self.key) {
-            (Some(row), _) => Some((sequence, row, false)),
-            (None, Some(key)) => Some((sequence, key, true)),
-            (None, None) => None,
-        }
-    }
+/// What [`find`] found.
+pub struct Found {
+    /// The dead-letter table as it was read; none when `target` has no dead-letter table of
+    /// Floe's.
+    pub table: Option<LoadedTable>,
+    pub letters: Vec<Held>,
+    /// More letters were wanted than fit the bound on records asked for.
+    pub more: bool,
 }
 
-/// The letters of the dead-letter table of `target` that `wanted` keeps, and the table as it
-/// was read; nothing when `target` has no dead-letter table of Floe's. Read as Floe itself
-/// (whoever asked was authorized on `target`).
+/// The letters of the dead-letter table of `target` that `wanted` keeps (it sees the columns
+/// letters are found by), read as Floe itself (whoever asked was authorized). With `records`,
+/// their keys and records too, for at most that many bytes of them (the letters past it are
+/// left out, and `more` says so). Files written before a column was added read it as null.
+/// Memory: the small columns of the letters wanted, and the records of one file at a time.
 pub async fn find(
     catalog: &CatalogService,
     sql: &floe_sql::SqlEngine,
     warehouse: &str,
     target: &TableIdent,
-    wanted: &(dyn Fn(&Held) -> bool + Sync),
-) -> Result<(Option<LoadedTable>, Vec<Held>), IngestError> {
+    wanted: &(dyn Fn(&Held) -> bool + Send + Sync),
+    records: Option<usize>,
+) -> Result<Found, IngestError> {
+    let nothing = Found {
+        table: None,
+        letters: Vec::new(),
+        more: false,
+    };
     let caller = Caller::system();
     let loaded = match catalog
         .load_table(&caller, warehouse, &ident_of(target))
         .await
     {
         Ok(loaded) => loaded,
-        Err(e) if e.code() == ErrorCode::NotFound => return Ok((None, Vec::new())),
+        Err(e) if e.code() == ErrorCode::NotFound => return Ok(nothing),
         Err(e) => return Err(e.into()),
     };
     if loaded.metadata.properties().get(OF_PROPERTY) != Some(&target.name().to_string()) {
-        return Ok((None, Vec::new()));
+        return Ok(nothing);
     }
     let schema = loaded.metadata.current_schema();
-    let Some(ids) = COLUMNS
-        .iter()
-        .map(|name| schema.field_by_name(name).map(|f| f.id))
-        .collect::<Option<Vec<i32>>>()
-    else {
-        return Ok((None, Vec::new()));
+    let ids = |names: &[&str]| {
+        names
+            .iter()
+            .map(|name| schema.field_by_name(name).map(|f| f.id))
+            .collect::<Option<Vec<i32>>>()
+    };
+    let (Some(found_by), Some(held_in)) = (ids(&FOUND_BY), ids(&HELD)) else {
+        return Ok(nothing);
     };
     let access = sql
         .access(&caller, warehouse)
@@ -114,64 +102,125 @@ pub async fn find(
         .map_err(|e| IngestError::of_sql(&e))?;
     let provider = floe_sql::scan::IcebergTableProvider::try_new(access, loaded.clone())
         .map_err(|e| IngestError::Storage(e.to_string()))?;
+    let keep = |columns: &RecordBatch| -> Vec<bool> {
+        match views(columns) {
+            Ok(views) => views.iter().map(wanted).collect(),
+            Err(_) => vec![false; columns.num_rows()],
+        }
+    };
+    let reading = floe_sql::scan::Reading {
+        missing_as_null: true,
+        only: None,
+        keep: Some(&keep),
+    };
     let files = provider
-        .live_keys(&ids)
+        .live_columns(&found_by, reading)
         .await
         .map_err(|e| IngestError::Storage(format!("read the dead letters: {e}")))?;
-    let mut held = Vec::new();
+    let mut letters = Vec::new();
     for file in files {
-        let columns = typed(&file.keys)?;
-        let text = |i: usize, row: usize| {
-            let c = columns[i].as_string::<i32>();
-            (!c.is_null(row)).then(|| c.value(row).to_string())
-        };
-        let bytes = |i: usize, row: usize| {
-            let c = columns[i].as_binary::<i32>();
-            (!c.is_null(row)).then(|| c.value(row).to_vec())
-        };
-        let partitions = columns[2].as_primitive::<Int32Type>();
-        let offsets = columns[3].as_primitive::<Int64Type>();
-        for (row, &position) in file.positions.iter().enumerate() {
-            let letter = Held {
-                door: text(0, row),
-                source: text(1, row),
-                partition: (!partitions.is_null(row)).then(|| partitions.value(row)),
-                offset: (!offsets.is_null(row)).then(|| offsets.value(row)),
-                key: bytes(4, row),
-                record: bytes(5, row),
-                pipeline: text(6, row),
-                file: file.data_file.clone(),
-                spec_id: file.spec_id,
-                partition_value: Some(file.partition.clone()),
-                position,
-            };
-            if wanted(&letter) {
-                held.push(letter);
-            }
+        for (mut letter, &position) in views(&file.keys)?.into_iter().zip(&file.positions) {
+            letter.file = file.data_file.clone();
+            letter.spec_id = file.spec_id;
+            letter.partition_value = Some(file.partition.clone());
+            letter.position = position;
+            letters.push(letter);
         }
     }
-    Ok((Some(loaded), held))
+    let Some(most) = records else {
+        return Ok(Found {
+            table: Some(loaded),
+            letters,
+            more: false,
+        });
+    };
+    // The records, file by file, up to `most` bytes.
+    let mut by_file: BTreeMap<String, Vec<Held>> = BTreeMap::new();
+    for letter in letters {
+        by_file.entry(letter.file.clone()).or_default().push(letter);
+    }
+    let mut taken = Vec::new();
+    let mut bytes = 0usize;
+    let mut more = false;
+    'files: for (file, mut held) in by_file {
+        let only = std::collections::HashSet::from([file]);
+        let reading = floe_sql::scan::Reading {
+            missing_as_null: true,
+            only: Some(&only),
+            keep: None,
+        };
+        let read = provider
+            .live_columns(&held_in, reading)
+            .await
+            .map_err(|e| IngestError::Storage(format!("read the dead letters: {e}")))?;
+        let mut at: HashMap<u64, KeyAndRecord> = HashMap::new();
+        for read in read {
+            let keys = cast(read.keys.column(0), DataType::Binary)?;
+            let records = cast(read.keys.column(1), DataType::Binary)?;
+            let (keys, records) = (keys.as_binary::<i32>(), records.as_binary::<i32>());
+            let wanted: std::collections::HashSet<u64> = held.iter().map(|l| l.position).collect();
+            for (row, position) in read.positions.iter().enumerate() {
+                if wanted.contains(position) {
+                    let value = |c: &datafusion::arrow::array::BinaryArray| {
+                        (!c.is_null(row)).then(|| c.value(row).to_vec())
+                    };
+                    at.insert(*position, (value(keys), value(records)));
+                }
+            }
+        }
+        held.sort_by_key(|l| l.position);
+        for mut letter in held {
+            let Some((key, record)) = at.remove(&letter.position) else {
+                continue;
+            };
+            let size = key.as_ref().map_or(0, Vec::len) + record.as_ref().map_or(0, Vec::len);
+            if bytes + size > most && !taken.is_empty() {
+                more = true;
+                break 'files;
+            }
+            bytes += size;
+            letter.key = key;
+            letter.record = record;
+            taken.push(letter);
+        }
+    }
+    Ok(Found {
+        table: Some(loaded),
+        letters: taken,
+        more,
+    })
 }
 
-/// The columns of [`COLUMNS`] in `keys` as text, 32- and 64-bit integers and binary.
-fn typed(keys: &RecordBatch) -> Result<Vec<ArrayRef>, IngestError> {
-    let types = [
-        DataType::Utf8,
-        DataType::Utf8,
-        DataType::Int32,
-        DataType::Int64,
-        DataType::Binary,
-        DataType::Binary,
-        DataType::Utf8,
-    ];
-    types
-        .iter()
-        .enumerate()
-        .map(|(i, to)| {
-            datafusion::arrow::compute::cast(keys.column(i), to)
-                .map_err(|e| IngestError::Invalid(format!("dead-letter column: {e}")))
+fn cast(array: &ArrayRef, to: DataType) -> Result<ArrayRef, IngestError> {
+    datafusion::arrow::compute::cast(array, &to)
+        .map_err(|e| IngestError::Invalid(format!("dead-letter column: {e}")))
+}
+
+/// The letters of `columns` ([`FOUND_BY`]'s, in order) as they read.
+fn views(columns: &RecordBatch) -> Result<Vec<Held>, IngestError> {
+    let door = cast(columns.column(0), DataType::Utf8)?;
+    let source = cast(columns.column(1), DataType::Utf8)?;
+    let partition = cast(columns.column(2), DataType::Int32)?;
+    let offset = cast(columns.column(3), DataType::Int64)?;
+    let pipeline = cast(columns.column(4), DataType::Utf8)?;
+    let text = |c: &ArrayRef, row: usize| {
+        let c = c.as_string::<i32>();
+        (!c.is_null(row)).then(|| c.value(row).to_string())
+    };
+    let (partitions, offsets) = (
+        partition.as_primitive::<Int32Type>(),
+        offset.as_primitive::<Int64Type>(),
+    );
+    Ok((0..columns.num_rows())
+        .map(|row| Held {
+            door: text(&door, row),
+            source: text(&source, row),
+            partition: (!partitions.is_null(row)).then(|| partitions.value(row)),
+            offset: (!offsets.is_null(row)).then(|| offsets.value(row)),
+            pipeline: text(&pipeline, row),
+            ..Held::default()
         })
-        .collect()
+        .collect())
 }
 
 /// Removes the letters of `target`'s dead-letter table that `wanted` keeps.
@@ -180,17 +229,24 @@ pub async fn remove(
     sql: &floe_sql::SqlEngine,
     warehouse: &str,
     target: &TableIdent,
-    wanted: &(dyn Fn(&Held) -> bool + Sync),
+    wanted: &(dyn Fn(&Held) -> bool + Send + Sync),
 ) -> Result<(), IngestError> {
     let caller = Caller::system();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let (Some(loaded), held) = find(catalog, sql, warehouse, target, wanted).await? else {
+        let found = find(catalog, sql, warehouse, target, wanted, None).await?;
+        let (Some(loaded), held) = (found.table, found.letters) else {
             return Ok(());
         };
         if held.is_empty() {
             return Ok(());
+        }
+        if loaded.metadata.format_version() == iceberg::spec::FormatVersion::V1 {
+            return Err(IngestError::Invalid(format!(
+                "dead-letter table {} is of format v1, which holds no deletes: its letters stay",
+                loaded.ident
+            )));
         }
         let mut doomed: BTreeMap<String, floe_sql::write::Doomed> = BTreeMap::new();
         for letter in held {
@@ -251,6 +307,7 @@ pub async fn remove(
                     let _ = table.file_io().delete(path).await;
                 }
                 tracing::info!(table = %ident, attempt, "retry removing dead letters");
+                tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
             }
             Err(e) => return Err(e.into()),
         }

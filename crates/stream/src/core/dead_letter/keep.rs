@@ -1,5 +1,6 @@
-//! Log entries a table can no longer take, kept as rows of its dead-letter table: one row
-//! per row of the entry, as JSON, appended through the dead-letter table's own log.
+//! Log entries a table can no longer take: moved beside the log as they were acknowledged
+//! (for replay), and their rows kept as letters of the table's dead-letter table (one per
+//! row, as JSON, appended through the dead-letter table's own log) for reading.
 
 use std::sync::Arc;
 
@@ -14,8 +15,8 @@ use crate::core::conform::{Match, conform};
 use crate::core::dead_letter;
 use crate::core::log::{Ingest, Receipt, TableLog, Unfit, read_raw};
 
-/// How long setting an entry aside waits for its letters' commit.
-const LETTERS_COMMITTED: std::time::Duration = std::time::Duration::from_secs(10);
+/// The most JSON one entry's letters may hold: a larger entry is kept beside the log only.
+const MOST_LETTER_BYTES: usize = 64 << 20;
 
 /// Rows for dead-letter table `ident` of `warehouse`, and who waits for their receipt.
 pub(crate) struct LettersToKeep {
@@ -43,12 +44,13 @@ pub(crate) fn start(ingest: &Arc<Ingest>, mut to_keep: UnboundedReceiver<Letters
 
 impl Ingest {
     /// Entry `sequence` of `log` (its batches `raw` when at hand), which its table cannot
-    /// take for `reason`, set aside before the commit that skips it: kept as rows of the
-    /// table's dead-letter table — one per row, as JSON, through that table's log, made on
-    /// first use ([`dead_letter`]) — and then dropped from the log. When the dead-letter
-    /// table cannot take them (its namespace is gone, a table of its name is not Floe's, a
-    /// dead-letter table's own entry), the entry is moved beside the log instead
-    /// ([`super::files`]): nothing acknowledged is lost either way.
+    /// take for `reason`, set aside before the commit that skips it: its rows kept as letters
+    /// of the table's dead-letter table (one per row, as JSON, through that table's log, made
+    /// on first use: [`dead_letter`]) for reading, and the entry itself moved beside the log
+    /// ([`super::files`]), exactly as acknowledged, for `floe ingest replay`. The letters are
+    /// a view: when the dead-letter table cannot take them (its namespace is gone, a table of
+    /// its name is not Floe's, the entry is a dead-letter table's own, the entry's JSON would
+    /// be too large) that is logged, and the entry is kept all the same.
     pub(crate) async fn set_aside(
         &self,
         log: &TableLog,
@@ -56,18 +58,15 @@ impl Ingest {
         raw: Option<&[RecordBatch]>,
         reason: &str,
     ) -> std::io::Result<()> {
-        match self.keep_as_letters(log, sequence, raw, reason).await {
-            Ok(()) => dead_letter::files::drop_entry(&log.dir, sequence),
-            Err(e) => {
-                tracing::warn!(
-                    table = %log.ident,
-                    sequence,
-                    error = %e,
-                    "the dead-letter table cannot take a log entry: it goes beside the log"
-                );
-                dead_letter::move_aside(&log.dir, sequence, reason)
-            }
+        if let Err(e) = self.keep_as_letters(log, sequence, raw, reason).await {
+            tracing::warn!(
+                table = %log.ident,
+                sequence,
+                error = %e,
+                "a log entry's rows are not in its dead-letter table (the entry is kept beside the log)"
+            );
         }
+        dead_letter::move_aside(&log.dir, sequence, reason)
     }
 
     async fn keep_as_letters(
@@ -101,8 +100,7 @@ impl Ingest {
         // An upsert table's deletes are kept as keys without a record, as Kafka's
         // tombstones are.
         let deletes = crate::core::upsert::deletes(raw);
-        let letters: Vec<Letter> = dead_letter::rows_as_json(raw)
-            .map_err(IngestError::Invalid)?
+        let letters: Vec<Letter> = dead_letter::rows_as_json(raw, MOST_LETTER_BYTES)?
             .into_iter()
             .map(|row| {
                 let mut letter = match deletes {
@@ -134,12 +132,9 @@ impl Ingest {
                 done,
             })
             .map_err(|_| IngestError::Storage("the ingest log is closing".into()))?;
-        let receipt = answer
+        answer
             .await
             .map_err(|_| IngestError::Storage("the ingest log is closing".into()))??;
-        // Durable already; waited for (a while) so that the letters can be read, and
-        // replayed, once the entry has left the log.
-        receipt.committed(LETTERS_COMMITTED).await;
         Ok(())
     }
 }

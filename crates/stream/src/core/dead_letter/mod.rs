@@ -15,10 +15,11 @@
 //! | `pipeline` | Kafka: the pipeline |
 //!
 //! Who writes them: a Kafka pipeline (records it cannot decode or convert, committed with
-//! the offsets they cover, so none is kept twice), OTLP and remote write (records refused
-//! one by one, through the log with the request's rows), and the log's committer (entries a
-//! table can no longer take, one row per row, their exact bytes also kept beside the log for
-//! `floe ingest replay`: [`files`]).
+//! the offsets they cover, so none is kept twice; [`crate::kafka::redrive`] sends them back
+//! to their topic), OTLP and remote write (records refused one by one, through the log), and
+//! the log's committer (entries a table can no longer take, one row per row, [`keep`]; the
+//! entry itself, exactly as acknowledged, is kept beside the log for `floe ingest replay`,
+//! which removes its letters once it has taken it again: [`files`], [`held`]).
 //!
 //! A dead-letter table is Floe's: it carries `floe.dead-letters-of` naming its table, and
 //! Floe keeps letters in no table named so that lacks it (a user's table that happens to be
@@ -220,26 +221,42 @@ pub fn batch(letters: &[Letter], now_us: i64) -> RecordBatch {
     .expect("the builders follow the dead-letter schema")
 }
 
-/// The rows of `batches` as JSON objects, one per row (a log entry's rows as letters).
-pub fn rows_as_json(batches: &[RecordBatch]) -> Result<Vec<Vec<u8>>, String> {
+/// The rows of `batches` as JSON objects, one per row (a log entry's rows as letters), or
+/// refused once they would hold more than `most` bytes.
+pub fn rows_as_json(batches: &[RecordBatch], most: usize) -> Result<Vec<Vec<u8>>, IngestError> {
     use datafusion::arrow::json::{LineDelimitedWriter, WriterBuilder, writer::LineDelimited};
     let mut lines = Vec::new();
+    let mut total = 0usize;
     for batch in batches {
-        let mut bytes = Vec::new();
-        {
-            let mut writer: LineDelimitedWriter<_> = WriterBuilder::new()
-                .with_explicit_nulls(true)
-                .build::<_, LineDelimited>(&mut bytes);
-            writer.write(batch).map_err(|e| e.to_string())?;
-            writer.finish().map_err(|e| e.to_string())?;
+        // A slice of rows at a time, so that the size is checked as it grows.
+        let mut start = 0;
+        while start < batch.num_rows() {
+            let rows = batch.slice(start, (batch.num_rows() - start).min(1024));
+            start += rows.num_rows();
+            let mut bytes = Vec::new();
+            {
+                let mut writer: LineDelimitedWriter<_> = WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, LineDelimited>(&mut bytes);
+                writer
+                    .write(&rows)
+                    .and_then(|_| writer.finish())
+                    .map_err(|e| IngestError::Invalid(format!("rows as JSON: {e}")))?;
+            }
+            total += bytes.len();
+            if total > most {
+                return Err(IngestError::TooLarge(format!(
+                    "the entry's rows take more than {most} bytes as JSON"
+                )));
+            }
+            // JSON text holds no raw newline: each line is one row.
+            lines.extend(
+                bytes
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(<[u8]>::to_vec),
+            );
         }
-        // JSON text holds no raw newline: each line is one row.
-        lines.extend(
-            bytes
-                .split(|b| *b == b'\n')
-                .filter(|l| !l.is_empty())
-                .map(<[u8]>::to_vec),
-        );
     }
     Ok(lines)
 }
@@ -350,8 +367,16 @@ async fn upgrade(
             Type::Primitive(kind),
         )));
     }
+    // A schema id no schema of the table has (one past the largest: after a rollback the
+    // current one need not be the newest).
+    let schema_id = metadata
+        .schemas_iter()
+        .map(|s| s.schema_id())
+        .max()
+        .unwrap_or(0)
+        + 1;
     let schema = iceberg::spec::Schema::builder()
-        .with_schema_id(current.schema_id() + 1)
+        .with_schema_id(schema_id)
         .with_fields(fields)
         .build()
         .map_err(|e| IngestError::Invalid(format!("upgrade dead-letter table {ident}: {e}")))?;
@@ -445,7 +470,9 @@ mod tests {
             ],
         )
         .unwrap();
-        let lines = rows_as_json(&[batch]).unwrap();
+        let lines = rows_as_json(std::slice::from_ref(&batch), 1 << 20).unwrap();
+        // Past its bound, refused (the entry is then kept beside the log only).
+        assert!(rows_as_json(&[batch], 10).is_err());
         let values: Vec<serde_json::Value> = lines
             .iter()
             .map(|l| serde_json::from_slice(l).unwrap())
