@@ -4,7 +4,9 @@
 # Usage: scripts/start-postgres.sh DIR PORT
 #   Initialises a cluster in DIR/data (unless already there), starts it in the
 #   background listening only on 127.0.0.1:PORT over TCP (no Unix socket), trust
-#   auth, fsync off; creates database "floe"; waits until it accepts
+#   auth, fsync off, logical decoding on (wal_level logical, replication
+#   connections from 127.0.0.1 trusted: Debezium's connector streams from it);
+#   creates database "floe"; waits until it accepts
 #   connections, then prints its URL: postgres://postgres@127.0.0.1:PORT/floe
 #   Server log: DIR/postgres.log. The server PID is the first line of
 #   DIR/data/postmaster.pid; stop it with `kill -INT <pid>` (fast shutdown).
@@ -77,9 +79,12 @@ else
       echo "synchronous_commit = off"
       echo "full_page_writes = off"
       echo "max_connections = 200"
+      echo "wal_level = logical"
+      echo "max_replication_slots = 10"
+      echo "max_wal_senders = 10"
     } >>"$PGDATA/postgresql.conf"
-    # trust for TCP from loopback only.
-    printf 'host all all 127.0.0.1/32 trust\n' >"$PGDATA/pg_hba.conf"
+    # trust for TCP from loopback only, replication connections included.
+    printf 'host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n' >"$PGDATA/pg_hba.conf"
   fi
   # Always (re)start on the requested port.
   "${AS[@]}" "$BIN/pg_ctl" -D "$PGDATA" -l "$LOGFILE" -o "-p $PORT" -w -t "$START_TIMEOUT" -s start \
