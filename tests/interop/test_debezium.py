@@ -8,10 +8,10 @@ schemas enabled (a Connect worker's defaults), go to a Kafka topic in the order 
 them, tombstones included; a Floe pipeline in debezium mode reads the topic, and Floe's SQL and
 PyIceberg then read the table PostgreSQL holds, row for row.
 
-What Floe does not yet read right is a separate test, marked xfail: Debezium's default encodings
-of `numeric` (Connect's Decimal: base64 of the unscaled bytes), `timestamp` (MicroTimestamp:
-epoch microseconds) and `date` (days since the epoch). Floe's JSON decoding drops the Connect
-`schema` and infers types from the payload, so those land as a string and two longs.
+A second table holds the types whose default encodings say nothing without Connect's `schema`:
+`numeric` (Connect's Decimal: base64 of the unscaled bytes), `timestamp` (MicroTimestamp: epoch
+microseconds) and `date` (days since the epoch). Floe reads the schema, so they land as decimal,
+timestamp and date columns with their values, and every column has its source type and order.
 
 Debezium comes from scripts/setup-debezium.sh (its jars and the compiled capture program;
 FLOE_DEBEZIUM holds the lines it prints); PostgreSQL from scripts/start-postgres.sh, a cluster
@@ -54,7 +54,7 @@ CONNECTOR = {
 }
 
 # The source tables. `accounts` holds the types Floe reads from Debezium's JSON as they are;
-# `readings` those it does not yet (see test_debezium_numeric_timestamp_and_date_keep_their_values).
+# `readings` those Debezium encodes for Connect's schema to explain (numeric, timestamp, date).
 SCHEMA = """
 CREATE TABLE accounts (
     region text NOT NULL,
@@ -311,29 +311,27 @@ def test_a_debezium_postgres_stream_materializes_as_the_source_table(captured, f
     read = sorted(tuple(r[c] for c in ACCOUNT_COLUMNS) for r in table.scan().to_arrow().to_pylist())
     assert read == expected
     schema = table.schema()
-    # The row's columns, typed from Debezium's JSON: integer widens to long.
-    assert {f.name: str(f.field_type) for f in schema.fields} == {
-        "region": "string", "id": "long", "name": "string", "score": "double", "active": "boolean", "seen": "timestamptz",
-    }
+    # The row's columns, typed and ordered as Connect's schema says (the source table's).
+    assert [(f.name, str(f.field_type)) for f in schema.fields] == [
+        ("region", "string"), ("id", "int"), ("name", "string"), ("score", "double"), ("active", "boolean"),
+        ("seen", "timestamptz"),
+    ]
     assert sorted(schema.find_column_name(i) for i in schema.identifier_field_ids) == ["id", "region"]
     assert table.properties.get("write.upsert.enabled") == "true"
     status = floe.api("GET", "/api/v1/pipelines/accounts/status").json()
     assert status["stats"]["dead-letters"] == 0, status
 
 
-# Debezium's defaults encode these types in ways Floe's JSON decoding does not read: it drops
-# Kafka Connect's `schema` (which names the logical type) and infers from the payload, e.g. for
-# readings row 1 (12.50, '2024-05-01 10:00:00.123456', '1990-01-02'):
-#   amount numeric(12,2): schema {"type":"bytes","name":"org.apache.kafka.connect.data.Decimal",
+# Debezium's defaults encode these types in forms that say nothing without Kafka Connect's
+# `schema` (which names the logical type), e.g. for readings row 1 (12.50,
+# '2024-05-01 10:00:00.123456', '1990-01-02'):
+#   amount numeric(12,2): {"type":"bytes","name":"org.apache.kafka.connect.data.Decimal",
 #       "parameters":{"scale":"2","connect.decimal.precision":"12"}}, payload "BOI=" (base64 of
-#       the unscaled value 1250) -> Floe column string, value "BOI="
+#       the unscaled value 1250)
 #   taken timestamp: {"type":"int64","name":"io.debezium.time.MicroTimestamp"}, payload
-#       1714557600123456 -> Floe column long, value 1714557600123456
-#   day date: {"type":"int32","name":"io.debezium.time.Date"}, payload 7306 -> long, 7306
-# The rows and keys themselves materialize right (no dead letters).
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="Floe types Debezium JSON columns from the payload, not from Connect's "
-                   "schema: numeric lands as base64 text, timestamp and date as longs")
+#       1714557600123456
+#   day date: {"type":"int32","name":"io.debezium.time.Date"}, payload 7306
+# Floe reads the schema: decimal(12,2), timestamp and date columns holding those values.
 def test_debezium_numeric_timestamp_and_date_keep_their_values(captured, floe, broker):
     records = records_of(captured, "readings")
     run_pipeline(floe, broker, "readings", ["id"], records)
@@ -344,5 +342,6 @@ def test_debezium_numeric_timestamp_and_date_keep_their_values(captured, floe, b
     table = floe.pyiceberg().load_table("cdc.readings")
     read = sorted(tuple(r[c] for c in READING_COLUMNS) for r in table.scan().to_arrow().to_pylist())
     expected = captured["rows"]["readings"]
-    assert [r[0] for r in read] == [r[0] for r in expected]  # the keys are right today
     assert read == expected
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    assert types == {"id": "int", "amount": "decimal(12, 2)", "taken": "timestamp", "day": "date"}, types

@@ -3,6 +3,7 @@
 //!
 //! - [`spec`]: what a pipeline is (topics, format, table, partitioning, sort order, start);
 //! - [`client`]: the Kafka client — consumers, partitions, watermarks and lag;
+//! - [`connect`]: Kafka Connect's JSON with schemas, typed as its schema says;
 //! - [`batch`]: records read and not committed yet, decoded into the table's rows, and the
 //!   dead letters among them;
 //! - [`table`]: the pipeline's table — made on first write, evolved, appended to with the
@@ -15,6 +16,7 @@
 mod batch;
 mod changes;
 mod client;
+mod connect;
 mod redrive;
 mod spec;
 mod supervisor;
@@ -402,6 +404,22 @@ impl Pipeline {
         let row = match decoder.decode(value, fields).await? {
             Ok(row) => row,
             Err(error) => return Ok(Err(error)),
+        };
+        // Kafka Connect's JSON with its schema: the payload, typed as the schema says.
+        let row = match self.spec.format {
+            Format::Json => match connect::typed(&row) {
+                Ok(Some(typed)) => {
+                    for field in typed.fields {
+                        if !fields.iter().any(|f| f.name() == field.name()) {
+                            fields.push(field);
+                        }
+                    }
+                    typed.row
+                }
+                Ok(None) => row,
+                Err(error) => return Ok(Err(error)),
+            },
+            _ => row,
         };
         Ok(match self.spec.mode {
             Mode::Append | Mode::Upsert => Ok(Change::Upsert(row)),
