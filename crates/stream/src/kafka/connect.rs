@@ -52,12 +52,10 @@ fn looks_wrapped(value: &[u8]) -> bool {
     if rest.next() != Some(&b'{') {
         return false;
     }
-    let rest: Vec<u8> = rest
-        .skip_while(|b| b.is_ascii_whitespace())
+    rest.skip_while(|b| b.is_ascii_whitespace())
         .take(8)
         .copied()
-        .collect();
-    rest == b"\"schema\""
+        .eq(b"\"schema\"".iter().copied())
 }
 
 /// `value` as Connect's JSON converter with schemas wrote it, made plain ([`Typed`]); none
