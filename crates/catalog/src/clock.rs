@@ -5,3 +5,8 @@
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
+
+/// Now, in microseconds since the Unix epoch (the unit of Iceberg's timestamps).
+pub fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}

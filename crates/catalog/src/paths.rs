@@ -138,7 +138,7 @@ mod tests {
         Snapshot::builder()
             .with_snapshot_id(id)
             .with_sequence_number(1)
-            .with_timestamp_ms(chrono::Utc::now().timestamp_millis() + 60_000)
+            .with_timestamp_ms(crate::clock::now_ms() + 60_000)
             .with_manifest_list(manifest_list)
             .with_schema_id(0)
             .with_summary(Summary {

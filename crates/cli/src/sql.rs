@@ -161,7 +161,7 @@ async fn audit_embedded(
 ) -> anyhow::Result<()> {
     store
         .append_audit(vec![AuditEvent {
-            at_ms: chrono::Utc::now().timestamp_millis(),
+            at_ms: floe_catalog::clock::now_ms(),
             request_id: uuid::Uuid::now_v7().to_string(),
             principal: caller.principal.name.clone(),
             action: "SQL (embedded)".into(),

@@ -140,7 +140,7 @@ pub async fn checkpoint(
     let line = Checkpoint {
         seq: head.0,
         hash: head.1.clone(),
-        at_ms: chrono::Utc::now().timestamp_millis(),
+        at_ms: floe_catalog::clock::now_ms(),
     }
     .line();
     let written = async {
@@ -215,7 +215,7 @@ pub fn login_event(
     status: u16,
 ) -> AuditEvent {
     AuditEvent {
-        at_ms: chrono::Utc::now().timestamp_millis(),
+        at_ms: floe_catalog::clock::now_ms(),
         request_id: uuid::Uuid::now_v7().to_string(),
         principal: principal.to_string(),
         action: action.to_string(),
@@ -251,7 +251,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     // The record as it will read if the request succeeds; the store commits it with the
     // request's first change, if it makes one.
     let scope = AuditScope::new(AuditEvent {
-        at_ms: chrono::Utc::now().timestamp_millis(),
+        at_ms: floe_catalog::clock::now_ms(),
         request_id: request_id.clone(),
         principal: "anonymous".into(),
         action: format!("{} {route}", request.method()),

@@ -106,7 +106,7 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
         fingerprint,
         status: status.as_u16(),
         body: String::from_utf8_lossy(&bytes).into_owned(),
-        created_at_ms: chrono::Utc::now().timestamp_millis(),
+        created_at_ms: floe_catalog::clock::now_ms(),
     };
     if let Err(e) = store.put_idempotent(&record).await {
         tracing::warn!(error = %e, "store idempotency record");

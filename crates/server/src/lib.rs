@@ -321,7 +321,7 @@ fn spawn_idempotency_sweeper(state: AppState, shutdown: CancellationToken) {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tick.tick() => {
-                    let before = chrono::Utc::now().timestamp_millis() - IDEMPOTENCY_LIFETIME_MS;
+                    let before = floe_catalog::clock::now_ms() - IDEMPOTENCY_LIFETIME_MS;
                     if let Err(e) = state.catalog.store().expire_idempotent(before).await {
                         tracing::warn!(error = %e, "expire idempotency keys");
                     }

@@ -291,7 +291,7 @@ pub async fn run_job(
                     .jobs()
                     .expedite_job(
                         job.id,
-                        chrono::Utc::now().timestamp_millis(),
+                        floe_catalog::clock::now_ms(),
                         request.priority.unwrap_or(100),
                     )
                     .await?;

@@ -302,7 +302,7 @@ mod grants {
             sqlx::query("INSERT INTO roles (id, name, created_at_ms) VALUES ($1, $2, $3)")
                 .bind(id.to_string())
                 .bind(name)
-                .bind(chrono::Utc::now().timestamp_millis())
+                .bind(floe_catalog::clock::now_ms())
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| {
@@ -426,7 +426,7 @@ mod grants {
             .bind(&securable.scope.0)
             .bind(securable.kind)
             .bind(&securable.id)
-            .bind(chrono::Utc::now().timestamp_millis())
+            .bind(floe_catalog::clock::now_ms())
             .execute(&mut *tx)
             .await
             .map_err(|e| {

@@ -80,7 +80,7 @@ impl PipelineStore for SqlStore {
         .bind(name)
         .bind(warehouse_id.to_string())
         .bind(spec.to_string())
-        .bind(chrono::Utc::now().timestamp_millis())
+        .bind(floe_catalog::clock::now_ms())
         .bind(scope_of(warehouse_id, spec))
         .execute(&mut *tx)
         .await;

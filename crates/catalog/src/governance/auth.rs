@@ -139,7 +139,7 @@ impl AuthService {
         let key = SigningKey {
             kid: Uuid::now_v7().simple().to_string(),
             secret,
-            created_at_ms: chrono::Utc::now().timestamp_millis(),
+            created_at_ms: crate::clock::now_ms(),
             retired_at_ms: None,
         };
         self.store.insert_signing_key(&key).await?;
@@ -324,7 +324,7 @@ impl AuthService {
                     client_id: generate_client_id(OIDC_CLIENT_PREFIX.trim_end_matches('-')),
                     is_root: false,
                     disabled: false,
-                    created_at_ms: chrono::Utc::now().timestamp_millis(),
+                    created_at_ms: crate::clock::now_ms(),
                 };
                 match self
                     .store
@@ -420,7 +420,7 @@ impl AuthService {
                         client_id: credentials.client_id.clone(),
                         is_root: true,
                         disabled: false,
-                        created_at_ms: chrono::Utc::now().timestamp_millis(),
+                        created_at_ms: crate::clock::now_ms(),
                     },
                     secret_salt: salt,
                     secret_hash: hash,
@@ -454,7 +454,7 @@ impl AuthService {
             client_id: credentials.client_id.clone(),
             is_root: false,
             disabled: false,
-            created_at_ms: chrono::Utc::now().timestamp_millis(),
+            created_at_ms: crate::clock::now_ms(),
         };
         self.store
             .create_principal(&PrincipalCredentials {

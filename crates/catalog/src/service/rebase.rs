@@ -150,11 +150,7 @@ pub(crate) async fn rebase_append(
         .with_sequence_number(sequence_number)
         .with_summary(summary)
         .with_schema_id(snapshot.schema_id().unwrap_or(base.current_schema_id()))
-        .with_timestamp_ms(
-            snapshot
-                .timestamp_ms()
-                .max(chrono::Utc::now().timestamp_millis()),
-        );
+        .with_timestamp_ms(snapshot.timestamp_ms().max(crate::clock::now_ms()));
     let rebased = match next_row_id {
         Some(next) => builder
             .with_row_range(first_row_id, next - first_row_id)

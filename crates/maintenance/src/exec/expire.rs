@@ -170,7 +170,7 @@ pub async fn expire_snapshots(
         })
         .collect();
     let refs = refs_of(metadata)?;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = floe_catalog::clock::now_ms();
     let plan = expiry::plan_expiry(
         &snapshots,
         &refs,

@@ -100,7 +100,7 @@ pub async fn remove_orphan_files(
             modified_ms,
         })
         .collect();
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = floe_catalog::clock::now_ms();
     let min_age = options.older_than_ms.max(0);
     let orphans: Vec<String> = plan_orphans(&listed, &referenced, now, min_age)
         .into_iter()

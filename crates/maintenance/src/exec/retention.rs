@@ -35,7 +35,7 @@ pub async fn enforce_retention(
             "retention-column {column} is not a column of table {ident}"
         ))
     })?;
-    let now_us = chrono::Utc::now().timestamp_micros();
+    let now_us = floe_catalog::clock::now_micros();
     let cutoff_us = now_us - i64::from(days) * 86_400_000_000;
     let (cutoff, scalar) = match field.field_type.as_ref() {
         Type::Primitive(PrimitiveType::Timestamp) => (

@@ -46,7 +46,7 @@ pub async fn access_review(
         }));
     }
     Ok(Json(json!({
-        "generated-at-ms": chrono::Utc::now().timestamp_millis(),
+        "generated-at-ms": floe_catalog::clock::now_ms(),
         "principals": principals,
     })))
 }

@@ -184,7 +184,7 @@ impl<'a> SnapshotWriter<'a> {
                 additional_properties: summary,
             })
             .with_schema_id(metadata.current_schema_id())
-            .with_timestamp_ms(chrono::Utc::now().timestamp_millis());
+            .with_timestamp_ms(floe_catalog::clock::now_ms());
         let snapshot = match next_row_id {
             Some(next) => builder
                 .with_row_range(first_row_id, next - first_row_id)

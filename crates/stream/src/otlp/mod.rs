@@ -206,9 +206,9 @@ pub struct Converted {
     pub exemplars: Option<RecordBatch>,
 }
 
-/// Microseconds since the epoch, now.
+/// Microseconds since the epoch, now (the one clock: [`floe_catalog::clock`]).
 pub fn now_micros() -> i64 {
-    chrono::Utc::now().timestamp_micros()
+    floe_catalog::clock::now_micros()
 }
 
 /// `request`'s rows; records without a time of their own take `now` (microseconds).
