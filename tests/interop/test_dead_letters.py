@@ -113,3 +113,25 @@ def test_a_pipelines_dead_letters_go_back_to_their_topic_once_the_table_is_fixed
     assert rows(floe, "SELECT count(*) AS n FROM stream.clicks") == [{"n": 10}]
     again = redrive(floe, apply=True)["redriven"]
     assert again["sent"] == 0 and again["letters"] == 1, again
+
+
+def test_a_dead_lettered_tombstone_goes_back_as_a_tombstone(floe, broker):  # noqa: F811
+    """An append pipeline cannot take a tombstone (no value): its letter keeps the key and no
+    record, and a redrive sends a tombstone again (which the pipeline dead-letters again, at
+    its new offset) — never an empty value."""
+    floe.api("POST", f"/catalog/v1/{floe.warehouse}/namespaces", json={"namespace": ["stream"]})
+    produce(broker, [{"id": 0, "user": "u0"}])
+    producer = Producer({"bootstrap.servers": broker})
+    producer.produce("events", key="gone", value=None, partition=1)
+    producer.flush()
+    created = floe.api("POST", "/api/v1/pipelines", json=spec(floe, broker))
+    assert created.status_code in (200, 201), created.text
+    sql = ('SELECT "offset", CAST("key" AS VARCHAR) AS k, record IS NULL AS tombstone '
+           'FROM stream.clicks__dead_letters ORDER BY "offset"')
+    [first] = eventually(floe, sql, lambda got: len(got) == 1)
+    assert first["k"] == "gone" and first["tombstone"] is True, first
+    applied = redrive(floe, apply=True)["redriven"]
+    assert applied["sent"] == 1, applied
+    [again] = eventually(floe, sql, lambda got: len(got) == 1 and got[0]["offset"] != first["offset"])
+    assert again["k"] == "gone" and again["tombstone"] is True, again
+    assert high_watermarks(broker, "events") == 3  # the row, the tombstone, the tombstone again

@@ -223,7 +223,7 @@ pub struct RedriveRequest {
 /// `POST /api/v1/pipelines/{name}/dead-letters/redrive`: the pipeline's dead letters sent back
 /// to the partitions of its topics they came from, then removed from its dead-letter table
 /// (floe-stream's redrive). Needs `manage-pipelines` on its namespace, `write-data` on its
-/// table and `read-data` on its dead-letter table; a dry run by default.
+/// table and `read-data` and `write-data` on its dead-letter table; a dry run by default.
 pub async fn redrive(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -239,12 +239,14 @@ pub async fn redrive(
         .catalog
         .authorize_table(&caller, &spec.warehouse, &ident, Privilege::WriteData)
         .await?;
-    // Reading the letters is what a redrive does with them (it sends them to the broker).
+    // A redrive reads the letters (it sends them to the broker) and deletes them.
     let letters = floe_stream::core::dead_letter::ident_of(&ident);
-    state
-        .catalog
-        .authorize_table(&caller, &spec.warehouse, &letters, Privilege::ReadData)
-        .await?;
+    for privilege in [Privilege::ReadData, Privilege::WriteData] {
+        state
+            .catalog
+            .authorize_table(&caller, &spec.warehouse, &letters, privilege)
+            .await?;
+    }
     let dry_run = request.dry_run.unwrap_or(true);
     let done = floe_stream::kafka::redrive(&spec, &state.catalog, &state.sql, dry_run)
         .await

@@ -23,6 +23,10 @@ pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec
     let Some(key) = key else {
         return Err("a tombstone without a record key: there is no key to delete".into());
     };
+    // A key of Connect's JSON with its schema is read as its values were written in rows
+    // (a Decimal or Date key as the row holds it).
+    let typed = super::connect::typed(key).map_err(|e| format!("the record key: {e}"))?;
+    let key = typed.as_ref().map_or(key, |t| t.row.as_slice());
     let parsed = serde_json::from_slice::<Value>(key);
     let object = match (parsed, fields) {
         (Ok(Value::Object(object)), _) => {
@@ -101,9 +105,10 @@ pub(super) fn debezium(
     }
 }
 
-/// The fields of a Debezium envelope's registry schema (Avro) become the fields of its
-/// `after` row: the table follows the row, not the envelope.
-pub(super) fn row_fields(fields: &mut Vec<datafusion::arrow::datatypes::Field>) {
+/// The fields of a Debezium envelope's schema (Avro's, or Connect's JSON) become the fields of
+/// its `after` row: the table follows the row, not the envelope. False (and `fields` left)
+/// when they hold no `after` struct.
+pub(super) fn row_fields(fields: &mut Vec<datafusion::arrow::datatypes::Field>) -> bool {
     use datafusion::arrow::datatypes::DataType;
     const ENVELOPE: [&str; 9] = [
         "before",
@@ -124,7 +129,7 @@ pub(super) fn row_fields(fields: &mut Vec<datafusion::arrow::datatypes::Field>) 
         })
         .unwrap_or_default();
     if row.is_empty() {
-        return;
+        return false;
     }
     fields.retain(|f| !ENVELOPE.contains(&f.name().as_str()));
     for child in row {
@@ -132,6 +137,7 @@ pub(super) fn row_fields(fields: &mut Vec<datafusion::arrow::datatypes::Field>) 
             fields.push(child.as_ref().clone().with_nullable(true));
         }
     }
+    true
 }
 
 /// Kafka Connect's JSON converter with schemas wraps a value as `{"schema": …, "payload": …}`.

@@ -281,9 +281,14 @@ impl Pipeline {
                         } else {
                             Vec::new()
                         },
-                        // Rows of registry formats are converted: a dead letter keeps the
-                        // original bytes.
-                        original: (self.spec.format != Format::Json).then(|| payload.to_vec()),
+                        // Rows of registry formats, Connect's JSON, change events and
+                        // upserts are converted: a dead letter keeps the bytes received (a
+                        // tombstone none).
+                        original: (value.is_some()
+                            && (self.spec.format != Format::Json
+                                || self.spec.mode != Mode::Append
+                                || connect::looks_wrapped(payload)))
+                        .then(|| payload.to_vec()),
                     };
                     pending.insert((source.topic.clone(), source.partition), source.offset + 1);
                     let change = self
@@ -409,7 +414,13 @@ impl Pipeline {
         let row = match self.spec.format {
             Format::Json => match connect::typed(&row) {
                 Ok(Some(typed)) => {
-                    for field in typed.fields {
+                    let mut typed_fields = typed.fields;
+                    // A change event's columns are its `after` row's; one without a row (a
+                    // message, a delete) brings none.
+                    if self.spec.mode == Mode::Debezium && !changes::row_fields(&mut typed_fields) {
+                        typed_fields.clear();
+                    }
+                    for field in typed_fields {
                         if !fields.iter().any(|f| f.name() == field.name()) {
                             fields.push(field);
                         }

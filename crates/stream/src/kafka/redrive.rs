@@ -21,7 +21,7 @@ use std::time::Duration;
 use floe_catalog::service::CatalogService;
 use floe_sql::SqlEngine;
 use rdkafka::config::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
 
 use super::PipelineSpec;
@@ -85,27 +85,27 @@ pub async fn redrive(
     };
     let _one_at_a_time = one.lock().await;
     let target = spec.ident()?;
+    // First what the pipeline's letters are (their small columns), then the records of those
+    // that can be sent, in the order they came in.
     let name = spec.name.clone();
     let ours = move |letter: &Held| of_pipeline(letter, &name);
-    let found = held::find(
-        catalog,
-        sql,
-        &spec.warehouse,
-        &target,
-        &ours,
-        Some(MOST_BYTES),
-    )
-    .await?;
-    let mut letters = found.letters;
-    letters.sort_by_key(place);
+    let all = held::find(catalog, sql, &spec.warehouse, &target, &ours, None).await?;
+    if all
+        .table
+        .as_ref()
+        .is_some_and(|t| t.metadata.format_version() == iceberg::spec::FormatVersion::V1)
+    {
+        return Err(StreamError::Invalid(format!(
+            "the dead-letter table of {target} is of format v1, which holds no deletes: its \
+             letters could be sent but never removed (upgrade it to v2)"
+        )));
+    }
     let mut done = Redriven {
-        letters: letters.len(),
-        more: found.more,
+        letters: all.letters.len(),
         ..Redriven::default()
     };
-    let mut sendable = Vec::new();
-    for letter in letters {
-        let Some((topic, partition, offset)) = place(&letter) else {
+    for letter in &all.letters {
+        let Some((topic, partition, offset)) = place(letter) else {
             done.kept
                 .push("a letter without its topic, partition and offset".into());
             continue;
@@ -114,8 +114,29 @@ pub async fn redrive(
             done.kept.push(format!(
                 "{topic}/{partition}@{offset}: {topic:?} is not a topic of the pipeline"
             ));
-        } else if letter.record.is_none() && letter.key.is_none() {
+        }
+    }
+    let name = spec.name.clone();
+    let topics = spec.topics.clone();
+    let sendable_letter = move |letter: &Held| {
+        of_pipeline(letter, &name)
+            && place(letter).is_some_and(|(topic, _, _)| topics.contains(&topic))
+    };
+    let found = held::find(
+        catalog,
+        sql,
+        &spec.warehouse,
+        &target,
+        &sendable_letter,
+        Some(MOST_BYTES),
+    )
+    .await?;
+    done.more = found.more;
+    let mut sendable = Vec::new();
+    for letter in found.letters {
+        if letter.record.is_none() && letter.key.is_none() {
             // A gap of records the broker deleted, not a record.
+            let (topic, partition, offset) = place(&letter).expect("sendable letters have one");
             done.kept.push(format!(
                 "{topic}/{partition}@{offset}: the letter holds no record"
             ));
@@ -159,7 +180,6 @@ pub async fn redrive(
             }
         }
     }
-    let _ = producer.flush(DELIVERY);
     done.sent = sent.len();
     if !sent.is_empty() {
         let name = spec.name.clone();

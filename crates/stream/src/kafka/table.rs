@@ -211,9 +211,14 @@ impl Pipeline {
                                 offset: source.offset,
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key.clone(),
-                                value: Some(source.original.clone().unwrap_or_else(|| {
-                                    row.strip_suffix(b"\n").unwrap_or(row).to_vec()
-                                })),
+                                // The bytes received; a tombstone's key is no value.
+                                value: match (&source.original, batch.deletes[i]) {
+                                    (Some(original), _) => Some(original.clone()),
+                                    (None, true) => None,
+                                    (None, false) => {
+                                        Some(row.strip_suffix(b"\n").unwrap_or(row).to_vec())
+                                    }
+                                },
                                 error: crate::format::object_error(row)
                                     .unwrap_or_else(|| format!("does not fit the table: {e}")),
                             };

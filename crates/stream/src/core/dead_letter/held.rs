@@ -58,8 +58,8 @@ pub struct Found {
 
 /// The letters of the dead-letter table of `target` that `wanted` keeps (it sees the columns
 /// letters are found by), read as Floe itself (whoever asked was authorized). With `records`,
-/// their keys and records too, for at most that many bytes of them (the letters past it are
-/// left out, and `more` says so). Files written before a column was added read it as null.
+/// their keys and records too, in (source, partition, offset) order, for at most that many
+/// bytes of them (the letters past it are left out, and `more` says so). Files written before a column was added read it as null.
 /// Memory: the small columns of the letters wanted, and the records of one file at a time.
 pub async fn find(
     catalog: &CatalogService,
@@ -134,61 +134,75 @@ pub async fn find(
             more: false,
         });
     };
-    // The records, file by file, up to `most` bytes.
-    let mut by_file: BTreeMap<String, Vec<Held>> = BTreeMap::new();
-    for letter in letters {
-        by_file.entry(letter.file.clone()).or_default().push(letter);
-    }
+    // The records in the letters' order (topic, partition, offset: the order they came in),
+    // up to `most` bytes, each file's read when its first letter comes.
+    letters.sort_by(|a, b| {
+        (&a.source, a.partition, a.offset).cmp(&(&b.source, b.partition, b.offset))
+    });
     let mut taken = Vec::new();
     let mut bytes = 0usize;
     let mut more = false;
-    'files: for (file, mut held) in by_file {
-        let only = std::collections::HashSet::from([file]);
-        let reading = floe_sql::scan::Reading {
-            missing_as_null: true,
-            only: Some(&only),
-            keep: None,
+    let mut current: Option<(String, HashMap<u64, KeyAndRecord>)> = None;
+    for mut letter in letters {
+        if current
+            .as_ref()
+            .is_none_or(|(file, _)| *file != letter.file)
+        {
+            current = Some((
+                letter.file.clone(),
+                records_of(&provider, &held_in, &letter.file).await?,
+            ));
+        }
+        let (_, at) = current.as_mut().expect("read just now");
+        let Some((key, record)) = at.remove(&letter.position) else {
+            continue;
         };
-        let read = provider
-            .live_columns(&held_in, reading)
-            .await
-            .map_err(|e| IngestError::Storage(format!("read the dead letters: {e}")))?;
-        let mut at: HashMap<u64, KeyAndRecord> = HashMap::new();
-        for read in read {
-            let keys = cast(read.keys.column(0), DataType::Binary)?;
-            let records = cast(read.keys.column(1), DataType::Binary)?;
-            let (keys, records) = (keys.as_binary::<i32>(), records.as_binary::<i32>());
-            let wanted: std::collections::HashSet<u64> = held.iter().map(|l| l.position).collect();
-            for (row, position) in read.positions.iter().enumerate() {
-                if wanted.contains(position) {
-                    let value = |c: &datafusion::arrow::array::BinaryArray| {
-                        (!c.is_null(row)).then(|| c.value(row).to_vec())
-                    };
-                    at.insert(*position, (value(keys), value(records)));
-                }
-            }
+        let size = key.as_ref().map_or(0, Vec::len) + record.as_ref().map_or(0, Vec::len);
+        if bytes + size > most && !taken.is_empty() {
+            more = true;
+            break;
         }
-        held.sort_by_key(|l| l.position);
-        for mut letter in held {
-            let Some((key, record)) = at.remove(&letter.position) else {
-                continue;
-            };
-            let size = key.as_ref().map_or(0, Vec::len) + record.as_ref().map_or(0, Vec::len);
-            if bytes + size > most && !taken.is_empty() {
-                more = true;
-                break 'files;
-            }
-            bytes += size;
-            letter.key = key;
-            letter.record = record;
-            taken.push(letter);
-        }
+        bytes += size;
+        letter.key = key;
+        letter.record = record;
+        taken.push(letter);
     }
     Ok(Found {
         table: Some(loaded),
         letters: taken,
         more,
     })
+}
+
+/// The keys and records of data file `file`'s live rows, by position.
+async fn records_of(
+    provider: &floe_sql::scan::IcebergTableProvider,
+    held_in: &[i32],
+    file: &str,
+) -> Result<HashMap<u64, KeyAndRecord>, IngestError> {
+    let only = std::collections::HashSet::from([file.to_string()]);
+    let reading = floe_sql::scan::Reading {
+        missing_as_null: true,
+        only: Some(&only),
+        keep: None,
+    };
+    let read = provider
+        .live_columns(held_in, reading)
+        .await
+        .map_err(|e| IngestError::Storage(format!("read the dead letters: {e}")))?;
+    let mut at = HashMap::new();
+    for read in read {
+        let keys = cast(read.keys.column(0), DataType::Binary)?;
+        let records = cast(read.keys.column(1), DataType::Binary)?;
+        let (keys, records) = (keys.as_binary::<i32>(), records.as_binary::<i32>());
+        for (row, position) in read.positions.iter().enumerate() {
+            let value = |c: &datafusion::arrow::array::BinaryArray| {
+                (!c.is_null(row)).then(|| c.value(row).to_vec())
+            };
+            at.insert(*position, (value(keys), value(records)));
+        }
+    }
+    Ok(at)
 }
 
 fn cast(array: &ArrayRef, to: DataType) -> Result<ArrayRef, IngestError> {
