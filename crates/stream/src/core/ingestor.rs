@@ -253,16 +253,27 @@ impl Opened<'_> {
             &self.ident,
         )
         .await?;
-        let rows = dead_letter::batch(letters, floe_catalog::clock::now_ms() * 1000);
-        let rows = conform(&rows, &schema, Match::Name).map_err(|e| {
+        let rows = dead_letter::batch(letters, floe_catalog::clock::now_micros());
+        self.append_to(&ident, &schema, &rows).await
+    }
+
+    /// `batch` conformed to `schema`, the columns of another table `ident` of the tenant (its
+    /// dead letters, `otel.exemplars`), and appended to that table's log.
+    async fn append_to(
+        &self,
+        ident: &TableIdent,
+        schema: &SchemaRef,
+        batch: &RecordBatch,
+    ) -> Result<Receipt, IngestError> {
+        let rows = conform(batch, schema, Match::Name).map_err(|e| {
             IngestError::Invalid(format!(
-                "dead-letter table {}.{ident} cannot take letters: {e}",
+                "table {}.{ident} cannot take the rows as they are: {e}",
                 self.warehouse
             ))
         })?;
         self.ingestor
             .log
-            .append(self.warehouse, &ident, &[rows])
+            .append(self.warehouse, ident, &[rows])
             .await
     }
 
@@ -289,16 +300,7 @@ impl Opened<'_> {
             Creation::Layout(&layout),
         )
         .await?;
-        let rows = conform(batch, &schema, Match::Name).map_err(|e| {
-            IngestError::Invalid(format!(
-                "table {}.{ident} cannot take the rows as they are: {e}",
-                self.warehouse
-            ))
-        })?;
-        self.ingestor
-            .log
-            .append(self.warehouse, &ident, &[rows])
-            .await
+        self.append_to(&ident, &schema, batch).await
     }
 
     /// `records` were taken durably (the tenant's counters).

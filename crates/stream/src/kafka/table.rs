@@ -291,7 +291,7 @@ impl Pipeline {
         )
         .await?;
         let letters: Vec<Letter> = dead.iter().map(|d| d.letter(&self.spec.name)).collect();
-        let batch = dead_letter::batch(&letters, floe_catalog::clock::now_ms() * 1000);
+        let batch = dead_letter::batch(&letters, floe_catalog::clock::now_micros());
         let batch =
             conform(&batch, &schema, Match::Name).map_err(|e| table_error("dead letters", e))?;
         self.append(&ident, batch, offsets, None).await?;
