@@ -185,7 +185,6 @@ pub async fn evolve_columns(
     evolved: &[Field],
 ) -> floe_catalog::Result<floe_catalog::service::LoadedTable> {
     use iceberg::spec::NestedField;
-    use iceberg::{TableRequirement, TableUpdate};
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -233,21 +232,7 @@ pub async fn evolve_columns(
             .with_fields(fields)
             .build()
             .map_err(|e| floe_catalog::CatalogError::bad_request(format!("evolved schema: {e}")))?;
-        let request = TableCommitRequest {
-            ident: ident.clone(),
-            requirements: vec![
-                TableRequirement::CurrentSchemaIdMatch {
-                    current_schema_id: current.schema_id(),
-                },
-                TableRequirement::LastAssignedFieldIdMatch {
-                    last_assigned_field_id: metadata.last_column_id(),
-                },
-            ],
-            updates: vec![
-                TableUpdate::AddSchema { schema },
-                TableUpdate::SetCurrentSchema { schema_id: -1 },
-            ],
-        };
+        let request = schema_change(ident, metadata, schema, Vec::new());
         match service.commit_table(caller, warehouse, request).await {
             Ok(committed) => {
                 tracing::info!(table = %ident, added = ?missing.iter().map(|f| f.name()).collect::<Vec<_>>(), ?promoted, "evolve columns");
@@ -256,5 +241,34 @@ pub async fn evolve_columns(
             Err(floe_catalog::CatalogError::CommitFailed(_)) if attempts < 5 => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// The commit that makes `schema` table `ident`'s current schema (with `more` updates in the
+/// same commit), on the schema and the last field id `metadata` has: a concurrent schema
+/// change refuses it.
+pub fn schema_change(
+    ident: &TableIdent,
+    metadata: &iceberg::spec::TableMetadata,
+    schema: iceberg::spec::Schema,
+    more: Vec<iceberg::TableUpdate>,
+) -> TableCommitRequest {
+    use iceberg::{TableRequirement, TableUpdate};
+    let mut updates = vec![
+        TableUpdate::AddSchema { schema },
+        TableUpdate::SetCurrentSchema { schema_id: -1 },
+    ];
+    updates.extend(more);
+    TableCommitRequest {
+        ident: ident.clone(),
+        requirements: vec![
+            TableRequirement::CurrentSchemaIdMatch {
+                current_schema_id: metadata.current_schema_id(),
+            },
+            TableRequirement::LastAssignedFieldIdMatch {
+                last_assigned_field_id: metadata.last_column_id(),
+            },
+        ],
+        updates,
     }
 }

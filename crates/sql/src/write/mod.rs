@@ -18,7 +18,7 @@ pub use create_table::{
     take_partitioned_by,
 };
 pub use deletes::{DeletesWritten, Doomed, delete_rows};
-pub use evolution::{added_type, evolve_columns, merged_type, widened_type};
+pub use evolution::{added_type, evolve_columns, merged_type, schema_change, widened_type};
 pub use position_deletes::write_position_deletes;
 pub use sink::{
     IcebergSink, write_batch_files, write_batch_parts, write_data_files, writer_properties,

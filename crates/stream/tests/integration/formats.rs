@@ -45,8 +45,8 @@ async fn query(engine: &SqlEngine, sql: &str) -> Vec<RecordBatch> {
     }
 }
 
-/// The rows of `sql` as text, columns joined by `|`.
-async fn text_rows(engine: &SqlEngine, sql: &str) -> Vec<String> {
+/// The rows of `sql` as text, columns joined by `|` (none when it fails).
+pub(super) async fn text_rows(engine: &SqlEngine, sql: &str) -> Vec<String> {
     let mut rows = Vec::new();
     for batch in query(engine, sql).await {
         let columns: Vec<_> = batch

@@ -44,7 +44,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::service::{CatalogService, LoadedTable};
 use iceberg::spec::{NestedField, PrimitiveType, TableMetadata, Transform, Type};
-use iceberg::{TableIdent, TableRequirement, TableUpdate};
+use iceberg::{TableIdent, TableUpdate};
 
 pub(crate) use files::{dir, entries_in, move_aside, sequences};
 
@@ -380,24 +380,14 @@ async fn upgrade(
         .with_fields(fields)
         .build()
         .map_err(|e| IngestError::Invalid(format!("upgrade dead-letter table {ident}: {e}")))?;
-    let request = floe_catalog::service::TableCommitRequest {
-        ident: ident.clone(),
-        requirements: vec![
-            TableRequirement::CurrentSchemaIdMatch {
-                current_schema_id: current.schema_id(),
-            },
-            TableRequirement::LastAssignedFieldIdMatch {
-                last_assigned_field_id: metadata.last_column_id(),
-            },
-        ],
-        updates: vec![
-            TableUpdate::AddSchema { schema },
-            TableUpdate::SetCurrentSchema { schema_id: -1 },
-            TableUpdate::SetProperties {
-                updates: HashMap::from([(OF_PROPERTY.to_string(), target.name().to_string())]),
-            },
-        ],
-    };
+    let request = floe_sql::write::schema_change(
+        ident,
+        metadata,
+        schema,
+        vec![TableUpdate::SetProperties {
+            updates: HashMap::from([(OF_PROPERTY.to_string(), target.name().to_string())]),
+        }],
+    );
     match catalog.commit_table(caller, warehouse, request).await {
         Ok(committed) => {
             tracing::info!(table = %ident, "upgraded a dead-letter table to the one form");
