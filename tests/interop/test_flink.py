@@ -402,20 +402,12 @@ def test_floe_compacts_while_flink_writes_and_flinks_next_checkpoint_commits(fli
 def test_flink_reads_floes_upsert_table_as_the_newest_row_per_key(flink_floe):
     """Floe's upserts (issue 39: data files plus position deletes in one snapshot, format v2)
     read back by Flink's Iceberg source as the newest row per key."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-    from test_upsert import upsert
+    from test_upsert import keyed_table, upsert
 
     flink, floe = flink_floe
     catalog = floe.pyiceberg()
     catalog.create_namespace("flup")
-    keyed = Schema(
-        NestedField(1, "id", LongType(), required=True),
-        NestedField(2, "name", StringType(), required=False),
-        NestedField(3, "score", LongType(), required=False),
-        identifier_field_ids=[1],
-    )
-    catalog.create_table("flup.users", schema=keyed, properties={"write.upsert.enabled": "true"})
+    keyed_table(floe, "flup.users")
     upsert(floe, "flup.users", [{"id": i, "name": f"n{i}", "score": i} for i in range(6)])
     upsert(floe, "flup.users", [{"id": 1, "name": "one", "score": 10}, {"id": 7, "name": "n7", "score": 7}])
     upsert(floe, "flup.users", [{"id": 2}, {"id": 7}], op="delete")

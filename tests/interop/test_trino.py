@@ -247,22 +247,14 @@ def test_trino_reads_floes_upsert_tables_as_the_newest_row_per_key(trino_floe):
     (format v2): Trino applies them and reads the newest row per key. (Format v3's deletion
     vectors are Puffin files, which Trino 476 does not read: "Unexpected PUFFIN file format",
     for Spark's v3 deletes as for Floe's — docs/upsert.md.)"""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-    from test_upsert import upsert
+    from test_upsert import keyed_table, upsert
 
     trino, floe, _ = trino_floe
     catalog = floe.pyiceberg()
     catalog.create_namespace("ups")
-    keyed = Schema(
-        NestedField(1, "id", LongType(), required=True),
-        NestedField(2, "name", StringType(), required=False),
-        NestedField(3, "score", LongType(), required=False),
-        identifier_field_ids=[1],
-    )
     for version in ("2",):
         table = f"ups.v{version}"
-        catalog.create_table(table, schema=keyed, properties={"format-version": version, "write.upsert.enabled": "true"})
+        keyed_table(floe, table, format_version=version)
         upsert(floe, table, [{"id": i, "name": f"n{i}", "score": i} for i in range(8)])
         upsert(floe, table, [{"id": 1, "name": "one", "score": 10}, {"id": 9, "name": "n9", "score": 9}])
         upsert(floe, table, [{"id": 2, "name": "two", "score": 20}, {"id": 1, "name": "uno", "score": 11}])

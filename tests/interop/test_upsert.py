@@ -24,6 +24,21 @@ def upsert(floe, table: str, rows: list[dict], **params):
     return answer
 
 
+def keyed_table(floe, name: str, format_version: str = "2"):
+    """An upsert table `name` (key `id`; `name` and `score` columns) made through PyIceberg."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    keyed = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "score", LongType(), required=False),
+        identifier_field_ids=[1],
+    )
+    properties = {"format-version": format_version, "write.upsert.enabled": "true"}
+    return floe.pyiceberg().create_table(name, schema=keyed, properties=properties)
+
+
 def floe_rows(floe, table: str) -> list[tuple]:
     statement = f"SELECT id, name, score FROM {table} ORDER BY id"
     answer = floe.api("POST", "/api/v1/sql", json={"sql": statement, "warehouse": floe.warehouse})
@@ -412,17 +427,8 @@ def test_a_debezium_avro_stream_materializes_its_after_rows(tmp_path, broker):
 def test_a_format_v3_upsert_table_takes_deletion_vectors(floe):
     """Format v3: a data file's deletes are one deletion vector, replaced (old positions and
     new) each time more of its rows go."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-
     floe.pyiceberg().create_namespace("up")
-    keyed = Schema(
-        NestedField(1, "id", LongType(), required=True),
-        NestedField(2, "name", StringType(), required=False),
-        NestedField(3, "score", LongType(), required=False),
-        identifier_field_ids=[1],
-    )
-    floe.pyiceberg().create_table("up.v3", schema=keyed, properties={"format-version": "3", "write.upsert.enabled": "true"})
+    keyed_table(floe, "up.v3", format_version="3")
     upsert(floe, "up.v3", [{"id": i, "name": f"n{i}", "score": i} for i in range(10)])
     upsert(floe, "up.v3", [{"id": 1, "name": "one", "score": 1}])
     upsert(floe, "up.v3", [{"id": 2, "name": "two", "score": 2}, {"id": 11, "name": "n11", "score": 11}])
