@@ -1,13 +1,18 @@
 """Upsert tables (issue 39): a table with a key takes rows that replace the rows of their keys
 and deletes by key, committed as data files plus position deletes in one snapshot. Floe's SQL,
-PyIceberg and DuckDB read the newest row per key; the key index survives a restart and a
-compaction (built again from the table); bad requests are refused by name."""
+PyIceberg and DuckDB read the newest row per key; the key index survives a restart (caught up
+from its checkpoint), another writer's commits and a compaction (caught up from the snapshot it
+described), and a damaged checkpoint (built again from the table); bad requests are refused by
+name."""
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.parse
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from conftest import restart_floe, start_floe, stop_floe
 from test_compaction import run_job
@@ -119,8 +124,8 @@ def test_the_newest_row_per_key_wins_in_every_reader(floe, tmp_path):
     expected[0] = (1, "again", 1.5)
     assert every_reader(floe, table) == expected
 
-    # The key index lives in memory: after a restart it is built again from the table (its
-    # key column less its position deletes), and the next upsert replaces the right rows.
+    # After a restart the key index is made again (from its checkpoint, or from the table's key
+    # column less its position deletes), and the next upsert replaces the right rows.
     restart_floe(floe, tmp_path)
     # Rows of two data files replaced: one delete file naming both, in path order.
     upsert(floe, table, [{"id": 2, "name": "two again", "score": 2.5}, {"id": 1, "name": "one more", "score": 1.25}])
@@ -471,3 +476,113 @@ def test_acknowledged_upserts_survive_kill_9_in_order(floe, tmp_path):
             break
         assert time.time() < deadline, (seen[:10], expected[:10])
         time.sleep(0.3)
+
+
+def index_counts(floe) -> dict[str, int]:
+    """How this node's upsert key indexes were made ready since it started, by how."""
+    text = floe.api("GET", "/metrics").text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith('floe_upsert_key_indexes_total{how="'):
+            counts[line.split('"')[1]] = int(float(line.rsplit(" ", 1)[1]))
+    assert set(counts) == {"built", "loaded", "caught-up"}, text
+    return counts
+
+
+def checkpoint_of(floe, table: str) -> Path:
+    location = floe.pyiceberg().load_table(table).location()
+    assert location.startswith("file:"), location
+    return Path(urllib.parse.urlparse(location).path) / "metadata" / "floe-key-index.bin"
+
+
+@pytest.mark.parametrize("format_version", ["2", "3"])
+def test_the_key_index_is_caught_up_not_built_again(floe, tmp_path, format_version):
+    floe.pyiceberg().create_namespace("up")
+    table = "up.accounts"
+    keyed_table(floe, table, format_version)
+    model = {i: (f"n{i}", i) for i in range(1, 41)}
+
+    def apply(rows=(), deletes=()):
+        if rows:
+            upsert(floe, table, [{"id": i, "name": n, "score": s} for i, (n, s) in rows])
+            model.update(dict(rows))
+        if deletes:
+            upsert(floe, table, [{"id": i} for i in deletes], op="delete")
+            for i in deletes:
+                model.pop(i, None)
+
+    def agrees():
+        assert every_reader(floe, table) == sorted((i, n, s) for i, (n, s) in model.items())
+
+    upsert(floe, table, [{"id": i, "name": n, "score": s} for i, (n, s) in model.items()])
+    # The first commit after the index is made writes its checkpoint (in the background).
+    checkpoint = checkpoint_of(floe, table)
+    deadline = time.time() + 20
+    while not checkpoint.exists():
+        assert time.time() < deadline, "no key index checkpoint was written"
+        time.sleep(0.2)
+    assert checkpoint.read_bytes().startswith(b"FLOEKIX1")
+    # Commits after the checkpoint: replaced rows (new position deletes), deleted keys, new keys.
+    apply(rows=[(i, (f"v2-{i}", i * 10)) for i in range(1, 41, 3)])
+    apply(deletes=[2, 5])
+    apply(rows=[(41, ("n41", 41))])
+    agrees()
+
+    # A restart: the index is the checkpoint caught up (what was committed since read from the
+    # delete files and new data files), not every key read again.
+    restart_floe(floe, tmp_path)
+    apply(rows=[(1, ("after restart", 1)), (4, ("four", 4)), (41, ("again", 410))])
+    apply(deletes=[3])
+    assert index_counts(floe) == {"built": 0, "loaded": 1, "caught-up": 0}
+    agrees()
+
+    caught_up = 0
+    if format_version == "2":  # PyIceberg writes no v3 table
+        # Another writer rewrites a data file (PyIceberg deletes copy-on-write): the index
+        # forgets the file it no longer lists and reads the one written in its place.
+        floe.pyiceberg().load_table(table).delete("id = 7")
+        model.pop(7)
+        apply(rows=[(8, ("after pyiceberg", 8)), (42, ("n42", 42))])
+        caught_up += 1
+        assert index_counts(floe) == {"built": 0, "loaded": 1, "caught-up": caught_up}
+        agrees()
+
+    # Compaction folds every file and delete: caught up again.
+    result = run_job(floe, "up", "accounts", "compact")
+    assert result["groups-committed"] >= 1, result
+    apply(rows=[(9, ("after compaction", 9))], deletes=[10])
+    caught_up += 1
+    assert index_counts(floe) == {"built": 0, "loaded": 1, "caught-up": caught_up}
+    agrees()
+
+    # A damaged checkpoint is never used: the index is built from the table, answers unchanged.
+    damaged = bytearray(checkpoint.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    checkpoint.write_bytes(bytes(damaged))
+    restart_floe(floe, tmp_path)
+    apply(rows=[(11, ("after damage", 11))], deletes=[12])
+    assert index_counts(floe) == {"built": 1, "loaded": 0, "caught-up": 0}
+    agrees()
+
+
+def test_orphan_cleanup_keeps_the_key_index_checkpoint(tmp_path):
+    floe = start_floe(tmp_path, extra_args=("--orphan-min-age-floor-secs", "0"))
+    try:
+        floe.pyiceberg().create_namespace("up")
+        keyed_table(floe, "up.kept")
+        upsert(floe, "up.kept", [{"id": i, "name": f"n{i}", "score": i} for i in range(10)])
+        checkpoint = checkpoint_of(floe, "up.kept")
+        deadline = time.time() + 20
+        while not checkpoint.exists():
+            assert time.time() < deadline, "no key index checkpoint was written"
+            time.sleep(0.2)
+        cleanup = floe.api(
+            "POST",
+            "/api/v1/maintenance/remove-orphan-files",
+            json={"warehouse": floe.warehouse, "namespace": ["up"], "table": "kept", "dry-run": False, "older-than-ms": 0},
+        )
+        assert cleanup.status_code == 200, cleanup.text
+        assert not [f for f in cleanup.json()["orphan-files"] if f.endswith("floe-key-index.bin")]
+        assert checkpoint.exists()
+    finally:
+        stop_floe(floe)

@@ -7,7 +7,7 @@
 //! Only the key columns are read. Equality deletes are not applied here: a table with any is
 //! refused by name (an upsert writer never writes them; compaction folds another writer's).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt64Array};
@@ -40,6 +40,78 @@ pub struct FileKeys {
     pub keys: RecordBatch,
     /// Each live row's position in the file, ascending.
     pub positions: Vec<u64>,
+}
+
+/// A live data file of a snapshot: what an upsert table's key index compares with the files
+/// of the snapshot it describes.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    pub data_file: String,
+    pub spec_id: i32,
+    pub partition: Struct,
+    /// Whether an equality delete applies to it.
+    pub equality_deletes: bool,
+}
+
+/// A snapshot's live data files, and the rows that delete files newer than a given sequence
+/// number remove from them.
+#[derive(Debug, Default)]
+pub struct LiveFiles {
+    pub files: Vec<LiveFile>,
+    /// By data file: the positions removed by the position delete files and deletion vectors
+    /// of a data sequence number above the one asked about (a delete file whose manifest
+    /// gives none counts as newer).
+    pub deleted_since: HashMap<String, RoaringTreemap>,
+}
+
+/// The live data files of `tasks` (a snapshot's plan) as `index` lists them, with the rows
+/// that delete files of a data sequence number above `sequence` remove.
+pub(crate) async fn live_files(
+    index: &ManifestIndex,
+    files: &TableFiles,
+    tasks: Vec<FileScanTask>,
+    sequence: i64,
+) -> Result<LiveFiles> {
+    let newer: HashSet<&str> = index
+        .deletes
+        .iter()
+        .filter(|d| d.sequence.is_none_or(|s| s > sequence))
+        .map(|d| d.file.file_path())
+        .collect();
+    let mut seen = HashSet::new();
+    let mut live = Vec::new();
+    let mut changed = Vec::new();
+    for task in tasks {
+        if !seen.insert(task.data_file_path.clone()) {
+            continue;
+        }
+        let entry = index.data.get(&task.data_file_path).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "data file {} is not in the snapshot's manifests",
+                task.data_file_path
+            ))
+        })?;
+        live.push(LiveFile {
+            data_file: task.data_file_path.clone(),
+            spec_id: entry.spec_id,
+            partition: entry.file.partition().clone(),
+            equality_deletes: task
+                .deletes
+                .iter()
+                .any(|d| d.file_type == DataContentType::EqualityDeletes),
+        });
+        let mut task = task;
+        task.deletes.retain(|d| {
+            d.file_type == DataContentType::PositionDeletes && newer.contains(d.file_path.as_str())
+        });
+        if !task.deletes.is_empty() {
+            changed.push(task);
+        }
+    }
+    Ok(LiveFiles {
+        files: live,
+        deleted_since: deleted_positions(index, files, &changed).await?,
+    })
 }
 
 /// Which rows a read keeps: each file's rows (its columns as read) to a keep-or-not per row.

@@ -24,8 +24,9 @@ pub(crate) mod provider;
 pub mod server_plan;
 
 pub use bounded_footer::{parquet_batches, parquet_rows};
-pub use live_keys::{FileKeys, Keep, Reading};
+pub use live_keys::{FileKeys, Keep, LiveFile, LiveFiles, Reading};
 pub use manifests::forget_manifests;
 pub use pending::PendingRows;
 pub use position_deletes::delete_files_read;
 pub use provider::{IcebergTableProvider, TableAccess};
+pub use roaring::RoaringTreemap;

@@ -279,6 +279,24 @@ impl IcebergTableProvider {
         .await
     }
 
+    /// The live data files of the snapshot, and the rows removed from them by delete files
+    /// of a data sequence number above `sequence` ([`super::live_keys::LiveFiles`]): what an
+    /// upsert table's key index reads to catch up from the snapshot it describes. Needs
+    /// `read-data`, as a scan does.
+    pub async fn live_files(&self, sequence: i64) -> Result<super::live_keys::LiveFiles> {
+        self.authorize_read().await?;
+        let tasks = self.plan(&[]).await?;
+        if tasks.is_empty() {
+            return Ok(Default::default());
+        }
+        let files = TableFiles {
+            store: self.files.object_store(),
+            reach: self.files.reach().clone(),
+        };
+        let index = manifests::index(&self.table()?, self.snapshot_id).await?;
+        super::live_keys::live_files(&index, &files, tasks, sequence).await
+    }
+
     /// The table as iceberg's reader and inspectors take it.
     pub fn table(&self) -> Result<Table> {
         let mut builder = Table::builder()

@@ -399,6 +399,7 @@ impl Ingest {
                 ));
             }
         }
+        text.push_str(&super::upsert::index::render_metrics());
         text
     }
 

@@ -13,14 +13,21 @@
 //!    v3 deletion vectors, one per data file). An upsert costs O(changes), not O(table).
 //! 3. The snapshot (`overwrite` when it writes and deletes, `delete` when it only deletes,
 //!    `append` when it only adds) carries every manifest of its parent and the source's
-//!    positions, and commits only on the `main` the index described; a lost race rebuilds the
-//!    index and tries again.
+//!    positions, and commits only on the `main` the index described; a lost race catches the
+//!    index up and tries again.
+//!
+//! The index is made ready for each commit at the least cost that is sure ([`ready`]): held
+//! in memory when this node made the last commit, caught up from the snapshot it (or the
+//! table's checkpoint, [`checkpoint`]) describes when others committed since (compaction,
+//! another writer, a restart), built from the table's rows otherwise.
 //!
 //! Every engine that reads position deletes and deletion vectors (Floe's SQL, PyIceberg,
 //! DuckDB, Spark, Trino, Flink) reads the latest row per key. Compaction folds the deletes
 //! into new files.
 
+pub mod checkpoint;
 pub mod index;
+mod ready;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -228,16 +235,16 @@ pub async fn commit(
                 .collect(),
             snapshot_id: current,
         };
+        let table = floe_sql::write::table_of(&access, loaded.clone())
+            .map_err(|e| IngestError::Storage(e.to_string()))?;
         if guard
             .as_ref()
             .is_none_or(|index| index.described != described)
         {
-            *guard = None;
-            *guard = Some(build(&access, loaded.clone(), described).await?);
+            let held = guard.take();
+            *guard = Some(ready::ready(&access, &table, loaded, held, described).await?);
         }
-        let index = guard.as_mut().expect("built");
-        let table = floe_sql::write::table_of(&access, loaded)
-            .map_err(|e| IngestError::Storage(e.to_string()))?;
+        let index = guard.as_mut().expect("made ready");
         let (schema_id, spec_id) = (
             metadata.current_schema_id(),
             metadata.default_partition_spec_id(),
@@ -338,6 +345,7 @@ pub async fn commit(
                     )?;
                 }
                 index.described.snapshot_id = Some(snapshot_id);
+                checkpoint::maybe_write(&table, index);
                 return Ok(Upserted {
                     files: files.len(),
                     rows,
@@ -346,9 +354,9 @@ pub async fn commit(
                 });
             }
             Err(e) => {
-                // Whatever was deleted or written meanwhile, the index no longer describes
-                // `main` for sure: built again on the next try.
-                *guard = None;
+                // The index still describes the snapshot this commit was made on: the next
+                // try catches it up to whatever `main` is then (this commit's own snapshot
+                // included, had it landed after all).
                 let error = IngestError::of_catalog(e);
                 // Only a refused commit is known not to have happened: after a timeout or an
                 // unknown state the snapshot may hold these files, so they stay (orphan
@@ -369,38 +377,6 @@ pub async fn commit(
             }
         }
     }
-}
-
-/// The index of table `loaded` (and key and snapshot `described`) built from its live rows.
-async fn build(
-    access: &floe_sql::scan::TableAccess,
-    loaded: floe_catalog::service::LoadedTable,
-    described: index::Described,
-) -> Result<KeyIndex, IngestError> {
-    let started = std::time::Instant::now();
-    let ident = loaded.ident.clone();
-    let provider =
-        floe_sql::scan::IcebergTableProvider::try_new(access.clone(), loaded).map_err(refused)?;
-    let files = provider
-        .live_keys(&described.key_ids)
-        .await
-        .map_err(refused)?;
-    let mut index = KeyIndex::new(described)?;
-    for file in files {
-        let slot = Slot {
-            path: file.data_file,
-            spec_id: file.spec_id,
-            partition: file.partition,
-        };
-        index.insert_file(slot, &file.keys, &file.positions)?;
-    }
-    tracing::info!(
-        table = %ident,
-        keys = index.keys(),
-        millis = started.elapsed().as_millis() as u64,
-        "built an upsert table's key index"
-    );
-    Ok(index)
 }
 
 /// The net effect of `changes`: the last change per key wins.

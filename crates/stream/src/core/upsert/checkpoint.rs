@@ -1,0 +1,364 @@
+//! A key index's checkpoint: the index as it described one snapshot, kept beside the table's
+//! metadata (`<location>/metadata/floe-key-index.bin`) so that a node that starts (or takes
+//! over the table) catches the index up from that snapshot instead of reading every key of
+//! the table again.
+//!
+//! The node committing a table's upserts writes the checkpoint after a commit, at most once a
+//! [`EVERY`] per table, in the background; a checkpoint is only ever a starting point. It is
+//! taken only when it names the table (uuid), its key and the key's types, and a snapshot on
+//! the line of `main`; anything else — a missing, foreign, truncated, corrupt or oversized
+//! file, a snapshot expired or rolled back — and the index is built from the table as before
+//! ([`super::ready`]). Its files are checked against the table's live files when it is caught
+//! up, so a checkpoint can never put a file of another table in the index.
+//!
+//! Form (little-endian): the magic `FLOEKIX1`; a header (u32 length, then JSON: table, key
+//! field ids, key types, snapshot id, data files); u64 count of places, each a u16 key length,
+//! the key (its comparable encoding), a u32 data file (an index into the header's files) and a
+//! u64 position; a CRC-32 of everything before it.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::MAX_KEY_BYTES;
+use super::index::{Described, KeyIndex, Slot};
+
+/// The least time between two checkpoints of a table written by one node.
+pub const EVERY: Duration = Duration::from_secs(60);
+
+/// The largest checkpoint read (an index of some 40 M keys).
+const MAX_BYTES: u64 = 1 << 30;
+
+const MAGIC: &[u8; 8] = b"FLOEKIX1";
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Header {
+    table: uuid::Uuid,
+    key_ids: Vec<i32>,
+    types: Vec<String>,
+    snapshot_id: Option<i64>,
+    files: Vec<String>,
+}
+
+/// Where the checkpoint of the table at `location` lies.
+pub fn path(location: &str) -> String {
+    floe_sql::write::key_index_checkpoint(location)
+}
+
+fn type_names(described: &Described) -> Vec<String> {
+    described.types.iter().map(|t| format!("{t:?}")).collect()
+}
+
+/// `index` in the checkpoint's form.
+pub fn encode(index: &KeyIndex) -> Vec<u8> {
+    // Files still indexed, numbered afresh.
+    let mut renumbered = vec![u32::MAX; index.slots.len()];
+    let mut files = Vec::new();
+    for (id, slot) in index.slots.iter().enumerate() {
+        if !slot.path.is_empty() && index.slot_of.contains_key(&slot.path) {
+            renumbered[id] = files.len() as u32;
+            files.push(slot.path.clone());
+        }
+    }
+    let header = Header {
+        table: index.described.table,
+        key_ids: index.described.key_ids.clone(),
+        types: type_names(&index.described),
+        snapshot_id: index.described.snapshot_id,
+        files,
+    };
+    let header = serde_json::to_vec(&header).expect("a header encodes");
+    let mut out = Vec::with_capacity(32 + header.len() + index.places.len() * 24);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+    let count_at = out.len();
+    out.extend_from_slice(&0u64.to_le_bytes());
+    let mut count = 0u64;
+    for (key, (slot, position)) in index.entries() {
+        let Some(&file) = renumbered.get(slot as usize).filter(|&&f| f != u32::MAX) else {
+            continue;
+        };
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(&file.to_le_bytes());
+        out.extend_from_slice(&position.to_le_bytes());
+        count += 1;
+    }
+    out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
+    let mut crc = flate2::Crc::new();
+    crc.update(&out);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    out
+}
+
+/// Reads a checkpoint's bytes, each step bounded by what is left.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if n > self.bytes.len() {
+            return Err("it ends early".into());
+        }
+        let (taken, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+}
+
+/// The index `bytes` hold, when they are a whole checkpoint of the table and key `wanted`
+/// describes (at any snapshot); why not otherwise. Its files have no spec or partition yet:
+/// catching it up says where each lies.
+pub fn decode(bytes: &[u8], wanted: &Described) -> Result<KeyIndex, String> {
+    let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
+        return Err("it ends early".into());
+    };
+    let mut sum = flate2::Crc::new();
+    sum.update(body);
+    if sum.sum() != u32::from_le_bytes(*crc) {
+        return Err("its checksum does not match".into());
+    }
+    let mut reader = Reader { bytes: body };
+    if reader.take(MAGIC.len())? != MAGIC {
+        return Err("it is not a Floe key index".into());
+    }
+    let length = u32::from_le_bytes(reader.array()?) as usize;
+    let header: Header =
+        serde_json::from_slice(reader.take(length)?).map_err(|e| format!("its header: {e}"))?;
+    if header.table != wanted.table
+        || header.key_ids != wanted.key_ids
+        || header.types != type_names(wanted)
+    {
+        return Err("it describes another table or key".into());
+    }
+    let mut index = KeyIndex::new(Described {
+        snapshot_id: header.snapshot_id,
+        ..wanted.clone()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut ids = Vec::with_capacity(header.files.len());
+    for path in header.files {
+        if path.is_empty() {
+            return Err("it names a data file without a path".into());
+        }
+        let slot = Slot {
+            path,
+            spec_id: 0,
+            partition: iceberg::spec::Struct::empty(),
+        };
+        ids.push(index.add_slot(slot).map_err(|e| e.to_string())?);
+    }
+    let count = u64::from_le_bytes(reader.array()?);
+    // Each place takes at least 15 bytes: a count beyond what is left is a lie.
+    if count > (reader.bytes.len() / 15) as u64 {
+        return Err("it counts more places than it holds".into());
+    }
+    for _ in 0..count {
+        let length = u16::from_le_bytes(reader.array()?) as usize;
+        if length == 0 || length > MAX_KEY_BYTES {
+            return Err(format!("it holds a key of {length} bytes"));
+        }
+        let key: Box<[u8]> = reader.take(length)?.into();
+        let file = u32::from_le_bytes(reader.array()?) as usize;
+        let position = u64::from_le_bytes(reader.array()?);
+        let &slot = ids
+            .get(file)
+            .ok_or_else(|| format!("it names data file {file} of {}", ids.len()))?;
+        index.insert(key, (slot, position));
+    }
+    if !reader.bytes.is_empty() {
+        return Err("it holds more than it says".into());
+    }
+    Ok(index)
+}
+
+/// The checkpoint of `table` for the table and key `wanted` describes, when there is a
+/// usable one; a reason not to use it is logged, never an error.
+pub async fn read(table: &iceberg::table::Table, wanted: &Described) -> Option<KeyIndex> {
+    let path = path(table.metadata().location());
+    let input = table.file_io().new_input(&path).ok()?;
+    if !input.exists().await.unwrap_or(false) {
+        return None;
+    }
+    let refused = |why: String| {
+        tracing::warn!(file = %path, reason = %why, "an upsert key index checkpoint not used");
+        None
+    };
+    match input.metadata().await {
+        Ok(metadata) if metadata.size > MAX_BYTES => {
+            return refused(format!(
+                "it is {} bytes, more than {MAX_BYTES}",
+                metadata.size
+            ));
+        }
+        Ok(_) => {}
+        Err(e) => return refused(e.to_string()),
+    }
+    let bytes = match input.read().await {
+        Ok(bytes) => bytes,
+        Err(e) => return refused(e.to_string()),
+    };
+    match decode(&bytes, wanted) {
+        Ok(index) => Some(index),
+        Err(why) => refused(why),
+    }
+}
+
+/// Writes `index`'s checkpoint for `table` in the background when this node has written none
+/// of it for [`EVERY`] (the index remembers when).
+pub fn maybe_write(table: &iceberg::table::Table, index: &mut KeyIndex) {
+    if index.checkpointed.is_some_and(|at| at.elapsed() < EVERY) {
+        return;
+    }
+    index.checkpointed = Some(Instant::now());
+    let bytes = encode(index);
+    let path = path(table.metadata().location());
+    let file_io = table.file_io().clone();
+    tokio::spawn(async move {
+        let written = match file_io.new_output(&path) {
+            Ok(output) => output.write(bytes.into()).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(file = %path, error = %e, "write an upsert key index checkpoint");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn described() -> Described {
+        Described {
+            table: uuid::Uuid::from_u128(7),
+            key_ids: vec![1],
+            types: vec![DataType::Int64],
+            snapshot_id: Some(42),
+        }
+    }
+
+    fn index() -> KeyIndex {
+        let mut index = KeyIndex::new(described()).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        for (file, ids) in [
+            ("s3://b/t/a.parquet", vec![1, 2, 3]),
+            ("s3://b/t/b.parquet", vec![3, 4]),
+        ] {
+            let keys = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from(ids.clone()))],
+            )
+            .unwrap();
+            let positions: Vec<u64> = (0..ids.len() as u64).collect();
+            let slot = Slot {
+                path: file.into(),
+                spec_id: 0,
+                partition: iceberg::spec::Struct::empty(),
+            };
+            index.insert_file(slot, &keys, &positions).unwrap();
+        }
+        index
+    }
+
+    fn places(index: &KeyIndex) -> Vec<(Vec<u8>, String, u64)> {
+        let mut all: Vec<_> = index
+            .entries()
+            .map(|(key, (slot, position))| {
+                (
+                    key.to_vec(),
+                    index.slots[slot as usize].path.clone(),
+                    position,
+                )
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_as_the_index_it_was() {
+        let index = index();
+        let back = decode(&encode(&index), &described()).unwrap();
+        assert_eq!(back.described, index.described);
+        assert_eq!(back.keys(), 4);
+        assert_eq!(places(&back), places(&index));
+        assert_eq!(places(&back).len(), 5, "key 3 is in both files");
+    }
+
+    #[test]
+    fn forgotten_files_are_not_written() {
+        let mut index = index();
+        index.forget_files(&["s3://b/t/a.parquet".to_string()].into_iter().collect());
+        let back = decode(&encode(&index), &described()).unwrap();
+        assert_eq!(back.keys(), 2);
+        assert_eq!(back.files().collect::<Vec<_>>(), ["s3://b/t/b.parquet"]);
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_table_or_key_or_type_is_refused() {
+        let bytes = encode(&index());
+        let other_table = Described {
+            table: uuid::Uuid::from_u128(8),
+            ..described()
+        };
+        let other_key = Described {
+            key_ids: vec![2],
+            ..described()
+        };
+        let other_type = Described {
+            types: vec![DataType::Int32],
+            ..described()
+        };
+        for wanted in [other_table, other_key, other_type] {
+            let error = decode(&bytes, &wanted).err().unwrap();
+            assert!(error.contains("another table or key"), "{error}");
+        }
+    }
+
+    #[test]
+    fn damaged_checkpoints_are_refused_without_panic() {
+        let bytes = encode(&index());
+        // Every truncation and every single flipped byte.
+        for end in 0..bytes.len() {
+            assert!(decode(&bytes[..end], &described()).is_err());
+        }
+        for at in 0..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x5a;
+            assert!(decode(&damaged, &described()).is_err(), "byte {at}");
+        }
+        // A forged checkpoint with a valid checksum: a count of places it does not hold, and
+        // a place naming a file the header does not list.
+        let forge = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut body = bytes[..bytes.len() - 4].to_vec();
+            edit(&mut body);
+            let mut crc = flate2::Crc::new();
+            crc.update(&body);
+            body.extend_from_slice(&crc.sum().to_le_bytes());
+            decode(&body, &described()).err().unwrap()
+        };
+        let header = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        let count_at = 12 + header;
+        let error =
+            forge(&|body| body[count_at..count_at + 8].copy_from_slice(&u64::MAX.to_le_bytes()));
+        assert!(error.contains("counts more places"), "{error}");
+        let error = forge(&|body| {
+            // The first place's file (after its u16 length and 9-byte key).
+            let file_at = count_at + 8 + 2 + 9;
+            body[file_at..file_at + 4].copy_from_slice(&9u32.to_le_bytes());
+        });
+        assert!(error.contains("names data file 9"), "{error}");
+    }
+}
