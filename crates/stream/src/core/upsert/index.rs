@@ -229,6 +229,19 @@ impl KeyIndex {
         self.duplicates.remove(key);
     }
 
+    /// Records the live rows read of data files ([`floe_sql::scan::FileKeys`]).
+    pub fn insert_read(&mut self, files: Vec<floe_sql::scan::FileKeys>) -> Result<(), IngestError> {
+        for file in files {
+            let slot = Slot {
+                path: file.data_file,
+                spec_id: file.spec_id,
+                partition: file.partition,
+            };
+            self.insert_file(slot, &file.keys, &file.positions)?;
+        }
+        Ok(())
+    }
+
     /// Records `keys` as the rows at `positions` of data file `slot`.
     pub fn insert_file(
         &mut self,

@@ -21,7 +21,7 @@ use floe_sql::scan::{IcebergTableProvider, Reading, TableAccess};
 use iceberg::spec::TableMetadata;
 
 use super::checkpoint;
-use super::index::{Described, KeyIndex, READIED, Slot};
+use super::index::{Described, KeyIndex, READIED};
 use super::refused;
 use crate::core::IngestError;
 
@@ -115,14 +115,7 @@ async fn catch_up(
             .live_columns(&wanted.key_ids, reading)
             .await
             .map_err(refused)?;
-        for file in files {
-            let slot = Slot {
-                path: file.data_file,
-                spec_id: file.spec_id,
-                partition: file.partition,
-            };
-            index.insert_file(slot, &file.keys, &file.positions)?;
-        }
+        index.insert_read(files)?;
     }
     tracing::info!(
         table = %loaded.ident,
@@ -151,14 +144,7 @@ async fn build(
         .await
         .map_err(refused)?;
     let mut index = KeyIndex::new(described)?;
-    for file in files {
-        let slot = Slot {
-            path: file.data_file,
-            spec_id: file.spec_id,
-            partition: file.partition,
-        };
-        index.insert_file(slot, &file.keys, &file.positions)?;
-    }
+    index.insert_read(files)?;
     tracing::info!(
         table = %loaded.ident,
         keys = index.keys(),
