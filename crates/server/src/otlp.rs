@@ -27,10 +27,11 @@ use std::time::Duration;
 use floe_catalog::CatalogError;
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::tenants::Refused;
+use floe_stream::Refusal;
 use floe_stream::core::dead_letter::Door;
 use floe_stream::core::{IngestError, Ingestor, Target};
 use floe_stream::otlp::opentelemetry_proto::tonic::collector;
-use floe_stream::otlp::{self, Encoding, Refusal, Signal, Taken};
+use floe_stream::otlp::{self, Encoding, Signal, Taken};
 use prost::Message;
 
 use crate::AppState;

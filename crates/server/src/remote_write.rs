@@ -43,7 +43,12 @@ pub async fn remote_write(
         .and_then(|v| v.to_str().ok());
     let version = match Version::negotiate(content_type) {
         Ok(version) => version,
-        Err(reason) => return refuse(Failure::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, reason)),
+        Err(reason) => {
+            return refuse(Failure::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                reason.to_string(),
+            ));
+        }
     };
     // Snappy, or no Content-Encoding at all (taken as snappy, as Prometheus's own receiver
     // does); anything else names what it is and is refused.

@@ -12,6 +12,8 @@ use std::collections::HashMap;
 
 use apache_avro::Schema;
 
+use crate::Refusal;
+
 /// How deep values may nest.
 pub(crate) const MAX_DEPTH: usize = 64;
 
@@ -34,7 +36,7 @@ pub(crate) fn check(
     schema: &Schema,
     names: &HashMap<String, Schema>,
     datum: &[u8],
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     // In case startup did not (tests, embedders): before apache-avro's first decode.
     bound_allocations();
     let mut scan = Scan {
@@ -52,14 +54,19 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
-    fn value(&mut self, schema: &Schema, depth: usize) -> Result<(), String> {
+    fn value(&mut self, schema: &Schema, depth: usize) -> Result<(), Refusal> {
         if depth > MAX_DEPTH {
-            return Err(format!("values nest deeper than {MAX_DEPTH} levels"));
+            return Err(Refusal::unsupported(format!(
+                "values nest deeper than {MAX_DEPTH} levels"
+            )));
         }
         self.take_values(1)?;
         let schema = match schema {
             Schema::Ref { name } => self.names.get(&name.fullname(None)).ok_or_else(|| {
-                format!("a reference to the unknown type {}", name.fullname(None))
+                Refusal::malformed(format!(
+                    "a reference to the unknown type {}",
+                    name.fullname(None)
+                ))
             })?,
             other => other,
         };
@@ -84,8 +91,8 @@ impl Scan<'_> {
             Schema::Fixed(fixed) => self.skip(fixed.size as u64),
             Schema::Bytes | Schema::String | Schema::BigDecimal | Schema::Uuid => {
                 let length = self.long()?;
-                let length =
-                    u64::try_from(length).map_err(|_| format!("a negative length ({length})"))?;
+                let length = u64::try_from(length)
+                    .map_err(|_| Refusal::malformed(format!("a negative length ({length})")))?;
                 self.skip(length)
             }
             Schema::Decimal(decimal) => self.value(&decimal.inner, depth),
@@ -94,7 +101,9 @@ impl Scan<'_> {
                 let variant = usize::try_from(index)
                     .ok()
                     .and_then(|i| union.variants().get(i))
-                    .ok_or_else(|| format!("union branch {index} is not in the schema"))?;
+                    .ok_or_else(|| {
+                        Refusal::malformed(format!("union branch {index} is not in the schema"))
+                    })?;
                 self.value(variant, depth + 1)
             }
             Schema::Record(record) => {
@@ -108,10 +117,10 @@ impl Scan<'_> {
                 scan.value(&Schema::String, depth + 1)?;
                 scan.value(&map.types, depth + 1)
             }),
-            Schema::Ref { name } => Err(format!(
+            Schema::Ref { name } => Err(Refusal::unsupported(format!(
                 "a reference to the reference {}",
                 name.fullname(None)
-            )),
+            ))),
         }
     }
 
@@ -119,8 +128,8 @@ impl Scan<'_> {
     /// that many items, until a count of zero.
     fn blocks(
         &mut self,
-        mut item: impl FnMut(&mut Self) -> Result<(), String>,
-    ) -> Result<(), String> {
+        mut item: impl FnMut(&mut Self) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
         loop {
             let count = self.long()?;
             if count == 0 {
@@ -132,9 +141,9 @@ impl Scan<'_> {
             let count = count.unsigned_abs();
             // Checked before any item: apache-avro reserves the count at once.
             if count > self.values_left as u64 {
-                return Err(format!(
+                return Err(Refusal::malformed(format!(
                     "a block of {count} items, more than a record of its size holds"
-                ));
+                )));
             }
             for _ in 0..count {
                 item(self)?;
@@ -142,40 +151,40 @@ impl Scan<'_> {
         }
     }
 
-    fn take_values(&mut self, count: usize) -> Result<(), String> {
+    fn take_values(&mut self, count: usize) -> Result<(), Refusal> {
         self.values_left = self
             .values_left
             .checked_sub(count)
-            .ok_or("more values than a record of its size holds")?;
+            .ok_or_else(|| Refusal::malformed("more values than a record of its size holds"))?;
         Ok(())
     }
 
-    fn skip(&mut self, length: u64) -> Result<(), String> {
+    fn skip(&mut self, length: u64) -> Result<(), Refusal> {
         if length > self.rest.len() as u64 {
-            return Err(format!(
+            return Err(Refusal::malformed(format!(
                 "a value of {length} bytes where {} remain",
                 self.rest.len()
-            ));
+            )));
         }
         self.rest = &self.rest[length as usize..];
         Ok(())
     }
 
     /// A zigzag varint of at most ten bytes.
-    fn long(&mut self) -> Result<i64, String> {
+    fn long(&mut self) -> Result<i64, Refusal> {
         let mut value: u64 = 0;
         for shift in (0..70).step_by(7) {
             let (&byte, rest) = self
                 .rest
                 .split_first()
-                .ok_or("the record ends inside a number")?;
+                .ok_or_else(|| Refusal::malformed("the record ends inside a number"))?;
             self.rest = rest;
             value |= u64::from(byte & 0x7f) << shift;
             if byte & 0x80 == 0 {
                 return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
             }
         }
-        Err("a number longer than ten bytes".into())
+        Err(Refusal::malformed("a number longer than ten bytes"))
     }
 }
 
@@ -213,7 +222,7 @@ mod tests {
         );
         let mut datum = zigzag(1 << 28);
         datum.extend(zigzag(0));
-        let refused = check(&schema, &names, &datum).unwrap_err();
+        let refused = check(&schema, &names, &datum).unwrap_err().to_string();
         assert!(refused.contains("a block of 268435456 items"), "{refused}");
         let mut small = zigzag(3);
         small.extend(zigzag(0));
@@ -229,7 +238,7 @@ mod tests {
         );
         let mut deep = vec![2u8; 100_000];
         deep.push(0);
-        let refused = check(&schema, &names, &deep).unwrap_err();
+        let refused = check(&schema, &names, &deep).unwrap_err().to_string();
         assert!(refused.contains("deeper than 64"), "{refused}");
         let mut shallow = vec![2u8; 20];
         shallow.push(0);
@@ -245,11 +254,13 @@ mod tests {
         assert!(
             check(&schema, &names, &datum)
                 .unwrap_err()
+                .to_string()
                 .contains("bytes where 0 remain")
         );
         assert!(
             check(&schema, &names, &zigzag(-3))
                 .unwrap_err()
+                .to_string()
                 .contains("negative length")
         );
         assert!(check(&schema, &names, &[0x80; 12]).is_err());

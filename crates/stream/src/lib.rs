@@ -10,7 +10,9 @@
 //!   tenant's `otel` tables, the tenant's per-record limits ([`otlp::screen`]);
 //! - [`remote_write`]: Prometheus remote write 1.0 and 2.0, native histograms;
 //! - [`kafka`]: pipelines from Kafka topics, and the supervisor that deals their partitions
-//!   over the nodes; [`registry`] and the formats it serves (Avro, Protobuf, JSON Schema).
+//!   over the nodes; [`registry`] and the formats it serves (Avro, Protobuf, JSON Schema);
+//! - [`refusal`]: why a decoder refused its input ([`Refusal`]: a record, a body, a schema),
+//!   told apart by its kind.
 //!
 //! A [`kafka::Pipeline`] reads its topics' partitions from the offsets the table says it has
 //! committed, decodes JSON records against the table's schema, and appends them in one
@@ -30,8 +32,11 @@ mod format;
 pub mod kafka;
 pub mod otlp;
 pub mod references;
+pub mod refusal;
 pub mod registry;
 pub mod remote_write;
+
+pub use refusal::Refusal;
 
 /// Why a pipeline stopped.
 #[derive(Debug, thiserror::Error)]

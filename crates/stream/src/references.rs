@@ -6,7 +6,9 @@
 //! external registry over HTTP), each once, those referenced before those that reference
 //! them, within bounds a registered schema cannot exceed by accident: [`MOST_SCHEMAS`] in all
 //! and [`MOST_DEPTH`] levels; a cycle is refused by name. [`avro`] and [`protobuf`] then parse a
-//! schema with them.
+//! schema with them. What cannot be read is a [`Refusal`]; a source that cannot be asked is
+//! its own error, kept apart (it stops a pipeline, where a refusal makes a record a dead
+//! letter).
 
 use std::collections::HashSet;
 
@@ -14,6 +16,8 @@ use apache_avro::Schema as AvroSchema;
 use async_trait::async_trait;
 use prost_reflect::FileDescriptor;
 use serde::Deserialize;
+
+use crate::Refusal;
 
 /// The most schemas one schema may reference, all levels together.
 pub const MOST_SCHEMAS: usize = 256;
@@ -46,36 +50,36 @@ pub struct Dependency {
 /// Where referenced schemas are found.
 #[async_trait]
 pub trait ReferenceSource: Send + Sync {
-    /// Version `version` of `subject`; `Ok(None)` when there is no such version.
-    async fn referenced(&self, subject: &str, version: i64) -> Result<Option<Referenced>, String>;
+    /// Version `version` of `subject`; `Ok(None)` when there is no such version, `Err` when
+    /// the source cannot be asked.
+    async fn referenced(&self, subject: &str, version: i64) -> crate::Result<Option<Referenced>>;
 }
 
 /// The references a registry's JSON array text lists (`[]`, empty or absent: none).
-pub fn parse(references: &str) -> Result<Vec<Reference>, String> {
+pub fn parse(references: &str) -> Result<Vec<Reference>, Refusal> {
     let text = references.trim();
     if text.is_empty() || text == "null" {
         return Ok(Vec::new());
     }
-    serde_json::from_str(text).map_err(|e| format!("references: {e}"))
+    serde_json::from_str(text).map_err(|e| Refusal::malformed(format!("references: {e}")))
 }
 
-/// Every schema `references` (JSON array text) reaches, each once, referenced ones first.
+/// Every schema `references` (JSON array text) reaches, each once, referenced ones first;
+/// `Ok(Err)` when they cannot be read (a cycle, a reference the source does not hold), `Err`
+/// when the source cannot be asked.
 pub async fn resolve(
     source: &dyn ReferenceSource,
     references: &str,
-) -> Result<Vec<Dependency>, String> {
+) -> crate::Result<Result<Vec<Dependency>, Refusal>> {
+    let references = match parse(references) {
+        Ok(references) => references,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
     let mut found = Vec::new();
     let mut done = HashSet::new();
     let mut path = Vec::new();
-    visit(
-        source,
-        &parse(references)?,
-        &mut found,
-        &mut done,
-        &mut path,
-    )
-    .await?;
-    Ok(found)
+    let visited = visit(source, &references, &mut found, &mut done, &mut path).await?;
+    Ok(visited.map(|()| found))
 }
 
 /// Depth first: a reference's own references before it; `path` holds the chain being
@@ -86,36 +90,45 @@ async fn visit(
     found: &mut Vec<Dependency>,
     done: &mut HashSet<(String, i64)>,
     path: &mut Vec<(String, i64)>,
-) -> Result<(), String> {
+) -> crate::Result<Result<(), Refusal>> {
     for reference in references {
         let key = (reference.subject.clone(), reference.version);
         if done.contains(&key) {
             continue;
         }
         if path.contains(&key) {
-            return Err(format!(
+            return Ok(Err(Refusal::malformed(format!(
                 "the references form a cycle through {} version {}",
                 reference.subject, reference.version
-            ));
+            ))));
         }
         if path.len() >= MOST_DEPTH {
-            return Err(format!("references nest deeper than {MOST_DEPTH} levels"));
+            return Ok(Err(Refusal::unsupported(format!(
+                "references nest deeper than {MOST_DEPTH} levels"
+            ))));
         }
         if found.len() >= MOST_SCHEMAS {
-            return Err(format!("more than {MOST_SCHEMAS} referenced schemas"));
+            return Ok(Err(Refusal::unsupported(format!(
+                "more than {MOST_SCHEMAS} referenced schemas"
+            ))));
         }
-        let referenced = source
+        let Some(referenced) = source
             .referenced(&reference.subject, reference.version)
             .await?
-            .ok_or_else(|| {
-                format!(
-                    "the reference {:?} names {} version {}, which the registry does not hold",
-                    reference.name, reference.subject, reference.version
-                )
-            })?;
+        else {
+            return Ok(Err(Refusal::unsupported(format!(
+                "the reference {:?} names {} version {}, which the registry does not hold",
+                reference.name, reference.subject, reference.version
+            ))));
+        };
         path.push(key.clone());
-        let nested = parse(&referenced.references)?;
-        Box::pin(visit(source, &nested, found, done, path)).await?;
+        let nested = match parse(&referenced.references) {
+            Ok(nested) => nested,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if let Err(refusal) = Box::pin(visit(source, &nested, found, done, path)).await? {
+            return Ok(Err(refusal));
+        }
         path.pop();
         done.insert(key);
         found.push(Dependency {
@@ -123,32 +136,33 @@ async fn visit(
             schema: referenced.schema,
         });
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// An Avro schema whose named types may be defined in `dependencies`.
-pub fn avro(text: &str, dependencies: &[Dependency]) -> Result<AvroSchema, String> {
+pub fn avro(text: &str, dependencies: &[Dependency]) -> Result<AvroSchema, Refusal> {
     if dependencies.is_empty() {
-        return AvroSchema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"));
+        return AvroSchema::parse_str(text)
+            .map_err(|e| Refusal::malformed(format!("not an Avro schema: {e}")));
     }
     AvroSchema::parse_str_with_list(text, dependencies.iter().map(|d| d.schema.as_str()))
         .map(|(schema, _)| schema)
-        .map_err(|e| format!("not an Avro schema with its references: {e}"))
+        .map_err(|e| Refusal::malformed(format!("not an Avro schema with its references: {e}")))
 }
 
 /// The named types `dependencies` define (what a schema parsed with them may refer to).
-pub fn avro_dependencies(dependencies: &[Dependency]) -> Result<Vec<AvroSchema>, String> {
+pub fn avro_dependencies(dependencies: &[Dependency]) -> Result<Vec<AvroSchema>, Refusal> {
     if dependencies.is_empty() {
         return Ok(Vec::new());
     }
     AvroSchema::parse_list(dependencies.iter().map(|d| d.schema.as_str()))
-        .map_err(|e| format!("a referenced Avro schema: {e}"))
+        .map_err(|e| Refusal::malformed(format!("a referenced Avro schema: {e}")))
 }
 
 /// A Protobuf schema whose imports may be `dependencies` (by their reference names, the
 /// import paths).
-pub fn protobuf(text: &str, dependencies: &[Dependency]) -> Result<FileDescriptor, String> {
-    crate::format::protobuf_file_with(text, dependencies)
+pub fn protobuf(text: &str, dependencies: &[Dependency]) -> Result<FileDescriptor, Refusal> {
+    crate::format::protobuf::file_with(text, dependencies)
 }
 
 #[cfg(test)]
@@ -165,7 +179,7 @@ mod tests {
             &self,
             subject: &str,
             version: i64,
-        ) -> Result<Option<Referenced>, String> {
+        ) -> crate::Result<Option<Referenced>> {
             Ok(self.0.get(&(subject.to_string(), version)).cloned())
         }
     }
@@ -212,6 +226,7 @@ mod tests {
             &store,
             &refs(&[("shop.Line", "line", 1), ("shop.Money", "money", 1)]),
         ))
+        .unwrap()
         .unwrap();
         let names: Vec<&str> = found.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["shop.Money", "shop.Line"]);
@@ -219,7 +234,10 @@ mod tests {
         assert!(matches!(schema, AvroSchema::Record(_)));
         assert!(avro(order, &[]).is_err());
 
-        let missing = block_on(resolve(&store, &refs(&[("x", "nope", 3)]))).unwrap_err();
+        let missing = block_on(resolve(&store, &refs(&[("x", "nope", 3)])))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("nope version 3"), "{missing}");
         let looped = Store(HashMap::from([
             (
@@ -237,7 +255,28 @@ mod tests {
                 },
             ),
         ]));
-        let cycle = block_on(resolve(&looped, &refs(&[("a", "a", 1)]))).unwrap_err();
+        let cycle = block_on(resolve(&looped, &refs(&[("a", "a", 1)])))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(cycle.contains("cycle"), "{cycle}");
+    }
+
+    /// A registry that cannot be asked.
+    struct Down;
+
+    #[async_trait]
+    impl ReferenceSource for Down {
+        async fn referenced(&self, _: &str, _: i64) -> crate::Result<Option<Referenced>> {
+            Err(crate::StreamError::Invalid("registry down".into()))
+        }
+    }
+
+    #[test]
+    fn a_source_that_cannot_be_asked_is_not_a_refusal() {
+        assert!(block_on(resolve(&Down, &refs(&[("a", "a", 1)]))).is_err());
+        assert_eq!(block_on(resolve(&Down, "[]")).unwrap(), Ok(Vec::new()));
+        let refused = block_on(resolve(&Down, "{")).unwrap().unwrap_err();
+        assert_eq!(refused.kind(), crate::refusal::Kind::Malformed);
     }
 }

@@ -35,25 +35,16 @@ pub trait SchemaSource: Send + Sync {
     ) -> Result<Option<RegisteredSchema>>;
 }
 
-/// A schema source as schema references are resolved from it: a registry that cannot be
-/// asked is kept apart from a reference it does not hold (the first stops a pipeline, the
-/// second makes a record a dead letter).
+/// A schema source as schema references are resolved from it ([`crate::references`]): a
+/// registry that cannot be asked is its error, kept apart from a reference it does not hold
+/// (the first stops a pipeline, the second makes a record a dead letter).
 pub struct References<'a> {
     source: &'a dyn SchemaSource,
-    failure: std::sync::Mutex<Option<StreamError>>,
 }
 
 impl<'a> References<'a> {
     pub fn new(source: &'a dyn SchemaSource) -> Self {
-        Self {
-            source,
-            failure: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// The registry's own failure, if asking it failed.
-    pub fn unreachable(&self) -> Option<StreamError> {
-        self.failure.lock().expect("reference failure lock").take()
+        Self { source }
     }
 }
 
@@ -63,18 +54,12 @@ impl crate::references::ReferenceSource for References<'_> {
         &self,
         subject: &str,
         version: i64,
-    ) -> std::result::Result<Option<crate::references::Referenced>, String> {
-        match self.source.schema_by_version(subject, version).await {
-            Ok(found) => Ok(found.map(|r| crate::references::Referenced {
-                schema: r.schema,
-                references: r.references,
-            })),
-            Err(e) => {
-                let message = e.to_string();
-                *self.failure.lock().expect("reference failure lock") = Some(e);
-                Err(message)
-            }
-        }
+    ) -> Result<Option<crate::references::Referenced>> {
+        let found = self.source.schema_by_version(subject, version).await?;
+        Ok(found.map(|r| crate::references::Referenced {
+            schema: r.schema,
+            references: r.references,
+        }))
     }
 }
 
@@ -168,8 +153,8 @@ impl SchemaSource for HttpRegistry {
 /// `FileDescriptorProto`), compiled.
 pub fn protobuf_descriptor(
     text: &str,
-) -> std::result::Result<prost_reflect::FileDescriptor, String> {
-    crate::format::protobuf_file(text)
+) -> std::result::Result<prost_reflect::FileDescriptor, crate::Refusal> {
+    crate::format::protobuf::file(text)
 }
 
 /// A compatibility level.
@@ -320,8 +305,7 @@ impl Registry {
     ) -> RegistryResult<(Checked, String)> {
         match schema_type {
             SchemaType::Avro => {
-                let schema = crate::references::avro(text, dependencies)
-                    .map_err(RegistryError::InvalidSchema)?;
+                let schema = crate::references::avro(text, dependencies)?;
                 let canonical = serde_json::to_string(&schema)
                     .map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
                 Ok((Checked::Avro(schema), canonical))
@@ -338,8 +322,7 @@ impl Registry {
                 Ok((Checked::Json(schema), canonical))
             }
             SchemaType::Protobuf => {
-                let file = crate::format::protobuf_file_with(text, dependencies)
-                    .map_err(RegistryError::InvalidSchema)?;
+                let file = crate::format::protobuf::file_with(text, dependencies)?;
                 let canonical = text.split_whitespace().collect::<Vec<_>>().join(" ");
                 Ok((Checked::Protobuf(file), canonical))
             }
@@ -368,16 +351,13 @@ impl Registry {
         &self,
         references: &str,
     ) -> RegistryResult<Vec<crate::references::Dependency>> {
-        let source = References::new(self);
-        match crate::references::resolve(&source, references).await {
-            Ok(found) => Ok(found),
-            Err(reason) => match source.unreachable() {
-                Some(StreamError::Catalog(e)) => Err(RegistryError::Store(e)),
-                Some(other) => Err(RegistryError::Store(CatalogError::Unavailable(
-                    other.to_string(),
-                ))),
-                None => Err(RegistryError::InvalidSchema(reason)),
-            },
+        match crate::references::resolve(&References::new(self), references).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(refusal)) => Err(refusal.into()),
+            Err(StreamError::Catalog(e)) => Err(RegistryError::Store(e)),
+            Err(other) => Err(RegistryError::Store(CatalogError::Unavailable(
+                other.to_string(),
+            ))),
         }
     }
 
@@ -744,7 +724,7 @@ mod tests {
     #[test]
     fn protobuf_changes_are_judged() {
         let file = |body: &str| {
-            crate::format::protobuf_file(&format!("syntax = \"proto3\"; package p; {body}"))
+            crate::format::protobuf::file(&format!("syntax = \"proto3\"; package p; {body}"))
                 .unwrap()
         };
         let old = file("message M { int32 a = 1; string b = 2; }");

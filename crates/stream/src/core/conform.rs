@@ -17,6 +17,8 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
+use crate::Refusal;
+
 /// How a batch's columns are found among the table's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
@@ -45,8 +47,8 @@ fn field_id(field: &Field) -> Option<i32> {
 
 /// A batch with the table's columns: each found by name or id (nested fields too), cast to
 /// the column's type when it differs; a column the batch lacks is null when it is optional
-/// and a misfit (the error) when it is required.
-pub fn conform(batch: &RecordBatch, schema: &SchemaRef, by: Match) -> Result<RecordBatch, String> {
+/// and a misfit (the error, [`crate::refusal::Kind::Unfit`]) when it is required.
+pub fn conform(batch: &RecordBatch, schema: &SchemaRef, by: Match) -> Result<RecordBatch, Refusal> {
     let columns = columns(
         batch.schema().fields(),
         batch.columns(),
@@ -55,7 +57,7 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef, by: Match) -> Result<Rec
         by,
         "",
     )?;
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| Refusal::unfit(e.to_string()))
 }
 
 /// How many leaf columns a schema has (what a row of nulls costs per value).
@@ -76,7 +78,7 @@ fn columns(
     rows: usize,
     by: Match,
     path: &str,
-) -> Result<Vec<ArrayRef>, String> {
+) -> Result<Vec<ArrayRef>, Refusal> {
     to.iter()
         .map(|field| {
             let found = match by {
@@ -89,15 +91,16 @@ fn columns(
             match found {
                 Some(index) => array(&arrays[index], field, by, &name),
                 None if field.is_nullable() => Ok(new_null_array(field.data_type(), rows)),
-                None => Err(format!("required column {name} is missing")),
+                None => Err(Refusal::unfit(format!("required column {name} is missing"))),
             }
         })
         .collect()
 }
 
 /// `array` as the column `to` (named `name` in messages).
-fn array(array: &ArrayRef, to: &Field, by: Match, name: &str) -> Result<ArrayRef, String> {
-    let fail = |e: datafusion::arrow::error::ArrowError| format!("column {name}: {e}");
+fn array(array: &ArrayRef, to: &Field, by: Match, name: &str) -> Result<ArrayRef, Refusal> {
+    let fail =
+        |e: datafusion::arrow::error::ArrowError| Refusal::unfit(format!("column {name}: {e}"));
     match (array.data_type(), to.data_type()) {
         (from, to) if from == to => Ok(array.clone()),
         (DataType::Struct(from), DataType::Struct(to)) => {
@@ -130,7 +133,9 @@ fn array(array: &ArrayRef, to: &Field, by: Match, name: &str) -> Result<ArrayRef
             let (DataType::Struct(from_kv), DataType::Struct(to_kv)) =
                 (from_entries.data_type(), to_entries.data_type())
             else {
-                return Err(format!("column {name}: a map without key and value"));
+                return Err(Refusal::unfit(format!(
+                    "column {name}: a map without key and value"
+                )));
             };
             let map = array.as_map();
             let entries = map.entries();
@@ -153,8 +158,9 @@ fn array(array: &ArrayRef, to: &Field, by: Match, name: &str) -> Result<ArrayRef
             .map_err(fail)?;
             Ok(Arc::new(map))
         }
-        (_, to_type) => datafusion::arrow::compute::cast(array, to_type)
-            .map_err(|e| format!("column {name}: cannot be read as {to_type}: {e}")),
+        (_, to_type) => datafusion::arrow::compute::cast(array, to_type).map_err(|e| {
+            Refusal::unfit(format!("column {name}: cannot be read as {to_type}: {e}"))
+        }),
     }
 }
 
@@ -292,7 +298,7 @@ mod tests {
         let after = table(vec![long(1, "id", false), long(8, "tenant", true)]);
         assert_eq!(
             conform(&entry, &after, Match::Id).unwrap_err(),
-            "required column tenant is missing"
+            Refusal::unfit("required column tenant is missing")
         );
         let nested = table(vec![point(
             3,
@@ -300,7 +306,7 @@ mod tests {
         )]);
         assert_eq!(
             conform(&entry, &nested, Match::Id).unwrap_err(),
-            "required column point.w is missing"
+            Refusal::unfit("required column point.w is missing")
         );
     }
 

@@ -184,7 +184,7 @@ impl floe_sql::scan::PendingRows for FreshRows {
             }
             // An entry the table can no longer take is left out (its committer dead-letters
             // it); the others are read in the table's current schema.
-            let conformed: std::result::Result<Vec<_>, String> = batches
+            let conformed: std::result::Result<Vec<_>, crate::Refusal> = batches
                 .iter()
                 .map(|b| {
                     let by_id = conform(b, &with_ids, Match::for_entry(&b.schema()))?;

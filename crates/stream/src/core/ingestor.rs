@@ -207,10 +207,10 @@ impl Opened<'_> {
             .map(|b| conform(b, &schema, Match::Name))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| {
-                IngestError::Invalid(format!(
-                    "table {}.{} cannot take the {what} as they are: {e}",
+                IngestError::from(e.context(format!(
+                    "table {}.{} cannot take the {what} as they are",
                     self.warehouse, self.ident
-                ))
+                )))
             })?;
         self.ingestor
             .log
@@ -266,10 +266,10 @@ impl Opened<'_> {
         batch: &RecordBatch,
     ) -> Result<Receipt, IngestError> {
         let rows = conform(batch, schema, Match::Name).map_err(|e| {
-            IngestError::Invalid(format!(
-                "table {}.{ident} cannot take the rows as they are: {e}",
+            IngestError::from(e.context(format!(
+                "table {}.{ident} cannot take the rows as they are",
                 self.warehouse
-            ))
+            )))
         })?;
         self.ingestor
             .log

@@ -997,11 +997,10 @@ pub(super) enum Unfit {
 
 /// An entry's batches conformed to the table's current schema (`schema`).
 fn conform_entry(batches: &[RecordBatch], schema: &SchemaRef) -> Result<Vec<RecordBatch>, Unfit> {
+    let misfit = |e: crate::Refusal| Unfit::Misfit(e.to_string());
     batches
         .iter()
-        .map(|batch| {
-            conform(batch, schema, Match::for_entry(&batch.schema())).map_err(Unfit::Misfit)
-        })
+        .map(|batch| conform(batch, schema, Match::for_entry(&batch.schema())).map_err(misfit))
         .collect()
 }
 

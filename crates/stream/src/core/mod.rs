@@ -140,15 +140,6 @@ impl IngestError {
     }
 }
 
-impl From<crate::otlp::Refusal> for IngestError {
-    fn from(refusal: crate::otlp::Refusal) -> Self {
-        match refusal {
-            crate::otlp::Refusal::Malformed(m) => IngestError::Malformed(m),
-            crate::otlp::Refusal::TooLarge(m) => IngestError::TooLarge(m),
-        }
-    }
-}
-
 impl From<floe_catalog::tenants::Refused> for IngestError {
     fn from(refused: floe_catalog::tenants::Refused) -> Self {
         IngestError::Catalog(CatalogError::Limited(refused))

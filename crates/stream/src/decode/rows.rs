@@ -22,6 +22,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::ipc as bounded_ipc;
+use crate::Refusal;
 use crate::core::{Match, conform, leaf_count};
 
 /// One JSON object per line.
@@ -72,7 +73,7 @@ pub fn parse(
         return decoded
             .batches
             .iter()
-            .map(|b| conform(b, schema, Match::Name).map_err(bad_request))
+            .map(|b| conform(b, schema, Match::Name).map_err(CatalogError::from))
             .collect();
     }
     let rows = JsonRows::of(media, body, budget)?;
@@ -252,7 +253,7 @@ fn misfit(rows: &JsonRows, schema: &SchemaRef, refused: ArrowError) -> CatalogEr
     for chunk in all.chunks(CHUNK) {
         for (place, row) in chunk {
             if let Err(e) = known_fields(row, schema) {
-                return bad_request(format!("{place}: {e}"));
+                return e.context(place).into();
             }
         }
         if decode_json(schema, chunk.iter().flat_map(|(_, r)| [*r, b"\n"])).is_ok() {
@@ -269,10 +270,10 @@ fn misfit(rows: &JsonRows, schema: &SchemaRef, refused: ArrowError) -> CatalogEr
 
 /// Checks that a row is a JSON object whose fields are all columns of the table, without
 /// building it.
-fn known_fields(row: &[u8], schema: &SchemaRef) -> Result<(), String> {
+fn known_fields(row: &[u8], schema: &SchemaRef) -> Result<(), Refusal> {
     let unknown = Cell::new(None);
     let checked = serde_json::from_slice::<serde::de::IgnoredAny>(row)
-        .map_err(|e| format!("not JSON: {e}"))
+        .map_err(|e| Refusal::malformed(format!("not JSON: {e}")))
         .and_then(|_| {
             let mut deserializer = serde_json::Deserializer::from_slice(row);
             KnownFields {
@@ -280,10 +281,12 @@ fn known_fields(row: &[u8], schema: &SchemaRef) -> Result<(), String> {
                 unknown: &unknown,
             }
             .deserialize(&mut deserializer)
-            .map_err(|_| "a row must be a JSON object".to_string())
+            .map_err(|_| Refusal::malformed("a row must be a JSON object"))
         });
     match (checked, unknown.take()) {
-        (_, Some(name)) => Err(format!("field {name:?} is not a column of the table")),
+        (_, Some(name)) => Err(Refusal::unfit(format!(
+            "field {name:?} is not a column of the table"
+        ))),
         (result, None) => result,
     }
 }

@@ -4,6 +4,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::Refusal;
+
 /// One record's change.
 #[derive(Debug, PartialEq)]
 pub(super) enum Change {
@@ -19,13 +21,15 @@ pub(super) enum Change {
 /// fields (with or without Kafka Connect's `schema`/`payload` wrapper; a key the registry
 /// serialized arrives here decoded to one), or — for a key of one field — a JSON scalar or
 /// plain text, taken as text (which a numeric column parses).
-pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec<u8>, String> {
+pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec<u8>, Refusal> {
     let Some(key) = key else {
-        return Err("a tombstone without a record key: there is no key to delete".into());
+        return Err(Refusal::malformed(
+            "a tombstone without a record key: there is no key to delete",
+        ));
     };
     // A key of Connect's JSON with its schema is read as its values were written in rows
     // (a Decimal or Date key as the row holds it).
-    let typed = super::connect::typed(key).map_err(|e| format!("the record key: {e}"))?;
+    let typed = super::connect::typed(key).map_err(|e| e.context("the record key"))?;
     let key = typed.as_ref().map_or(key, |t| t.row.as_slice());
     let parsed = serde_json::from_slice::<Value>(key);
     let object = match (parsed, fields) {
@@ -33,7 +37,11 @@ pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec
             // Kafka Connect's JSON keys wrap the key in `schema`/`payload` too.
             let object = match unwrap_payload(Value::Object(object)) {
                 Value::Object(object) => object,
-                _ => return Err("the record key's payload is not an object".into()),
+                _ => {
+                    return Err(Refusal::malformed(
+                        "the record key's payload is not an object",
+                    ));
+                }
             };
             key_fields(&object, fields, "the record key")?
         }
@@ -43,20 +51,23 @@ pub(super) fn key_of_record(key: Option<&[u8]>, fields: &[String]) -> Result<Vec
         }
         (Err(_), [only]) => match std::str::from_utf8(key) {
             Ok(text) if text.chars().any(char::is_control) => {
-                return Err(
+                return Err(Refusal::malformed(
                     "the record key holds control characters (a key serialized for a schema \
-                     registry needs the pipeline's format to be avro, json-schema or protobuf)"
-                        .into(),
-                );
+                     registry needs the pipeline's format to be avro, json-schema or protobuf)",
+                ));
             }
             Ok(text) => Map::from_iter([(only.clone(), Value::String(text.to_string()))]),
-            Err(_) => return Err("the record key is neither JSON nor UTF-8 text".into()),
+            Err(_) => {
+                return Err(Refusal::malformed(
+                    "the record key is neither JSON nor UTF-8 text",
+                ));
+            }
         },
         _ => {
-            return Err(format!(
+            return Err(Refusal::unfit(format!(
                 "the record key must be a JSON object holding the key fields {}",
                 fields.join(", ")
-            ));
+            )));
         }
     };
     Ok(serde_json::to_vec(&Value::Object(object)).expect("JSON encodes"))
@@ -69,15 +80,21 @@ pub(super) fn debezium(
     row: &[u8],
     key: Option<&[u8]>,
     fields: &[String],
-) -> Result<Change, String> {
-    let event: Value =
-        serde_json::from_slice(row).map_err(|e| format!("not a JSON change event: {e}"))?;
+) -> Result<Change, Refusal> {
+    let event: Value = serde_json::from_slice(row)
+        .map_err(|e| Refusal::malformed(format!("not a JSON change event: {e}")))?;
     let Value::Object(mut event) = unwrap_payload(event) else {
-        return Err("a change event's payload must be an object".into());
+        return Err(Refusal::malformed(
+            "a change event's payload must be an object",
+        ));
     };
     let op = match event.get("op") {
         Some(Value::String(op)) => op.clone(),
-        _ => return Err("a Debezium change event needs an op (c, r, u or d)".into()),
+        _ => {
+            return Err(Refusal::malformed(
+                "a Debezium change event needs an op (c, r, u or d)",
+            ));
+        }
     };
     match op.as_str() {
         "c" | "r" | "u" => match event.remove("after") {
@@ -87,21 +104,30 @@ pub(super) fn debezium(
                     serde_json::to_vec(&Value::Object(after)).expect("JSON encodes"),
                 ))
             }
-            _ => Err(format!("a change event of op {op} needs an after object")),
+            _ => Err(Refusal::malformed(format!(
+                "a change event of op {op} needs an after object"
+            ))),
         },
         "d" => match event.remove("before") {
             Some(Value::Object(before)) => Ok(Change::Delete(
                 serde_json::to_vec(&Value::Object(key_fields(&before, fields, "before")?))
                     .expect("JSON encodes"),
             )),
-            _ => key_of_record(key, fields)
-                .map(Change::Delete)
-                .map_err(|e| format!("a delete event without a before object, and {e}")),
+            _ => key_of_record(key, fields).map(Change::Delete).map_err(|e| {
+                Refusal::new(
+                    e.kind(),
+                    format!("a delete event without a before object, and {e}"),
+                )
+            }),
         },
         // A logical decoding message carries no row.
         "m" => Ok(Change::Skip),
-        "t" => Err("a truncate event is not materialized: the table keeps its rows".into()),
-        other => Err(format!("op {other:?} is not a Debezium operation")),
+        "t" => Err(Refusal::unsupported(
+            "a truncate event is not materialized: the table keeps its rows",
+        )),
+        other => Err(Refusal::unsupported(format!(
+            "op {other:?} is not a Debezium operation"
+        ))),
     }
 }
 
@@ -159,11 +185,13 @@ fn key_fields(
     object: &Map<String, Value>,
     fields: &[String],
     what: &str,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, Refusal> {
     fields
         .iter()
         .map(|field| match object.get(field) {
-            Some(Value::Null) | None => Err(format!("{what} has no value for the key {field}")),
+            Some(Value::Null) | None => Err(Refusal::unfit(format!(
+                "{what} has no value for the key {field}"
+            ))),
             Some(value) => Ok((field.clone(), value.clone())),
         })
         .collect()
@@ -177,7 +205,7 @@ mod tests {
         fields.iter().map(|f| f.to_string()).collect()
     }
 
-    fn text(bytes: Result<Vec<u8>, String>) -> String {
+    fn text(bytes: Result<Vec<u8>, Refusal>) -> String {
         String::from_utf8(bytes.unwrap()).unwrap()
     }
 

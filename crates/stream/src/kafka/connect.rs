@@ -38,6 +38,8 @@ use base64::Engine;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, TimeUnit};
 use serde_json::{Map, Value};
 
+use crate::Refusal;
+
 /// How deep a Connect schema may nest.
 const MOST_DEPTH: usize = 32;
 
@@ -64,7 +66,7 @@ pub(super) fn looks_wrapped(value: &[u8]) -> bool {
 
 /// `value` as Connect's JSON converter with schemas wrote it, made plain ([`Typed`]); none
 /// when it is not such a record (plain JSON is taken as it is).
-pub(super) fn typed(value: &[u8]) -> Result<Option<Typed>, String> {
+pub(super) fn typed(value: &[u8]) -> Result<Option<Typed>, Refusal> {
     if !looks_wrapped(value) {
         return Ok(None);
     }
@@ -117,9 +119,11 @@ fn decimal_type(schema: &Value) -> Option<(u8, i8)> {
 }
 
 /// The Arrow type of a Connect schema.
-fn data_type(schema: &Value, depth: usize) -> Result<DataType, String> {
+fn data_type(schema: &Value, depth: usize) -> Result<DataType, Refusal> {
     if depth > MOST_DEPTH {
-        return Err(format!("the schema nests deeper than {MOST_DEPTH}"));
+        return Err(Refusal::unsupported(format!(
+            "the schema nests deeper than {MOST_DEPTH}"
+        )));
     }
     let kind = schema.get("type").and_then(Value::as_str).unwrap_or("");
     Ok(match (kind, name(schema)) {
@@ -160,14 +164,16 @@ fn data_type(schema: &Value, depth: usize) -> Result<DataType, String> {
             for field in schema
                 .get("fields")
                 .and_then(Value::as_array)
-                .ok_or("a struct schema needs its fields")?
+                .ok_or_else(|| Refusal::malformed("a struct schema needs its fields"))?
             {
                 let name = field
                     .get("field")
                     .and_then(Value::as_str)
-                    .ok_or("a struct's field needs its name")?;
+                    .ok_or_else(|| Refusal::malformed("a struct's field needs its name"))?;
                 if fields.iter().any(|f| f.name() == name) {
-                    return Err(format!("the schema names the field {name:?} twice"));
+                    return Err(Refusal::malformed(format!(
+                        "the schema names the field {name:?} twice"
+                    )));
                 }
                 fields.push(Field::new(name, data_type(field, depth + 1)?, true));
             }
@@ -176,7 +182,7 @@ fn data_type(schema: &Value, depth: usize) -> Result<DataType, String> {
         ("array", _) => {
             let items = schema
                 .get("items")
-                .ok_or("an array schema needs its items")?;
+                .ok_or_else(|| Refusal::malformed("an array schema needs its items"))?;
             DataType::List(Arc::new(Field::new(
                 "element",
                 data_type(items, depth + 1)?,
@@ -186,7 +192,7 @@ fn data_type(schema: &Value, depth: usize) -> Result<DataType, String> {
         ("map", _) if text_keys(schema) => {
             let values = schema
                 .get("values")
-                .ok_or("a map schema needs its values")?;
+                .ok_or_else(|| Refusal::malformed("a map schema needs its values"))?;
             DataType::Map(
                 Arc::new(Field::new(
                     "key_value",
@@ -205,15 +211,17 @@ fn data_type(schema: &Value, depth: usize) -> Result<DataType, String> {
 }
 
 /// `value` in the form Floe's JSON decoding reads as `schema`'s type; `at` names it.
-fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, String> {
+fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, Refusal> {
     if value.is_null() {
         return Ok(Value::Null);
     }
     if depth > MOST_DEPTH {
-        return Err(format!("{at} nests deeper than {MOST_DEPTH}"));
+        return Err(Refusal::unsupported(format!(
+            "{at} nests deeper than {MOST_DEPTH}"
+        )));
     }
     let kind = schema.get("type").and_then(Value::as_str).unwrap_or("");
-    let wrong = |what: &str| format!("{at} is not {what}: {}", shown(&value));
+    let wrong = |what: &str| Refusal::malformed(format!("{at} is not {what}: {}", shown(&value)));
     let integer = |value: &Value| value.as_i64().ok_or_else(|| wrong("an integer"));
     Ok(match (kind, name(schema)) {
         ("bytes", Some("org.apache.kafka.connect.data.Decimal")) => {
@@ -221,8 +229,12 @@ fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, 
             let scale = parameter(schema, "scale")
                 .and_then(|s| s.parse::<u32>().ok())
                 .filter(|s| *s <= MOST_SCALE)
-                .ok_or_else(|| format!("{at}: a Decimal needs a scale of at most {MOST_SCALE}"))?;
-            Value::String(decimal(text, scale).map_err(|e| format!("{at}: {e}"))?)
+                .ok_or_else(|| {
+                    Refusal::unsupported(format!(
+                        "{at}: a Decimal needs a scale of at most {MOST_SCALE}"
+                    ))
+                })?;
+            Value::String(decimal(text, scale).map_err(|e| e.context(at))?)
         }
         ("int32", Some("org.apache.kafka.connect.data.Date" | "io.debezium.time.Date")) => {
             let days = i32::try_from(integer(&value)?).map_err(|_| wrong("a date"))?;
@@ -260,13 +272,13 @@ fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, 
                 .get("value")
                 .and_then(Value::as_str)
                 .ok_or_else(|| wrong("a variable-scale decimal"))?;
-            Value::String(decimal(text, scale).map_err(|e| format!("{at}: {e}"))?)
+            Value::String(decimal(text, scale).map_err(|e| e.context(at))?)
         }
         ("bytes", _) => {
             let text = value.as_str().ok_or_else(|| wrong("base64 text"))?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(text)
-                .map_err(|e| format!("{at} is not base64: {e}"))?;
+                .map_err(|e| Refusal::malformed(format!("{at} is not base64: {e}")))?;
             // Floe's JSON decoding reads a binary column from hex.
             Value::String(hex::encode(bytes))
         }
@@ -278,7 +290,7 @@ fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, 
             for field in schema
                 .get("fields")
                 .and_then(Value::as_array)
-                .ok_or("a struct schema needs its fields")?
+                .ok_or_else(|| Refusal::malformed("a struct schema needs its fields"))?
             {
                 let Some(name) = field.get("field").and_then(Value::as_str) else {
                     continue;
@@ -295,7 +307,7 @@ fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, 
             };
             let schema = schema
                 .get("items")
-                .ok_or("an array schema needs its items")?;
+                .ok_or_else(|| Refusal::malformed("an array schema needs its items"))?;
             Value::Array(
                 items
                     .into_iter()
@@ -306,7 +318,7 @@ fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, 
         ("map", _) if text_keys(schema) => {
             let values = schema
                 .get("values")
-                .ok_or("a map schema needs its values")?;
+                .ok_or_else(|| Refusal::malformed("a map schema needs its values"))?;
             let Value::Object(entries) = value else {
                 return Err(wrong("a map with text keys"));
             };
@@ -314,7 +326,7 @@ fn plain(schema: &Value, value: Value, at: &str, depth: usize) -> Result<Value, 
                 entries
                     .into_iter()
                     .map(|(k, v)| Ok((k, plain(values, v, at, depth + 1)?)))
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, Refusal>>()?,
             )
         }
         (
@@ -346,15 +358,15 @@ const MOST_DECIMAL_BYTES: usize = 256;
 
 /// A Connect decimal — base64 of its unscaled value's big-endian two's complement bytes — at
 /// `scale` as decimal text (`BOI=` at 2: `12.50`).
-fn decimal(base64_text: &str, scale: u32) -> Result<String, String> {
+fn decimal(base64_text: &str, scale: u32) -> Result<String, Refusal> {
     let mut bytes = base64::engine::general_purpose::STANDARD
         .decode(base64_text)
-        .map_err(|e| format!("not base64: {e}"))?;
+        .map_err(|e| Refusal::malformed(format!("not base64: {e}")))?;
     if bytes.is_empty() || bytes.len() > MOST_DECIMAL_BYTES {
-        return Err(format!(
+        return Err(Refusal::unsupported(format!(
             "a decimal of {} bytes is not one Floe reads (at most {MOST_DECIMAL_BYTES})",
             bytes.len()
-        ));
+        )));
     }
     let negative = bytes[0] & 0x80 != 0;
     if negative {
@@ -396,24 +408,25 @@ fn decimal(base64_text: &str, scale: u32) -> Result<String, String> {
     Ok(format!("{sign}{whole}.{fraction}"))
 }
 
-fn timestamp(micros: Option<i64>, at: &str) -> Result<Value, String> {
+fn timestamp(micros: Option<i64>, at: &str) -> Result<Value, Refusal> {
     let time = micros
         .and_then(chrono::DateTime::from_timestamp_micros)
-        .ok_or_else(|| format!("{at} is not a timestamp"))?;
+        .ok_or_else(|| Refusal::malformed(format!("{at} is not a timestamp")))?;
     Ok(Value::String(
         time.naive_utc().format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
     ))
 }
 
-fn time_of_day(micros: Option<i64>, at: &str) -> Result<Value, String> {
+fn time_of_day(micros: Option<i64>, at: &str) -> Result<Value, Refusal> {
+    let not_a_time = || Refusal::malformed(format!("{at} is not a time of day"));
     let micros = micros
         .filter(|m| (0..86_400_000_000).contains(m))
-        .ok_or_else(|| format!("{at} is not a time of day"))?;
+        .ok_or_else(not_a_time)?;
     let time = chrono::NaiveTime::from_num_seconds_from_midnight_opt(
         (micros / 1_000_000) as u32,
         (micros % 1_000_000) as u32 * 1000,
     )
-    .ok_or_else(|| format!("{at} is not a time of day"))?;
+    .ok_or_else(not_a_time)?;
     Ok(Value::String(time.format("%H:%M:%S%.6f").to_string()))
 }
 
@@ -529,7 +542,7 @@ mod tests {
         assert!(typed(br#"{"id": 1}"#).unwrap().is_none());
         assert!(typed(br#"{"schema": 1}"#).unwrap().is_none());
         let bad = EVENT.replace("\"born\":7306", "\"born\":\"yesterday\"");
-        let refused = typed(bad.as_bytes()).err().expect("refused");
+        let refused = typed(bad.as_bytes()).err().expect("refused").to_string();
         assert!(refused.contains("the payload.after.born"), "{refused}");
     }
 }

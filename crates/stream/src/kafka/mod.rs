@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::format::Decoder;
 use crate::registry::{HttpRegistry, SchemaSource};
-use crate::{Result, StreamError, table_error};
+use crate::{Refusal, Result, StreamError, table_error};
 
 use batch::*;
 use client::*;
@@ -304,7 +304,7 @@ impl Pipeline {
                         Ok(changes::Change::Delete(key)) => batch.push_delete(source, &key),
                         // Its offset moves with the batch's commit.
                         Ok(changes::Change::Skip) => {}
-                        Err(error) => batch.reject(
+                        Err(refusal) => batch.reject(
                             DeadLetter {
                                 topic: source.topic,
                                 partition: source.partition,
@@ -312,7 +312,7 @@ impl Pipeline {
                                 timestamp_ms: source.timestamp_ms,
                                 key: source.key,
                                 value: value.map(|v| source.original.unwrap_or_else(|| v.to_vec())),
-                                error,
+                                error: refusal.to_string(),
                             },
                             &dead_committed,
                         ),
@@ -381,7 +381,7 @@ impl Pipeline {
         value: Option<&[u8]>,
         key: Option<&[u8]>,
         fields: &mut Vec<Field>,
-    ) -> Result<std::result::Result<changes::Change, String>> {
+    ) -> Result<std::result::Result<changes::Change, Refusal>> {
         use changes::Change;
         // A key the registry serialized (magic byte 0, schema id) is decoded to its object.
         let registered = !matches!(self.spec.format, Format::Json | Format::Raw);
@@ -393,7 +393,7 @@ impl Pipeline {
                         decoded_key = row;
                         Some(decoded_key.as_slice())
                     }
-                    Err(error) => return Ok(Err(format!("the record key: {error}"))),
+                    Err(error) => return Ok(Err(error.context("the record key"))),
                 }
             }
             other => other,

@@ -219,8 +219,10 @@ impl Pipeline {
                                         Some(row.strip_suffix(b"\n").unwrap_or(row).to_vec())
                                     }
                                 },
-                                error: crate::format::object_error(row)
-                                    .unwrap_or_else(|| format!("does not fit the table: {e}")),
+                                error: crate::format::object_error(row).map_or_else(
+                                    || format!("does not fit the table: {e}"),
+                                    |refusal| refusal.to_string(),
+                                ),
                             };
                             batch.reject(letter, dead_committed);
                         }

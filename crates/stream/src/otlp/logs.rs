@@ -13,13 +13,14 @@ use super::values::{
     hex_id, hex_in, micros, prepare, push_prepared, service_name, text_map, text_of,
 };
 use super::{Converted, Rejected};
+use crate::Refusal;
 
 fn timestamps() -> TimestampMicrosecondBuilder {
     TimestampMicrosecondBuilder::new().with_timezone("+00:00")
 }
 
 /// Why a record cannot be a row, if it cannot.
-fn refusal(record: &LogRecord) -> Option<String> {
+fn refusal(record: &LogRecord) -> Option<Refusal> {
     hex_id(&record.trace_id, 16, "trace_id")
         .and(hex_id(&record.span_id, 8, "span_id"))
         .err()
@@ -57,7 +58,7 @@ pub fn convert(request: &ExportLogsServiceRequest, now: i64) -> Converted {
             let scope_prepared = prepare(scope.map_or(&[][..], |s| &s.attributes));
             for record in &scope_logs.log_records {
                 if let Some(error) = refusal(record) {
-                    rejected.push(Rejected::of(&service_name, error, record));
+                    rejected.push(Rejected::of(&service_name, error.to_string(), record));
                     continue;
                 }
                 let at = micros(record.time_unix_nano)

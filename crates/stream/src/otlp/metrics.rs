@@ -20,6 +20,7 @@ use super::exemplars::ExemplarRows;
 use super::layout;
 use super::values::{TextMap, count, micros, push_attributes, service_name, text_map};
 use super::{Converted, Rejected};
+use crate::Refusal;
 
 /// The rows of `otel.metrics`, column by column.
 pub struct MetricRows {
@@ -283,7 +284,7 @@ pub fn convert(request: &ExportMetricsServiceRequest, now: i64) -> Converted {
                 let pushed =
                     push_metric(&mut rows, &mut exemplars, metric, &point, now, &mut refuse);
                 if let Err(error) = pushed {
-                    rejected.push(Rejected::of(&service, error, metric));
+                    rejected.push(Rejected::of(&service, error.to_string(), metric));
                 }
             }
         }
@@ -308,7 +309,7 @@ fn push_metric<'a>(
     point: &dyn Fn(&'static str) -> Point<'a>,
     now: i64,
     refuse: &mut dyn FnMut(String, &NumberDataPoint),
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let number = |value: &Option<number_data_point::Value>| match value {
         Some(number_data_point::Value::AsDouble(d)) => Some(*d),
         Some(number_data_point::Value::AsInt(i)) => Some(*i as f64),
@@ -329,7 +330,12 @@ fn push_metric<'a>(
         Ok(value)
     };
     match metric.data.as_ref() {
-        None => return Err(format!("metric {} has no data", metric.name)),
+        None => {
+            return Err(Refusal::malformed(format!(
+                "metric {} has no data",
+                metric.name
+            )));
+        }
         Some(Data::Gauge(gauge)) => {
             let point = point("gauge");
             for p in &gauge.data_points {

@@ -28,6 +28,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
 pub use opentelemetry_proto;
 
+use crate::Refusal;
 use crate::core::dead_letter::{Door, Letter};
 use crate::core::{IngestError, Opened};
 use floe_catalog::ErrorCode;
@@ -84,26 +85,15 @@ pub enum Request {
     Metrics(ExportMetricsServiceRequest),
 }
 
-/// Why a body was not decoded.
-#[derive(Debug, thiserror::Error)]
-pub enum Refusal {
-    /// Not OTLP (or not the signal's message): 400.
-    #[error("{0}")]
-    Malformed(String),
-    /// More than the request may decode to: 413.
-    #[error("{0}")]
-    TooLarge(String),
-}
-
 /// A gzip `body` inflated, to at most `budget` bytes.
 pub fn gunzip(body: &[u8], budget: usize) -> Result<Vec<u8>, Refusal> {
     let mut inflated = Vec::new();
     flate2::read::GzDecoder::new(body)
         .take(budget as u64 + 1)
         .read_to_end(&mut inflated)
-        .map_err(|e| Refusal::Malformed(format!("the gzip body does not inflate: {e}")))?;
+        .map_err(|e| Refusal::malformed(format!("the gzip body does not inflate: {e}")))?;
     if inflated.len() > budget {
-        return Err(Refusal::TooLarge(format!(
+        return Err(Refusal::too_large(format!(
             "the gzip body inflates past the {budget} bytes this request may decode \
              (--decode-memory-mb)"
         )));
@@ -120,7 +110,7 @@ pub fn decode(
 ) -> Result<Request, Refusal> {
     let cost = match encoding {
         Encoding::Protobuf => bounds::protobuf_cost(body).ok_or_else(|| {
-            Refusal::Malformed(format!(
+            Refusal::malformed(format!(
                 "the body is not a protobuf {} request",
                 signal.path()
             ))
@@ -128,14 +118,14 @@ pub fn decode(
         Encoding::Json => bounds::json_cost(body),
     };
     if cost > budget {
-        return Err(Refusal::TooLarge(format!(
+        return Err(Refusal::too_large(format!(
             "the request would take {cost} bytes to decode, more than the {budget} it may \
              (--decode-memory-mb)"
         )));
     }
     fn proto<M: prost::Message + Default>(body: &[u8], signal: Signal) -> Result<M, Refusal> {
         M::decode(body).map_err(|e| {
-            Refusal::Malformed(format!(
+            Refusal::malformed(format!(
                 "the body is not a protobuf {} request: {e}",
                 signal.path()
             ))
@@ -143,7 +133,7 @@ pub fn decode(
     }
     fn json<M: serde::de::DeserializeOwned>(body: &[u8], signal: Signal) -> Result<M, Refusal> {
         let malformed = |e: serde_json::Error| {
-            Refusal::Malformed(format!(
+            Refusal::malformed(format!(
                 "the body is not an OTLP/JSON {} request: {e}",
                 signal.path()
             ))
@@ -160,7 +150,7 @@ pub fn decode(
             return json(body, Signal::Metrics);
         }
         let malformed = |e: serde_json::Error| {
-            Refusal::Malformed(format!("the body is not an OTLP/JSON metrics request: {e}"))
+            Refusal::malformed(format!("the body is not an OTLP/JSON metrics request: {e}"))
         };
         let mut tree: serde_json::Value = serde_json::from_slice(body).map_err(malformed)?;
         special_floats::attributes_as_text(&mut tree);
@@ -308,6 +298,7 @@ pub async fn ingest(opened: &Opened<'_>, converted: Converted) -> Result<Taken, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::refusal::Kind;
     use prost::Message;
 
     const LOGS_JSON: &str = r#"{"resourceLogs":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"checkout"}}]},
@@ -469,7 +460,7 @@ mod tests {
                 &[0xff, 0xff, 0xff],
                 1 << 20
             ),
-            Err(Refusal::Malformed(_))
+            Err(r) if r.kind() == Kind::Malformed
         ));
         assert!(matches!(
             decode(
@@ -478,11 +469,11 @@ mod tests {
                 b"{\"resourceLogs\": 7}",
                 1 << 20
             ),
-            Err(Refusal::Malformed(_))
+            Err(r) if r.kind() == Kind::Malformed
         ));
         assert!(matches!(
             decode(Signal::Logs, Encoding::Json, LOGS_JSON.as_bytes(), 1000),
-            Err(Refusal::TooLarge(_))
+            Err(r) if r.kind() == Kind::TooLarge
         ));
         let mut bomb = Vec::new();
         {
@@ -491,7 +482,7 @@ mod tests {
             gz.write_all(&vec![b' '; 10 << 20]).unwrap();
             gz.finish().unwrap();
         }
-        assert!(matches!(gunzip(&bomb, 1 << 20), Err(Refusal::TooLarge(_))));
+        assert!(matches!(gunzip(&bomb, 1 << 20), Err(r) if r.kind() == Kind::TooLarge));
     }
 
     /// What an OpenTelemetry Collector sends at its defaults: a batch of thousands of log
@@ -562,7 +553,7 @@ mod tests {
         };
         assert!(matches!(
             gunzip(&body, limits.inflation(body.len())),
-            Err(Refusal::TooLarge(_))
+            Err(r) if r.kind() == Kind::TooLarge
         ));
     }
 }

@@ -13,6 +13,7 @@ use opentelemetry_proto::tonic::trace::v1::{Span, span::SpanKind, status::Status
 use super::layout;
 use super::values::{TextMap, count, hex_id, micros, push_attributes, service_name, text_map};
 use super::{Converted, Rejected};
+use crate::Refusal;
 
 fn timestamps() -> TimestampMicrosecondBuilder {
     TimestampMicrosecondBuilder::new().with_timezone("+00:00")
@@ -38,7 +39,7 @@ fn status(code: i32) -> &'static str {
 }
 
 /// Why a span cannot be a row, if it cannot: a span needs its trace and span ids.
-fn refusal(span: &Span) -> Option<String> {
+fn refusal(span: &Span) -> Option<Refusal> {
     let ids = hex_id(&span.trace_id, 16, "trace_id").and_then(|trace| {
         let span_id = hex_id(&span.span_id, 8, "span_id")?;
         hex_id(&span.parent_span_id, 8, "parent_span_id")?;
@@ -46,8 +47,8 @@ fn refusal(span: &Span) -> Option<String> {
     });
     match ids {
         Err(error) => Some(error),
-        Ok((None, _)) => Some("a span needs a trace_id".into()),
-        Ok((_, None)) => Some("a span needs a span_id".into()),
+        Ok((None, _)) => Some(Refusal::malformed("a span needs a trace_id")),
+        Ok((_, None)) => Some(Refusal::malformed("a span needs a span_id")),
         Ok(_) => None,
     }
 }
@@ -120,7 +121,7 @@ pub fn convert(request: &ExportTraceServiceRequest, now: i64) -> Converted {
             let scope = scope_spans.scope.as_ref();
             for span in &scope_spans.spans {
                 if let Some(error) = refusal(span) {
-                    rejected.push(Rejected::of(&service_name, error, span));
+                    rejected.push(Rejected::of(&service_name, error.to_string(), span));
                     continue;
                 }
                 let start = micros(span.start_time_unix_nano).unwrap_or(now);

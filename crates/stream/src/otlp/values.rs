@@ -9,6 +9,8 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
+use crate::Refusal;
+
 /// The `service.name` OTLP's semantic conventions give a resource that names none.
 pub const UNKNOWN_SERVICE: &str = "unknown_service";
 
@@ -136,11 +138,13 @@ pub fn service_name(resource: Option<&Resource>) -> String {
 
 /// A trace (16 bytes) or span (8 bytes) id as lowercase hex; empty is no id. Any other length
 /// is not an OTLP id: the record carrying it is refused.
-pub fn hex_id(id: &[u8], length: usize, what: &str) -> Result<Option<String>, String> {
+pub fn hex_id(id: &[u8], length: usize, what: &str) -> Result<Option<String>, Refusal> {
     match id.len() {
         0 => Ok(None),
         n if n == length => Ok(Some(hex::encode(id))),
-        n => Err(format!("{what} has {n} bytes; OTLP's have {length}")),
+        n => Err(Refusal::malformed(format!(
+            "{what} has {n} bytes; OTLP's have {length}"
+        ))),
     }
 }
 

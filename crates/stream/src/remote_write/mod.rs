@@ -28,11 +28,13 @@ pub mod v2;
 use datafusion::arrow::array::AsArray;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 
+use crate::Refusal;
 use crate::decode::ipc::DecodeLimits;
 use crate::otlp::exemplars::{ExemplarRows, Seen};
 use crate::otlp::metrics::{MetricRows, Point, Values};
 use crate::otlp::values::UNKNOWN_SERVICE;
-use crate::otlp::{Converted, Refusal, Rejected, bounds};
+use crate::otlp::{Converted, Rejected, bounds};
+use crate::refusal::Kind;
 
 /// The remote-write protocol a request speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,34 +48,34 @@ pub enum Version {
 impl Version {
     /// The version a `Content-Type` names; none names 1.0, as Prometheus's own receiver
     /// assumes. Anything else is refused (415) with the reason.
-    pub fn negotiate(content_type: Option<&str>) -> Result<Self, String> {
+    pub fn negotiate(content_type: Option<&str>) -> Result<Self, Refusal> {
         let Some(content_type) = content_type.map(str::trim).filter(|c| !c.is_empty()) else {
             return Ok(Version::V1);
         };
         let mut parts = content_type.split(';').map(str::trim);
         let media = parts.next().unwrap_or_default();
         if !media.eq_ignore_ascii_case("application/x-protobuf") {
-            return Err(format!(
+            return Err(Refusal::unsupported(format!(
                 "Content-Type {content_type:?} is not taken: send application/x-protobuf \
                  (remote write 1.0 or 2.0)"
-            ));
+            )));
         }
         let mut version = Version::V1;
         for parameter in parts.filter(|p| !p.is_empty()) {
             let Some((key, value)) = parameter.split_once('=') else {
-                return Err(format!(
+                return Err(Refusal::malformed(format!(
                     "Content-Type {content_type:?}: parameter {parameter:?} is not key=value"
-                ));
+                )));
             };
             if key.trim().eq_ignore_ascii_case("proto") {
                 version = match value.trim().trim_matches('"') {
                     "prometheus.WriteRequest" => Version::V1,
                     "io.prometheus.write.v2.Request" => Version::V2,
                     other => {
-                        return Err(format!(
+                        return Err(Refusal::unsupported(format!(
                             "proto={other} is not taken: send prometheus.WriteRequest (1.0) or \
                              io.prometheus.write.v2.Request (2.0)"
-                        ));
+                        )));
                     }
                 };
             }
@@ -138,9 +140,8 @@ pub fn receive(
 ) -> Result<Converted, Refusal> {
     let raw = inflate(body, limits)?;
     let mut budget = limits.budget(raw.len());
-    let cost = bounds::protobuf_cost(&raw).ok_or_else(|| {
-        Refusal::Malformed("the body is not a protobuf remote-write request".into())
-    })?;
+    let cost = bounds::protobuf_cost(&raw)
+        .ok_or_else(|| Refusal::malformed("the body is not a protobuf remote-write request"))?;
     // Packed numbers (label references, bucket deltas) take a byte each on the wire and up to
     // eight once decoded, which the walk above counts as bytes.
     charge(
@@ -172,16 +173,16 @@ pub fn receive(
 }
 
 fn malformed(what: &str, e: prost::DecodeError) -> Refusal {
-    Refusal::Malformed(format!("the body is not {what}: {e}"))
+    Refusal::malformed(format!("the body is not {what}: {e}"))
 }
 
 /// The snappy block in `body`, refused past `limits.max_bytes`.
 fn inflate(body: &[u8], limits: &DecodeLimits) -> Result<Vec<u8>, Refusal> {
     let not_snappy =
-        |e: snap::Error| Refusal::Malformed(format!("the body is not snappy-compressed: {e}"));
+        |e: snap::Error| Refusal::malformed(format!("the body is not snappy-compressed: {e}"));
     let length = snap::raw::decompress_len(body).map_err(not_snappy)?;
     if length > limits.max_bytes {
-        return Err(Refusal::TooLarge(format!(
+        return Err(Refusal::too_large(format!(
             "the body inflates to {length} bytes, more than the {} a request may decode \
              (--decode-memory-mb)",
             limits.max_bytes
@@ -199,7 +200,7 @@ fn charge(budget: &mut usize, cost: usize) -> Result<(), Refusal> {
             *budget = left;
             Ok(())
         }
-        None => Err(Refusal::TooLarge(format!(
+        None => Err(Refusal::too_large(format!(
             "the request would take more than the {} bytes left of its decoding budget \
              (--decode-memory-mb): {cost} more",
             *budget
@@ -381,14 +382,15 @@ fn convert(series: &[Series], budget: &mut usize, now: i64) -> Result<Converted,
                 );
                 continue;
             }
+            // Past the request's budget, the request is refused; else the histogram alone.
             match native::values(histogram, &attributes, series.gauge_histogram, budget) {
                 Ok((kind, values)) => rows.push(&point(kind), values),
-                Err(native::Unfit::Refused(reason)) => rejected.push(Rejected::of(
+                Err(refusal) if refusal.kind() == Kind::TooLarge => return Err(refusal),
+                Err(reason) => rejected.push(Rejected::of(
                     service,
                     format!("histogram {name}: {reason}"),
                     &series.labels,
                 )),
-                Err(native::Unfit::TooLarge(refusal)) => return Err(refusal),
             }
         }
         for exemplar in &series.exemplars {

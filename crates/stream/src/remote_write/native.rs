@@ -11,12 +11,14 @@
 //!
 //! Spans may describe far more buckets than they cost to send (an offset of a million is
 //! three bytes), so the dense width of each histogram is bounded ([`MOST_BUCKETS`]) and
-//! charged to the request's decoding budget.
+//! charged to the request's decoding budget. A histogram that cannot be a row is refused
+//! alone; one past the request's budget ([`crate::refusal::Kind::TooLarge`]) refuses the
+//! request.
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 use super::charge;
-use crate::otlp::Refusal;
+use crate::Refusal;
 use crate::otlp::metrics::Values;
 
 /// The most buckets one histogram may span, gaps included: schema 8 (the finest) from 10⁻⁹
@@ -77,37 +79,23 @@ pub struct BucketSpan {
     pub length: u32,
 }
 
-/// Why a histogram is not a row.
-#[derive(Debug)]
-pub enum Unfit {
-    /// It alone is refused (into the dead letters), for this reason.
-    Refused(String),
-    /// The request as a whole is past its budget.
-    TooLarge(Refusal),
-}
-
-impl From<String> for Unfit {
-    fn from(reason: String) -> Self {
-        Unfit::Refused(reason)
-    }
-}
-
 /// A count sent as an integer or as a float, as a whole number.
-fn whole(integer: Option<u64>, float: Option<f64>, what: &str) -> Result<i64, String> {
+fn whole(integer: Option<u64>, float: Option<f64>, what: &str) -> Result<i64, Refusal> {
     match (integer, float) {
-        (Some(n), _) => i64::try_from(n).map_err(|_| format!("its {what} {n} is too large")),
+        (Some(n), _) => i64::try_from(n)
+            .map_err(|_| Refusal::unsupported(format!("its {what} {n} is too large"))),
         (None, Some(f)) => whole_float(f, what),
         (None, None) => Ok(0),
     }
 }
 
-fn whole_float(f: f64, what: &str) -> Result<i64, String> {
+fn whole_float(f: f64, what: &str) -> Result<i64, Refusal> {
     if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < i64::MAX as f64 {
         Ok(f as i64)
     } else {
-        Err(format!(
+        Err(Refusal::malformed(format!(
             "its {what} {f} is not a whole number of observations"
-        ))
+        )))
     }
 }
 
@@ -118,18 +106,21 @@ fn dense(
     deltas: &[i64],
     counts: &[f64],
     budget: &mut usize,
-) -> Result<(i32, Vec<i64>), Unfit> {
+) -> Result<(i32, Vec<i64>), Refusal> {
     let Some(first) = spans.first() else {
         if deltas.is_empty() && counts.is_empty() {
             return Ok((0, Vec::new()));
         }
-        return Err("it has bucket counts but no spans".to_string().into());
+        return Err(Refusal::malformed("it has bucket counts but no spans"));
     };
     let mut width: u64 = 0;
     let mut buckets: u64 = 0;
     for (i, span) in spans.iter().enumerate() {
         if i > 0 && span.offset < 0 {
-            return Err(format!("span {i} has the negative gap {}", span.offset).into());
+            return Err(Refusal::malformed(format!(
+                "span {i} has the negative gap {}",
+                span.offset
+            )));
         }
         let gap = if i == 0 { 0 } else { span.offset as u64 };
         width = width
@@ -138,10 +129,9 @@ fn dense(
         buckets += u64::from(span.length);
     }
     if width > MOST_BUCKETS {
-        return Err(format!(
+        return Err(Refusal::unsupported(format!(
             "its spans cover {width} buckets, more than the {MOST_BUCKETS} one histogram may"
-        )
-        .into());
+        )));
     }
     let sent = if counts.is_empty() {
         deltas.len()
@@ -149,12 +139,17 @@ fn dense(
         counts.len()
     };
     if buckets != sent as u64 {
-        return Err(format!("its spans hold {buckets} buckets but it sends {sent} counts").into());
+        return Err(Refusal::malformed(format!(
+            "its spans hold {buckets} buckets but it sends {sent} counts"
+        )));
     }
-    charge(budget, width as usize * 8).map_err(Unfit::TooLarge)?;
+    charge(budget, width as usize * 8)?;
     let last = i64::from(first.offset) + width as i64;
     if last > i64::from(i32::MAX) {
-        return Err(format!("its buckets reach past index {}", i32::MAX).into());
+        return Err(Refusal::unsupported(format!(
+            "its buckets reach past index {}",
+            i32::MAX
+        )));
     }
     let mut dense = vec![0i64; width as usize];
     let mut at = 0usize;
@@ -168,7 +163,9 @@ fn dense(
             let count = if counts.is_empty() {
                 running = running.saturating_add(deltas[sent]);
                 if running < 0 {
-                    return Err(format!("bucket {sent} has a negative count {running}").into());
+                    return Err(Refusal::malformed(format!(
+                        "bucket {sent} has a negative count {running}"
+                    )));
                 }
                 running
             } else {
@@ -198,7 +195,7 @@ pub fn values<'a>(
     attributes: &'a [KeyValue],
     gauge: bool,
     budget: &mut usize,
-) -> Result<(&'static str, Values<'a>), Unfit> {
+) -> Result<(&'static str, Values<'a>), Refusal> {
     let count = whole(h.count_int, h.count_float, "count")?;
     let gauge = gauge || h.reset_hint == RESET_GAUGE;
     let values = Values {
@@ -222,20 +219,21 @@ pub fn values<'a>(
             .windows(2)
             .any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less))
         {
-            return Err("its custom bounds do not increase".to_string().into());
+            return Err(Refusal::malformed("its custom bounds do not increase"));
         }
         if !h.negative_spans.is_empty() {
-            return Err("custom buckets have no negative buckets".to_string().into());
+            return Err(Refusal::malformed(
+                "custom buckets have no negative buckets",
+            ));
         }
         // Bucket i is the one up to bound i; the one past the last bound is +Inf's.
         let all = bounds.len() + 1;
         if first < 0 || first as usize + positive.len() > all {
-            return Err(format!(
+            return Err(Refusal::malformed(format!(
                 "its buckets reach past the {} its {} bounds make",
                 all,
                 bounds.len()
-            )
-            .into());
+            )));
         }
         let mut counts = vec![0i64; all];
         counts[first as usize..first as usize + positive.len()].copy_from_slice(&positive);
@@ -249,11 +247,10 @@ pub fn values<'a>(
         ));
     }
     if !(-4..=8).contains(&h.schema) {
-        return Err(format!(
+        return Err(Refusal::unsupported(format!(
             "schema {} is none Prometheus defines (-4 to 8, or -53 for custom buckets)",
             h.schema
-        )
-        .into());
+        )));
     }
     let (negative_first, negative) = dense(
         &h.negative_spans,
@@ -264,7 +261,10 @@ pub fn values<'a>(
     // Prometheus's bucket i is OTLP's i - 1.
     let otlp = |first: i32, counts: Vec<i64>| match first.checked_sub(1) {
         Some(offset) => Ok(Some((offset, counts))),
-        None => Err(format!("its buckets start below index {}", i32::MIN + 1)),
+        None => Err(Refusal::unsupported(format!(
+            "its buckets start below index {}",
+            i32::MIN + 1
+        ))),
     };
     Ok((
         "exponential_histogram",
@@ -281,6 +281,7 @@ pub fn values<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::refusal::Kind;
 
     fn span(offset: i32, length: u32) -> BucketSpan {
         BucketSpan { offset, length }
@@ -304,13 +305,13 @@ mod tests {
         ] {
             assert!(matches!(
                 dense(&spans, &deltas, &counts, &mut budget),
-                Err(Unfit::Refused(_))
+                Err(r) if r.kind() != Kind::TooLarge
             ));
         }
         let mut small = 100;
         assert!(matches!(
             dense(&[span(0, 100)], &[1; 100], &[], &mut small),
-            Err(Unfit::TooLarge(_))
+            Err(r) if r.kind() == Kind::TooLarge
         ));
     }
 
@@ -361,7 +362,7 @@ mod tests {
         };
         assert!(matches!(
             values(&unknown, &[], false, &mut budget),
-            Err(Unfit::Refused(_))
+            Err(r) if r.kind() != Kind::TooLarge
         ));
         let past = Histogram {
             schema: CUSTOM_BUCKETS,
@@ -372,7 +373,7 @@ mod tests {
         };
         assert!(matches!(
             values(&past, &[], false, &mut budget),
-            Err(Unfit::Refused(_))
+            Err(r) if r.kind() != Kind::TooLarge
         ));
     }
 }

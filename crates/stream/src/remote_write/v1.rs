@@ -242,7 +242,8 @@ mod tests {
     use super::super::{COUNTER, HISTOGRAM, Version, receive};
     use super::*;
     use crate::decode::ipc::DecodeLimits;
-    use crate::otlp::{Converted, Refusal};
+    use crate::otlp::Converted;
+    use crate::refusal::Kind;
     use prost::Message;
 
     fn body(request: &WriteRequest) -> Vec<u8> {
@@ -319,7 +320,7 @@ mod tests {
         assert_eq!(kinds.value(0), "sum");
         assert!(matches!(
             receive(b"not snappy", Version::V1, &limits, &memory, "t", 0),
-            Err(Refusal::Malformed(_))
+            Err(r) if r.kind() == Kind::Malformed
         ));
         let tiny = DecodeLimits {
             max_bytes: 10,
@@ -327,7 +328,7 @@ mod tests {
         };
         assert!(matches!(
             receive(&body(&request), Version::V1, &tiny, &memory, "t", 0),
-            Err(Refusal::TooLarge(_))
+            Err(r) if r.kind() == Kind::TooLarge
         ));
     }
 

@@ -4,6 +4,7 @@
 
 use super::native::Histogram;
 use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, is_sum, label};
+use crate::Refusal;
 use crate::otlp::Rejected;
 use crate::otlp::values::UNKNOWN_SERVICE;
 
@@ -70,12 +71,12 @@ pub struct Metadata {
 }
 
 /// `refs` as name/value pairs of `symbols`, or why they are not.
-fn labels<'a>(symbols: &'a [String], refs: &[u32]) -> Result<Vec<(&'a str, &'a str)>, String> {
+fn labels<'a>(symbols: &'a [String], refs: &[u32]) -> Result<Vec<(&'a str, &'a str)>, Refusal> {
     if !refs.len().is_multiple_of(2) {
-        return Err(format!(
+        return Err(Refusal::malformed(format!(
             "labels_refs holds {} references, not name and value pairs",
             refs.len()
-        ));
+        )));
     }
     refs.chunks(2)
         .map(|pair| Ok((symbol(symbols, pair[0])?, symbol(symbols, pair[1])?)))
@@ -84,15 +85,15 @@ fn labels<'a>(symbols: &'a [String], refs: &[u32]) -> Result<Vec<(&'a str, &'a s
 
 /// The symbol at `at`; the first is the empty string even when a request sends no symbols
 /// at all (a request of no labels, help or units needs none).
-fn symbol(symbols: &[String], at: u32) -> Result<&str, String> {
+fn symbol(symbols: &[String], at: u32) -> Result<&str, Refusal> {
     if at == 0 && symbols.is_empty() {
         return Ok("");
     }
     symbols.get(at as usize).map(String::as_str).ok_or_else(|| {
-        format!(
+        Refusal::malformed(format!(
             "symbol reference {at} is past the request's {} symbols",
             symbols.len()
-        )
+        ))
     })
 }
 
@@ -124,7 +125,7 @@ pub fn series(request: &Request) -> (Vec<Series<'_>>, Vec<Rejected>) {
             // The references alone say nothing and may be many: their count is kept.
             Err(reason) => refused.push(Rejected::of(
                 UNKNOWN_SERVICE,
-                reason,
+                reason.to_string(),
                 &serde_json::json!({ "labels_refs": s.labels_refs.len() }),
             )),
         }
@@ -132,7 +133,7 @@ pub fn series(request: &Request) -> (Vec<Series<'_>>, Vec<Rejected>) {
     (taken, refused)
 }
 
-fn resolve<'a>(symbols: &'a [String], s: &'a TimeSeries) -> Result<Series<'a>, String> {
+fn resolve<'a>(symbols: &'a [String], s: &'a TimeSeries) -> Result<Series<'a>, Refusal> {
     let labels = labels(symbols, &s.labels_refs)?;
     let metadata = s.metadata.clone().unwrap_or_default();
     let name = label(&labels, "__name__").unwrap_or_default();
@@ -147,7 +148,7 @@ fn resolve<'a>(symbols: &'a [String], s: &'a TimeSeries) -> Result<Series<'a>, S
                 timestamp: e.timestamp,
             })
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, Refusal>>()?;
     Ok(Series {
         samples: s
             .samples
@@ -177,8 +178,10 @@ mod tests {
     use super::super::v1::MetadataMemory;
     use super::super::{Version, Written, receive};
     use super::*;
+    use crate::Refusal;
     use crate::decode::ipc::DecodeLimits;
-    use crate::otlp::{Converted, Refusal};
+    use crate::otlp::Converted;
+    use crate::refusal::Kind;
     use datafusion::arrow::array::AsArray;
     use prost::Message;
 
@@ -336,7 +339,7 @@ mod tests {
                 ..Default::default()
             }],
         };
-        assert!(matches!(send(&request), Err(Refusal::TooLarge(_))));
+        assert!(matches!(send(&request), Err(r) if r.kind() == Kind::TooLarge));
     }
 
     #[test]

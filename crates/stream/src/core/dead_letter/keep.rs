@@ -120,7 +120,7 @@ impl Ingest {
             dead_letter::ready(&self.catalog, &Caller::system(), &log.warehouse, &log.ident)
                 .await?;
         let rows = dead_letter::batch(&letters, floe_catalog::clock::now_micros());
-        let rows = conform(&rows, &schema, Match::Name).map_err(IngestError::Invalid)?;
+        let rows = conform(&rows, &schema, Match::Name).map_err(IngestError::from)?;
         // Appended by the letters' task: appending may start the dead-letter table's
         // committer, whose loop would otherwise hold this future.
         let (done, answer) = tokio::sync::oneshot::channel();

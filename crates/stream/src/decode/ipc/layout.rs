@@ -5,6 +5,8 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::ipc::FieldNode;
 
+use crate::Refusal;
+
 /// Checks a batch's nodes and buffers (their decoded `lengths`) against its `columns`.
 pub(super) fn check(
     what: &str,
@@ -12,7 +14,7 @@ pub(super) fn check(
     nodes: &[&FieldNode],
     lengths: &[usize],
     variadic: &[i64],
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let mut walk = Walk {
         what,
         nodes,
@@ -26,11 +28,11 @@ pub(super) fn check(
         walk.column(column)?;
     }
     if walk.view != variadic.len() {
-        return Err(format!(
+        return Err(Refusal::malformed(format!(
             "{what} has {} variadic buffer counts for {} view columns",
             variadic.len(),
             walk.view
-        ));
+        )));
     }
     Ok(())
 }
@@ -46,7 +48,7 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn column(&mut self, data_type: &DataType) -> Result<(), String> {
+    fn column(&mut self, data_type: &DataType) -> Result<(), Refusal> {
         let node = self.next_node(data_type)?;
         match data_type {
             DataType::Null => Ok(()),
@@ -64,16 +66,21 @@ impl Walk<'_> {
                 self.validity(node)?;
                 self.typed(16)?;
                 let count = *self.variadic.get(self.view).ok_or_else(|| {
-                    format!(
+                    Refusal::malformed(format!(
                         "{} lacks the variadic buffer count of a view column",
                         self.what
-                    )
+                    ))
                 })?;
                 self.view += 1;
                 let count = usize::try_from(count)
                     .ok()
                     .filter(|c| *c <= self.lengths.len())
-                    .ok_or_else(|| format!("{} declares {count} variadic buffers", self.what))?;
+                    .ok_or_else(|| {
+                        Refusal::malformed(format!(
+                            "{} declares {count} variadic buffers",
+                            self.what
+                        ))
+                    })?;
                 self.buffers(count)
             }
             DataType::List(child) | DataType::Map(child, _) => {
@@ -110,29 +117,31 @@ impl Walk<'_> {
                 self.validity(node)?;
                 self.typed(t.primitive_width().unwrap_or(1))
             }
-            other => Err(format!("{other} columns are not taken")),
+            other => Err(Refusal::unsupported(format!(
+                "{other} columns are not taken"
+            ))),
         }
     }
 
-    fn next_node(&mut self, data_type: &DataType) -> Result<FieldNode, String> {
+    fn next_node(&mut self, data_type: &DataType) -> Result<FieldNode, Refusal> {
         let node = self.nodes.get(self.node).ok_or_else(|| {
-            format!(
+            Refusal::malformed(format!(
                 "{} has {} field nodes, too few for its columns (a {data_type} column lacks one)",
                 self.what,
                 self.nodes.len()
-            )
+            ))
         })?;
         self.node += 1;
         Ok(**node)
     }
 
-    fn buffers(&mut self, count: usize) -> Result<(), String> {
+    fn buffers(&mut self, count: usize) -> Result<(), Refusal> {
         if self.buffer + count > self.lengths.len() {
-            return Err(format!(
+            return Err(Refusal::malformed(format!(
                 "{} has {} buffers, too few for its columns",
                 self.what,
                 self.lengths.len()
-            ));
+            )));
         }
         self.buffer += count;
         Ok(())
@@ -140,30 +149,30 @@ impl Walk<'_> {
 
     /// A buffer of values `width` bytes each: arrow's validation reads it as a slice of them,
     /// and asserts that its length is a multiple of the width.
-    fn typed(&mut self, width: usize) -> Result<(), String> {
+    fn typed(&mut self, width: usize) -> Result<(), Refusal> {
         let index = self.buffer;
         self.buffers(1)?;
         if !self.lengths[index].is_multiple_of(width) {
-            return Err(format!(
+            return Err(Refusal::malformed(format!(
                 "buffer {index} of {} holds {} bytes, not a whole number of {width}-byte values",
                 self.what, self.lengths[index]
-            ));
+            )));
         }
         Ok(())
     }
 
     /// A column's validity bitmap: when it has nulls, one bit per row.
-    fn validity(&mut self, node: FieldNode) -> Result<(), String> {
+    fn validity(&mut self, node: FieldNode) -> Result<(), Refusal> {
         let index = self.buffer;
         self.buffers(1)?;
         let needed = (node.length() as u64).div_ceil(8);
         if node.null_count() > 0 && (self.lengths[index] as u64) < needed {
-            return Err(format!(
+            return Err(Refusal::malformed(format!(
                 "buffer {index} of {} is a validity bitmap of {} bytes for {} rows",
                 self.what,
                 self.lengths[index],
                 node.length()
-            ));
+            )));
         }
         Ok(())
     }

@@ -122,6 +122,9 @@ impl From<DecodeError> for CatalogError {
     }
 }
 
+/// A malformed stream; also a [`crate::Refusal`] of its schema ([`schema::read`]) or of a
+/// batch's layout ([`layout::check`]) whatever its kind: they check the stream's form, never
+/// a budget.
 fn malformed(message: impl Into<String>) -> DecodeError {
     DecodeError::Malformed(message.into())
 }
@@ -480,7 +483,8 @@ impl Walk {
             .variadicBufferCounts()
             .map(|v| v.iter().collect())
             .unwrap_or_default();
-        layout::check(what, columns, &nodes, &lengths, &variadic).map_err(DecodeError::Malformed)
+        layout::check(what, columns, &nodes, &lengths, &variadic)
+            .map_err(|e| malformed(e.to_string()))
     }
 
     /// A compressed buffer's decoded length, counted against the budget.

@@ -2,7 +2,10 @@
 //! decodes against the table's schema in bulk. JSON values are taken as they are; Avro,
 //! JSON Schema and Protobuf values in the Confluent wire format (a zero byte, a four-byte
 //! schema id, for Protobuf the message indexes, the body) are read with their registry
-//! schema, which also gives the table its columns; raw values become a `value` column.
+//! schema, which also gives the table its columns; raw values become a `value` column
+//! (Protobuf's own reading: [`protobuf`]).
+
+pub(crate) mod protobuf;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,12 +13,12 @@ use std::sync::Arc;
 use apache_avro::Schema as AvroSchema;
 use apache_avro::types::Value as AvroValue;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, TimeUnit};
-use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor, ReflectMessage};
+use prost_reflect::{DynamicMessage, FileDescriptor, MessageDescriptor};
 use serde_json::{Map, Value as Json};
 
 use crate::kafka::Format;
 use crate::registry::{SchemaSource, SchemaType};
-use crate::{Result, StreamError};
+use crate::{Refusal, Result, StreamError};
 
 /// A registry schema ready to read values with.
 enum Parsed {
@@ -58,14 +61,14 @@ impl Decoder {
         &mut self,
         payload: &[u8],
         fields: &mut Vec<Field>,
-    ) -> Result<std::result::Result<Vec<u8>, String>> {
+    ) -> Result<std::result::Result<Vec<u8>, Refusal>> {
         match self.format {
             // Only the first byte is checked here: the batch's decode finds malformed JSON,
             // and its record-by-record retry names it.
             Format::Json => Ok(match payload.iter().find(|b| !b.is_ascii_whitespace()) {
                 Some(b'{') => Ok(payload.to_vec()),
                 _ => Err(object_error(payload)
-                    .unwrap_or_else(|| "a record must be a JSON object".into())),
+                    .unwrap_or_else(|| Refusal::malformed("a record must be a JSON object"))),
             }),
             Format::Raw => {
                 if fields.is_empty() {
@@ -112,17 +115,15 @@ impl Decoder {
                                         None,
                                     )
                                 }
-                                .map_err(|e| e.to_string())
+                                .map_err(|e| Refusal::malformed(e.to_string()))
                             })
-                            .map_err(|e| format!("not Avro of schema {id}: {e}"))
+                            .map_err(|e| e.context(format!("not Avro of schema {id}")))
                             .and_then(|value| avro_json(&value, schema, names))
                             .and_then(|json| match json {
-                                Json::Object(_) => {
-                                    serde_json::to_vec(&json).map_err(|e| e.to_string())
-                                }
-                                _ => Err(format!(
+                                Json::Object(_) => json_row(&json),
+                                _ => Err(Refusal::unsupported(format!(
                                     "schema {id} is not an Avro record: a row needs one"
-                                )),
+                                ))),
                             });
                         (fields, row)
                     }
@@ -134,21 +135,24 @@ impl Decoder {
                         },
                     ),
                     Parsed::Protobuf { file, fields } => {
-                        let (message, bytes) = match protobuf_message(file, body) {
+                        let (message, bytes) = match protobuf::message(file, body) {
                             Ok(found) => found,
-                            Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
+                            Err(error) => return Ok(Err(error.context(format!("schema {id}")))),
                         };
                         let row = DynamicMessage::decode(message.clone(), bytes)
                             .map_err(|e| {
-                                format!("not Protobuf {} of schema {id}: {e}", message.full_name())
+                                Refusal::malformed(format!(
+                                    "not Protobuf {} of schema {id}: {e}",
+                                    message.full_name()
+                                ))
                             })
-                            .and_then(|decoded| protobuf_json(&decoded))
-                            .and_then(|json| serde_json::to_vec(&json).map_err(|e| e.to_string()));
+                            .and_then(|decoded| protobuf::json(&decoded))
+                            .and_then(|json| json_row(&json));
                         let Some(message_fields) = fields.get(message.full_name()) else {
-                            return Ok(Err(format!(
+                            return Ok(Err(Refusal::malformed(format!(
                                 "schema {id} has no message {}",
                                 message.full_name()
-                            )));
+                            ))));
                         };
                         (message_fields, row)
                     }
@@ -171,7 +175,7 @@ impl Decoder {
     /// Schema `id`, parsed, from the cache or the registry. `Ok(Err)` when the registry
     /// does not know it or it does not fit the pipeline's format (the record is a dead
     /// letter); `Err` when the registry cannot be asked.
-    async fn parsed(&mut self, id: u32) -> Result<std::result::Result<Arc<Parsed>, String>> {
+    async fn parsed(&mut self, id: u32) -> Result<std::result::Result<Arc<Parsed>, Refusal>> {
         if let Some(parsed) = self.schemas.get(&id) {
             return Ok(Ok(parsed.clone()));
         }
@@ -181,33 +185,32 @@ impl Decoder {
             ));
         };
         let Some(registered) = registry.schema_by_id(id).await? else {
-            return Ok(Err(format!("schema id {id} is not in the schema registry")));
+            return Ok(Err(Refusal::unsupported(format!(
+                "schema id {id} is not in the schema registry"
+            ))));
         };
-        // The schemas it references, from the same registry.
+        // The schemas it references, from the same registry (which may fail to answer).
         let source = crate::registry::References::new(registry.as_ref());
-        let dependencies = match crate::references::resolve(&source, &registered.references).await {
+        let of_schema = |error: Refusal| Ok(Err(error.context(format!("schema {id}"))));
+        let resolved = crate::references::resolve(&source, &registered.references).await?;
+        let dependencies = match resolved {
             Ok(found) => found,
-            Err(error) => {
-                if let Some(unreachable) = source.unreachable() {
-                    return Err(unreachable);
-                }
-                return Ok(Err(format!("schema {id}: {error}")));
-            }
+            Err(error) => return of_schema(error),
         };
         let parsed = match (self.format, registered.schema_type) {
             (Format::Avro, SchemaType::Avro) => match parse_avro(&registered.schema, &dependencies)
             {
                 Ok(parsed) => parsed,
-                Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
+                Err(error) => return of_schema(error),
             },
             (Format::JsonSchema, SchemaType::Json) => {
                 match json_schema_fields(&registered.schema) {
                     Ok(fields) => Parsed::Json { fields },
-                    Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
+                    Err(error) => return of_schema(error),
                 }
             }
             (Format::Protobuf, SchemaType::Protobuf) => {
-                match protobuf_file_with(&registered.schema, &dependencies) {
+                match protobuf::file_with(&registered.schema, &dependencies) {
                     Ok(file) => {
                         let mut fields = HashMap::new();
                         let mut pending: Vec<MessageDescriptor> = file.messages().collect();
@@ -215,19 +218,19 @@ impl Decoder {
                             pending.extend(message.child_messages());
                             fields.insert(
                                 message.full_name().to_string(),
-                                protobuf_fields(&message, 0),
+                                protobuf::fields(&message, 0),
                             );
                         }
                         Parsed::Protobuf { file, fields }
                     }
-                    Err(error) => return Ok(Err(format!("schema {id}: {error}"))),
+                    Err(error) => return of_schema(error),
                 }
             }
             (format, found) => {
-                return Ok(Err(format!(
+                return Ok(Err(Refusal::unsupported(format!(
                     "schema {id} is {} but the pipeline reads {format:?}",
                     found.as_str()
-                )));
+                ))));
             }
         };
         let parsed = Arc::new(parsed);
@@ -245,32 +248,39 @@ fn wider(a: &DataType, b: &DataType) -> bool {
     }
 }
 
+/// A JSON value as a row's bytes.
+fn json_row(json: &Json) -> std::result::Result<Vec<u8>, Refusal> {
+    serde_json::to_vec(json).map_err(|e| Refusal::malformed(e.to_string()))
+}
+
 /// The schema id and body of a value in the Confluent wire format.
-fn wire_format(payload: &[u8]) -> std::result::Result<(u32, &[u8]), String> {
+fn wire_format(payload: &[u8]) -> std::result::Result<(u32, &[u8]), Refusal> {
     match payload {
         [0, a, b, c, d, body @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), body)),
-        [] => Err("an empty value has no schema id".into()),
-        _ => Err(
-            "not in the Confluent wire format (a zero byte and a four-byte schema id first)".into(),
-        ),
+        [] => Err(Refusal::malformed("an empty value has no schema id")),
+        _ => Err(Refusal::malformed(
+            "not in the Confluent wire format (a zero byte and a four-byte schema id first)",
+        )),
     }
 }
 
 /// Why a value cannot be a row of a JSON pipeline, if it cannot: it must be one JSON
 /// object. Checked without building the value.
-pub(crate) fn object_error(payload: &[u8]) -> Option<String> {
+pub(crate) fn object_error(payload: &[u8]) -> Option<Refusal> {
     let first = payload.iter().find(|b| !b.is_ascii_whitespace());
     let valid = serde_json::from_slice::<serde::de::IgnoredAny>(payload);
     let kind = match (first, valid) {
         (Some(b'{'), Ok(_)) => return None,
-        (_, Err(e)) => return Some(format!("not JSON: {e}")),
+        (_, Err(e)) => return Some(Refusal::malformed(format!("not JSON: {e}"))),
         (Some(b'['), _) => "an array",
         (Some(b'"'), _) => "a string",
         (Some(b't' | b'f'), _) => "a boolean",
         (Some(b'n'), _) => "null",
         _ => "a number",
     };
-    Some(format!("a record must be a JSON object, not {kind}"))
+    Some(Refusal::malformed(format!(
+        "a record must be a JSON object, not {kind}"
+    )))
 }
 
 /// An Avro schema (its named types possibly defined in `dependencies`, schema references)
@@ -278,7 +288,7 @@ pub(crate) fn object_error(payload: &[u8]) -> Option<String> {
 fn parse_avro(
     text: &str,
     dependencies: &[crate::references::Dependency],
-) -> std::result::Result<Parsed, String> {
+) -> std::result::Result<Parsed, Refusal> {
     let schema = crate::references::avro(text, dependencies)?;
     let mut names = HashMap::new();
     let referenced = crate::references::avro_dependencies(dependencies)?;
@@ -287,7 +297,7 @@ fn parse_avro(
     }
     collect_names(&schema, &mut names);
     let AvroSchema::Record(record) = &schema else {
-        return Err("the Avro schema is not a record".into());
+        return Err(Refusal::unsupported("the Avro schema is not a record"));
     };
     let fields = record
         .fields
@@ -430,7 +440,7 @@ fn avro_json(
     value: &AvroValue,
     schema: &AvroSchema,
     names: &HashMap<String, AvroSchema>,
-) -> std::result::Result<Json, String> {
+) -> std::result::Result<Json, Refusal> {
     let schema = resolve(schema, names);
     Ok(match value {
         AvroValue::Null => Json::Null,
@@ -449,7 +459,7 @@ fn avro_json(
         AvroValue::TimeMicros(t) => Json::from(*t),
         AvroValue::TimestampMillis(t) | AvroValue::LocalTimestampMillis(t) => Json::from(
             t.checked_mul(1000)
-                .ok_or_else(|| format!("timestamp {t} ms is out of range"))?,
+                .ok_or_else(|| Refusal::unsupported(format!("timestamp {t} ms is out of range")))?,
         ),
         AvroValue::TimestampMicros(t) | AvroValue::LocalTimestampMicros(t) => Json::from(*t),
         AvroValue::TimestampNanos(t) | AvroValue::LocalTimestampNanos(t) => Json::from(t / 1000),
@@ -460,26 +470,28 @@ fn avro_json(
         AvroValue::BigDecimal(d) => Json::String(d.to_string()),
         AvroValue::Decimal(decimal) => {
             let AvroSchema::Decimal(decimal_schema) = schema else {
-                return Err("a decimal value without a decimal schema".into());
+                return Err(Refusal::malformed(
+                    "a decimal value without a decimal schema",
+                ));
             };
             let bytes: Vec<u8> = decimal
                 .try_into()
-                .map_err(|e: apache_avro::Error| e.to_string())?;
+                .map_err(|e: apache_avro::Error| Refusal::malformed(e.to_string()))?;
             Json::String(decimal_text(&bytes, decimal_schema.scale)?)
         }
         AvroValue::Union(index, inner) => {
             let AvroSchema::Union(union) = schema else {
-                return Err("a union value without a union schema".into());
+                return Err(Refusal::malformed("a union value without a union schema"));
             };
             let variant = union
                 .variants()
                 .get(*index as usize)
-                .ok_or("a union branch beyond the schema's")?;
+                .ok_or_else(|| Refusal::malformed("a union branch beyond the schema's"))?;
             avro_json(inner, variant, names)?
         }
         AvroValue::Array(items) => {
             let AvroSchema::Array(array) = schema else {
-                return Err("an array value without an array schema".into());
+                return Err(Refusal::malformed("an array value without an array schema"));
             };
             Json::Array(
                 items
@@ -490,7 +502,7 @@ fn avro_json(
         }
         AvroValue::Map(entries) => {
             let AvroSchema::Map(map) = schema else {
-                return Err("a map value without a map schema".into());
+                return Err(Refusal::malformed("a map value without a map schema"));
             };
             let mut object = Map::new();
             for (key, item) in entries {
@@ -500,7 +512,7 @@ fn avro_json(
         }
         AvroValue::Record(fields) => {
             let AvroSchema::Record(record) = schema else {
-                return Err("a record value without a record schema".into());
+                return Err(Refusal::malformed("a record value without a record schema"));
             };
             let mut object = Map::new();
             for ((name, item), field) in fields.iter().zip(&record.fields) {
@@ -515,15 +527,15 @@ fn avro_json(
 const MAX_DECIMAL_SCALE: usize = 76;
 
 /// A big-endian two's-complement unscaled value with `scale` as decimal text.
-fn decimal_text(bytes: &[u8], scale: usize) -> std::result::Result<String, String> {
+fn decimal_text(bytes: &[u8], scale: usize) -> std::result::Result<String, Refusal> {
     if bytes.len() > 16 {
-        return Err("a decimal wider than 38 digits".into());
+        return Err(Refusal::unsupported("a decimal wider than 38 digits"));
     }
     // The text is as wide as the scale: a schema's scale is not a width to trust.
     if scale > MAX_DECIMAL_SCALE {
-        return Err(format!(
+        return Err(Refusal::unsupported(format!(
             "a decimal of scale {scale}, more than the {MAX_DECIMAL_SCALE} Floe reads"
-        ));
+        )));
     }
     let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
     let mut buffer = if negative { [0xff; 16] } else { [0; 16] };
@@ -544,11 +556,12 @@ fn decimal_text(bytes: &[u8], scale: usize) -> std::result::Result<String, Strin
 /// `boolean`, arrays of those and nested objects; `$ref`s into `definitions`/`$defs` and
 /// `["T", "null"]` or `oneOf`/`anyOf` with null are followed. Properties of other shapes are
 /// left out of the table.
-fn json_schema_fields(text: &str) -> std::result::Result<Vec<Field>, String> {
-    let root: Json = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let properties = object_properties(&root, &root, 0)
-        .ok_or("a JSON Schema for rows must describe an object with properties")?;
-    Ok(properties)
+fn json_schema_fields(text: &str) -> std::result::Result<Vec<Field>, Refusal> {
+    let root: Json =
+        serde_json::from_str(text).map_err(|e| Refusal::malformed(format!("not JSON: {e}")))?;
+    object_properties(&root, &root, 0).ok_or_else(|| {
+        Refusal::unsupported("a JSON Schema for rows must describe an object with properties")
+    })
 }
 
 fn object_properties(schema: &Json, root: &Json, depth: usize) -> Option<Vec<Field>> {
@@ -641,271 +654,6 @@ fn json_schema_type(schema: &Json, root: &Json, depth: usize) -> Option<DataType
     })
 }
 
-/// A Protobuf schema as the registry holds it — `.proto` text, or a base64
-/// `FileDescriptorProto` as Confluent's Python serializer registers it — compiled, with
-/// Google's well-known types importable.
-pub(crate) fn protobuf_file(text: &str) -> std::result::Result<FileDescriptor, String> {
-    protobuf_file_with(text, &[])
-}
-
-/// [`protobuf_file`] whose imports may be `dependencies` (schema references, by their import
-/// paths).
-pub(crate) fn protobuf_file_with(
-    text: &str,
-    dependencies: &[crate::references::Dependency],
-) -> std::result::Result<FileDescriptor, String> {
-    use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
-    struct Files(Vec<File>);
-    impl FileResolver for Files {
-        fn open_file(&self, name: &str) -> std::result::Result<File, protox::Error> {
-            self.0
-                .iter()
-                .find(|f| f.name() == name)
-                .cloned()
-                .ok_or_else(|| protox::Error::file_not_found(name))
-        }
-    }
-    let read = |name: &str, text: &str| match File::from_source(name, text) {
-        Ok(file) => Ok(file),
-        Err(source_error) => {
-            use base64::Engine;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(text.trim())
-                .map_err(|_| format!("not a Protobuf schema: {source_error}"))?;
-            File::decode_file_descriptor_proto(bytes.as_slice())
-                .map_err(|e| format!("not a Protobuf file descriptor: {e}"))
-        }
-    };
-    let file = read("schema.proto", text)?;
-    let name = file.name().to_string();
-    let mut files = vec![file];
-    for dependency in dependencies {
-        files.push(
-            read(&dependency.name, &dependency.schema)
-                .map_err(|e| format!("referenced {}: {e}", dependency.name))?,
-        );
-    }
-    let mut resolver = ChainFileResolver::new();
-    resolver.add(Files(files));
-    resolver.add(GoogleFileResolver::new());
-    let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler.include_imports(true);
-    compiler
-        .open_file(&name)
-        .map_err(|e| format!("the Protobuf schema does not compile: {e}"))?;
-    let file = compiler
-        .descriptor_pool()
-        .get_file_by_name(&name)
-        .ok_or("the Protobuf schema compiled to nothing")?;
-    if file.messages().len() == 0 {
-        return Err("the Protobuf schema defines no message".into());
-    }
-    Ok(file)
-}
-
-/// The most message indexes a value may carry (the depth of nested message types).
-const MAX_MESSAGE_INDEXES: usize = 64;
-
-/// The message a value's Confluent message indexes name (a zigzag varint count, then that
-/// many zigzag varints: the path through nested messages; a lone zero means the first
-/// message), and the rest of the value.
-fn protobuf_message<'a>(
-    file: &FileDescriptor,
-    body: &'a [u8],
-) -> std::result::Result<(MessageDescriptor, &'a [u8]), String> {
-    fn varint(bytes: &mut &[u8]) -> std::result::Result<i64, String> {
-        let mut value: u64 = 0;
-        for shift in (0..64).step_by(7) {
-            let (&byte, rest) = bytes.split_first().ok_or("the message indexes end early")?;
-            *bytes = rest;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                // Zigzag.
-                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
-            }
-        }
-        Err("a message index is too long".into())
-    }
-    let mut rest = body;
-    let count = varint(&mut rest)?;
-    // Each index is a byte at least, and messages nest only so deep.
-    if count < 0 || count > MAX_MESSAGE_INDEXES as i64 {
-        return Err(format!(
-            "{count} message indexes: a value names its message with 0 to \
-             {MAX_MESSAGE_INDEXES}"
-        ));
-    }
-    let path: Vec<i64> = if count == 0 {
-        vec![0]
-    } else {
-        (0..count)
-            .map(|_| varint(&mut rest))
-            .collect::<std::result::Result<_, _>>()?
-    };
-    let missing = || format!("message indexes {path:?} name no message of the schema");
-    let first = usize::try_from(path[0]).map_err(|_| missing())?;
-    let mut message = file.messages().nth(first).ok_or_else(missing)?;
-    for index in &path[1..] {
-        let index = usize::try_from(*index).map_err(|_| missing())?;
-        let child = message.child_messages().nth(index);
-        message = child.ok_or_else(missing)?;
-    }
-    Ok((message, rest))
-}
-
-/// The Arrow fields of a Protobuf message.
-fn protobuf_fields(message: &MessageDescriptor, depth: usize) -> Vec<Field> {
-    message
-        .fields()
-        .filter_map(|field| {
-            Some(Field::new(
-                field.name(),
-                protobuf_type(&field, depth)?,
-                true,
-            ))
-        })
-        .collect()
-}
-
-fn protobuf_type(field: &prost_reflect::FieldDescriptor, depth: usize) -> Option<DataType> {
-    use prost_reflect::Kind;
-    if depth > 32 {
-        return None;
-    }
-    let kind_type = |kind: Kind| -> Option<DataType> {
-        Some(match kind {
-            Kind::Double => DataType::Float64,
-            Kind::Float => DataType::Float32,
-            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => DataType::Int32,
-            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint32 | Kind::Fixed32 => {
-                DataType::Int64
-            }
-            Kind::Uint64 | Kind::Fixed64 => DataType::Decimal128(20, 0),
-            Kind::Bool => DataType::Boolean,
-            Kind::String | Kind::Enum(_) => DataType::Utf8,
-            Kind::Bytes => DataType::Binary,
-            Kind::Message(message) if message.full_name() == "google.protobuf.Timestamp" => {
-                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
-            }
-            Kind::Message(message) => {
-                let fields = protobuf_fields(&message, depth + 1);
-                if fields.is_empty() {
-                    return None;
-                }
-                DataType::Struct(Fields::from(fields))
-            }
-        })
-    };
-    if field.is_map() {
-        let Kind::Message(entry) = field.kind() else {
-            return None;
-        };
-        return Some(DataType::Map(
-            Arc::new(Field::new(
-                "key_value",
-                DataType::Struct(Fields::from(vec![
-                    Field::new("key", DataType::Utf8, false),
-                    Field::new(
-                        "value",
-                        protobuf_type(&entry.map_entry_value_field(), depth + 1)?,
-                        true,
-                    ),
-                ])),
-                false,
-            )),
-            false,
-        ));
-    }
-    let element = kind_type(field.kind())?;
-    Some(if field.is_list() {
-        DataType::List(Arc::new(Field::new("element", element, true)))
-    } else {
-        element
-    })
-}
-
-/// A Protobuf message as JSON the table's decoder reads: every field (unset ones at their
-/// default, unset message fields and proto3 `optional`s as null), enums by name, bytes as
-/// hex, timestamps in microseconds.
-fn protobuf_json(message: &DynamicMessage) -> std::result::Result<Json, String> {
-    let mut object = Map::new();
-    for field in message.descriptor().fields() {
-        let value = if field.supports_presence() && !message.has_field(&field) {
-            Json::Null
-        } else {
-            protobuf_value(&message.get_field(&field), &field.kind())?
-        };
-        object.insert(field.name().to_string(), value);
-    }
-    Ok(Json::Object(object))
-}
-
-fn protobuf_value(
-    value: &prost_reflect::Value,
-    kind: &prost_reflect::Kind,
-) -> std::result::Result<Json, String> {
-    use prost_reflect::{Kind, MapKey, Value};
-    Ok(match value {
-        Value::Bool(b) => Json::Bool(*b),
-        Value::I32(i) => Json::from(*i),
-        Value::I64(i) => Json::from(*i),
-        Value::U32(u) => Json::from(*u),
-        Value::U64(u) => Json::from(*u),
-        Value::F32(f) => {
-            serde_json::Number::from_f64(f64::from(*f)).map_or(Json::Null, Json::Number)
-        }
-        Value::F64(f) => serde_json::Number::from_f64(*f).map_or(Json::Null, Json::Number),
-        Value::String(s) => Json::String(s.clone()),
-        Value::Bytes(b) => Json::String(hex::encode(b)),
-        Value::EnumNumber(n) => match kind {
-            Kind::Enum(e) => e.get_value(*n).map_or_else(
-                || Json::String(n.to_string()),
-                |v| Json::String(v.name().to_string()),
-            ),
-            _ => Json::from(*n),
-        },
-        Value::Message(m) if m.descriptor().full_name() == "google.protobuf.Timestamp" => {
-            let part = |name: &str| match m.get_field_by_name(name).as_deref() {
-                Some(Value::I64(v)) => *v,
-                Some(Value::I32(v)) => i64::from(*v),
-                _ => 0,
-            };
-            let (seconds, nanos) = (part("seconds"), part("nanos"));
-            let micros = seconds
-                .checked_mul(1_000_000)
-                .and_then(|us| us.checked_add(nanos / 1000))
-                .ok_or_else(|| format!("timestamp {seconds} s {nanos} ns is out of range"))?;
-            Json::from(micros)
-        }
-        Value::Message(m) => protobuf_json(m)?,
-        Value::List(items) => Json::Array(
-            items
-                .iter()
-                .map(|i| protobuf_value(i, kind))
-                .collect::<std::result::Result<_, _>>()?,
-        ),
-        Value::Map(entries) => {
-            let value_kind = match kind {
-                Kind::Message(entry) => entry.map_entry_value_field().kind(),
-                other => other.clone(),
-            };
-            let mut object = Map::new();
-            for (key, item) in entries {
-                let key = match key {
-                    MapKey::Bool(b) => b.to_string(),
-                    MapKey::I32(i) => i.to_string(),
-                    MapKey::I64(i) => i.to_string(),
-                    MapKey::U32(u) => u.to_string(),
-                    MapKey::U64(u) => u.to_string(),
-                    MapKey::String(s) => s.clone(),
-                };
-                object.insert(key, protobuf_value(item, &value_kind)?);
-            }
-            Json::Object(object)
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -923,6 +671,7 @@ mod tests {
         assert!(
             decimal_text(&[0x05], 1 << 40)
                 .unwrap_err()
+                .to_string()
                 .contains("scale 1099511627776")
         );
         assert!(decimal_text(&[0x05], usize::MAX).is_err());
@@ -930,60 +679,15 @@ mod tests {
     }
 
     #[test]
-    fn timestamps_out_of_range_are_refused_not_wrapped() {
+    fn avro_timestamps_out_of_range_are_refused_not_wrapped() {
         let schema = AvroSchema::TimestampMillis;
         let names = HashMap::new();
         let refused = avro_json(&AvroValue::TimestampMillis(i64::MAX), &schema, &names);
-        assert!(refused.unwrap_err().contains("out of range"));
+        assert!(refused.unwrap_err().to_string().contains("out of range"));
         assert_eq!(
             avro_json(&AvroValue::TimestampMillis(-5), &schema, &names).unwrap(),
             Json::from(-5000)
         );
-        let file = protobuf_file(
-            "syntax = \"proto3\"; import \"google/protobuf/timestamp.proto\";\n\
-             message M { google.protobuf.Timestamp at = 1; }",
-        )
-        .unwrap();
-        let descriptor = file.messages().next().unwrap();
-        let mut message = DynamicMessage::new(descriptor.clone());
-        let timestamp = descriptor.get_field_by_name("at").unwrap();
-        let prost_reflect::Kind::Message(kind) = timestamp.kind() else {
-            panic!("a message field");
-        };
-        let mut at = DynamicMessage::new(kind);
-        at.set_field_by_name("seconds", prost_reflect::Value::I64(i64::MAX));
-        message.set_field(&timestamp, prost_reflect::Value::Message(at.clone()));
-        assert!(
-            protobuf_json(&message)
-                .unwrap_err()
-                .contains("out of range")
-        );
-        at.set_field_by_name("seconds", prost_reflect::Value::I64(2));
-        message.set_field(&timestamp, prost_reflect::Value::Message(at));
-        assert_eq!(
-            protobuf_json(&message).unwrap()["at"],
-            Json::from(2_000_000)
-        );
-    }
-
-    #[test]
-    fn forged_message_indexes_are_refused_not_a_panic() {
-        let file = protobuf_file("syntax = \"proto3\"; message M { int64 a = 1; }").unwrap();
-        // Zigzag 1 is -1: a negative count of indexes left the path empty, and `path[0]`
-        // panicked on every retry of the record.
-        assert!(
-            protobuf_message(&file, &[1])
-                .unwrap_err()
-                .contains("-1 message indexes")
-        );
-        assert!(
-            protobuf_message(&file, &[0xfe, 0x01])
-                .unwrap_err()
-                .contains("127 message")
-        );
-        let (message, rest) = protobuf_message(&file, &[0, 8, 1]).unwrap();
-        assert_eq!((message.name(), rest), ("M", &[8u8, 1][..]));
-        assert!(protobuf_message(&file, &[2, 2]).is_err());
     }
 
     #[test]
@@ -991,6 +695,7 @@ mod tests {
         assert!(
             wire_format(b"{\"a\":1}")
                 .unwrap_err()
+                .to_string()
                 .contains("wire format")
         );
         assert_eq!(
@@ -1002,9 +707,10 @@ mod tests {
     #[test]
     fn json_objects_are_told_from_other_json() {
         assert_eq!(object_error(br#" {"a": [1, 2]}"#), None);
-        assert!(object_error(b"[1]").unwrap().contains("an array"));
-        assert!(object_error(b"12").unwrap().contains("a number"));
-        assert!(object_error(b"{\"a\":").unwrap().contains("not JSON"));
+        let refused = |payload: &[u8]| object_error(payload).unwrap().to_string();
+        assert!(refused(b"[1]").contains("an array"));
+        assert!(refused(b"12").contains("a number"));
+        assert!(refused(b"{\"a\":").contains("not JSON"));
     }
 
     #[test]
