@@ -98,8 +98,7 @@ impl<'a> Ingestor<'a> {
                     ensure_loaded(self.catalog, caller, warehouse, &ident, creation).await?;
                 let metadata = &loaded.metadata;
                 key = upsert::key_of(metadata)?.map(|ids| upsert::key_names(metadata, &ids));
-                let schema =
-                    table_arrow_schema(metadata.current_schema()).map_err(IngestError::Invalid)?;
+                let schema = table_arrow_schema(metadata.current_schema())?;
                 (ident, schema)
             }
             Target::Otel(name) => {
@@ -177,8 +176,7 @@ impl Opened<'_> {
             seen,
         )
         .await?;
-        self.schema =
-            table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)?;
+        self.schema = table_arrow_schema(loaded.metadata.current_schema())?;
         Ok(())
     }
 

@@ -71,11 +71,12 @@ pub struct IngestConfig {
     pub retain_committed_bytes: u64,
 }
 
-/// A table's schema as the writer takes it (plain string and binary types, field ids kept).
-pub fn table_arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef, String> {
+/// A table's schema as the writer takes it (plain string and binary types, field ids kept);
+/// a schema Arrow cannot hold is the table's to fix ([`IngestError::Invalid`]).
+pub fn table_arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef, IngestError> {
     iceberg::arrow::schema_to_arrow_schema(schema)
         .map(Arc::new)
-        .map_err(|e| e.to_string())
+        .map_err(|e| IngestError::Invalid(e.to_string()))
 }
 
 /// The durable log and its committers.
@@ -803,8 +804,7 @@ impl Ingest {
         let mut done = committed;
         let mut number = None;
         if let Some(&last) = fresh.last() {
-            let schema = table_arrow_schema(loaded.metadata.current_schema())
-                .map_err(IngestError::Invalid)?;
+            let schema = table_arrow_schema(loaded.metadata.current_schema())?;
             let key = upsert::key_of(&loaded.metadata)?;
             let key_schema = key
                 .as_ref()

@@ -56,7 +56,7 @@ pub async fn ensure(
     creation: Creation<'_>,
 ) -> Result<SchemaRef, IngestError> {
     let loaded = ensure_loaded(catalog, caller, warehouse, ident, creation).await?;
-    table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)
+    table_arrow_schema(loaded.metadata.current_schema())
 }
 
 /// Table `ident` of `warehouse` ready to take rows from `caller`, who needs `write-data` on

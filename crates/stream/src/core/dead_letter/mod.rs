@@ -294,8 +294,7 @@ pub async fn ready(
             )));
         }
     };
-    let schema =
-        table_arrow_schema(loaded.metadata.current_schema()).map_err(IngestError::Invalid)?;
+    let schema = table_arrow_schema(loaded.metadata.current_schema())?;
     Ok((ident, schema))
 }
 

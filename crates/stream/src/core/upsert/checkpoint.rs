@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MAX_KEY_BYTES;
 use super::index::{Described, KeyIndex, Slot};
+use crate::Refusal;
 
 /// The least time between two checkpoints of a table written by one node.
 pub const EVERY: Duration = Duration::from_secs(60);
@@ -99,16 +100,16 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Refusal> {
         if n > self.bytes.len() {
-            return Err("it ends early".into());
+            return Err(Refusal::malformed("it ends early"));
         }
         let (taken, rest) = self.bytes.split_at(n);
         self.bytes = rest;
         Ok(taken)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Refusal> {
         Ok(self.take(N)?.try_into().expect("N bytes"))
     }
 }
@@ -116,65 +117,71 @@ impl<'a> Reader<'a> {
 /// The index `bytes` hold, when they are a whole checkpoint of the table and key `wanted`
 /// describes (at any snapshot); why not otherwise. Its files have no spec or partition yet:
 /// catching it up says where each lies.
-pub fn decode(bytes: &[u8], wanted: &Described) -> Result<KeyIndex, String> {
+pub fn decode(bytes: &[u8], wanted: &Described) -> Result<KeyIndex, Refusal> {
     let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
-        return Err("it ends early".into());
+        return Err(Refusal::malformed("it ends early"));
     };
     let mut sum = flate2::Crc::new();
     sum.update(body);
     if sum.sum() != u32::from_le_bytes(*crc) {
-        return Err("its checksum does not match".into());
+        return Err(Refusal::malformed("its checksum does not match"));
     }
     let mut reader = Reader { bytes: body };
     if reader.take(MAGIC.len())? != MAGIC {
-        return Err("it is not a Floe key index".into());
+        return Err(Refusal::malformed("it is not a Floe key index"));
     }
     let length = u32::from_le_bytes(reader.array()?) as usize;
-    let header: Header =
-        serde_json::from_slice(reader.take(length)?).map_err(|e| format!("its header: {e}"))?;
+    let header: Header = serde_json::from_slice(reader.take(length)?)
+        .map_err(|e| Refusal::malformed(format!("its header: {e}")))?;
     if header.table != wanted.table
         || header.key_ids != wanted.key_ids
         || header.types != type_names(wanted)
     {
-        return Err("it describes another table or key".into());
+        return Err(Refusal::unfit("it describes another table or key"));
     }
     let mut index = KeyIndex::new(Described {
         snapshot_id: header.snapshot_id,
         ..wanted.clone()
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| Refusal::unfit(e.to_string()))?;
     let mut ids = Vec::with_capacity(header.files.len());
     for path in header.files {
         if path.is_empty() {
-            return Err("it names a data file without a path".into());
+            return Err(Refusal::malformed("it names a data file without a path"));
         }
         let slot = Slot {
             path,
             spec_id: 0,
             partition: iceberg::spec::Struct::empty(),
         };
-        ids.push(index.add_slot(slot).map_err(|e| e.to_string())?);
+        ids.push(
+            index
+                .add_slot(slot)
+                .map_err(|e| Refusal::unsupported(e.to_string()))?,
+        );
     }
     let count = u64::from_le_bytes(reader.array()?);
     // Each place takes at least 15 bytes: a count beyond what is left is a lie.
     if count > (reader.bytes.len() / 15) as u64 {
-        return Err("it counts more places than it holds".into());
+        return Err(Refusal::malformed("it counts more places than it holds"));
     }
     for _ in 0..count {
         let length = u16::from_le_bytes(reader.array()?) as usize;
         if length == 0 || length > MAX_KEY_BYTES {
-            return Err(format!("it holds a key of {length} bytes"));
+            return Err(Refusal::malformed(format!(
+                "it holds a key of {length} bytes"
+            )));
         }
         let key: Box<[u8]> = reader.take(length)?.into();
         let file = u32::from_le_bytes(reader.array()?) as usize;
         let position = u64::from_le_bytes(reader.array()?);
-        let &slot = ids
-            .get(file)
-            .ok_or_else(|| format!("it names data file {file} of {}", ids.len()))?;
+        let &slot = ids.get(file).ok_or_else(|| {
+            Refusal::malformed(format!("it names data file {file} of {}", ids.len()))
+        })?;
         index.insert(key, (slot, position));
     }
     if !reader.bytes.is_empty() {
-        return Err("it holds more than it says".into());
+        return Err(Refusal::malformed("it holds more than it says"));
     }
     Ok(index)
 }
@@ -187,27 +194,27 @@ pub async fn read(table: &iceberg::table::Table, wanted: &Described) -> Option<K
     if !input.exists().await.unwrap_or(false) {
         return None;
     }
-    let refused = |why: String| {
+    let refused = |why: &dyn std::fmt::Display| {
         tracing::warn!(file = %path, reason = %why, "an upsert key index checkpoint not used");
         None
     };
     match input.metadata().await {
         Ok(metadata) if metadata.size > MAX_BYTES => {
-            return refused(format!(
+            return refused(&format!(
                 "it is {} bytes, more than {MAX_BYTES}",
                 metadata.size
             ));
         }
         Ok(_) => {}
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return refused(&e),
     }
     let bytes = match input.read().await {
         Ok(bytes) => bytes,
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return refused(&e),
     };
     match decode(&bytes, wanted) {
         Ok(index) => Some(index),
-        Err(why) => refused(why),
+        Err(why) => refused(&why),
     }
 }
 
@@ -322,7 +329,7 @@ mod tests {
             ..described()
         };
         for wanted in [other_table, other_key, other_type] {
-            let error = decode(&bytes, &wanted).err().unwrap();
+            let error = decode(&bytes, &wanted).err().unwrap().to_string();
             assert!(error.contains("another table or key"), "{error}");
         }
     }
@@ -347,7 +354,7 @@ mod tests {
             let mut crc = flate2::Crc::new();
             crc.update(&body);
             body.extend_from_slice(&crc.sum().to_le_bytes());
-            decode(&body, &described()).err().unwrap()
+            decode(&body, &described()).err().unwrap().to_string()
         };
         let header = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
         let count_at = 12 + header;

@@ -221,8 +221,7 @@ pub async fn commit(
                 expected.join(", ")
             )));
         }
-        let schema = super::log::table_arrow_schema(metadata.current_schema())
-            .map_err(IngestError::Invalid)?;
+        let schema = super::log::table_arrow_schema(metadata.current_schema())?;
         let keys = key_schema(&schema, &names);
         let current = metadata.current_snapshot().map(|s| s.snapshot_id());
         let described = index::Described {
