@@ -115,9 +115,14 @@ impl<'a> Reader<'a> {
 }
 
 /// The index `bytes` hold, when they are a whole checkpoint of the table and key `wanted`
-/// describes (at any snapshot); why not otherwise. Its files have no spec or partition yet:
-/// catching it up says where each lies.
-pub fn decode(bytes: &[u8], wanted: &Described) -> Result<KeyIndex, Refusal> {
+/// describes (at any snapshot) of no more places than `most` allows for the snapshot it names
+/// (none: no bound); why not otherwise. Its files have no spec or partition yet: catching it
+/// up says where each lies.
+pub fn decode(
+    bytes: &[u8],
+    wanted: &Described,
+    most: impl FnOnce(Option<i64>) -> Option<u64>,
+) -> Result<KeyIndex, Refusal> {
     let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
         return Err(Refusal::malformed("it ends early"));
     };
@@ -164,6 +169,13 @@ pub fn decode(bytes: &[u8], wanted: &Described) -> Result<KeyIndex, Refusal> {
     // Each place takes at least 15 bytes: a count beyond what is left is a lie.
     if count > (reader.bytes.len() / 15) as u64 {
         return Err(Refusal::malformed("it counts more places than it holds"));
+    }
+    if let Some(most) = most(header.snapshot_id)
+        && count > most
+    {
+        return Err(Refusal::unfit(format!(
+            "it counts {count} places, more than the {most} rows its snapshot holds"
+        )));
     }
     for _ in 0..count {
         let length = u16::from_le_bytes(reader.array()?) as usize;
@@ -212,7 +224,18 @@ pub async fn read(table: &iceberg::table::Table, wanted: &Described) -> Option<K
         Ok(bytes) => bytes,
         Err(e) => return refused(&e),
     };
-    match decode(&bytes, wanted) {
+    // A table holds no more live keys than its snapshot's rows (a bound on the memory a
+    // checkpoint may take that the table itself sets).
+    let metadata = table.metadata();
+    let most = |snapshot: Option<i64>| {
+        let summary = metadata.snapshot_by_id(snapshot?)?.summary();
+        summary
+            .additional_properties
+            .get("total-records")?
+            .parse()
+            .ok()
+    };
+    match decode(&bytes, wanted, most) {
         Ok(index) => Some(index),
         Err(why) => refused(&why),
     }
@@ -297,7 +320,7 @@ mod tests {
     #[test]
     fn a_checkpoint_reads_back_as_the_index_it_was() {
         let index = index();
-        let back = decode(&encode(&index), &described()).unwrap();
+        let back = decode(&encode(&index), &described(), |_| None).unwrap();
         assert_eq!(back.described, index.described);
         assert_eq!(back.keys(), 4);
         assert_eq!(places(&back), places(&index));
@@ -308,7 +331,7 @@ mod tests {
     fn forgotten_files_are_not_written() {
         let mut index = index();
         index.forget_files(&["s3://b/t/a.parquet".to_string()].into_iter().collect());
-        let back = decode(&encode(&index), &described()).unwrap();
+        let back = decode(&encode(&index), &described(), |_| None).unwrap();
         assert_eq!(back.keys(), 2);
         assert_eq!(back.files().collect::<Vec<_>>(), ["s3://b/t/b.parquet"]);
     }
@@ -329,7 +352,7 @@ mod tests {
             ..described()
         };
         for wanted in [other_table, other_key, other_type] {
-            let error = decode(&bytes, &wanted).err().unwrap().to_string();
+            let error = decode(&bytes, &wanted, |_| None).err().unwrap().to_string();
             assert!(error.contains("another table or key"), "{error}");
         }
     }
@@ -339,12 +362,15 @@ mod tests {
         let bytes = encode(&index());
         // Every truncation and every single flipped byte.
         for end in 0..bytes.len() {
-            assert!(decode(&bytes[..end], &described()).is_err());
+            assert!(decode(&bytes[..end], &described(), |_| None).is_err());
         }
         for at in 0..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x5a;
-            assert!(decode(&damaged, &described()).is_err(), "byte {at}");
+            assert!(
+                decode(&damaged, &described(), |_| None).is_err(),
+                "byte {at}"
+            );
         }
         // A forged checkpoint with a valid checksum: a count of places it does not hold, and
         // a place naming a file the header does not list.
@@ -354,7 +380,10 @@ mod tests {
             let mut crc = flate2::Crc::new();
             crc.update(&body);
             body.extend_from_slice(&crc.sum().to_le_bytes());
-            decode(&body, &described()).err().unwrap().to_string()
+            decode(&body, &described(), |_| None)
+                .err()
+                .unwrap()
+                .to_string()
         };
         let header = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
         let count_at = 12 + header;
@@ -367,5 +396,15 @@ mod tests {
             body[file_at..file_at + 4].copy_from_slice(&9u32.to_le_bytes());
         });
         assert!(error.contains("names data file 9"), "{error}");
+        // More places than the snapshot it names has rows.
+        let error = decode(&bytes, &described(), |snapshot| {
+            assert_eq!(snapshot, Some(42));
+            Some(4)
+        })
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(error.contains("more than the 4 rows"), "{error}");
+        assert!(decode(&bytes, &described(), |_| Some(5)).is_ok());
     }
 }
