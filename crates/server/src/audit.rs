@@ -20,11 +20,11 @@ use crate::AppState;
 /// Marks a response that hides an object from a caller who may not see it: a denial, though
 /// the client sees a 404.
 #[derive(Debug, Clone, Copy)]
-pub struct AuditDenied;
+pub(crate) struct AuditDenied;
 
 /// Who a request acted as, set on the response by the layers that know.
 #[derive(Debug, Clone)]
-pub struct AuditSubject(pub String);
+pub(crate) struct AuditSubject(pub String);
 
 /// Sends events to the writer; waits when the writer is behind (never drops a record).
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ impl AuditSink {
         (AuditSink { sender }, writer)
     }
 
-    pub async fn send(&self, event: AuditEvent) {
+    pub(crate) async fn send(&self, event: AuditEvent) {
         if self.sender.send(event).await.is_err() {
             tracing::error!("audit writer is gone; record lost");
         }
@@ -89,7 +89,7 @@ async fn write_batches(
 /// Adds facts the path does not show (the securable a grant is on, a rename's target) to the
 /// record of the request being served. Call it before the change, whose transaction writes the
 /// record. Never pass secrets.
-pub fn note_details(details: serde_json::Value) {
+pub(crate) fn note_details(details: serde_json::Value) {
     if let Some(scope) = AuditScope::current() {
         scope.set_details(details.to_string());
     }
@@ -160,16 +160,19 @@ pub async fn checkpoint(
 
 /// How a statement ended, for its record: the stages it was cut into when it was distributed,
 /// or its error.
-pub type Outcome<'a> = Result<Option<&'a floe_sql::distributed::StagePlan>, &'a floe_sql::SqlError>;
+pub(crate) type Outcome<'a> =
+    Result<Option<&'a floe_sql::distributed::StagePlan>, &'a floe_sql::SqlError>;
 
 /// The [`Outcome`] of a statement's `query` call.
-pub fn outcome_of(outcome: &Result<floe_sql::QueryResult, floe_sql::SqlError>) -> Outcome<'_> {
+pub(crate) fn outcome_of(
+    outcome: &Result<floe_sql::QueryResult, floe_sql::SqlError>,
+) -> Outcome<'_> {
     outcome.as_ref().map(|r| r.stages.as_ref())
 }
 
 /// What the record of a SQL statement says of it: the statement, and the stages it was cut
 /// into over workers when it was distributed.
-pub fn statement_details(
+pub(crate) fn statement_details(
     sql: &str,
     stages: Option<&floe_sql::distributed::StagePlan>,
 ) -> serde_json::Value {
@@ -181,7 +184,7 @@ pub fn statement_details(
 
 /// The record of one SQL statement from a front door that is not HTTP (PostgreSQL wire,
 /// Flight SQL): its outcome as an HTTP-like status, a missing privilege as a denial.
-pub fn statement_event(
+pub(crate) fn statement_event(
     principal: &str,
     action: &str,
     resource: String,
@@ -207,7 +210,7 @@ pub fn statement_event(
 
 /// The record of a sign-in (or a refused one) at a front door that is not HTTP: `status` as
 /// HTTP would answer it (200, or 401 for credentials that were refused), 401 and 403 denials.
-pub fn login_event(
+pub(crate) fn login_event(
     principal: &str,
     action: &str,
     resource: String,
@@ -232,7 +235,11 @@ pub fn login_event(
     }
 }
 
-pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn record(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let path = request.uri().path().to_string();
     if path == "/health" || path == "/metrics" {
         return next.run(request).await;

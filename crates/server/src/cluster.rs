@@ -22,15 +22,15 @@ use floe_catalog::clock::now_ms;
 /// How often a worker records that it lives.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// A worker whose last heartbeat is older than this is no longer given tasks.
-pub const WORKER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const WORKER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a coordinator reads the workers again.
-pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// A worker silent this long is forgotten by the store.
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
 /// Whether a worker may be given tasks now: it heartbeat within [`WORKER_TIMEOUT`] and runs
 /// this node's version (plans are encoded for the version that made them).
-pub fn is_live(worker: &WorkerRecord, now_ms: i64) -> bool {
+pub(crate) fn is_live(worker: &WorkerRecord, now_ms: i64) -> bool {
     now_ms - worker.heartbeat_ms <= WORKER_TIMEOUT.as_millis() as i64
         && worker.version == env!("CARGO_PKG_VERSION")
 }
@@ -174,7 +174,7 @@ fn newest_per_url(workers: Vec<WorkerRecord>) -> Vec<WorkerRecord> {
 
 /// `GET /api/v1/workers`: every worker URL's newest registration, whether it is live, whether
 /// this node hands tasks to its URL (when it coordinates), its load and version.
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<Json<Value>> {

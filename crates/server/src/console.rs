@@ -90,7 +90,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
 ];
 
 /// `/console`, `/console/` and `/console/{file}`, with the console's security headers.
-pub fn router(state: AppState) -> Router<AppState> {
+pub(crate) fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route(
             "/console",

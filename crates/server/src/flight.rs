@@ -52,10 +52,10 @@ use crate::AppState;
 use crate::bounded_ipc::{self, DecodeError, DecodeLimits};
 
 /// Messages one `DoPut` may carry.
-pub const MAX_PUT_MESSAGES: usize = 10_000;
+pub(crate) const MAX_PUT_MESSAGES: usize = 10_000;
 
 /// Parameter rows one `DoPut` may bind (the statement runs once per row).
-pub const MAX_PARAMETER_ROWS: usize = 1_000;
+pub(crate) const MAX_PARAMETER_ROWS: usize = 1_000;
 
 /// Serves Flight SQL until `shutdown` fires.
 pub async fn serve(

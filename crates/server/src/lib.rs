@@ -8,14 +8,22 @@
 //!   [`cluster`]'s workers, and `/api/v1/sql`.
 //! - SQL over the PostgreSQL wire ([`pg`]) and Arrow Flight SQL ([`flight`]): like
 //!   `/api/v1/sql`, each calls `floe_sql::SqlEngine::query`.
-//! - The push doors — `/ingest/v1` ([`ingest`]), OTLP over HTTP ([`otlp`]) and gRPC
+//! - The push doors — `/ingest/v1` ([`ingest`]), OTLP over HTTP (`otlp`) and gRPC
 //!   ([`otlp_grpc`]), Prometheus remote write — decode within their budgets and hand the rows
 //!   to floe-stream's `Ingestor`; they make no catalog call of their own.
 //! - `/console/` ([`console`]), `/health` and `/metrics`.
 //!
 //! Around them: authentication (bearer tokens, OIDC: [`oidc`]) and the audit layer
 //! ([`audit`]), `Idempotency-Key` replays, TLS ([`tls`]). Catalog errors become the Iceberg
-//! `ErrorModel` in exactly one place, [`error`].
+//! `ErrorModel` in exactly one place, `error`.
+//!
+//! The public surface is what the `floe` binary wires, and no more: [`AppState`] (built by
+//! [`AppState::with_engine`], its optional parts set by field) and [`serve`]; the other
+//! listeners ([`pg::serve`], [`flight::serve`], [`otlp_grpc::serve`]) and the cluster's
+//! worker service and heartbeat ([`cluster`]); what their state is made of (the audit sink
+//! and its checkpoints, the console's and OIDC's configuration, TLS files, scan-plan limits,
+//! HTTP ingestion's log, stream pipelines) and the tenants' watch. Handlers, routers and
+//! their request types are `pub(crate)`.
 
 pub mod audit;
 mod auth;
@@ -34,7 +42,7 @@ pub(crate) mod maintenance;
 pub mod management;
 pub(crate) mod metrics;
 pub mod oidc;
-pub mod otlp;
+pub(crate) mod otlp;
 pub mod otlp_grpc;
 pub mod pg;
 pub mod pipelines;
@@ -55,20 +63,20 @@ use axum::routing::get;
 use floe_catalog::service::CatalogService;
 use tokio_util::sync::CancellationToken;
 
-pub use idempotency::LIFETIME_MS as IDEMPOTENCY_LIFETIME_MS;
+use idempotency::LIFETIME_MS as IDEMPOTENCY_LIFETIME_MS;
 
 /// Largest request body accepted (Iceberg commits with many snapshots can be large).
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// Shared state of every handler.
 #[derive(Clone)]
 pub struct AppState {
     pub catalog: Arc<CatalogService>,
-    pub auth: Arc<floe_catalog::governance::auth::AuthService>,
-    pub authz: Arc<floe_catalog::governance::authz::Authorizer>,
-    pub audit: audit::AuditSink,
-    pub audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
-    pub metrics: metrics::Metrics,
+    pub(crate) auth: Arc<floe_catalog::governance::auth::AuthService>,
+    pub(crate) authz: Arc<floe_catalog::governance::authz::Authorizer>,
+    pub(crate) audit: audit::AuditSink,
+    pub(crate) audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
+    pub(crate) metrics: metrics::Metrics,
     /// The SQL engine behind `/api/v1/sql`.
     pub sql: Arc<floe_sql::SqlEngine>,
     /// HTTP ingestion's write-ahead log and committers, when enabled.
@@ -95,46 +103,14 @@ pub struct AppState {
     /// What the web console offers at sign-in.
     pub console: Arc<console::ConsoleConfig>,
     /// Requests finishing on tasks of their own after their clients hung up ([`detach`]).
-    pub detached: detach::Detached,
+    pub(crate) detached: detach::Detached,
     /// The metric metadata tenants' Prometheus servers sent, for the samples sent apart.
-    pub remote_write_metadata: Arc<floe_stream::remote_write::v1::MetadataMemory>,
+    pub(crate) remote_write_metadata: Arc<floe_stream::remote_write::v1::MetadataMemory>,
 }
 
 impl AppState {
-    pub fn new(
-        catalog: Arc<CatalogService>,
-        auth: Arc<floe_catalog::governance::auth::AuthService>,
-        authz: Arc<floe_catalog::governance::authz::Authorizer>,
-        audit: audit::AuditSink,
-        audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
-    ) -> Self {
-        Self::with_sql_config(
-            catalog,
-            auth,
-            authz,
-            audit,
-            audit_store,
-            floe_sql::EngineConfig::default(),
-        )
-    }
-
-    /// Like [`AppState::new`], with the SQL engine's limits given.
-    pub fn with_sql_config(
-        catalog: Arc<CatalogService>,
-        auth: Arc<floe_catalog::governance::auth::AuthService>,
-        authz: Arc<floe_catalog::governance::authz::Authorizer>,
-        audit: audit::AuditSink,
-        audit_store: Arc<dyn floe_catalog::governance::audit::AuditStore>,
-        sql_config: floe_sql::EngineConfig,
-    ) -> Self {
-        let sql = Arc::new(
-            floe_sql::SqlEngine::new(catalog.clone(), sql_config)
-                .expect("a DataFusion runtime and its query threads"),
-        );
-        Self::with_engine(catalog, auth, authz, audit, audit_store, sql)
-    }
-
-    /// Like [`AppState::new`], over an engine made by the caller.
+    /// The state over `catalog` and an SQL engine made by the caller; every optional part
+    /// (ingestion, pipelines, the registry, the cluster, …) starts off.
     pub fn with_engine(
         catalog: Arc<CatalogService>,
         auth: Arc<floe_catalog::governance::auth::AuthService>,
@@ -169,7 +145,7 @@ impl AppState {
 }
 
 /// The whole HTTP application.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics::serve_metrics))

@@ -58,10 +58,6 @@ impl Metrics {
         }
     }
 
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     pub fn render(&self) -> String {
         let mut buffer = Vec::new();
         TextEncoder::new()

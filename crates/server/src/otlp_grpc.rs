@@ -25,14 +25,14 @@ use crate::AppState;
 use crate::otlp::{DEFAULT_TENANT, TENANT_HEADER};
 
 /// A signal's gRPC service name.
-pub trait SignalService: Send + Sync + 'static {
+pub(crate) trait SignalService: Send + Sync + 'static {
     const NAME: &'static str;
     const SIGNAL: Signal;
 }
 
-pub struct Logs;
-pub struct Traces;
-pub struct Metrics;
+pub(crate) struct Logs;
+pub(crate) struct Traces;
+pub(crate) struct Metrics;
 
 impl SignalService for Logs {
     const NAME: &'static str = "opentelemetry.proto.collector.logs.v1.LogsService";
@@ -48,7 +48,7 @@ impl SignalService for Metrics {
 }
 
 /// One signal's `Export` method.
-pub struct OtlpService<S> {
+pub(crate) struct OtlpService<S> {
     state: AppState,
     signal: PhantomData<S>,
 }

@@ -80,7 +80,7 @@ async fn managed(state: &AppState, caller: &Caller, name: &str) -> ApiResult<Pip
 
 /// `POST /api/v1/pipelines`: defines a pipeline (it starts within a lease period on some
 /// node). Needs `manage-pipelines` on the target namespace.
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     JsonBody(spec): JsonBody<PipelineSpec>,
@@ -103,7 +103,7 @@ pub async fn create(
 }
 
 /// `GET /api/v1/pipelines`: the pipelines the caller may manage.
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<Json<Value>> {
@@ -130,7 +130,7 @@ pub async fn list(
 }
 
 /// `GET /api/v1/pipelines/{name}`.
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
@@ -148,7 +148,7 @@ fn shown(mut record: PipelineRecord, spec: &PipelineSpec) -> PipelineRecord {
 
 /// `DELETE /api/v1/pipelines/{name}`: the pipeline stops within a lease period; its table
 /// and what it committed stay.
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
@@ -160,7 +160,7 @@ pub async fn delete(
 
 /// `GET /api/v1/pipelines/{name}/status`: who runs it, the offsets the table has committed
 /// per partition, and (on the node running it) its counters and last error.
-pub async fn status(
+pub(crate) async fn status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
@@ -215,7 +215,7 @@ pub async fn status(
 /// What `POST /api/v1/pipelines/{name}/dead-letters/redrive` may say.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct RedriveRequest {
+pub(crate) struct RedriveRequest {
     /// Only count what would be sent (default true).
     pub dry_run: Option<bool>,
 }
@@ -224,7 +224,7 @@ pub struct RedriveRequest {
 /// to the partitions of its topics they came from, then removed from its dead-letter table
 /// (floe-stream's redrive). Needs `manage-pipelines` on its namespace, `write-data` on its
 /// table and `read-data` and `write-data` on its dead-letter table; a dry run by default.
-pub async fn redrive(
+pub(crate) async fn redrive(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,

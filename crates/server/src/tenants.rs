@@ -12,7 +12,7 @@ use floe_catalog::tenants::{Limit, REFRESH, Tenant};
 use tokio_util::sync::CancellationToken;
 
 /// How often the storage of tenants with a quota is measured.
-pub const STORAGE_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const STORAGE_EVERY: Duration = Duration::from_secs(30);
 
 /// Keeps every tenant's limits current (every [`REFRESH`]) and measures the storage of
 /// those with a quota (every [`STORAGE_EVERY`]) until `shutdown`.
@@ -35,7 +35,7 @@ pub async fn watch(catalog: Arc<CatalogService>, shutdown: CancellationToken) {
 }
 
 /// Measures the storage of every tenant with a storage quota.
-pub async fn measure_storage(catalog: &CatalogService) {
+pub(crate) async fn measure_storage(catalog: &CatalogService) {
     for tenant in catalog.tenants().all() {
         if tenant.limits().storage_quota_bytes.is_some() {
             measure_tenant(catalog, &tenant).await;
@@ -44,7 +44,7 @@ pub async fn measure_storage(catalog: &CatalogService) {
 }
 
 /// The bytes of data and delete files in the current snapshots of `tenant`'s tables.
-pub async fn measure_tenant(catalog: &CatalogService, tenant: &Tenant) {
+pub(crate) async fn measure_tenant(catalog: &CatalogService, tenant: &Tenant) {
     let system = Caller::system();
     let tables = match catalog.all_tables(&tenant.name).await {
         Ok(tables) => tables,
@@ -130,7 +130,7 @@ const PER_TENANT: [Series; 5] = [
 ];
 
 /// Every tenant's counters, in Prometheus text (tenant-named: for privileged scrapers).
-pub fn render_metrics(catalog: &CatalogService) -> String {
+pub(crate) fn render_metrics(catalog: &CatalogService) -> String {
     let tenants = catalog.tenants().all();
     let mut text = String::new();
     for (name, kind, about, value) in PER_TENANT {

@@ -66,13 +66,13 @@ impl TlsFiles {
     }
 
     /// The acceptor of the PostgreSQL front door.
-    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+    pub(crate) fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         let config = self.server_config().expect("checked at load");
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
     }
 
     /// The identity of the Flight SQL front door.
-    pub fn identity(&self) -> tonic::transport::Identity {
+    pub(crate) fn identity(&self) -> tonic::transport::Identity {
         tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem)
     }
 }

@@ -11,8 +11,17 @@
 //! - [`remote_write`]: Prometheus remote write 1.0 and 2.0, native histograms;
 //! - [`kafka`]: pipelines from Kafka topics, and the supervisor that deals their partitions
 //!   over the nodes; [`registry`] and the formats it serves (Avro, Protobuf, JSON Schema);
-//! - [`refusal`]: why a decoder refused its input ([`Refusal`]: a record, a body, a schema),
+//! - `refusal`: why a decoder refused its input ([`Refusal`]: a record, a body, a schema),
 //!   told apart by its kind.
+//!
+//! The public surface is what other crates call, and no more: floe-server's doors take
+//! [`core::Ingestor`] and its [`core::Target`], [`decode`]'s bounded readers, [`otlp`]'s and
+//! [`remote_write`]'s decoders, the [`registry::Registry`] and [`kafka::Pipelines`] (with
+//! [`kafka::lag`] and [`kafka::redrive`]); the `floe` binary opens [`core::Ingest`] and
+//! wires [`core::FreshRows`] into the SQL engine, and its benches (like this crate's
+//! integration tests) run a [`kafka::Pipeline`] and build OTLP requests from
+//! [`otlp::opentelemetry_proto`]. Everything else — the log, commits, upserts, dead
+//! letters, the formats and schema references — is `pub(crate)`.
 //!
 //! A [`kafka::Pipeline`] reads its topics' partitions from the offsets the table says it has
 //! committed, decodes JSON records against the table's schema, and appends them in one
@@ -31,8 +40,8 @@ pub mod decode;
 mod format;
 pub mod kafka;
 pub mod otlp;
-pub mod references;
-pub mod refusal;
+pub(crate) mod references;
+pub(crate) mod refusal;
 pub mod registry;
 pub mod remote_write;
 
@@ -67,11 +76,9 @@ impl From<core::IngestError> for StreamError {
     }
 }
 
-pub type Result<T> = std::result::Result<T, StreamError>;
+pub(crate) type Result<T> = std::result::Result<T, StreamError>;
 
-pub use avro_scan::{
-    MAX_ALLOCATION_BYTES as AVRO_MAX_ALLOCATION_BYTES, bound_allocations as bound_avro_allocations,
-};
+pub use avro_scan::bound_allocations as bound_avro_allocations;
 
 pub(crate) fn table_error(what: impl Into<String>, e: impl std::fmt::Display) -> StreamError {
     StreamError::Table {

@@ -14,7 +14,6 @@ use std::collections::HashSet;
 
 use apache_avro::Schema as AvroSchema;
 use async_trait::async_trait;
-use prost_reflect::FileDescriptor;
 use serde::Deserialize;
 
 use crate::Refusal;
@@ -157,12 +156,6 @@ pub fn avro_dependencies(dependencies: &[Dependency]) -> Result<Vec<AvroSchema>,
     }
     AvroSchema::parse_list(dependencies.iter().map(|d| d.schema.as_str()))
         .map_err(|e| Refusal::malformed(format!("a referenced Avro schema: {e}")))
-}
-
-/// A Protobuf schema whose imports may be `dependencies` (by their reference names, the
-/// import paths).
-pub fn protobuf(text: &str, dependencies: &[Dependency]) -> Result<FileDescriptor, Refusal> {
-    crate::format::protobuf::file_with(text, dependencies)
 }
 
 #[cfg(test)]

@@ -41,35 +41,35 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
         }
     }
 
-    pub fn malformed(message: impl Into<String>) -> Self {
+    pub(crate) fn malformed(message: impl Into<String>) -> Self {
         Self::new(Kind::Malformed, message)
     }
 
-    pub fn unsupported(message: impl Into<String>) -> Self {
+    pub(crate) fn unsupported(message: impl Into<String>) -> Self {
         Self::new(Kind::Unsupported, message)
     }
 
-    pub fn too_large(message: impl Into<String>) -> Self {
+    pub(crate) fn too_large(message: impl Into<String>) -> Self {
         Self::new(Kind::TooLarge, message)
     }
 
-    pub fn unfit(message: impl Into<String>) -> Self {
+    pub(crate) fn unfit(message: impl Into<String>) -> Self {
         Self::new(Kind::Unfit, message)
     }
 
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         self.kind
     }
 
     /// The same refusal, said of `context`: `{context}: {reason}`.
-    pub fn context(self, context: impl Display) -> Self {
+    pub(crate) fn context(self, context: impl Display) -> Self {
         Self {
             kind: self.kind,
             message: format!("{context}: {}", self.message),

@@ -38,7 +38,7 @@ pub trait SchemaSource: Send + Sync {
 /// A schema source as schema references are resolved from it ([`crate::references`]): a
 /// registry that cannot be asked is its error, kept apart from a reference it does not hold
 /// (the first stops a pipeline, the second makes a record a dead letter).
-pub struct References<'a> {
+pub(crate) struct References<'a> {
     source: &'a dyn SchemaSource,
 }
 
@@ -65,7 +65,7 @@ impl crate::references::ReferenceSource for References<'_> {
 
 /// A Confluent-compatible registry over HTTP (`GET {url}/schemas/ids/{id}`); credentials
 /// in the URL (`https://user:secret@host`) are sent as basic authentication.
-pub struct HttpRegistry {
+pub(crate) struct HttpRegistry {
     url: reqwest::Url,
     client: reqwest::Client,
 }
@@ -269,10 +269,10 @@ impl RegistryError {
     }
 }
 
-pub type RegistryResult<T> = std::result::Result<T, RegistryError>;
+pub(crate) type RegistryResult<T> = std::result::Result<T, RegistryError>;
 
 /// The default compatibility level when none is set.
-pub const DEFAULT_COMPATIBILITY: Compatibility = Compatibility::Backward;
+pub(crate) const DEFAULT_COMPATIBILITY: Compatibility = Compatibility::Backward;
 
 /// A schema read for comparison.
 enum Checked {

@@ -38,7 +38,7 @@ use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct IngestParams {
+pub(crate) struct IngestParams {
     /// `commit`: answer once the rows are in a committed snapshot.
     pub wait: Option<String>,
     /// `true`: create the table, with a schema inferred from this request, if it is missing.
@@ -61,7 +61,7 @@ fn bad_request(message: impl Into<String>) -> ApiError {
 
 /// `GET /api/v1/ingest/status`: the tables this node ingests into, with their logs' positions
 /// and counters. Needs `manage-pipelines` on the server.
-pub async fn status(
+pub(crate) async fn status(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> ApiResult<axum::Json<Value>> {
@@ -75,7 +75,7 @@ pub async fn status(
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct ReplayRequest {
+pub(crate) struct ReplayRequest {
     pub warehouse: String,
     pub namespace: Vec<String>,
     pub table: String,
@@ -89,7 +89,7 @@ pub struct ReplayRequest {
 /// on this node again — committed entries still retained that the table no longer holds
 /// (rolled back), and dead letters — each once (the ingestion core's replay). Needs
 /// `manage-pipelines` on the server and `write-data` on the table; a dry run by default.
-pub async fn replay(
+pub(crate) async fn replay(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     crate::extract::JsonBody(request): crate::extract::JsonBody<ReplayRequest>,
@@ -127,7 +127,7 @@ pub async fn replay(
 }
 
 /// `POST /ingest/v1/{warehouse}/{namespace}/{table}`.
-pub async fn ingest(
+pub(crate) async fn ingest(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     UrlPath((warehouse, namespace, table)): UrlPath<(String, String, String)>,
@@ -356,7 +356,7 @@ mod tests {
         let doors = [
             (
                 "ingest/mod.rs",
-                function(include_str!("mod.rs"), "pub async fn ingest("),
+                function(include_str!("mod.rs"), "pub(crate) async fn ingest("),
             ),
             ("otlp.rs", include_str!("../otlp.rs")),
             ("otlp_grpc.rs", include_str!("../otlp_grpc.rs")),

@@ -5,7 +5,7 @@ mod grants;
 mod migrations;
 mod principals;
 pub mod sql;
-pub mod tenants;
+pub(crate) mod tenants;
 mod warehouses;
 
 use axum::Router;
@@ -15,7 +15,7 @@ use axum::routing::{MethodRouter, get};
 use crate::AppState;
 
 /// The authenticated management routes: each path, its methods and their handlers. The one
-/// list builds the router and [`ROUTES`], which a test holds `openapi.json` to, so the document
+/// list builds the router and `ROUTES`, which a test holds `openapi.json` to, so the document
 /// describes every route and no other.
 macro_rules! management_routes {
     ($($path:literal => $($method:ident $handler:expr),+;)*) => {
@@ -24,7 +24,8 @@ macro_rules! management_routes {
         }
 
         /// Every authenticated route as (method, path below `/api/v1`).
-        pub const ROUTES: &[(&str, &str)] = &[$($((stringify!($method), $path)),+),*];
+        #[cfg(test)]
+        const ROUTES: &[(&str, &str)] = &[$($((stringify!($method), $path)),+),*];
     };
 }
 
@@ -72,7 +73,7 @@ management_routes! {
 }
 
 /// The management routes; all but the OpenAPI document require an authenticated principal.
-pub fn router(state: AppState) -> Router<AppState> {
+pub(crate) fn router(state: AppState) -> Router<AppState> {
     let authenticated = authenticated_routes().route_layer(axum::middleware::from_fn_with_state(
         state,
         crate::auth::require_principal,

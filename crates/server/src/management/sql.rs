@@ -28,7 +28,7 @@ pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct SqlRequest {
+pub(crate) struct SqlRequest {
     /// One statement.
     pub sql: String,
     /// The catalog of `schema.table` names (default: `default`).
@@ -37,7 +37,7 @@ pub struct SqlRequest {
     pub namespace: Option<String>,
 }
 
-pub async fn run(
+pub(crate) async fn run(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,

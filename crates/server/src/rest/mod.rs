@@ -18,7 +18,7 @@ use crate::error::ApiError;
 use crate::idempotency;
 use types::ListQuery;
 
-pub fn router(state: AppState) -> Router<AppState> {
+pub(crate) fn router(state: AppState) -> Router<AppState> {
     let ns = "/v1/{prefix}/namespaces/{namespace}";
     let authenticated = Router::new()
         .route("/v1/config", get(config::get_config))
@@ -100,7 +100,7 @@ pub fn router(state: AppState) -> Router<AppState> {
 }
 
 /// The endpoints advertised in `/v1/config`.
-pub const ENDPOINTS: &[&str] = &[
+pub(crate) const ENDPOINTS: &[&str] = &[
     "GET /v1/{prefix}/namespaces",
     "POST /v1/{prefix}/namespaces",
     "GET /v1/{prefix}/namespaces/{namespace}",

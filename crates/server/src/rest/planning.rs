@@ -40,12 +40,12 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, PathParams};
 
 /// How long a plan is kept after it was asked for.
-pub const PLAN_TTL: Duration = Duration::from_secs(15 * 60);
+pub(crate) const PLAN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Most plans kept on a node, and per principal.
-pub const MAX_PLANS: usize = 256;
-pub const MAX_PLANS_PER_PRINCIPAL: usize = 8;
+pub(crate) const MAX_PLANS: usize = 256;
+pub(crate) const MAX_PLANS_PER_PRINCIPAL: usize = 8;
 /// Scans planned at once on a node (each reads manifests); the rest wait their turn.
-pub const PLANNING_AT_ONCE: usize = 4;
+pub(crate) const PLANNING_AT_ONCE: usize = 4;
 
 /// When a plan is made in the background, and how many file scan tasks one answer carries.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +93,7 @@ impl Drop for Plan {
 
 /// The plans this node holds, by plan id.
 pub struct PlanStore {
-    pub limits: PlanLimits,
+    pub(crate) limits: PlanLimits,
     plans: Mutex<HashMap<String, Plan>>,
     planning: Arc<tokio::sync::Semaphore>,
 }
@@ -241,7 +241,7 @@ fn plan_error(e: PlanError) -> ApiError {
 type TablePath = PathParams<(String, String, String)>;
 
 /// `POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan`.
-pub async fn plan(
+pub(crate) async fn plan(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,
@@ -343,7 +343,7 @@ fn plan_tasks(id: &str, pages: usize) -> Vec<String> {
 type PlanPath = PathParams<(String, String, String, String)>;
 
 /// `GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}`.
-pub async fn fetch(
+pub(crate) async fn fetch(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table, id)): PlanPath,
@@ -388,7 +388,7 @@ pub async fn fetch(
 }
 
 /// `DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan-id}`.
-pub async fn cancel(
+pub(crate) async fn cancel(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table, id)): PlanPath,
@@ -412,12 +412,12 @@ pub async fn cancel(
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct FetchTasks {
+pub(crate) struct FetchTasks {
     plan_task: String,
 }
 
 /// `POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks`.
-pub async fn tasks(
+pub(crate) async fn tasks(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathParams((prefix, namespace, table)): TablePath,

@@ -243,7 +243,10 @@ impl Opened<'_> {
     /// Records of the request the table cannot take, kept durably as rows of its dead-letter
     /// table ([`dead_letter`]), made on first use as the caller (who needs `write-data` on
     /// it, and `create-table` on the namespace the first time).
-    pub async fn take_dead_letters(&self, letters: &[Letter]) -> Result<Receipt, IngestError> {
+    pub(crate) async fn take_dead_letters(
+        &self,
+        letters: &[Letter],
+    ) -> Result<Receipt, IngestError> {
         let (ident, schema) = dead_letter::ready(
             self.ingestor.catalog,
             self.caller,
@@ -276,14 +279,14 @@ impl Opened<'_> {
     }
 
     /// The door the request came through.
-    pub fn door(&self) -> Door {
+    pub(crate) fn door(&self) -> Door {
         self.ingestor.door
     }
 
     /// `batch`, rows of the tenant's `otel.<name>` (exemplars: what a request brings beside
     /// its table's rows), taken durably; the table is made with its layout on
     /// first write, as the caller.
-    pub async fn take_otel(
+    pub(crate) async fn take_otel(
         &self,
         name: &'static str,
         batch: &RecordBatch,

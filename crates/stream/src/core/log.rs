@@ -273,7 +273,7 @@ impl Ingest {
     /// decoded and logged: refused as [`Limit::Overload`] while the acknowledged backlog or
     /// the bytes in flight are past their bounds, so the server sheds new work before its
     /// disk or memory runs out and what it admitted completes.
-    pub fn admit(&self, bytes: u64, tenant: &str) -> Result<InFlight, Refused> {
+    pub(crate) fn admit(&self, bytes: u64, tenant: &str) -> Result<InFlight, Refused> {
         let shed = |value: u64| Refused {
             tenant: tenant.to_string(),
             limit: Limit::Overload,
@@ -293,11 +293,6 @@ impl Ingest {
             return Err(shed(self.config.max_inflight_bytes));
         }
         Ok(admitted)
-    }
-
-    /// Bytes acknowledged and not yet committed, over every table.
-    pub fn backlog_bytes(&self) -> u64 {
-        self.backlog.load(Ordering::Relaxed)
     }
 
     /// Every table this node ingests into: its log and counters.
@@ -604,7 +599,7 @@ impl Ingest {
     /// Appends one request's rows for table `ident` of `warehouse` to the log, durably (the
     /// rows of the table's schema as it was when they were taken, field ids kept); once this
     /// returns they may be acknowledged.
-    pub async fn append(
+    pub(crate) async fn append(
         self: &Arc<Self>,
         warehouse: &str,
         ident: &TableIdent,

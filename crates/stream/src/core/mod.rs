@@ -37,7 +37,7 @@ pub(crate) mod replay;
 pub(crate) mod target;
 pub mod upsert;
 
-pub use conform::{Match, conform, leaf_count};
+pub(crate) use conform::{Match, conform, leaf_count};
 pub use fresh::FreshRows;
 pub use ingestor::{Ingestor, Opened, Target};
 pub use log::{Ingest, IngestConfig, Receipt};
@@ -103,7 +103,7 @@ impl IngestError {
 
     /// A catalog error by its code: a lost race is a conflict, a failure of the store or
     /// storage is [`IngestError::Storage`], the rest stays the catalog's.
-    pub fn of_catalog(e: CatalogError) -> Self {
+    pub(crate) fn of_catalog(e: CatalogError) -> Self {
         match e.code() {
             ErrorCode::Conflict => IngestError::Conflict(e.to_string()),
             ErrorCode::Timeout
@@ -116,7 +116,7 @@ impl IngestError {
 
     /// A writer's or committer's error: the catalog's own where it carries one (a commit
     /// that lost its race carries the catalog's conflict), else a storage failure.
-    pub fn of_write(e: &DataFusionError) -> Self {
+    pub(crate) fn of_write(e: &DataFusionError) -> Self {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(error) = source {
             if let Some(catalog) = error.downcast_ref::<CatalogError>() {
@@ -128,7 +128,7 @@ impl IngestError {
     }
 
     /// An SQL engine error (the engine reaches a warehouse's storage for writes).
-    pub fn of_sql(e: &floe_sql::SqlError) -> Self {
+    pub(crate) fn of_sql(e: &floe_sql::SqlError) -> Self {
         use floe_sql::SqlErrorKind;
         match e.kind {
             SqlErrorKind::PermissionDenied => {

@@ -326,7 +326,7 @@ impl<'de> Visitor<'de> for KnownFields<'_> {
 
 /// The request's top-level fields with the types their values suggest: those the table
 /// lacks, and those it has (which may bring nested fields or wider types).
-pub type Seen = Vec<Field>;
+pub(crate) type Seen = Vec<Field>;
 
 pub fn new_fields(
     media: &str,
@@ -391,7 +391,7 @@ fn tree_cost(row: &[u8]) -> usize {
 
 /// The values parsing JSON `bytes` makes, about: one, and one more per `{`, `[`, `,` and `:`
 /// outside strings (counted without parsing, so malformed JSON is counted too).
-pub fn json_values(bytes: &[u8]) -> usize {
+pub(crate) fn json_values(bytes: &[u8]) -> usize {
     let mut values = 1usize;
     let (mut in_string, mut escaped) = (false, false);
     for &b in bytes {

@@ -48,7 +48,8 @@ use crate::{Refusal, Result, StreamError, table_error};
 
 use batch::*;
 use client::*;
-pub use client::{PartitionLag, Watermarks, lag, partitions};
+pub use client::{PartitionLag, lag};
+pub(crate) use client::{Watermarks, partitions};
 pub use redrive::{Redriven, redrive};
 pub use spec::{Format, MetadataColumn, Mode, PipelineSpec, StartPosition};
 pub use supervisor::Pipelines;
@@ -159,10 +160,6 @@ impl Pipeline {
         stats
     }
 
-    pub fn spec(&self) -> &PipelineSpec {
-        &self.spec
-    }
-
     fn consumer(&self) -> Result<PipelineConsumer> {
         let settings = [
             ("enable.auto.commit", "false"),
@@ -220,7 +217,7 @@ impl Pipeline {
     /// several nodes may share a pipeline when their partitions do not overlap: each commit
     /// carries every partition's offsets (the table's, with this run's own updated), and is
     /// fenced by this run's own partitions only.
-    pub async fn run_on(
+    pub(crate) async fn run_on(
         &self,
         shutdown: CancellationToken,
         only: Option<&BTreeSet<(String, i32)>>,

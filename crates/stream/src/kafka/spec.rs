@@ -158,7 +158,7 @@ impl MetadataColumn {
         MetadataColumn::Headers,
     ];
 
-    pub fn column(self) -> &'static str {
+    pub(crate) fn column(self) -> &'static str {
         match self {
             MetadataColumn::Key => "_kafka_key",
             MetadataColumn::Topic => "_kafka_topic",
@@ -304,14 +304,14 @@ impl PipelineSpec {
     }
 
     /// The Kafka consumer group offsets are mirrored to.
-    pub fn group(&self) -> String {
+    pub(crate) fn group(&self) -> String {
         self.consumer_group
             .clone()
             .unwrap_or_else(|| format!("floe-{}", self.name))
     }
 
     /// The summary key holding the next offset of one partition.
-    pub fn offset_key(&self, topic: &str, partition: i32) -> String {
+    pub(crate) fn offset_key(&self, topic: &str, partition: i32) -> String {
         format!("floe.source.{}.{topic}.{partition}", self.name)
     }
 

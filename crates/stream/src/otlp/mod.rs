@@ -8,15 +8,15 @@
 //! go to the signal table's dead letters (`otel.logs__dead_letters`, …) with their reason,
 //! and the answer's `partial_success` counts them, as OTLP asks.
 
-pub mod bounds;
-pub mod exemplars;
-pub mod layout;
-pub mod logs;
-pub mod metrics;
+pub(crate) mod bounds;
+pub(crate) mod exemplars;
+pub(crate) mod layout;
+pub(crate) mod logs;
+pub(crate) mod metrics;
 pub mod screen;
-pub mod spans;
+pub(crate) mod spans;
 mod special_floats;
-pub mod values;
+pub(crate) mod values;
 
 use std::io::Read;
 
@@ -52,7 +52,7 @@ impl Signal {
     }
 
     /// Its name in OTLP's paths (`/v1/logs`, `/v1/traces`, `/v1/metrics`).
-    pub fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Signal::Logs => "logs",
             Signal::Traces => "traces",
@@ -178,7 +178,7 @@ pub struct Rejected {
 }
 
 impl Rejected {
-    pub fn of(service: &str, error: String, record: &impl serde::Serialize) -> Self {
+    pub(crate) fn of(service: &str, error: String, record: &impl serde::Serialize) -> Self {
         Self {
             service: service.to_string(),
             error,
@@ -211,7 +211,7 @@ pub fn convert(request: &Request, now: i64) -> Converted {
 }
 
 /// The refused records as letters of the door `door` (the signal's table's dead letters).
-pub fn dead_letters(door: Door, rejected: &[Rejected]) -> Vec<Letter> {
+pub(crate) fn dead_letters(door: Door, rejected: &[Rejected]) -> Vec<Letter> {
     rejected
         .iter()
         .map(|r| {
@@ -236,7 +236,7 @@ pub struct Taken {
 }
 
 /// The table `name` of the `otel` namespace.
-pub fn table_ident(name: &str) -> TableIdent {
+pub(crate) fn table_ident(name: &str) -> TableIdent {
     TableIdent::new(
         NamespaceIdent::new(layout::NAMESPACE.to_string()),
         name.to_string(),

@@ -21,9 +21,9 @@
 //! `otel.metrics__dead_letters`, and [`Written`] counts what was taken, for 2.0's
 //! `X-Prometheus-Remote-Write-*-Written` headers.
 
-pub mod native;
+pub(crate) mod native;
 pub mod v1;
-pub mod v2;
+pub(crate) mod v2;
 
 use datafusion::arrow::array::AsArray;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -86,7 +86,7 @@ impl Version {
 
 /// One exemplar as either version carries it, its labels resolved.
 #[derive(Debug)]
-pub struct Exemplar<'a> {
+pub(crate) struct Exemplar<'a> {
     pub labels: Vec<(&'a str, &'a str)>,
     pub value: f64,
     /// Milliseconds since the epoch; 0 when the sender gave none.
@@ -209,11 +209,11 @@ fn charge(budget: &mut usize, cost: usize) -> Result<(), Refusal> {
 }
 
 /// The float samples of a series: `(value, milliseconds, start milliseconds or 0)`.
-pub type FloatSample = (f64, i64, i64);
+pub(crate) type FloatSample = (f64, i64, i64);
 
 /// One series as either version carries it, its labels resolved and its kind decided.
 #[derive(Debug, Default)]
-pub struct Series<'a> {
+pub(crate) struct Series<'a> {
     /// Name and value, sorted as sent; `__name__` among them.
     pub labels: Vec<(&'a str, &'a str)>,
     pub samples: Vec<FloatSample>,

@@ -9,7 +9,7 @@ use super::native::Histogram;
 use super::{Exemplar as Seen, GAUGE_HISTOGRAM, Series, is_sum};
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct WriteRequest {
+pub(crate) struct WriteRequest {
     #[prost(message, repeated, tag = "1")]
     pub timeseries: Vec<TimeSeries>,
     #[prost(message, repeated, tag = "3")]
@@ -17,7 +17,7 @@ pub struct WriteRequest {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TimeSeries {
+pub(crate) struct TimeSeries {
     #[prost(message, repeated, tag = "1")]
     pub labels: Vec<Label>,
     #[prost(message, repeated, tag = "2")]
@@ -30,7 +30,7 @@ pub struct TimeSeries {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Label {
+pub(crate) struct Label {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(string, tag = "2")]
@@ -38,7 +38,7 @@ pub struct Label {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Sample {
+pub(crate) struct Sample {
     #[prost(double, tag = "1")]
     pub value: f64,
     /// Milliseconds since the epoch.
@@ -47,7 +47,7 @@ pub struct Sample {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Exemplar {
+pub(crate) struct Exemplar {
     #[prost(message, repeated, tag = "1")]
     pub labels: Vec<Label>,
     #[prost(double, tag = "2")]
@@ -57,7 +57,7 @@ pub struct Exemplar {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct MetricMetadata {
+pub(crate) struct MetricMetadata {
     /// 0 unknown, 1 counter, 2 gauge, 3 histogram, 4 gauge histogram, 5 summary, 6 info,
     /// 7 state set.
     #[prost(int32, tag = "1")]
@@ -106,7 +106,7 @@ struct Remembered {
 
 /// What metadata said of one metric family.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Family {
+pub(crate) struct Family {
     pub kind: i32,
     pub help: String,
     pub unit: String,
@@ -115,7 +115,7 @@ pub struct Family {
 impl MetadataMemory {
     /// Keeps what `request` says of its families for `tenant`, and answers what is known of
     /// the families its series may belong to (this request's metadata first).
-    pub fn families(&self, tenant: &str, request: &WriteRequest) -> HashMap<String, Family> {
+    pub(crate) fn families(&self, tenant: &str, request: &WriteRequest) -> HashMap<String, Family> {
         let mut known: HashMap<String, Family> = request
             .metadata
             .iter()
@@ -191,7 +191,7 @@ fn family<'a>(name: &str, known: &'a HashMap<String, Family>) -> Option<&'a Fami
 
 /// The request's series in the form both versions share, typed by `known` (from
 /// [`MetadataMemory::families`]).
-pub fn series<'a>(
+pub(crate) fn series<'a>(
     request: &'a WriteRequest,
     known: &'a HashMap<String, Family>,
 ) -> Vec<Series<'a>> {

@@ -30,7 +30,7 @@
 //! names), `received_at` and `door` added.
 
 pub(crate) mod files;
-pub mod held;
+pub(crate) mod held;
 pub(crate) mod keep;
 
 use std::collections::{HashMap, HashSet};
@@ -53,16 +53,16 @@ use super::log::table_arrow_schema;
 use super::target::{Creation, Layout, ensure_loaded};
 
 /// What a dead-letter table's name adds to its table's.
-pub const SUFFIX: &str = "__dead_letters";
+pub(crate) const SUFFIX: &str = "__dead_letters";
 /// The property that makes a table Floe's dead-letter table of the table it names.
 pub const OF_PROPERTY: &str = "floe.dead-letters-of";
 
 /// The log entry's schema metadata naming the door its rows came through.
-pub const DOOR_KEY: &str = "floe.door";
+pub(crate) const DOOR_KEY: &str = "floe.door";
 
 /// The door a log entry's rows came through (`http` for entries written before doors were
 /// recorded).
-pub fn door_of(batches: &[RecordBatch]) -> Door {
+pub(crate) fn door_of(batches: &[RecordBatch]) -> Door {
     batches
         .first()
         .and_then(|b| b.schema().metadata().get(DOOR_KEY).cloned())
@@ -80,7 +80,7 @@ pub enum Door {
 }
 
 impl Door {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Door::Http => "http",
             Door::Otlp => "otlp",
@@ -90,7 +90,7 @@ impl Door {
     }
 
     /// The door named `name` ([`Door::as_str`]).
-    pub fn named(name: &str) -> Option<Door> {
+    pub(crate) fn named(name: &str) -> Option<Door> {
         [Door::Http, Door::Otlp, Door::RemoteWrite, Door::Kafka]
             .into_iter()
             .find(|d| d.as_str() == name)
@@ -99,7 +99,7 @@ impl Door {
 
 /// One record a table could not take.
 #[derive(Debug, Clone)]
-pub struct Letter {
+pub(crate) struct Letter {
     pub door: Door,
     pub reason: String,
     pub record: Option<Vec<u8>>,
@@ -137,7 +137,7 @@ pub fn ident_of(target: &TableIdent) -> TableIdent {
 }
 
 /// Whether `ident` names a dead-letter table (whose own refusals have nowhere further to go).
-pub fn is_dead_letters(ident: &TableIdent) -> bool {
+pub(crate) fn is_dead_letters(ident: &TableIdent) -> bool {
     ident.name().ends_with(SUFFIX)
 }
 
@@ -146,7 +146,7 @@ fn utc() -> DataType {
 }
 
 /// The columns of a dead-letter table.
-pub fn schema() -> SchemaRef {
+pub(crate) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("received_at", utc(), true),
         Field::new("door", DataType::Utf8, true),
@@ -163,7 +163,7 @@ pub fn schema() -> SchemaRef {
 
 /// How the dead-letter table of `target` is made: by day of `received_at`, zstd, marked as
 /// Floe's.
-pub fn layout(target: &TableIdent) -> Layout {
+pub(crate) fn layout(target: &TableIdent) -> Layout {
     Layout {
         schema: schema(),
         partition: vec![("received_at".to_string(), Transform::Day)],
@@ -180,7 +180,7 @@ pub fn layout(target: &TableIdent) -> Layout {
 }
 
 /// `letters` as rows of a dead-letter table, received at `now_us` (microseconds).
-pub fn batch(letters: &[Letter], now_us: i64) -> RecordBatch {
+pub(crate) fn batch(letters: &[Letter], now_us: i64) -> RecordBatch {
     let mut received = TimestampMicrosecondBuilder::new().with_timezone("+00:00");
     let mut door = StringBuilder::new();
     let mut reason = StringBuilder::new();
@@ -223,7 +223,10 @@ pub fn batch(letters: &[Letter], now_us: i64) -> RecordBatch {
 
 /// The rows of `batches` as JSON objects, one per row (a log entry's rows as letters), or
 /// refused once they would hold more than `most` bytes.
-pub fn rows_as_json(batches: &[RecordBatch], most: usize) -> Result<Vec<Vec<u8>>, IngestError> {
+pub(crate) fn rows_as_json(
+    batches: &[RecordBatch],
+    most: usize,
+) -> Result<Vec<Vec<u8>>, IngestError> {
     use datafusion::arrow::json::{LineDelimitedWriter, WriterBuilder, writer::LineDelimited};
     let mut lines = Vec::new();
     let mut total = 0usize;
@@ -265,7 +268,7 @@ pub fn rows_as_json(batches: &[RecordBatch], most: usize) -> Result<Vec<Vec<u8>>
 /// (who needs `write-data` on it, and `create-table` on the namespace the first time): made
 /// on first use, a Kafka one of the earlier form upgraded, a table of that name that is not
 /// Floe's refused. Its ident and Arrow schema.
-pub async fn ready(
+pub(crate) async fn ready(
     catalog: &CatalogService,
     caller: &Caller,
     warehouse: &str,

@@ -25,8 +25,8 @@
 //! DuckDB, Spark, Trino, Flink) reads the latest row per key. Compaction folds the deletes
 //! into new files.
 
-pub mod checkpoint;
-pub mod index;
+pub(crate) mod checkpoint;
+pub(crate) mod index;
 mod ready;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,22 +42,22 @@ use iceberg::spec::{Operation, TableMetadata};
 use super::IngestError;
 use index::{KeyIndex, Slot};
 
-pub use floe_sql::write::UPSERT_PROPERTY;
+pub(crate) use floe_sql::write::UPSERT_PROPERTY;
 
 /// The metadata key of a log entry's schema that says its rows are keys to delete.
-pub const OP_KEY: &str = "floe.op";
+pub(crate) const OP_KEY: &str = "floe.op";
 /// [`OP_KEY`]'s value for deletes.
-pub const OP_DELETE: &str = "delete";
+pub(crate) const OP_DELETE: &str = "delete";
 
 /// Whether a log entry's `batches` are keys to delete ([`OP_KEY`] on their schema).
-pub fn deletes(batches: &[RecordBatch]) -> bool {
+pub(crate) fn deletes(batches: &[RecordBatch]) -> bool {
     batches
         .first()
         .is_some_and(|b| b.schema().metadata().get(OP_KEY).map(String::as_str) == Some(OP_DELETE))
 }
 
 /// `schema` marked as the schema of keys to delete ([`OP_KEY`]).
-pub fn marked_for_deletes(schema: &SchemaRef) -> SchemaRef {
+pub(crate) fn marked_for_deletes(schema: &SchemaRef) -> SchemaRef {
     let mut metadata = schema.metadata().clone();
     metadata.insert(OP_KEY.to_string(), OP_DELETE.to_string());
     std::sync::Arc::new(schema.as_ref().clone().with_metadata(metadata))
@@ -68,11 +68,11 @@ const ATTEMPTS: usize = 8;
 
 /// The longest key (in its comparable encoding) a change may have: the key index holds every
 /// live key in memory.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_KEY_BYTES: usize = 1024;
 
 /// One change, in source order.
 #[derive(Debug, Clone)]
-pub enum Change {
+pub(crate) enum Change {
     /// Rows of the table: each replaces the row of its key, if any.
     Upsert(RecordBatch),
     /// Key columns (the table's identifier fields): each key's row is deleted.
@@ -82,7 +82,7 @@ pub enum Change {
 /// The identifier field ids of `metadata`'s table (ascending: the key's order) when it is an
 /// upsert table, `None` when it is not; an error naming what is wrong when it says it is but
 /// cannot be written as one (no key, a key field inside a struct, format v1).
-pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError> {
+pub(crate) fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError> {
     if !floe_sql::write::upsert_enabled(metadata) {
         return Ok(None);
     }
@@ -114,7 +114,7 @@ pub fn key_of(metadata: &TableMetadata) -> Result<Option<Vec<i32>>, IngestError>
 }
 
 /// The key columns' names of `metadata`'s current schema, in the key's order.
-pub fn key_names(metadata: &TableMetadata, ids: &[i32]) -> Vec<String> {
+pub(crate) fn key_names(metadata: &TableMetadata, ids: &[i32]) -> Vec<String> {
     let schema = metadata.current_schema();
     ids.iter()
         .filter_map(|&id| schema.name_by_field_id(id).map(str::to_string))
@@ -123,7 +123,7 @@ pub fn key_names(metadata: &TableMetadata, ids: &[i32]) -> Vec<String> {
 
 /// `schema` (the table's Arrow schema) narrowed to the key columns `names`: what a delete
 /// carries.
-pub fn key_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
+pub(crate) fn key_schema(schema: &SchemaRef, names: &[String]) -> SchemaRef {
     let fields: Vec<_> = names
         .iter()
         .filter_map(|name| schema.field_with_name(name).ok().cloned())
@@ -152,12 +152,10 @@ fn refused(e: datafusion::error::DataFusionError) -> IngestError {
 
 /// What a row delta wrote.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Upserted {
+pub(crate) struct Upserted {
     pub files: usize,
     /// Rows written (the winning version of each upserted key).
     pub rows: u64,
-    /// Rows deleted: replaced versions and deleted keys.
-    pub deleted: u64,
     pub sequence_number: i64,
 }
 
@@ -177,7 +175,7 @@ struct Net {
 /// commit finds it. `expected_key`, when given, must be the table's key (a pipeline reads
 /// its tombstones' keys by it).
 #[allow(clippy::too_many_arguments)]
-pub async fn commit(
+pub(crate) async fn commit(
     catalog: &CatalogService,
     sql: &floe_sql::SqlEngine,
     caller: &Caller,
@@ -348,7 +346,6 @@ pub async fn commit(
                 return Ok(Upserted {
                     files: files.len(),
                     rows,
-                    deleted,
                     sequence_number: response.metadata.last_sequence_number(),
                 });
             }

@@ -145,7 +145,7 @@ pub fn decode_stream(bytes: &Bytes, budget: usize) -> Result<Decoded, DecodeErro
 }
 
 /// Checks an Arrow IPC stream as [`decode_stream`] does and decodes only its schema.
-pub fn stream_schema(bytes: &[u8], budget: usize) -> Result<SchemaRef, DecodeError> {
+pub(crate) fn stream_schema(bytes: &[u8], budget: usize) -> Result<SchemaRef, DecodeError> {
     let mut walk = Walk::new(budget);
     walk.stream(bytes)?;
     walk.schema
