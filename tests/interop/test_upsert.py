@@ -489,10 +489,17 @@ def index_counts(floe) -> dict[str, int]:
     return counts
 
 
-def checkpoint_of(floe, table: str) -> Path:
-    location = floe.pyiceberg().load_table(table).location()
-    assert location.startswith("file:"), location
-    return Path(urllib.parse.urlparse(location).path) / "metadata" / "floe-key-index.bin"
+def checkpoint_of(floe) -> Path:
+    """The one key index checkpoint of the node's default warehouse (in Floe's own directory,
+    .floe/key-index/, named by the table's location), once it is written."""
+    deadline = time.time() + 20
+    while True:
+        found = list(Path(floe.data_dir).rglob(".floe/key-index/*.bin"))
+        if found:
+            assert len(found) == 1, found
+            return found[0]
+        assert time.time() < deadline, "no key index checkpoint was written"
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("format_version", ["2", "3"])
@@ -515,13 +522,12 @@ def test_the_key_index_is_caught_up_not_built_again(floe, tmp_path, format_versi
         assert every_reader(floe, table) == sorted((i, n, s) for i, (n, s) in model.items())
 
     upsert(floe, table, [{"id": i, "name": n, "score": s} for i, (n, s) in model.items()])
-    # The first commit after the index is made writes its checkpoint (in the background).
-    checkpoint = checkpoint_of(floe, table)
-    deadline = time.time() + 20
-    while not checkpoint.exists():
-        assert time.time() < deadline, "no key index checkpoint was written"
-        time.sleep(0.2)
+    # The first commit after the index is made writes its checkpoint (in the background), in
+    # Floe's own directory: not below the table's location, where vended credentials reach.
+    checkpoint = checkpoint_of(floe)
     assert checkpoint.read_bytes().startswith(b"FLOEKIX1")
+    location = urllib.parse.urlparse(floe.pyiceberg().load_table(table).location()).path
+    assert not str(checkpoint).startswith(location)
     # Commits after the checkpoint: replaced rows (new position deletes), deleted keys, new keys.
     apply(rows=[(i, (f"v2-{i}", i * 10)) for i in range(1, 41, 3)])
     apply(deletes=[2, 5])
@@ -565,24 +571,24 @@ def test_the_key_index_is_caught_up_not_built_again(floe, tmp_path, format_versi
     agrees()
 
 
-def test_orphan_cleanup_keeps_the_key_index_checkpoint(tmp_path):
+def test_orphan_cleanup_keeps_and_a_purge_removes_the_key_index_checkpoint(tmp_path):
     floe = start_floe(tmp_path, extra_args=("--orphan-min-age-floor-secs", "0"))
     try:
         floe.pyiceberg().create_namespace("up")
         keyed_table(floe, "up.kept")
         upsert(floe, "up.kept", [{"id": i, "name": f"n{i}", "score": i} for i in range(10)])
-        checkpoint = checkpoint_of(floe, "up.kept")
-        deadline = time.time() + 20
-        while not checkpoint.exists():
-            assert time.time() < deadline, "no key index checkpoint was written"
-            time.sleep(0.2)
+        checkpoint = checkpoint_of(floe)
         cleanup = floe.api(
             "POST",
             "/api/v1/maintenance/remove-orphan-files",
             json={"warehouse": floe.warehouse, "namespace": ["up"], "table": "kept", "dry-run": False, "older-than-ms": 0},
         )
         assert cleanup.status_code == 200, cleanup.text
-        assert not [f for f in cleanup.json()["orphan-files"] if f.endswith("floe-key-index.bin")]
         assert checkpoint.exists()
+        floe.pyiceberg().purge_table("up.kept")
+        deadline = time.time() + 20
+        while checkpoint.exists():
+            assert time.time() < deadline, "a purge left the key index checkpoint"
+            time.sleep(0.2)
     finally:
         stop_floe(floe)

@@ -156,6 +156,22 @@ impl WarehouseStorage {
         self.store.clone()
     }
 
+    /// Where the upsert key index checkpoint of the table at `table_location` lies: in
+    /// Floe's own directory of the warehouse ([`FLOE_DIR`]: no table lies there, and no
+    /// credentials vended for a table reach it), named by the table's location. Floe's
+    /// upsert core writes and reads it; a purge of the table removes it.
+    pub fn key_index_checkpoint(&self, table_location: &str) -> String {
+        use sha2::Digest;
+        let location = Location::parse(table_location)
+            .map(|l| l.to_string())
+            .unwrap_or_else(|_| table_location.to_string());
+        let name = hex::encode(sha2::Sha256::digest(location.as_bytes()));
+        self.reach
+            .root
+            .join(&format!("{FLOE_DIR}/key-index/{name}.bin"))
+            .to_string()
+    }
+
     /// A handle that reaches only the files of the table at `location` (which must lie
     /// inside this handle's reach): every path Floe reads, writes or deletes on a table's
     /// behalf goes through one.

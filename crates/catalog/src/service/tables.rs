@@ -556,12 +556,17 @@ impl CatalogService {
     }
 
     /// Deletes a dropped table's files: everything below its location, which belongs to it
-    /// alone (locations never overlap). Runs after the drop is committed, so failures are
-    /// logged, not returned.
+    /// alone (locations never overlap), and its key index checkpoint. Runs after the drop is
+    /// committed, so failures are logged, not returned.
     async fn purge_table(&self, wh: &WarehouseHandle, ident: &TableIdent, record: &TabularRecord) {
         match wh.storage.delete_prefix(&record.location).await {
             Ok(files) => tracing::info!(table = %ident, files, "purged dropped table"),
             Err(e) => tracing::warn!(table = %ident, error = %e, "purge files of dropped table"),
+        }
+        // An upsert table's key index checkpoint, kept in Floe's own directory.
+        let checkpoint = wh.storage.key_index_checkpoint(&record.location);
+        if let Err(e) = wh.storage.delete(&checkpoint).await {
+            tracing::warn!(table = %ident, error = %e, "purge the key index checkpoint of a dropped table");
         }
     }
 

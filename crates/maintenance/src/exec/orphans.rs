@@ -55,7 +55,7 @@ fn normalized(location: &str) -> String {
 
 /// Lists (and unless a dry run, deletes) the orphans of `ident` in `warehouse`: files that
 /// no snapshot's manifest list, manifests, data or delete files or statistics, and no
-/// metadata file in the log reference — but for an upsert table's key index checkpoint.
+/// metadata file in the log reference.
 pub async fn remove_orphan_files(
     maintainer: &Maintainer,
     warehouse: &str,
@@ -88,10 +88,6 @@ pub async fn remove_orphan_files(
     for entry in metadata.metadata_log() {
         referenced.insert(normalized(&entry.metadata_file));
     }
-    // An upsert table's key index checkpoint: Floe's own, a starting point for its writer.
-    referenced.insert(normalized(&floe_sql::write::key_index_checkpoint(
-        metadata.location(),
-    )));
     let storage = target.files()?;
     let prefix = format!("{}/", metadata.location().trim_end_matches('/'));
     let listed: Vec<ListedFile> = storage

@@ -49,6 +49,10 @@ pub struct LiveFile {
     pub data_file: String,
     pub spec_id: i32,
     pub partition: Struct,
+    /// Its rows, deleted or not.
+    pub record_count: u64,
+    /// Its data sequence number (none when its manifest gives none).
+    pub sequence: Option<i64>,
     /// Whether an equality delete applies to it.
     pub equality_deletes: bool,
 }
@@ -95,6 +99,8 @@ pub(crate) async fn live_files(
             data_file: task.data_file_path.clone(),
             spec_id: entry.spec_id,
             partition: entry.file.partition().clone(),
+            record_count: entry.file.record_count(),
+            sequence: entry.sequence,
             equality_deletes: task
                 .deletes
                 .iter()

@@ -29,16 +29,6 @@ pub use snapshot::{SnapshotWriter, main_ref, on_main, spec_of};
 /// Flink writer reads the same one): its rows are written by key, never appended as they are.
 pub const UPSERT_PROPERTY: &str = "write.upsert.enabled";
 
-/// Where an upsert table's key index checkpoint lies, for the table at `location`: Floe's own
-/// file beside the table's metadata, which orphan cleanup keeps (floe-stream's upsert core
-/// writes and reads it).
-pub fn key_index_checkpoint(location: &str) -> String {
-    format!(
-        "{}/metadata/floe-key-index.bin",
-        location.trim_end_matches('/')
-    )
-}
-
 /// Whether `metadata`'s table says it is an upsert table ([`UPSERT_PROPERTY`] is `true`).
 pub fn upsert_enabled(metadata: &iceberg::spec::TableMetadata) -> bool {
     metadata

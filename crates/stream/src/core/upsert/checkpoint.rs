@@ -1,23 +1,30 @@
-//! A key index's checkpoint: the index as it described one snapshot, kept beside the table's
-//! metadata (`<location>/metadata/floe-key-index.bin`) so that a node that starts (or takes
-//! over the table) catches the index up from that snapshot instead of reading every key of
-//! the table again.
+//! A key index's checkpoint: the index as it described one snapshot, kept in Floe's own
+//! directory of the warehouse (`.floe/key-index/<sha-256 of the table's location>.bin`, where
+//! no table lies and no credentials vended for a table reach) so that a node that starts (or
+//! takes over the table) catches the index up from that snapshot instead of reading every key
+//! of the table again.
 //!
 //! The node committing a table's upserts writes the checkpoint after a commit, at most once a
 //! [`EVERY`] per table, in the background; a checkpoint is only ever a starting point. It is
-//! taken only when it names the table (uuid), its key and the key's types, and a snapshot on
-//! the line of `main`; anything else — a missing, foreign, truncated, corrupt or oversized
-//! file, a snapshot expired or rolled back — and the index is built from the table as before
-//! ([`super::ready`]). Its files are checked against the table's live files when it is caught
-//! up, so a checkpoint can never put a file of another table in the index.
+//! taken only when it names the table (uuid), its key, the key's types and their encoding (a
+//! probe: fixed values as this build encodes them, so an Arrow release that encodes rows
+//! otherwise never reads an older checkpoint), and a snapshot on the line of `main`, with no
+//! more files and places than that snapshot has data files and rows; anything else — a
+//! missing, foreign, truncated, corrupt or oversized file, a snapshot expired or rolled back —
+//! and the index is built from the table as before ([`super::ready`]). Its files are checked
+//! against the table's live files, and its positions against their row counts, when it is
+//! caught up.
 //!
 //! Form (little-endian): the magic `FLOEKIX1`; a header (u32 length, then JSON: table, key
-//! field ids, key types, snapshot id, data files); u64 count of places, each a u16 key length,
+//! field ids, key types, probe, snapshot id, data files); u64 count of places, each a u16 key length,
 //! the key (its comparable encoding), a u32 data file (an index into the header's files) and a
 //! u64 position; a CRC-32 of everything before it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floe_sql::scan::TableAccess;
+use iceberg::spec::TableMetadata;
 use serde::{Deserialize, Serialize};
 
 use super::MAX_KEY_BYTES;
@@ -38,21 +45,22 @@ struct Header {
     table: uuid::Uuid,
     key_ids: Vec<i32>,
     types: Vec<String>,
+    probe: String,
     snapshot_id: Option<i64>,
     files: Vec<String>,
-}
-
-/// Where the checkpoint of the table at `location` lies.
-pub fn path(location: &str) -> String {
-    floe_sql::write::key_index_checkpoint(location)
 }
 
 fn type_names(described: &Described) -> Vec<String> {
     described.types.iter().map(|t| format!("{t:?}")).collect()
 }
 
-/// `index` in the checkpoint's form.
-pub fn encode(index: &KeyIndex) -> Vec<u8> {
+/// `index` in the checkpoint's form; none when its key types have no probe or it holds a key
+/// longer than a checkpoint takes (another writer's rows).
+pub fn encode(index: &KeyIndex) -> Option<Vec<u8>> {
+    let probe = hex::encode(index.probe()?);
+    if index.entries().any(|(key, _)| key.len() > MAX_KEY_BYTES) {
+        return None;
+    }
     // Files still indexed, numbered afresh.
     let mut renumbered = vec![u32::MAX; index.slots.len()];
     let mut files = Vec::new();
@@ -66,6 +74,7 @@ pub fn encode(index: &KeyIndex) -> Vec<u8> {
         table: index.described.table,
         key_ids: index.described.key_ids.clone(),
         types: type_names(&index.described),
+        probe,
         snapshot_id: index.described.snapshot_id,
         files,
     };
@@ -91,7 +100,7 @@ pub fn encode(index: &KeyIndex) -> Vec<u8> {
     let mut crc = flate2::Crc::new();
     crc.update(&out);
     out.extend_from_slice(&crc.sum().to_le_bytes());
-    out
+    Some(out)
 }
 
 /// Reads a checkpoint's bytes, each step bounded by what is left.
@@ -115,13 +124,13 @@ impl<'a> Reader<'a> {
 }
 
 /// The index `bytes` hold, when they are a whole checkpoint of the table and key `wanted`
-/// describes (at any snapshot) of no more places than `most` allows for the snapshot it names
-/// (none: no bound); why not otherwise. Its files have no spec or partition yet: catching it
-/// up says where each lies.
+/// describes (at any snapshot) that `accept` takes — given the snapshot it names and its
+/// number of files, it answers the most places the checkpoint may hold, or why not; why not
+/// otherwise. Its files have no spec or partition yet: catching it up says where each lies.
 pub fn decode(
     bytes: &[u8],
     wanted: &Described,
-    most: impl FnOnce(Option<i64>) -> Option<u64>,
+    accept: impl FnOnce(Option<i64>, usize) -> Result<u64, Refusal>,
 ) -> Result<KeyIndex, Refusal> {
     let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
         return Err(Refusal::malformed("it ends early"));
@@ -144,11 +153,17 @@ pub fn decode(
     {
         return Err(Refusal::unfit("it describes another table or key"));
     }
+    let most = accept(header.snapshot_id, header.files.len())?;
     let mut index = KeyIndex::new(Described {
         snapshot_id: header.snapshot_id,
         ..wanted.clone()
     })
     .map_err(|e| Refusal::unfit(e.to_string()))?;
+    if index.probe().map(hex::encode) != Some(header.probe) {
+        return Err(Refusal::unfit(
+            "its keys are encoded otherwise than this build encodes them",
+        ));
+    }
     let mut ids = Vec::with_capacity(header.files.len());
     for path in header.files {
         if path.is_empty() {
@@ -170,9 +185,7 @@ pub fn decode(
     if count > (reader.bytes.len() / 15) as u64 {
         return Err(Refusal::malformed("it counts more places than it holds"));
     }
-    if let Some(most) = most(header.snapshot_id)
-        && count > most
-    {
+    if count > most {
         return Err(Refusal::unfit(format!(
             "it counts {count} places, more than the {most} rows its snapshot holds"
         )));
@@ -198,65 +211,108 @@ pub fn decode(
     Ok(index)
 }
 
-/// The checkpoint of `table` for the table and key `wanted` describes, when there is a
-/// usable one; a reason not to use it is logged, never an error.
-pub async fn read(table: &iceberg::table::Table, wanted: &Described) -> Option<KeyIndex> {
-    let path = path(table.metadata().location());
-    let input = table.file_io().new_input(&path).ok()?;
-    if !input.exists().await.unwrap_or(false) {
-        return None;
+/// Whether snapshot `ancestor` is `id` or one of its ancestors in `metadata`.
+pub(super) fn on_line(metadata: &TableMetadata, id: i64, ancestor: i64) -> bool {
+    let mut at = Some(id);
+    while let Some(id) = at {
+        if id == ancestor {
+            return true;
+        }
+        at = metadata
+            .snapshot_by_id(id)
+            .and_then(|s| s.parent_snapshot_id());
     }
+    false
+}
+
+/// What a checkpoint naming `snapshot` with `files` data files may hold in `metadata`'s
+/// table: a snapshot on `main`'s line, no more files than it has data files and no more
+/// places than it has rows (bounds on its memory that the table itself sets).
+fn acceptable(
+    metadata: &TableMetadata,
+    snapshot: Option<i64>,
+    files: usize,
+) -> Result<u64, Refusal> {
+    let named = snapshot
+        .and_then(|id| metadata.snapshot_by_id(id))
+        .ok_or_else(|| Refusal::unfit("it names no snapshot of the table"))?;
+    let current = metadata.current_snapshot().map(|s| s.snapshot_id());
+    if !current.is_some_and(|current| on_line(metadata, current, named.snapshot_id())) {
+        return Err(Refusal::unfit("its snapshot is not on main's line"));
+    }
+    let total = |name: &str| -> Result<u64, Refusal> {
+        named
+            .summary()
+            .additional_properties
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| Refusal::unfit(format!("its snapshot's summary has no {name}")))
+    };
+    if files as u64 > total("total-data-files")? {
+        return Err(Refusal::unfit(
+            "it names more data files than its snapshot has",
+        ));
+    }
+    total("total-records")
+}
+
+/// The checkpoint of `metadata`'s table (at `location`, in `access`'s warehouse) for the
+/// table and key `wanted` describes, when there is a usable one; a reason not to use it is
+/// logged, never an error.
+pub async fn read(
+    access: &TableAccess,
+    metadata: Arc<TableMetadata>,
+    wanted: &Described,
+) -> Option<KeyIndex> {
+    let path = access.storage.key_index_checkpoint(metadata.location());
     let refused = |why: &dyn std::fmt::Display| {
         tracing::warn!(file = %path, reason = %why, "an upsert key index checkpoint not used");
         None
     };
-    match input.metadata().await {
-        Ok(metadata) if metadata.size > MAX_BYTES => {
-            return refused(&format!(
-                "it is {} bytes, more than {MAX_BYTES}",
-                metadata.size
-            ));
+    match access.storage.size(&path).await {
+        Ok(None) => return None,
+        Ok(Some(size)) if size > MAX_BYTES => {
+            return refused(&format!("it is {size} bytes, more than {MAX_BYTES}"));
         }
-        Ok(_) => {}
+        Ok(Some(_)) => {}
         Err(e) => return refused(&e),
     }
-    let bytes = match input.read().await {
+    let bytes = match access.storage.read(&path).await {
+        Ok(bytes) if bytes.len() as u64 > MAX_BYTES => {
+            return refused(&format!("it is more than {MAX_BYTES} bytes"));
+        }
         Ok(bytes) => bytes,
         Err(e) => return refused(&e),
     };
-    // A table holds no more live keys than its snapshot's rows (a bound on the memory a
-    // checkpoint may take that the table itself sets).
-    let metadata = table.metadata();
-    let most = |snapshot: Option<i64>| {
-        let summary = metadata.snapshot_by_id(snapshot?)?.summary();
-        summary
-            .additional_properties
-            .get("total-records")?
-            .parse()
-            .ok()
-    };
-    match decode(&bytes, wanted, most) {
-        Ok(index) => Some(index),
-        Err(why) => refused(&why),
+    let wanted = wanted.clone();
+    let decoded = tokio::task::spawn_blocking(move || {
+        decode(&bytes, &wanted, |snapshot, files| {
+            acceptable(&metadata, snapshot, files)
+        })
+    })
+    .await;
+    match decoded {
+        Ok(Ok(index)) => Some(index),
+        Ok(Err(why)) => refused(&why),
+        Err(e) => refused(&e),
     }
 }
 
-/// Writes `index`'s checkpoint for `table` in the background when this node has written none
-/// of it for [`EVERY`] (the index remembers when).
-pub fn maybe_write(table: &iceberg::table::Table, index: &mut KeyIndex) {
+/// Writes `index`'s checkpoint for the table at `location` (in `access`'s warehouse) in the
+/// background when this node has written none of it for [`EVERY`] (the index remembers
+/// when).
+pub fn maybe_write(access: &TableAccess, location: &str, index: &mut KeyIndex) {
     if index.checkpointed.is_some_and(|at| at.elapsed() < EVERY) {
         return;
     }
     index.checkpointed = Some(Instant::now());
-    let bytes = encode(index);
-    let path = path(table.metadata().location());
-    let file_io = table.file_io().clone();
+    let Some(bytes) = encode(index) else {
+        return;
+    };
+    let path = access.storage.key_index_checkpoint(location);
+    let storage = access.storage.clone();
     tokio::spawn(async move {
-        let written = match file_io.new_output(&path) {
-            Ok(output) => output.write(bytes.into()).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = written {
+        if let Err(e) = storage.write(&path, bytes.into()).await {
             tracing::warn!(file = %path, error = %e, "write an upsert key index checkpoint");
         }
     });
@@ -269,6 +325,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    fn any(_: Option<i64>, _: usize) -> Result<u64, Refusal> {
+        Ok(u64::MAX)
+    }
 
     fn described() -> Described {
         Described {
@@ -320,7 +380,7 @@ mod tests {
     #[test]
     fn a_checkpoint_reads_back_as_the_index_it_was() {
         let index = index();
-        let back = decode(&encode(&index), &described(), |_| None).unwrap();
+        let back = decode(&encode(&index).unwrap(), &described(), any).unwrap();
         assert_eq!(back.described, index.described);
         assert_eq!(back.keys(), 4);
         assert_eq!(places(&back), places(&index));
@@ -331,14 +391,14 @@ mod tests {
     fn forgotten_files_are_not_written() {
         let mut index = index();
         index.forget_files(&["s3://b/t/a.parquet".to_string()].into_iter().collect());
-        let back = decode(&encode(&index), &described(), |_| None).unwrap();
+        let back = decode(&encode(&index).unwrap(), &described(), any).unwrap();
         assert_eq!(back.keys(), 2);
         assert_eq!(back.files().collect::<Vec<_>>(), ["s3://b/t/b.parquet"]);
     }
 
     #[test]
     fn a_checkpoint_of_another_table_or_key_or_type_is_refused() {
-        let bytes = encode(&index());
+        let bytes = encode(&index()).unwrap();
         let other_table = Described {
             table: uuid::Uuid::from_u128(8),
             ..described()
@@ -352,25 +412,22 @@ mod tests {
             ..described()
         };
         for wanted in [other_table, other_key, other_type] {
-            let error = decode(&bytes, &wanted, |_| None).err().unwrap().to_string();
+            let error = decode(&bytes, &wanted, any).err().unwrap().to_string();
             assert!(error.contains("another table or key"), "{error}");
         }
     }
 
     #[test]
     fn damaged_checkpoints_are_refused_without_panic() {
-        let bytes = encode(&index());
+        let bytes = encode(&index()).unwrap();
         // Every truncation and every single flipped byte.
         for end in 0..bytes.len() {
-            assert!(decode(&bytes[..end], &described(), |_| None).is_err());
+            assert!(decode(&bytes[..end], &described(), any).is_err());
         }
         for at in 0..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x5a;
-            assert!(
-                decode(&damaged, &described(), |_| None).is_err(),
-                "byte {at}"
-            );
+            assert!(decode(&damaged, &described(), any).is_err(), "byte {at}");
         }
         // A forged checkpoint with a valid checksum: a count of places it does not hold, and
         // a place naming a file the header does not list.
@@ -380,10 +437,7 @@ mod tests {
             let mut crc = flate2::Crc::new();
             crc.update(&body);
             body.extend_from_slice(&crc.sum().to_le_bytes());
-            decode(&body, &described(), |_| None)
-                .err()
-                .unwrap()
-                .to_string()
+            decode(&body, &described(), any).err().unwrap().to_string()
         };
         let header = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
         let count_at = 12 + header;
@@ -396,15 +450,27 @@ mod tests {
             body[file_at..file_at + 4].copy_from_slice(&9u32.to_le_bytes());
         });
         assert!(error.contains("names data file 9"), "{error}");
+        // Keys encoded otherwise (another Arrow release): the probe differs.
+        let error = forge(&|body| {
+            let header = std::str::from_utf8(&body[12..count_at]).unwrap();
+            let at = 12 + header.find("\"probe\":\"").unwrap() + 9;
+            body[at] = if body[at] == b'0' { b'1' } else { b'0' };
+        });
+        assert!(error.contains("encoded otherwise"), "{error}");
         // More places than the snapshot it names has rows.
-        let error = decode(&bytes, &described(), |snapshot| {
-            assert_eq!(snapshot, Some(42));
-            Some(4)
+        let error = decode(&bytes, &described(), |snapshot, files| {
+            assert_eq!((snapshot, files), (Some(42), 2));
+            Ok(4)
         })
         .err()
         .unwrap()
         .to_string();
         assert!(error.contains("more than the 4 rows"), "{error}");
-        assert!(decode(&bytes, &described(), |_| Some(5)).is_ok());
+        assert!(decode(&bytes, &described(), |_, _| Ok(5)).is_ok());
+        // A snapshot the table refuses.
+        let error = decode(&bytes, &described(), |_, _| {
+            Err(Refusal::unfit("not on main"))
+        });
+        assert_eq!(error.err().unwrap().to_string(), "not on main");
     }
 }

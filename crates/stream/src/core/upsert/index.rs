@@ -137,6 +137,18 @@ impl KeyIndex {
         }
     }
 
+    /// Forgets places at or beyond the row count `rows` gives their file (a checkpoint's
+    /// positions no file holds).
+    pub fn forget_beyond(&mut self, rows: &HashMap<String, u64>) {
+        let mut most = vec![u64::MAX; self.slots.len()];
+        for (path, &count) in rows {
+            if let Some(&id) = self.slot_of.get(path) {
+                most[id as usize] = count;
+            }
+        }
+        self.retain(|&(slot, position)| position < most[slot as usize]);
+    }
+
     /// Keeps only the places `keep` says yes to; a key left with none is no longer live.
     fn retain(&mut self, keep: impl Fn(&Place) -> bool) {
         let Self {
@@ -193,6 +205,23 @@ impl KeyIndex {
         self.slot_of.insert(slot.path.clone(), id);
         self.slots.push(slot);
         Ok(id)
+    }
+
+    /// The encoding of fixed values of the key's types (none for types no fixed value casts
+    /// to): a checkpoint written by a build whose Arrow encodes rows otherwise does not match
+    /// it, and is not read ([`super::checkpoint`]).
+    pub fn probe(&self) -> Option<Vec<u8>> {
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        let numbers: ArrayRef = Arc::new(Int64Array::from(vec![0, 1, -1, 1_234_567]));
+        let texts: ArrayRef = Arc::new(StringArray::from(vec!["0", "1", "-1", "1234567"]));
+        let columns = self
+            .described
+            .types
+            .iter()
+            .map(|t| cast(&numbers, t).or_else(|_| cast(&texts, t)).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let rows = self.converter.convert_columns(&columns).ok()?;
+        Some(rows.iter().flat_map(|row| row.as_ref().to_vec()).collect())
     }
 
     /// How many keys are live.

@@ -239,7 +239,7 @@ pub(crate) async fn commit(
             .is_none_or(|index| index.described != described)
         {
             let held = guard.take();
-            *guard = Some(ready::ready(&access, &table, loaded, held, described).await?);
+            *guard = Some(ready::ready(&access, loaded, held, described).await?);
         }
         let index = guard.as_mut().expect("made ready");
         let (schema_id, spec_id) = (
@@ -342,7 +342,7 @@ pub(crate) async fn commit(
                     )?;
                 }
                 index.described.snapshot_id = Some(snapshot_id);
-                checkpoint::maybe_write(&table, index);
+                checkpoint::maybe_write(&access, metadata.location(), index);
                 return Ok(Upserted {
                     files: files.len(),
                     rows,

@@ -5,20 +5,25 @@
 //!    when it describes the same table and key at a snapshot on the line of `main`: data files
 //!    that left the table (compaction, another writer's overwrite) are forgotten with their
 //!    keys, rows removed by delete files newer than that snapshot are forgotten, and only data
-//!    files new since then are read;
+//!    files new since then are read (a file of a data sequence number above that snapshot's —
+//!    one removed and added again — counts as new);
 //! 3. the index built from the table's rows.
 //!
 //! Catching up is exact because a snapshot's live rows are its ancestor's live rows, less the
 //! files it no longer lists and the positions its newer delete files name, plus the rows of
-//! its new files (read less their deletes). A snapshot off `main`'s line (a rollback), an
-//! index of an empty table, or an equality delete anywhere leaves it to building.
+//! its new files (read less their deletes). That holds as long as a delete file leaves the
+//! table only with its data file or for one that deletes at least as much (a deletion vector
+//! replaced by its union with new positions, rewritten position deletes) — what the Iceberg
+//! spec asks of writers; a commit that drops deletes and so brings rows back is not seen
+//! until the index is next built. A snapshot off `main`'s line (a rollback), an index of an
+//! empty table, or an equality delete anywhere leaves it to building. Places beyond a file's
+//! row count are dropped.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use floe_catalog::service::LoadedTable;
-use floe_sql::scan::{IcebergTableProvider, Reading, TableAccess};
-use iceberg::spec::TableMetadata;
+use floe_sql::scan::{IcebergTableProvider, LiveFile, Reading, TableAccess};
 
 use super::checkpoint;
 use super::index::{Described, KeyIndex, READIED};
@@ -30,14 +35,16 @@ use crate::core::IngestError;
 /// where it can be.
 pub(super) async fn ready(
     access: &TableAccess,
-    table: &iceberg::table::Table,
     loaded: LoadedTable,
     held: Option<KeyIndex>,
     wanted: Described,
 ) -> Result<KeyIndex, IngestError> {
     let (from, how) = match held.filter(|h| h.described.same_table(&wanted)) {
         Some(held) => (Some(held), &READIED.caught_up),
-        None => (checkpoint::read(table, &wanted).await, &READIED.loaded),
+        None => (
+            checkpoint::read(access, loaded.metadata.clone(), &wanted).await,
+            &READIED.loaded,
+        ),
     };
     let provider =
         IcebergTableProvider::try_new(access.clone(), loaded.clone()).map_err(refused)?;
@@ -52,20 +59,6 @@ pub(super) async fn ready(
     Ok(index)
 }
 
-/// Whether snapshot `ancestor` is `id` or one of its ancestors in `metadata`.
-fn on_line(metadata: &TableMetadata, id: i64, ancestor: i64) -> bool {
-    let mut at = Some(id);
-    while let Some(id) = at {
-        if id == ancestor {
-            return true;
-        }
-        at = metadata
-            .snapshot_by_id(id)
-            .and_then(|s| s.parent_snapshot_id());
-    }
-    false
-}
-
 /// `index` (of the table and key `wanted` describes, at an earlier snapshot) made to describe
 /// `wanted`'s snapshot; none when it cannot be caught up (see the module's doc).
 async fn catch_up(
@@ -78,7 +71,7 @@ async fn catch_up(
     let (Some(from), Some(to)) = (index.described.snapshot_id, wanted.snapshot_id) else {
         return Ok(None);
     };
-    if !on_line(metadata, to, from) {
+    if !checkpoint::on_line(metadata, to, from) {
         return Ok(None);
     }
     let Some(sequence) = metadata.snapshot_by_id(from).map(|s| s.sequence_number()) else {
@@ -89,14 +82,25 @@ async fn catch_up(
     if live.files.iter().any(|f| f.equality_deletes) {
         return Ok(None);
     }
-    let paths: HashSet<&str> = live.files.iter().map(|f| f.data_file.as_str()).collect();
+    // Files indexed that are still the files indexed: live, and not added since.
+    let kept: HashMap<&str, &LiveFile> = live
+        .files
+        .iter()
+        .filter(|f| f.sequence.is_some_and(|s| s <= sequence))
+        .map(|f| (f.data_file.as_str(), f))
+        .collect();
     let gone: HashSet<String> = index
         .files()
-        .filter(|path| !paths.contains(path))
+        .filter(|path| !kept.contains_key(path))
         .map(str::to_string)
         .collect();
     index.forget_files(&gone);
     index.forget_positions(&live.deleted_since);
+    let rows: HashMap<String, u64> = kept
+        .values()
+        .map(|f| (f.data_file.clone(), f.record_count))
+        .collect();
+    index.forget_beyond(&rows);
     let indexed: HashSet<String> = index.files().map(str::to_string).collect();
     let mut new = HashSet::new();
     for file in &live.files {
