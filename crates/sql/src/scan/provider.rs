@@ -257,16 +257,9 @@ impl IcebergTableProvider {
         key_ids: &[i32],
         reading: super::live_keys::Reading<'_>,
     ) -> Result<Vec<super::live_keys::FileKeys>> {
-        self.authorize_read().await?;
-        let tasks = self.plan(&[]).await?;
-        if tasks.is_empty() {
+        let Some((tasks, files, index)) = self.live_plan().await? else {
             return Ok(Vec::new());
-        }
-        let files = TableFiles {
-            store: self.files.object_store(),
-            reach: self.files.reach().clone(),
         };
-        let index = manifests::index(&self.table()?, self.snapshot_id).await?;
         super::live_keys::read(
             &index,
             &files,
@@ -284,17 +277,28 @@ impl IcebergTableProvider {
     /// upsert table's key index reads to catch up from the snapshot it describes. Needs
     /// `read-data`, as a scan does.
     pub async fn live_files(&self, sequence: i64) -> Result<super::live_keys::LiveFiles> {
+        let Some((tasks, files, index)) = self.live_plan().await? else {
+            return Ok(Default::default());
+        };
+        super::live_keys::live_files(&index, &files, tasks, sequence).await
+    }
+
+    /// What a read of the snapshot's live rows starts from, once `read-data` is checked: its
+    /// plan (none when it has no files), its files' storage and its manifests' index.
+    async fn live_plan(
+        &self,
+    ) -> Result<Option<(Vec<FileScanTask>, TableFiles, Arc<manifests::ManifestIndex>)>> {
         self.authorize_read().await?;
         let tasks = self.plan(&[]).await?;
         if tasks.is_empty() {
-            return Ok(Default::default());
+            return Ok(None);
         }
         let files = TableFiles {
             store: self.files.object_store(),
             reach: self.files.reach().clone(),
         };
         let index = manifests::index(&self.table()?, self.snapshot_id).await?;
-        super::live_keys::live_files(&index, &files, tasks, sequence).await
+        Ok(Some((tasks, files, index)))
     }
 
     /// The table as iceberg's reader and inspectors take it.
