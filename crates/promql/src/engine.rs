@@ -1,0 +1,372 @@
+//! A query's life: parse, fetch each selector's series once, evaluate, shape the answer.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use promql_parser::parser::value::ValueType;
+use promql_parser::parser::{self as ast, Expr};
+
+use crate::eval::{Evaluator, Fetched, Val};
+use crate::labels::METRIC_NAME;
+use crate::value::{Point, QueryValue, Series};
+use crate::{Error, MatchOp, Matcher, Result, Storage};
+
+/// When a query is evaluated: one instant (`start == end`), or every `step` from `start` to
+/// `end` (milliseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct QueryRange {
+    pub start: i64,
+    pub end: i64,
+    pub step: i64,
+}
+
+impl QueryRange {
+    pub fn instant(t: i64) -> Self {
+        QueryRange {
+            start: t,
+            end: t,
+            step: 1,
+        }
+    }
+}
+
+/// What a query may use.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Samples a query may load (Prometheus's `--query.max-samples`, 50 million by default).
+    pub max_samples: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_samples: 50_000_000,
+        }
+    }
+}
+
+/// The evaluation settings a Prometheus server has.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    /// How far back an instant selector looks for a sample (`--query.lookback-delta`, 5m).
+    pub lookback_ms: i64,
+    /// The step of a subquery that names none (Prometheus: the global evaluation interval).
+    pub default_subquery_step_ms: i64,
+    pub limits: Limits,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine {
+            lookback_ms: 5 * 60 * 1000,
+            default_subquery_step_ms: 60 * 1000,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What a query answered, with the warnings Prometheus would attach.
+#[derive(Debug)]
+pub struct Answer {
+    pub value: QueryValue,
+    pub warnings: Vec<String>,
+}
+
+impl Engine {
+    /// Parse a query, refusing what Prometheus refuses before evaluation.
+    pub fn parse(&self, query: &str, range: bool) -> Result<Expr> {
+        let expr = ast::parse(query).map_err(Error::BadData)?;
+        if range {
+            let kind = expr.value_type();
+            if kind != ValueType::Scalar && kind != ValueType::Vector {
+                return Err(Error::BadData(format!(
+                    "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
+                    type_name(kind)
+                )));
+            }
+        }
+        Ok(expr)
+    }
+
+    /// Evaluate `query` over `range`, fetching from `storage`.
+    pub async fn query(
+        &self,
+        storage: &dyn Storage,
+        query: &str,
+        range: QueryRange,
+    ) -> Result<Answer> {
+        let is_range = range.start != range.end;
+        let expr = self.parse(query, is_range)?;
+        self.evaluate(storage, &expr, range).await
+    }
+
+    /// Evaluate a parsed expression.
+    pub async fn evaluate(
+        &self,
+        storage: &dyn Storage,
+        expr: &Expr,
+        range: QueryRange,
+    ) -> Result<Answer> {
+        if range.step <= 0 {
+            return Err(Error::BadData(
+                "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
+            ));
+        }
+        let mut wanted = Vec::new();
+        collect_selectors(expr, range.start, range.end, range, self, &mut wanted)?;
+        // Each selector node is reached once by the walk, so each key is fetched once.
+        let mut fetched: Fetched = HashMap::new();
+        for (key, matchers, mint, maxt) in wanted {
+            let series = storage.select(&matchers, mint, maxt).await?;
+            fetched.insert(key, series);
+        }
+        let ev = Evaluator::new(self, &fetched, range);
+        let value = ev.eval(expr)?;
+        let warnings = ev.take_warnings();
+        let value = shape(expr, value, range)?;
+        Ok(Answer { value, warnings })
+    }
+}
+
+fn type_name(kind: ValueType) -> &'static str {
+    match kind {
+        ValueType::Vector => "instant vector",
+        ValueType::Scalar => "scalar",
+        ValueType::Matrix => "range vector",
+        ValueType::String => "string",
+    }
+}
+
+/// The answer in the kind the expression has, with metric names dropped where the
+/// evaluation asked (and a label set that then repeats refused, as Prometheus does).
+fn shape(expr: &Expr, value: Val, range: QueryRange) -> Result<QueryValue> {
+    let series = match value {
+        Val::String(s) => {
+            return Ok(QueryValue::String {
+                t: range.start,
+                v: s,
+            });
+        }
+        Val::Matrix(m) => m,
+    };
+    let mut series: Vec<Series> = series
+        .into_iter()
+        .filter(|s| !s.points.is_empty())
+        .map(|mut s| {
+            if s.drop_name {
+                s.labels = s.labels.without_name();
+                s.drop_name = false;
+            }
+            s
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for s in &series {
+        if !seen.insert(s.labels.clone()) {
+            return Err(Error::Execution(
+                "vector cannot contain metrics with the same labelset".into(),
+            ));
+        }
+    }
+    let kind = expr.value_type();
+    if range.start != range.end {
+        if kind == ValueType::Scalar {
+            for s in &mut series {
+                s.labels = crate::Labels::empty();
+            }
+        }
+        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        return Ok(QueryValue::Matrix(series));
+    }
+    Ok(match kind {
+        ValueType::Scalar => {
+            let v = series
+                .first()
+                .and_then(|s| s.points.first())
+                .and_then(|p| p.s.float())
+                .unwrap_or(f64::NAN);
+            QueryValue::Scalar { t: range.start, v }
+        }
+        ValueType::Vector => QueryValue::Vector(
+            series
+                .into_iter()
+                .filter_map(|s| {
+                    let labels = s.labels;
+                    s.points.into_iter().next().map(|p| {
+                        (
+                            labels,
+                            Point {
+                                t: range.start,
+                                s: p.s,
+                            },
+                        )
+                    })
+                })
+                .collect(),
+        ),
+        ValueType::Matrix => {
+            series.sort_by(|a, b| a.labels.cmp(&b.labels));
+            QueryValue::Matrix(series)
+        }
+        ValueType::String => QueryValue::String {
+            t: range.start,
+            v: String::new(),
+        },
+    })
+}
+
+/// Milliseconds of a duration.
+pub(crate) fn millis(d: &Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+pub(crate) fn offset_millis(o: &Option<ast::Offset>) -> i64 {
+    match o {
+        None => 0,
+        Some(ast::Offset::Pos(d)) => millis(d),
+        Some(ast::Offset::Neg(d)) => -millis(d),
+    }
+}
+
+/// The time an `@` modifier fixes, if any.
+pub(crate) fn at_millis(at: &Option<ast::AtModifier>, range: QueryRange) -> Option<i64> {
+    match at {
+        None => None,
+        Some(ast::AtModifier::Start) => Some(range.start),
+        Some(ast::AtModifier::End) => Some(range.end),
+        Some(ast::AtModifier::At(t)) => Some(system_time_millis(t)),
+    }
+}
+
+fn system_time_millis(t: &SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => millis(&d),
+        Err(e) => -millis(&e.duration()),
+    }
+}
+
+/// The matchers a selector stands for: its metric name as `__name__=` unless a matcher
+/// already names it.
+pub(crate) fn selector_matchers(vs: &ast::VectorSelector) -> Result<Vec<Vec<Matcher>>> {
+    let convert = |list: &[promql_parser::label::Matcher]| -> Result<Vec<Matcher>> {
+        let mut out: Vec<Matcher> = list.iter().map(convert_matcher).collect::<Result<_>>()?;
+        if let Some(name) = &vs.name
+            && !out.iter().any(|m| m.name == METRIC_NAME)
+        {
+            out.push(Matcher {
+                name: METRIC_NAME.into(),
+                op: MatchOp::Equal,
+                value: name.clone(),
+            });
+        }
+        Ok(out)
+    };
+    let mut sets = vec![convert(&vs.matchers.matchers)?];
+    for alt in &vs.matchers.or_matchers {
+        sets.push(convert(alt)?);
+    }
+    if vs.matchers.matchers.is_empty() && !vs.matchers.or_matchers.is_empty() {
+        sets.remove(0);
+    }
+    Ok(sets)
+}
+
+fn convert_matcher(m: &promql_parser::label::Matcher) -> Result<Matcher> {
+    use promql_parser::label::MatchOp as P;
+    let op = match &m.op {
+        P::Equal => MatchOp::Equal,
+        P::NotEqual => MatchOp::NotEqual,
+        P::Re(r) => MatchOp::Regex(dotall(r)?),
+        P::NotRe(r) => MatchOp::NotRegex(dotall(r)?),
+    };
+    Ok(Matcher {
+        name: m.name.clone(),
+        op,
+        value: m.value.clone(),
+    })
+}
+
+/// Prometheus's regular expressions let `.` match a newline (they compile with `(?s)`).
+fn dotall(r: &regex::Regex) -> Result<regex::Regex> {
+    regex::Regex::new(&format!("(?s:{})", r.as_str()))
+        .map_err(|e| Error::BadData(format!("invalid regular expression {}: {e}", r.as_str())))
+}
+
+type Wanted = Vec<((usize, usize), Vec<Matcher>, i64, i64)>;
+
+/// Every selector with the samples its evaluation over times `lo..=hi` may read.
+fn collect_selectors(
+    expr: &Expr,
+    lo: i64,
+    hi: i64,
+    range: QueryRange,
+    engine: &Engine,
+    out: &mut Wanted,
+) -> Result<()> {
+    let refs = |offset: &Option<ast::Offset>, at: &Option<ast::AtModifier>| {
+        let off = offset_millis(offset);
+        match at_millis(at, range) {
+            Some(t) => (t - off, t - off),
+            None => (lo.saturating_sub(off), hi.saturating_sub(off)),
+        }
+    };
+    match expr {
+        Expr::VectorSelector(vs) => {
+            let (a, b) = refs(&vs.offset, &vs.at);
+            push_selector(vs, a.saturating_sub(engine.lookback_ms), b, out)?;
+        }
+        Expr::MatrixSelector(ms) => {
+            let (a, b) = refs(&ms.vs.offset, &ms.vs.at);
+            push_selector(&ms.vs, a.saturating_sub(millis(&ms.range)), b, out)?;
+        }
+        Expr::Subquery(sq) => {
+            let (a, b) = refs(&sq.offset, &sq.at);
+            collect_selectors(
+                &sq.expr,
+                a.saturating_sub(millis(&sq.range)),
+                b,
+                range,
+                engine,
+                out,
+            )?;
+        }
+        Expr::Aggregate(a) => {
+            collect_selectors(&a.expr, lo, hi, range, engine, out)?;
+            if let Some(p) = &a.param {
+                collect_selectors(p, lo, hi, range, engine, out)?;
+            }
+        }
+        Expr::Unary(u) => collect_selectors(&u.expr, lo, hi, range, engine, out)?,
+        Expr::Binary(b) => {
+            collect_selectors(&b.lhs, lo, hi, range, engine, out)?;
+            collect_selectors(&b.rhs, lo, hi, range, engine, out)?;
+        }
+        Expr::Paren(p) => collect_selectors(&p.expr, lo, hi, range, engine, out)?,
+        Expr::Call(c) => {
+            for arg in &c.args.args {
+                collect_selectors(arg, lo, hi, range, engine, out)?;
+            }
+        }
+        Expr::NumberLiteral(_) | Expr::StringLiteral(_) | Expr::Extension(_) => {}
+    }
+    Ok(())
+}
+
+fn push_selector(vs: &ast::VectorSelector, mint: i64, maxt: i64, out: &mut Wanted) -> Result<()> {
+    let node = vs as *const ast::VectorSelector as usize;
+    for (i, set) in selector_matchers(vs)?.into_iter().enumerate() {
+        // Alternatives of one selector (`{a="1" or b="2"}`) are fetched apart and merged.
+        out.push(((node, i), set, mint, maxt));
+    }
+    Ok(())
+}
+
+/// The keys under which a selector's alternatives were fetched: the node's address (the
+/// expression is borrowed unchanged from the fetch to the end of the evaluation) and the
+/// alternative's place.
+pub(crate) fn selector_keys(vs: &ast::VectorSelector) -> Result<Vec<(usize, usize)>> {
+    let node = vs as *const ast::VectorSelector as usize;
+    Ok((0..selector_matchers(vs)?.len())
+        .map(|i| (node, i))
+        .collect())
+}

@@ -1,0 +1,214 @@
+//! Values PromQL computes with: samples (a float or a native histogram), series of points,
+//! and the result of a query with Prometheus's JSON form.
+
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+
+use crate::histogram::FloatHistogram;
+use crate::labels::Labels;
+
+/// The NaN Prometheus writes to mark a series stale (remote write sends it as the value).
+pub const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
+
+pub fn stale_nan() -> f64 {
+    f64::from_bits(STALE_NAN_BITS)
+}
+
+pub fn is_stale_nan(f: f64) -> bool {
+    f.to_bits() == STALE_NAN_BITS
+}
+
+/// One value: a float or a native histogram.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sample {
+    Float(f64),
+    Histogram(Arc<FloatHistogram>),
+}
+
+impl Sample {
+    pub fn float(&self) -> Option<f64> {
+        match self {
+            Sample::Float(f) => Some(*f),
+            Sample::Histogram(_) => None,
+        }
+    }
+
+    pub fn histogram(&self) -> Option<&Arc<FloatHistogram>> {
+        match self {
+            Sample::Histogram(h) => Some(h),
+            Sample::Float(_) => None,
+        }
+    }
+
+    /// A stale marker (a float, or a histogram whose sum is the marker).
+    pub fn is_stale(&self) -> bool {
+        match self {
+            Sample::Float(f) => is_stale_nan(*f),
+            Sample::Histogram(h) => is_stale_nan(h.sum),
+        }
+    }
+
+    /// How many samples it counts as against a query's limit (Prometheus counts a histogram
+    /// by its size).
+    pub fn weight(&self) -> usize {
+        match self {
+            Sample::Float(_) => 1,
+            Sample::Histogram(h) => h.weight(),
+        }
+    }
+}
+
+/// A sample at a time (milliseconds since the epoch).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub t: i64,
+    pub s: Sample,
+}
+
+/// A series: its labels and its points in time order.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    pub labels: Labels,
+    pub points: Vec<Point>,
+    /// The metric name is to be dropped when the evaluation ends (Prometheus 3's delayed
+    /// removal: `label_replace` and the like may still read it).
+    pub drop_name: bool,
+}
+
+/// What a query answers, as Prometheus's API names the kinds.
+#[derive(Clone, Debug)]
+pub enum QueryValue {
+    Scalar {
+        t: i64,
+        v: f64,
+    },
+    String {
+        t: i64,
+        v: String,
+    },
+    /// An instant vector: one point per series, at the evaluation time.
+    Vector(Vec<(Labels, Point)>),
+    Matrix(Vec<Series>),
+}
+
+impl QueryValue {
+    pub fn result_type(&self) -> &'static str {
+        match self {
+            QueryValue::Scalar { .. } => "scalar",
+            QueryValue::String { .. } => "string",
+            QueryValue::Vector(_) => "vector",
+            QueryValue::Matrix(_) => "matrix",
+        }
+    }
+
+    /// `data` of a `query`/`query_range` answer, exactly as Prometheus writes it.
+    pub fn to_json(&self) -> Json {
+        let result = match self {
+            QueryValue::Scalar { t, v } => json!([timestamp_json(*t), format_float(*v)]),
+            QueryValue::String { t, v } => json!([timestamp_json(*t), v]),
+            QueryValue::Vector(samples) => Json::Array(
+                samples
+                    .iter()
+                    .map(|(labels, p)| {
+                        let mut o = serde_json::Map::new();
+                        o.insert("metric".into(), labels_json(labels));
+                        match &p.s {
+                            Sample::Float(f) => {
+                                o.insert(
+                                    "value".into(),
+                                    json!([timestamp_json(p.t), format_float(*f)]),
+                                );
+                            }
+                            Sample::Histogram(h) => {
+                                o.insert(
+                                    "histogram".into(),
+                                    json!([timestamp_json(p.t), h.to_json()]),
+                                );
+                            }
+                        }
+                        Json::Object(o)
+                    })
+                    .collect(),
+            ),
+            QueryValue::Matrix(series) => Json::Array(
+                series
+                    .iter()
+                    .map(|s| {
+                        let mut o = serde_json::Map::new();
+                        o.insert("metric".into(), labels_json(&s.labels));
+                        let floats: Vec<Json> = s
+                            .points
+                            .iter()
+                            .filter_map(|p| {
+                                p.s.float()
+                                    .map(|f| json!([timestamp_json(p.t), format_float(f)]))
+                            })
+                            .collect();
+                        let histograms: Vec<Json> = s
+                            .points
+                            .iter()
+                            .filter_map(|p| {
+                                p.s.histogram()
+                                    .map(|h| json!([timestamp_json(p.t), h.to_json()]))
+                            })
+                            .collect();
+                        if !floats.is_empty() {
+                            o.insert("values".into(), Json::Array(floats));
+                        }
+                        if !histograms.is_empty() {
+                            o.insert("histograms".into(), Json::Array(histograms));
+                        }
+                        Json::Object(o)
+                    })
+                    .collect(),
+            ),
+        };
+        json!({ "resultType": self.result_type(), "result": result })
+    }
+}
+
+pub fn labels_json(labels: &Labels) -> Json {
+    Json::Object(
+        labels
+            .iter()
+            .map(|(n, v)| (n.to_string(), Json::String(v.to_string())))
+            .collect(),
+    )
+}
+
+/// A sample value as Prometheus writes it: Go's `strconv.FormatFloat(f, 'f', -1, 64)` — the
+/// shortest decimal that reads back to the same float, never an exponent — and `NaN`, `+Inf`,
+/// `-Inf`. Rust's `Display` for `f64` is that same shortest form without exponent.
+pub fn format_float(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".to_string()
+    } else if f == f64::INFINITY {
+        "+Inf".to_string()
+    } else if f == f64::NEG_INFINITY {
+        "-Inf".to_string()
+    } else {
+        format!("{f}")
+    }
+}
+
+/// A timestamp as Prometheus writes it in results: seconds, with the milliseconds as a
+/// fraction when there are any (`1435781451.781`, `1435781451`).
+pub fn timestamp_json(t: i64) -> Json {
+    let secs = t.div_euclid(1000);
+    let ms = t.rem_euclid(1000);
+    let text = if ms == 0 {
+        format!("{secs}")
+    } else {
+        let frac = format!("{ms:03}");
+        let frac = frac.trim_end_matches('0');
+        if t < 0 && secs < 0 {
+            // -1.5 s is secs -2 and 500 ms: print the value, not the parts.
+            format!("{}", t as f64 / 1000.0)
+        } else {
+            format!("{secs}.{frac}")
+        }
+    };
+    // A JSON number written as text so that no float rounding creeps in.
+    serde_json::from_str(&text).unwrap_or(Json::Null)
+}
