@@ -88,7 +88,8 @@ impl Engine {
         Ok(expr)
     }
 
-    /// Evaluate `query` over `range`, fetching from `storage`.
+    /// Evaluate `query` over `range`, fetching from `storage`: an instant query when the
+    /// range is one instant (a scalar, vector, matrix or string answer).
     pub async fn query(
         &self,
         storage: &dyn Storage,
@@ -97,7 +98,18 @@ impl Engine {
     ) -> Result<Answer> {
         let is_range = range.start != range.end;
         let expr = self.parse(query, is_range)?;
-        self.evaluate(storage, &expr, range).await
+        self.evaluate(storage, &expr, range, is_range).await
+    }
+
+    /// A range query (`query_range`): always a matrix, even over a range of one step.
+    pub async fn range_query(
+        &self,
+        storage: &dyn Storage,
+        query: &str,
+        range: QueryRange,
+    ) -> Result<Answer> {
+        let expr = self.parse(query, true)?;
+        self.evaluate(storage, &expr, range, true).await
     }
 
     /// Evaluate a parsed expression.
@@ -106,6 +118,7 @@ impl Engine {
         storage: &dyn Storage,
         expr: &Expr,
         range: QueryRange,
+        as_range: bool,
     ) -> Result<Answer> {
         if range.step <= 0 {
             return Err(Error::BadData(
@@ -123,7 +136,7 @@ impl Engine {
         let ev = Evaluator::new(self, &fetched, range);
         let value = ev.eval(expr)?;
         let warnings = ev.take_warnings();
-        let value = shape(expr, value, range)?;
+        let value = shape(expr, value, range, as_range)?;
         Ok(Answer { value, warnings })
     }
 }
@@ -139,7 +152,7 @@ fn type_name(kind: ValueType) -> &'static str {
 
 /// The answer in the kind the expression has, with metric names dropped where the
 /// evaluation asked (and a label set that then repeats refused, as Prometheus does).
-fn shape(expr: &Expr, value: Val, range: QueryRange) -> Result<QueryValue> {
+fn shape(expr: &Expr, value: Val, range: QueryRange, as_range: bool) -> Result<QueryValue> {
     let series = match value {
         Val::String(s) => {
             return Ok(QueryValue::String {
@@ -169,7 +182,7 @@ fn shape(expr: &Expr, value: Val, range: QueryRange) -> Result<QueryValue> {
         }
     }
     let kind = expr.value_type();
-    if range.start != range.end {
+    if as_range {
         if kind == ValueType::Scalar {
             for s in &mut series {
                 s.labels = crate::Labels::empty();
@@ -213,6 +226,15 @@ fn shape(expr: &Expr, value: Val, range: QueryRange) -> Result<QueryValue> {
             v: String::new(),
         },
     })
+}
+
+/// A series selector (`match[]` of the metadata endpoints): its matcher sets (one per `or`
+/// alternative).
+pub fn parse_selector(text: &str) -> Result<Vec<Vec<Matcher>>> {
+    match ast::parse(text).map_err(Error::BadData)? {
+        Expr::VectorSelector(vs) => selector_matchers(&vs),
+        _ => Err(Error::BadData(format!("{text:?} is not a series selector"))),
+    }
 }
 
 /// Milliseconds of a duration.

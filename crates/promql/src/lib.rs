@@ -19,7 +19,8 @@ mod quantile;
 pub mod testscript;
 pub mod value;
 
-pub use engine::{Engine, Limits, QueryRange};
+pub use engine::{Answer, Engine, Limits, QueryRange, parse_selector};
+pub use functions::valid_label_name;
 pub use labels::Labels;
 pub use value::{Point, QueryValue, Sample, Series};
 
@@ -37,6 +38,9 @@ pub enum Error {
     /// The storage could not answer (`internal`, or `unavailable` when retrying may help).
     #[error("{0}")]
     Storage(String),
+    /// The caller may not read what the query selects (HTTP 403).
+    #[error("{0}")]
+    Denied(String),
     /// The query's deadline passed (`timeout`).
     #[error("query timed out in {0}")]
     Timeout(&'static str),
@@ -49,6 +53,7 @@ impl Error {
             Error::BadData(_) => "bad_data",
             Error::Execution(_) => "execution",
             Error::Storage(_) => "internal",
+            Error::Denied(_) => "forbidden",
             Error::Timeout(_) => "timeout",
         }
     }

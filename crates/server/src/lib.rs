@@ -46,6 +46,7 @@ pub(crate) mod otlp;
 pub mod otlp_grpc;
 pub mod pg;
 pub mod pipelines;
+pub(crate) mod promql;
 pub(crate) mod registry;
 pub(crate) mod remote_write;
 pub mod rest;
@@ -156,6 +157,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .merge(ingest_router(state.clone()))
         .merge(otlp_router(state.clone()))
+        .merge(promql::router(state.clone()))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             audit::record,
