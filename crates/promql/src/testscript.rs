@@ -351,8 +351,7 @@ fn parse_item(item: &str, out: &mut Vec<SeqValue>) -> std::result::Result<(), St
     let (head, times) = match item.rfind('x') {
         Some(p)
             if item[p + 1..].bytes().all(|b| b.is_ascii_digit())
-                && p + 1 < item.len()
-                && !item.starts_with("0x") =>
+                && p + 1 < item.len() =>
         {
             (
                 &item[..p],
