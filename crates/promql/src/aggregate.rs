@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use promql_parser::parser::{AggregateExpr, Expr, LabelModifier};
 
-use crate::eval::{El, Evaluator, Level, unparen};
+use crate::annotations::Annotation;
+use crate::eval::{El, Evaluator, unparen};
 use crate::functions::{average, kahan_inc, valid_label_name};
 use crate::histogram::FloatHistogram;
 use crate::labels::{Labels, METRIC_NAME};
@@ -98,26 +99,13 @@ pub(crate) fn eval(ev: &Evaluator, a: &AggregateExpr) -> Result<Vec<Series>> {
             }
             let ratio = param.clamp(-1.0, 1.0);
             if ratio != param {
-                ev.note(
-                    Level::Warning,
-                    format!(
-                        "PromQL warning: ratio value should be between -1 and 1, got {}, capping to {}",
-                        format_float(param),
-                        format_float(ratio)
-                    ),
-                );
+                ev.annotate(Annotation::InvalidRatio(param, ratio));
             }
             select_k(ev, &op, ratio_as_k(ratio), &input, &group_of, groups.len())
         }
         _ => {
             if op == "quantile" && (param.is_nan() || !(0.0..=1.0).contains(&param)) {
-                ev.note(
-                    Level::Warning,
-                    format!(
-                        "PromQL warning: quantile value should be between 0 and 1, got {}",
-                        format_float(param)
-                    ),
-                );
+                ev.annotate(Annotation::InvalidQuantile(param));
             }
             let mut out: Vec<Series> = groups
                 .iter()
@@ -130,9 +118,14 @@ pub(crate) fn eval(ev: &Evaluator, a: &AggregateExpr) -> Result<Vec<Series>> {
                 .collect();
             let mut cursors = vec![0usize; input.len()];
             let mut members: Vec<Vec<&Sample>> = vec![Vec::new(); groups.len()];
+            // The members' metric names, for annotations.
+            let mut names: Vec<Vec<&str>> = vec![Vec::new(); groups.len()];
             for ts in ev.steps() {
                 for m in members.iter_mut() {
                     m.clear();
+                }
+                for n in names.iter_mut() {
+                    n.clear();
                 }
                 for (i, s) in input.iter().enumerate() {
                     let c = &mut cursors[i];
@@ -143,13 +136,14 @@ pub(crate) fn eval(ev: &Evaluator, a: &AggregateExpr) -> Result<Vec<Series>> {
                         && p.t == ts
                     {
                         members[group_of[i]].push(&p.s);
+                        names[group_of[i]].push(s.labels.name());
                     }
                 }
                 for (g, m) in members.iter().enumerate() {
                     if m.is_empty() {
                         continue;
                     }
-                    if let Some(sample) = aggregate(ev, &op, param, m)? {
+                    if let Some(sample) = aggregate(ev, &op, param, m, &names[g])? {
                         out[g].points.push(Point { t: ts, s: sample });
                     }
                 }
@@ -161,45 +155,47 @@ pub(crate) fn eval(ev: &Evaluator, a: &AggregateExpr) -> Result<Vec<Series>> {
 }
 
 fn ignored(ev: &Evaluator, op: &str) {
-    ev.note(
-        Level::Info,
-        format!("PromQL info: ignored histogram in {op} aggregation"),
-    );
+    ev.annotate(Annotation::HistogramIgnoredInAggregation(op));
 }
 
 /// One group's aggregate at one step.
-fn aggregate(ev: &Evaluator, op: &str, param: f64, samples: &[&Sample]) -> Result<Option<Sample>> {
+fn aggregate(
+    ev: &Evaluator,
+    op: &str,
+    param: f64,
+    samples: &[&Sample],
+    names: &[&str],
+) -> Result<Option<Sample>> {
     let floats: Vec<f64> = samples.iter().filter_map(|s| s.float()).collect();
-    let hists: Vec<&Arc<FloatHistogram>> = samples.iter().filter_map(|s| s.histogram()).collect();
+    let hists: Vec<(&Arc<FloatHistogram>, &str)> = samples
+        .iter()
+        .zip(names)
+        .filter_map(|(s, n)| s.histogram().map(|h| (h, *n)))
+        .collect();
     let f = |v: f64| Ok(Some(Sample::Float(v)));
     match op {
         "count" => f(samples.len() as f64),
         "group" => f(1.0),
         "sum" | "avg" => {
             if !floats.is_empty() && !hists.is_empty() {
-                ev.note(
-                    Level::Warning,
-                    "PromQL warning: encountered a mix of histograms and floats for aggregation"
-                        .into(),
-                );
+                ev.annotate(Annotation::MixedFloatsHistograms(None));
                 return Ok(None);
             }
             if !hists.is_empty() {
-                let mut acc = (**hists[0]).clone();
-                for h in &hists[1..] {
-                    match acc.add(h) {
-                        Some(s) => acc = s,
-                        None => {
-                            ev.note(
-                                Level::Warning,
-                                "PromQL warning: vector contains a mix of histograms with exponential and custom buckets schemas for metric name \"\"".into(),
-                            );
+                let mut acc = (**hists[0].0).clone();
+                for (i, (h, name)) in hists.iter().enumerate().skip(1) {
+                    let next = if op == "avg" {
+                        acc.add_to_mean(h, i + 1)
+                    } else {
+                        acc.add(h)
+                    };
+                    match next {
+                        Ok(s) => acc = s,
+                        Err(kind) => {
+                            ev.annotate(Annotation::IncompatibleHistograms(kind, name));
                             return Ok(None);
                         }
                     }
-                }
-                if op == "avg" {
-                    acc = acc.scaled(1.0 / hists.len() as f64);
                 }
                 return Ok(Some(Sample::Histogram(Arc::new(acc.compacted()))));
             }

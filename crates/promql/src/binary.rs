@@ -8,7 +8,8 @@ use std::sync::Arc;
 use promql_parser::parser::value::ValueType;
 use promql_parser::parser::{BinaryExpr, LabelModifier, VectorMatchCardinality};
 
-use crate::eval::{El, Evaluator, Level};
+use crate::annotations::Annotation;
+use crate::eval::{El, Evaluator};
 use crate::labels::{Labels, METRIC_NAME};
 use crate::value::{Sample, Series};
 use crate::{Error, Result};
@@ -145,28 +146,27 @@ fn elem_binop(ev: &Evaluator, op: &str, l: &Sample, r: &Sample) -> Result<Option
             true,
         ))),
         (Sample::Histogram(h), Sample::Float(f)) if op == "*" || op == "/" => {
-            let factor = if op == "*" { *f } else { 1.0 / f };
-            let scaled = if op == "/" {
-                h.divided(*f)
+            let h = if op == "*" {
+                h.scaled(*f)
             } else {
-                h.scaled(factor)
+                h.divided(*f)
             };
-            Ok(Some((
-                Sample::Histogram(Arc::new(scaled.compacted())),
-                true,
-            )))
+            Ok(Some((Sample::Histogram(Arc::new(h.compacted())), true)))
         }
-        (Sample::Histogram(a), Sample::Histogram(b)) if matches!(op, "+" | "-" | "==" | "!=") => {
-            Ok(match op {
-                "+" => a
-                    .add(b)
-                    .map(|h| (Sample::Histogram(Arc::new(h.compacted())), true)),
-                "-" => a
-                    .sub(b)
-                    .map(|h| (Sample::Histogram(Arc::new(h.compacted())), true)),
-                "==" => Some((Sample::Histogram(a.clone()), a == b)),
-                _ => Some((Sample::Histogram(a.clone()), a != b)),
-            })
+        (Sample::Histogram(a), Sample::Histogram(b)) if matches!(op, "+" | "-") => {
+            let result = if op == "+" { a.add(b) } else { a.sub(b) };
+            match result {
+                Ok(h) => Ok(Some((Sample::Histogram(Arc::new(h.compacted())), true))),
+                Err(_) => {
+                    ev.annotate(Annotation::IncompatibleBucketLayout(op));
+                    Ok(None)
+                }
+            }
+        }
+        (Sample::Histogram(a), Sample::Histogram(b)) if matches!(op, "==" | "!=") => {
+            // Prometheus compares the operands as they are (both compacted by then).
+            let equal = a.compacted().equals(&b.compacted());
+            Ok(Some((Sample::Histogram(a.clone()), equal == (op == "=="))))
         }
         _ => {
             let kind = |s: &Sample| {
@@ -176,14 +176,7 @@ fn elem_binop(ev: &Evaluator, op: &str, l: &Sample, r: &Sample) -> Result<Option
                     "histogram"
                 }
             };
-            ev.note(
-                Level::Info,
-                format!(
-                    "PromQL info: incompatible sample types encountered for binary operator {op:?}: {} {op} {}",
-                    kind(l),
-                    kind(r)
-                ),
-            );
+            ev.annotate(Annotation::IncompatibleTypes(op, kind(l), kind(r)));
             Ok(None)
         }
     }

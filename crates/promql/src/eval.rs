@@ -119,8 +119,12 @@ impl<'a> Evaluator<'a> {
         notes
     }
 
-    pub fn note(&self, level: Level, text: String) {
-        self.shared.notes.borrow_mut().push((level, text));
+    /// Note a warning or info for the answer.
+    pub fn annotate(&self, a: crate::annotations::Annotation) {
+        self.shared
+            .notes
+            .borrow_mut()
+            .push((a.level(), a.to_string()));
     }
 
     pub fn query(&self) -> QueryRange {

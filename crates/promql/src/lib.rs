@@ -9,6 +9,7 @@
 //! name. Prometheus's own PromQL test files are the judge (`tests/promqltest.rs`).
 
 mod aggregate;
+mod annotations;
 mod binary;
 mod engine;
 mod eval;

@@ -349,19 +349,14 @@ fn parse_item(item: &str, out: &mut Vec<SeqValue>) -> std::result::Result<(), St
     }
     // a, axN, a+bxN, a-bxN
     let (head, times) = match item.rfind('x') {
-        Some(p)
-            if item[p + 1..].bytes().all(|b| b.is_ascii_digit())
-                && p + 1 < item.len() =>
-        {
-            (
-                &item[..p],
-                Some(
-                    item[p + 1..]
-                        .parse::<usize>()
-                        .map_err(|_| format!("bad item {item}"))?,
-                ),
-            )
-        }
+        Some(p) if item[p + 1..].bytes().all(|b| b.is_ascii_digit()) && p + 1 < item.len() => (
+            &item[..p],
+            Some(
+                item[p + 1..]
+                    .parse::<usize>()
+                    .map_err(|_| format!("bad item {item}"))?,
+            ),
+        ),
         _ => (item, None),
     };
     let Some(n) = times else {
@@ -397,7 +392,7 @@ fn parse_item(item: &str, out: &mut Vec<SeqValue>) -> std::result::Result<(), St
 }
 
 fn step_histogram(h: &FloatHistogram, inc: &FloatHistogram, sign: f64) -> FloatHistogram {
-    let mut next = if sign > 0.0 { h.add(inc) } else { h.sub(inc) }.unwrap_or_else(|| h.clone());
+    let mut next = if sign > 0.0 { h.add(inc) } else { h.sub(inc) }.unwrap_or_else(|_| h.clone());
     next.counter_reset_hint = h.counter_reset_hint;
     next.schema = h.schema;
     next
@@ -405,7 +400,7 @@ fn step_histogram(h: &FloatHistogram, inc: &FloatHistogram, sign: f64) -> FloatH
 
 /// `schema:0 sum:5 count:4 z_bucket:1 z_bucket_w:0.001 buckets:[1 2 1] offset:1
 /// n_buckets:[..] n_offset:.. counter_reset_hint:gauge custom_values:[..]`.
-fn parse_histogram(s: &str) -> std::result::Result<FloatHistogram, String> {
+pub(crate) fn parse_histogram(s: &str) -> std::result::Result<FloatHistogram, String> {
     let mut h = FloatHistogram::default();
     let (mut buckets, mut n_buckets) = (Vec::new(), Vec::new());
     let (mut offset, mut n_offset) = (0i32, 0i32);

@@ -9,9 +9,10 @@
 use floe_promql::testscript::{self, Command, MemStorage};
 use floe_promql::{Engine, QueryRange};
 
-/// How many of the 1,320 eval statements of Prometheus 3.3's scripts must pass (95 %: the
-/// issue's goal; docs/promql.md lists the ones that do not).
-const MIN_PASSED: usize = 1254;
+/// How many of the 1,320 eval statements of Prometheus 3.3's scripts must pass: all but
+/// `count_values` with a label name that is not valid UTF-8 (a Rust string cannot hold it;
+/// docs/promql.md lists it).
+const MIN_PASSED: usize = 1319;
 
 #[tokio::test(flavor = "current_thread")]
 async fn prometheus_promql_test_scripts() {

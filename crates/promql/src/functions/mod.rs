@@ -12,7 +12,8 @@ pub(crate) use range::{Window, average, kahan_inc, note_non_counter, over_range}
 use chrono::{Datelike, TimeZone, Timelike, Utc};
 use promql_parser::parser::Expr;
 
-use crate::eval::{El, Evaluator, Level};
+use crate::annotations::Annotation;
+use crate::eval::{El, Evaluator};
 use crate::labels::Labels;
 use crate::quantile::bucket_quantile;
 use crate::value::Sample;
@@ -297,13 +298,7 @@ fn trim_zeros(d: &[u8]) -> &[u8] {
 /// histograms.
 fn histogram_quantile(ev: &Evaluator, q: f64, v: &[El]) -> Vec<El> {
     if q.is_nan() || !(0.0..=1.0).contains(&q) {
-        ev.note(
-            Level::Warning,
-            format!(
-                "PromQL warning: quantile value should be between 0 and 1, got {}",
-                go_g(q)
-            ),
-        );
+        ev.annotate(Annotation::InvalidQuantile(q));
     }
     let mut groups: Vec<(Labels, Vec<(f64, f64)>)> = Vec::new();
     let mut index: std::collections::HashMap<Labels, usize> = std::collections::HashMap::new();
@@ -315,14 +310,7 @@ fn histogram_quantile(ev: &Evaluator, q: f64, v: &[El]) -> Vec<El> {
         };
         let le = el.labels.get("le");
         let Some(upper) = parse_go_float(le) else {
-            ev.note(
-                Level::Warning,
-                format!(
-                    "PromQL warning: bucket label \"le\" is missing or has a malformed value of {:?} for metric name {:?}",
-                    le,
-                    el.labels.name()
-                ),
-            );
+            ev.annotate(Annotation::BadBucketLabel(le, el.labels.name()));
             continue;
         };
         let key = el.labels.without(&["le".to_string()]);
@@ -338,13 +326,7 @@ fn histogram_quantile(ev: &Evaluator, q: f64, v: &[El]) -> Vec<El> {
         if let Some(&i) = index.get(&el.labels)
             && !groups[i].1.is_empty()
         {
-            ev.note(
-                Level::Warning,
-                format!(
-                    "PromQL warning: vector contains a mix of classic and native histograms for metric name {:?}",
-                    el.labels.name()
-                ),
-            );
+            ev.annotate(Annotation::MixedClassicNativeHistograms(el.labels.name()));
             groups[i].1.clear();
             continue;
         }
@@ -361,13 +343,7 @@ fn histogram_quantile(ev: &Evaluator, q: f64, v: &[El]) -> Vec<El> {
         }
         let (value, forced) = bucket_quantile(q, buckets);
         if forced {
-            ev.note(
-                Level::Info,
-                format!(
-                    "PromQL info: input to histogram_quantile needed to be fixed for monotonicity (see https://prometheus.io/docs/prometheus/latest/querying/functions/#histogram_quantile) for metric name {:?}",
-                    labels.name()
-                ),
-            );
+            ev.annotate(Annotation::ForcedMonotonicity(labels.name()));
         }
         out.push(El {
             labels,
@@ -403,9 +379,4 @@ pub(crate) fn parse_go_float(s: &str) -> Option<f64> {
         return None;
     }
     s.replace('_', "").parse().ok()
-}
-
-/// Go's `%g` for a float in a message.
-pub(crate) fn go_g(f: f64) -> String {
-    crate::value::format_float(f)
 }

@@ -4,7 +4,9 @@
 
 use promql_parser::parser::Expr;
 
-use crate::eval::{Evaluator, Level};
+use crate::annotations::Annotation;
+use crate::eval::Evaluator;
+use crate::histogram::{CounterResetHint, FloatHistogram};
 use crate::labels::Labels;
 use crate::quantile::quantile;
 use crate::value::{Point, Sample};
@@ -49,13 +51,7 @@ fn has_histograms(points: &[Point]) -> bool {
 
 fn note_mixed_range(ev: &Evaluator, w: &Window, points: &[Point]) {
     if has_histograms(points) {
-        ev.note(
-            Level::Info,
-            format!(
-                "PromQL info: ignored histograms in a range containing both floats and histograms for metric name {:?}",
-                w.labels.name()
-            ),
-        );
+        ev.annotate(Annotation::HistogramIgnoredInMixedRange(w.labels.name()));
     }
 }
 
@@ -72,21 +68,18 @@ pub(crate) fn over_range(
         "rate" => extrapolated_rate(ev, points, w, true, true),
         "increase" => extrapolated_rate(ev, points, w, true, false),
         "delta" => extrapolated_rate(ev, points, w, false, false),
-        "irate" => instant_value(points, true),
-        "idelta" => instant_value(points, false),
+        "irate" => instant_value(ev, points, w, true),
+        "idelta" => instant_value(ev, points, w, false),
         "count_over_time" => f(points.len() as f64),
         "present_over_time" | "absent_over_time" => f(1.0),
         "last_over_time" => Ok(points.last().map(|p| p.s.clone())),
         "sum_over_time" | "avg_over_time" => {
             if !fl.is_empty() && has_histograms(points) {
-                ev.note(
-                    Level::Warning,
-                    format!("PromQL warning: encountered a mix of histograms and floats for metric name {:?}", w.labels.name()),
-                );
+                ev.annotate(Annotation::MixedFloatsHistograms(Some(w.labels.name())));
                 return Ok(None);
             }
             if fl.is_empty() {
-                return histogram_over_time(name, points);
+                return histogram_over_time(ev, w, name, points);
             }
             if name == "sum_over_time" {
                 let (mut sum, mut c) = (0.0, 0.0);
@@ -130,12 +123,7 @@ pub(crate) fn over_range(
                 _ => {
                     let q = w.args[0];
                     if q.is_nan() || !(0.0..=1.0).contains(&q) {
-                        ev.note(
-                            Level::Warning,
-                            format!(
-                                "PromQL warning: quantile value should be between 0 and 1, got {q}"
-                            ),
-                        );
+                        ev.annotate(Annotation::InvalidQuantile(q));
                     }
                     f(quantile(q, fl.iter().map(|p| p.1).collect()))
                 }
@@ -313,18 +301,17 @@ fn extrapolated_rate(
     let fl = floats(points);
     let hist_count = points.len() - fl.len();
     if hist_count > 0 && !fl.is_empty() {
-        ev.note(
-            Level::Warning,
-            format!(
-                "PromQL warning: encountered a mix of histograms and floats for metric name {:?}",
-                w.labels.name()
-            ),
-        );
+        ev.annotate(Annotation::MixedFloatsHistograms(Some(w.labels.name())));
         return Ok(None);
     }
     let (first_t, last_t, n_minus_one, mut result_f, mut result_h);
     if hist_count > 1 {
-        let Some(h) = crate::histogram::rate(ev, points, counter, w.labels.name()) else {
+        let hs: Vec<&FloatHistogram> = points
+            .iter()
+            .filter_map(|p| p.s.histogram().map(|h| &**h))
+            .collect();
+        let h = crate::histogram::rate(ev, &hs, counter, w.labels.name());
+        let Some(h) = h else {
             return Ok(None);
         };
         first_t = points[0].t;
@@ -383,8 +370,14 @@ fn extrapolated_rate(
     }))
 }
 
-/// `irate` and `idelta`: from the window's last two samples.
-fn instant_value(points: &[Point], rate: bool) -> Result<Option<Sample>> {
+/// `irate` and `idelta`: from the window's last two samples. Of histograms, `irate` of a
+/// gauge and `idelta` of a counter are answered with a warning.
+fn instant_value(
+    ev: &Evaluator,
+    points: &[Point],
+    w: &Window,
+    rate: bool,
+) -> Result<Option<Sample>> {
     if points.len() < 2 {
         return Ok(None);
     }
@@ -393,6 +386,7 @@ fn instant_value(points: &[Point], rate: bool) -> Result<Option<Sample>> {
     if interval == 0 {
         return Ok(None);
     }
+    let name = w.labels.name();
     match (&a.s, &b.s) {
         (Sample::Float(x), Sample::Float(y)) => {
             let mut v = if rate && y < x { *y } else { y - x };
@@ -402,41 +396,69 @@ fn instant_value(points: &[Point], rate: bool) -> Result<Option<Sample>> {
             Ok(Some(Sample::Float(v)))
         }
         (Sample::Histogram(x), Sample::Histogram(y)) => {
+            let gauge = |h: &FloatHistogram| h.counter_reset_hint == CounterResetHint::Gauge;
+            if rate && (gauge(x) || gauge(y)) {
+                ev.annotate(Annotation::NotCounter(name));
+            }
+            if !rate && (!gauge(x) || !gauge(y)) {
+                ev.annotate(Annotation::NotGauge(name));
+            }
             let mut h = if rate && y.detect_reset(x) {
                 (**y).clone()
             } else {
-                y.sub(x).unwrap_or_else(|| (**y).clone())
+                match y.sub(x) {
+                    Ok(h) => h,
+                    Err(kind) => {
+                        ev.annotate(Annotation::IncompatibleHistograms(kind, name));
+                        return Ok(None);
+                    }
+                }
             };
-            h.counter_reset_hint = crate::histogram::CounterResetHint::Gauge;
+            h.counter_reset_hint = CounterResetHint::Gauge;
             if rate {
-                h = h.scaled(1000.0 / interval as f64);
+                h = h.divided(interval as f64 / 1000.0);
             }
             Ok(Some(Sample::Histogram(std::sync::Arc::new(h.compacted()))))
         }
-        _ => Ok(None),
+        _ => {
+            ev.annotate(Annotation::MixedFloatsHistograms(Some(name)));
+            Ok(None)
+        }
     }
 }
 
-fn histogram_over_time(name: &str, points: &[Point]) -> Result<Option<Sample>> {
-    let hs: Vec<&crate::histogram::FloatHistogram> = points
+/// `sum_over_time` and `avg_over_time` of histograms (the mean kept incrementally, as
+/// Prometheus does, so that it does not overflow where the sum would).
+fn histogram_over_time(
+    ev: &Evaluator,
+    w: &Window,
+    name: &str,
+    points: &[Point],
+) -> Result<Option<Sample>> {
+    let hs: Vec<&FloatHistogram> = points
         .iter()
         .filter_map(|p| p.s.histogram().map(|h| &**h))
         .collect();
     if hs.is_empty() {
         return Ok(None);
     }
-    let mut sum = hs[0].clone();
-    for h in &hs[1..] {
-        match sum.add(h) {
-            Some(s) => sum = s,
-            None => return Ok(None),
+    let mut acc = hs[0].clone();
+    for (i, h) in hs.iter().enumerate().skip(1) {
+        let next = if name == "avg_over_time" {
+            acc.add_to_mean(h, i + 1)
+        } else {
+            acc.add(h)
+        };
+        match next {
+            Ok(h) => acc = h,
+            Err(kind) => {
+                ev.annotate(Annotation::IncompatibleHistograms(kind, w.labels.name()));
+                return Ok(None);
+            }
         }
     }
-    if name == "avg_over_time" {
-        sum = sum.scaled(1.0 / hs.len() as f64);
-    }
     Ok(Some(Sample::Histogram(std::sync::Arc::new(
-        sum.compacted(),
+        acc.compacted(),
     ))))
 }
 
@@ -449,9 +471,6 @@ pub(crate) fn note_non_counter(ev: &Evaluator, labels: &Labels, produced: bool, 
             .iter()
             .any(|s| name.ends_with(s))
     {
-        ev.note(
-            Level::Info,
-            format!("PromQL info: metric might not be a counter, name does not end in _total/_sum/_count/_bucket: {name:?}"),
-        );
+        ev.annotate(Annotation::PossibleNonCounter(name));
     }
 }
