@@ -279,7 +279,9 @@ def test_grafana_calls_answered_as_prometheus_does(floe, reference):
             assert g["data"] == w["data"], (path, g["data"], w["data"])
     # Metadata: every metric Prometheus describes is described, counters as counters.
     w = ask(prom, "/api/v1/metadata", {}).json()["data"]
-    g = wait_until("metadata sent", lambda: (d := ask(api, "/api/v1/metadata", {}, auth).json()["data"]) and "node_cpu_seconds_total" in d and d, 90)
+    # Remote write 1.0 sends metadata once a minute, apart from the samples.
+    g = wait_until("metadata sent",
+                   lambda: (d := ask(api, "/api/v1/metadata", {}, auth).json()["data"]) and d.get("node_load1", [{}])[0].get("help") and d, 90)
     assert g["node_cpu_seconds_total"][0]["type"] == "counter", g["node_cpu_seconds_total"]
     assert g["node_load1"][0]["type"] == "gauge"
     assert g["node_load1"][0]["help"] == w["node_load1"][0]["help"]

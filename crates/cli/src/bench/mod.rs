@@ -12,6 +12,7 @@ mod kafka;
 mod migrate;
 mod otlp;
 mod process;
+mod promql;
 mod rollup;
 mod suite;
 mod tenants;
@@ -49,6 +50,9 @@ pub enum BenchCommand {
     /// OpenTelemetry logs over OTLP/HTTP into a running server: records/s per core, bytes on
     /// disk per record, acknowledgement to queryable, queries beside DuckDB.
     Otlp(otlp::OtlpBenchArgs),
+    /// PromQL `query_range` latency against Prometheus holding the same remote-written
+    /// samples: a query set and a 20-panel dashboard, answers compared.
+    Promql(promql::PromqlBenchArgs),
     /// Noisy-neighbour isolation: tenant B's ingest and query latency alone and beside
     /// tenant A sending at ten times its limit.
     Tenants(tenants::TenantsBenchArgs),
@@ -77,6 +81,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Compaction(args) => compaction::run(args).await,
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
+        BenchCommand::Promql(args) => promql::run(args).await,
         BenchCommand::Tenants(args) => tenants::run(args).await,
         BenchCommand::Rollup(args) => rollup::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,

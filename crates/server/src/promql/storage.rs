@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -26,6 +27,10 @@ use futures::TryStreamExt;
 
 /// The service of rows whose sender named none (not a `job`).
 const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// How long a selector waits for a place among its principal's statements (Prometheus's
+/// default query timeout).
+const QUEUE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// OTLP's `FLAG_NO_RECORDED_VALUE`: the row is a staleness marker.
 const NO_RECORDED_VALUE: i64 = 1;
@@ -112,10 +117,24 @@ impl SqlStorage {
             namespace: Some("otel".into()),
             ..Default::default()
         };
-        let result = match self.sql.query(&self.caller, &sql, &options).await {
-            Ok(r) => r,
-            Err(e) if no_table(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(promql_error(e)),
+        // A dashboard asks for many panels at once, more than a principal's statements may
+        // run at once: a selector waits for a place, as Prometheus queues the queries beyond
+        // its concurrency, until the query's deadline.
+        let deadline = tokio::time::Instant::now() + QUEUE_DEADLINE;
+        let mut pause = Duration::from_millis(5);
+        let result = loop {
+            match self.sql.query(&self.caller, &sql, &options).await {
+                Ok(r) => break r,
+                Err(e) if no_table(&e) => return Ok(Vec::new()),
+                Err(e)
+                    if e.kind == SqlErrorKind::TooManyStatements
+                        && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Err(promql_error(e)),
+            }
         };
         result
             .stream
@@ -196,6 +215,16 @@ impl SqlStorage {
         }
         out.sort();
         out.dedup();
+        // Rows written before a family's metadata came have no help or unit: such an entry
+        // is left out where the metric has a described one.
+        let described: std::collections::HashSet<String> = out
+            .iter()
+            .filter(|(_, _, help, unit)| !help.is_empty() || !unit.is_empty())
+            .map(|(n, ..)| n.clone())
+            .collect();
+        out.retain(|(name, _, help, unit)| {
+            !help.is_empty() || !unit.is_empty() || !described.contains(name)
+        });
         Ok(out)
     }
 }

@@ -237,6 +237,38 @@ pub(crate) fn series<'a>(
         .collect()
 }
 
+/// A remote write 1.0 body of float samples, as Prometheus sends one: a `WriteRequest`,
+/// snappy-compressed (block format). For what stands in for a sender — benchmarks that load
+/// Floe and a Prometheus with the same samples.
+pub fn encode_samples<'a>(
+    series: impl IntoIterator<Item = (&'a [(String, String)], &'a [(i64, f64)])>,
+) -> Vec<u8> {
+    use prost::Message;
+    let request = WriteRequest {
+        timeseries: series
+            .into_iter()
+            .map(|(labels, samples)| TimeSeries {
+                labels: labels
+                    .iter()
+                    .map(|(name, value)| Label {
+                        name: name.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+                samples: samples
+                    .iter()
+                    .map(|&(timestamp, value)| Sample { value, timestamp })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        metadata: Vec::new(),
+    };
+    snap::raw::Encoder::new()
+        .compress_vec(&request.encode_to_vec())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{COUNTER, HISTOGRAM, Version, receive};
