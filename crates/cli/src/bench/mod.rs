@@ -9,6 +9,7 @@ mod fuzz;
 mod history;
 mod ingest;
 mod kafka;
+mod logsearch;
 mod migrate;
 mod otlp;
 mod process;
@@ -49,6 +50,9 @@ pub enum BenchCommand {
     /// OpenTelemetry logs over OTLP/HTTP into a running server: records/s per core, bytes on
     /// disk per record, acknowledgement to queryable, queries beside DuckDB.
     Otlp(otlp::OtlpBenchArgs),
+    /// Log search over a log table: needle and term searches with and without the token
+    /// index, beside DuckDB on the same files; time and bytes read per query.
+    Logsearch(logsearch::LogsearchBenchArgs),
     /// Noisy-neighbour isolation: tenant B's ingest and query latency alone and beside
     /// tenant A sending at ten times its limit.
     Tenants(tenants::TenantsBenchArgs),
@@ -77,6 +81,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Compaction(args) => compaction::run(args).await,
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
+        BenchCommand::Logsearch(args) => logsearch::run(args).await,
         BenchCommand::Tenants(args) => tenants::run(args).await,
         BenchCommand::Rollup(args) => rollup::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,
