@@ -330,7 +330,12 @@ pub async fn run(args: LogsearchBenchArgs) -> anyhow::Result<()> {
         let with_rows = rows(&engine, floe_sql).await?;
         let after = floe_sql::token_index::stats();
         let index_read = after.index_bytes_read - before.index_bytes_read;
-        let pruned = after.files_pruned - before.files_pruned;
+        // A statement may plan its scan more than once: the share of files skipped.
+        let (pruned, kept) = (
+            after.files_pruned - before.files_pruned,
+            after.files_kept - before.files_kept,
+        );
+        let skipped = (paths.len() as u64 * pruned).div_ceil((pruned + kept).max(1));
         let with_bytes = bytes_read(&engine, floe_sql).await?;
         let without_rows = rows(&without, floe_sql).await?;
         let without_bytes = bytes_read(&without, floe_sql).await?;
@@ -356,7 +361,7 @@ pub async fn run(args: LogsearchBenchArgs) -> anyhow::Result<()> {
             d / w
         );
         println!(
-            "      bytes read: with index {:.2} MiB ({:.2} MiB Parquet + {:.2} MiB of indexes; {pruned} of {} files skipped), without {:.2} MiB ({:.0}× more)",
+            "      bytes read: with index {:.2} MiB ({:.2} MiB Parquet + {:.2} MiB of indexes; {skipped} of {} files skipped), without {:.2} MiB ({:.0}× more)",
             (with_bytes + index_read) as f64 / 1048576.0,
             with_bytes as f64 / 1048576.0,
             index_read as f64 / 1048576.0,
