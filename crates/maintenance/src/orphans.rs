@@ -10,16 +10,22 @@ pub struct ListedFile {
 }
 
 /// Listed files that nothing references and that are older than `min_age_ms` (default 3 days:
-/// a writer may be about to commit anything younger).
+/// a writer may be about to commit anything younger). A data file's token index
+/// ([`floe_sql::token_index`], named after it) is referenced while its data file is.
 pub fn plan_orphans<'a>(
     listed: &'a [ListedFile],
     referenced: &HashSet<String>,
     now_ms: i64,
     min_age_ms: i64,
 ) -> Vec<&'a str> {
+    let is_referenced = |path: &str| {
+        referenced.contains(path)
+            || floe_sql::token_index::data_file_of(path)
+                .is_some_and(|data| referenced.contains(data))
+    };
     listed
         .iter()
-        .filter(|f| now_ms - f.modified_ms >= min_age_ms && !referenced.contains(&f.path))
+        .filter(|f| now_ms - f.modified_ms >= min_age_ms && !is_referenced(&f.path))
         .map(|f| f.path.as_str())
         .collect()
 }
@@ -53,6 +59,29 @@ mod tests {
         assert_eq!(
             plan_orphans(&listed, &referenced, 10_000, 1_000),
             vec!["old-orphan"]
+        );
+    }
+
+    #[test]
+    fn a_token_index_lives_as_long_as_its_data_file() {
+        let index = floe_sql::token_index::index_location;
+        let old = |path: String| ListedFile {
+            path,
+            modified_ms: 0,
+        };
+        let listed = vec![
+            old("t/data/live.parquet".into()),
+            old(index("t/data/live.parquet")),
+            old(index("t/data/dead.parquet")),
+            old(index("t/data/other.avro.tokens")),
+        ];
+        let referenced = HashSet::from(["t/data/live.parquet".to_string()]);
+        assert_eq!(
+            plan_orphans(&listed, &referenced, 10_000, 1_000),
+            vec![
+                index("t/data/dead.parquet").as_str(),
+                index("t/data/other.avro.tokens").as_str()
+            ]
         );
     }
 

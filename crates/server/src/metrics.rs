@@ -152,6 +152,23 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
          # TYPE floe_sql_delete_files_read_total counter\nfloe_sql_delete_files_read_total {}\n",
         floe_sql::scan::delete_files_read()
     ));
+    let index = floe_sql::token_index::stats();
+    text.push_str(&format!(
+        "# HELP floe_sql_files_pruned_total Data files SQL scans skipped, by what proved no row \
+         could match\n# TYPE floe_sql_files_pruned_total counter\n\
+         floe_sql_files_pruned_total{{by=\"token-index\"}} {}\n\
+         # HELP floe_sql_token_index_reads_total Token index files read from storage, by outcome\n\
+         # TYPE floe_sql_token_index_reads_total counter\n\
+         floe_sql_token_index_reads_total{{outcome=\"usable\"}} {}\n\
+         floe_sql_token_index_reads_total{{outcome=\"unusable\"}} {}\n\
+         # HELP floe_sql_token_index_read_bytes_total Bytes of token index files read from storage\n\
+         # TYPE floe_sql_token_index_read_bytes_total counter\n\
+         floe_sql_token_index_read_bytes_total {}\n",
+        index.files_pruned,
+        index.indexes_read.saturating_sub(index.indexes_unusable),
+        index.indexes_unusable,
+        index.index_bytes_read,
+    ));
     let cluster = floe_sql::distributed::stats();
     let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     for (name, help, value) in [

@@ -16,6 +16,9 @@
 //!   after DataFusion's; the physical ones inside DataFusion's list, before its
 //!   `SanityCheckPlan`, so their output is checked too. Which run is configuration
 //!   ([`Rewrites`], read once).
+//! - [`token_index`] — per data file, which tokens its text columns hold (a Puffin file
+//!   beside it), built as files are written and used by scans to skip files a search cannot
+//!   match; `matches(text, query)`.
 //! - [`write`] — `INSERT INTO` as a sink, commits through the catalog service, schema
 //!   evolution, `CREATE TABLE`'s partitioning.
 //!
@@ -32,15 +35,17 @@ mod optimizer;
 pub mod scan;
 pub mod sketches;
 mod sliding_min;
+pub mod token_index;
 pub mod write;
 
 /// Every function Floe adds to DataFusion's, or puts in place of one of DataFusion's, in
-/// `state`: the sketches and the `min` whose sliding window forgets. Each session that plans
+/// `state`: the sketches, `matches` and the `min` whose sliding window forgets. Each session that plans
 /// or decodes a plan (coordinator, worker, the plan codec's round trip) registers them here.
 pub(crate) fn register_functions(
     state: &mut datafusion::execution::session_state::SessionState,
 ) -> datafusion::common::Result<()> {
     sketches::register(state)?;
+    datafusion::execution::FunctionRegistry::register_udf(state, token_index::matches_udf())?;
     sliding_min::register(state)
 }
 

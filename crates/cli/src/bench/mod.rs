@@ -9,6 +9,7 @@ mod fuzz;
 mod history;
 mod ingest;
 mod kafka;
+mod logsearch;
 mod migrate;
 mod otlp;
 mod process;
@@ -53,6 +54,9 @@ pub enum BenchCommand {
     /// PromQL `query_range` latency against Prometheus holding the same remote-written
     /// samples: a query set and a 20-panel dashboard, answers compared.
     Promql(promql::PromqlBenchArgs),
+    /// Log search over a log table: needle and term searches with and without the token
+    /// index, beside DuckDB on the same files; time and bytes read per query.
+    Logsearch(logsearch::LogsearchBenchArgs),
     /// Noisy-neighbour isolation: tenant B's ingest and query latency alone and beside
     /// tenant A sending at ten times its limit.
     Tenants(tenants::TenantsBenchArgs),
@@ -82,6 +86,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
         BenchCommand::Promql(args) => promql::run(args).await,
+        BenchCommand::Logsearch(args) => logsearch::run(args).await,
         BenchCommand::Tenants(args) => tenants::run(args).await,
         BenchCommand::Rollup(args) => rollup::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,

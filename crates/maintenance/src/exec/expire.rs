@@ -1,5 +1,6 @@
 //! Snapshot expiry: remove snapshots per the table's retention, then every file only they
-//! reached, then the metadata files that fell out of the metadata log.
+//! reached (and the token indexes of the data files among them), then the metadata files
+//! that fell out of the metadata log.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -30,6 +31,8 @@ pub struct ExpireReport {
     pub retained_snapshots: Vec<i64>,
     pub expired_snapshots: Vec<i64>,
     pub expired_refs: Vec<String>,
+    /// Files only expired snapshots reached, with the token indexes of the data files among
+    /// them.
     pub freed_files: BTreeSet<String>,
     /// Metadata files no longer in the metadata log.
     pub old_metadata_files: Vec<String>,
@@ -180,7 +183,7 @@ pub async fn expire_snapshots(
     );
     let file_io = target.table.file_io();
     // gc.enabled=false: snapshots expire, their files stay (they may belong to others).
-    let freed: BTreeSet<String> = if super::gc_enabled(metadata) {
+    let mut freed: BTreeSet<String> = if super::gc_enabled(metadata) {
         expiry::freed_files(&plan, &files_of)
             .into_iter()
             .map(str::to_string)
@@ -188,6 +191,8 @@ pub async fn expire_snapshots(
     } else {
         BTreeSet::new()
     };
+    let indexes = token_indexes(&target.files()?, &freed).await;
+    freed.extend(indexes);
     let old_metadata = fallen_out_metadata(&target, options).await?;
 
     let mut deleted = 0usize;
@@ -242,6 +247,34 @@ pub async fn expire_snapshots(
         deleted_files: deleted,
         failed_deletes: failed,
     })
+}
+
+/// The token indexes ([`floe_sql::token_index`]) of the Parquet data files among `freed`
+/// that have one: they go with their data files. Only Floe's files have one, found by name.
+async fn token_indexes(
+    storage: &floe_storage::WarehouseStorage,
+    freed: &BTreeSet<String>,
+) -> Vec<String> {
+    let candidates: Vec<String> = freed
+        .iter()
+        .filter(|f| f.ends_with(".parquet"))
+        .map(|data| floe_sql::token_index::index_location(data))
+        .collect();
+    let mut found = Vec::new();
+    for chunk in candidates.chunks(16) {
+        let sizes = futures::future::join_all(chunk.iter().cloned().map(|index| {
+            let storage = storage.clone();
+            async move { (storage.size(&index).await, index) }
+        }))
+        .await;
+        found.extend(
+            sizes
+                .into_iter()
+                .filter(|(size, _)| matches!(size, Ok(Some(_))))
+                .map(|(_, index)| index),
+        );
+    }
+    found
 }
 
 /// Metadata files of the table older than every file its metadata log still lists (and

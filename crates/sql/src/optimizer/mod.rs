@@ -99,6 +99,9 @@ pub struct Rewrites {
     /// `FLOE_SQL_WRITTEN_ORDER`: scans declare the order their files were written in
     /// ([`crate::scan::provider`]).
     pub written_order: bool,
+    /// `FLOE_SQL_TOKEN_INDEX`: scans skip data files whose token index proves that no row
+    /// can pass the filters ([`crate::token_index`]).
+    pub token_index: bool,
     /// [`broken_on_purpose`]: a wrong rewrite, for showing that the differential checks
     /// catch one (`floe bench … --break-a-rewrite` only; never on otherwise).
     #[doc(hidden)]
@@ -122,6 +125,7 @@ impl Default for Rewrites {
             few_groups: true,
             compact_views: true,
             written_order: true,
+            token_index: true,
             broken_on_purpose: false,
         }
     }
@@ -165,6 +169,7 @@ impl Rewrites {
             few_groups: false,
             compact_views: false,
             written_order: false,
+            token_index: false,
             broken_on_purpose: false,
         }
     }
@@ -187,6 +192,7 @@ impl Rewrites {
             few_groups: on("FLOE_SQL_FEW_GROUPS"),
             compact_views: on("FLOE_SQL_COMPACT_VIEWS"),
             written_order: on("FLOE_SQL_WRITTEN_ORDER"),
+            token_index: on("FLOE_SQL_TOKEN_INDEX"),
             broken_on_purpose: false,
         }
     }

@@ -542,6 +542,16 @@ impl TableProvider for IcebergTableProvider {
         if let Some(only) = &self.only_files {
             tasks.retain(|t| only.contains_key(&t.data_file_path));
             tasks.sort_by_key(|t| (only[&t.data_file_path], t.start));
+        } else if state
+            .config()
+            .get_extension::<crate::optimizer::Rewrites>()
+            .is_none_or(|rewrites| rewrites.token_index)
+        {
+            let files = TableFiles {
+                store: state.runtime_env().object_store(&self.access.store_url)?,
+                reach: self.files.reach().clone(),
+            };
+            tasks = crate::token_index::prune(self.metadata(), &files, filters, tasks).await;
         }
         // Position deletes and deletion vectors become row selections in the native scan;
         // files with equality deletes go through the same scan, grouped by the equality delete

@@ -21,6 +21,8 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
+
+use crate::token_index::IndexedWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
 };
@@ -293,18 +295,27 @@ fn write_layout(table: &Table) -> Result<(SchemaRef, Option<RecordBatchPartition
     Ok((file_schema, splitter))
 }
 
-/// Builds Parquet data file writers for `table`, rolling over at `target_file_size`.
+/// Builds Parquet data file writers for `table`, rolling over at `target_file_size`, each
+/// file with its token index when the table asks for one ([`crate::token_index`]).
 fn data_file_writers(
     table: &Table,
     target_file_size: Option<usize>,
 ) -> Result<
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>,
+    DataFileWriterBuilder<
+        IndexedWriterBuilder<ParquetWriterBuilder>,
+        DefaultLocationGenerator,
+        DefaultFileNameGenerator,
+    >,
 > {
     let metadata = table.metadata();
     Ok(DataFileWriterBuilder::new(RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(
-            writer_properties(metadata),
-            metadata.current_schema().clone(),
+        IndexedWriterBuilder::new(
+            ParquetWriterBuilder::new(
+                writer_properties(metadata),
+                metadata.current_schema().clone(),
+            ),
+            metadata,
+            table.file_io().clone(),
         ),
         target_file_size.unwrap_or(
             iceberg::spec::TableProperties::PROPERTY_WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,

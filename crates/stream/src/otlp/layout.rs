@@ -224,7 +224,15 @@ fn by_day_and_service(schema: Arc<Schema>, time: &str, ids: &[&str]) -> Layout {
 /// The layout of the table `name` of [`NAMESPACE`].
 pub fn layout(name: &str) -> Layout {
     match name {
-        LOGS => by_day_and_service(logs_schema(), "time", &["trace_id", "span_id"]),
+        LOGS => {
+            let mut layout = by_day_and_service(logs_schema(), "time", &["trace_id", "span_id"]);
+            // Log search by word or id reads only the files whose token index may hold it.
+            layout.properties.insert(
+                floe_sql::token_index::COLUMNS_PROPERTY.to_string(),
+                "body".to_string(),
+            );
+            layout
+        }
         SPANS => by_day_and_service(spans_schema(), "time", &["trace_id", "span_id"]),
         METRICS => by_day_and_service(metrics_schema(), "time", &["metric_name"]),
         // EXEMPLARS: the names are this module's constants.
