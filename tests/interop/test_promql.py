@@ -305,6 +305,15 @@ def test_prometheus_errors_and_guards(floe):
     # An execution error in Prometheus's form and status.
     r = ask(api, "/api/v1/query", {"query": 'label_replace(vector(1), "a-b", "x", "", "")'}, auth)
     assert r.status_code == 422 and r.json()["errorType"] == "execution", r.text
+    # What a query can make the evaluator do is bounded: a subquery of a millisecond step
+    # over ten years is refused by the sample limit before its steps are made, and the
+    # server answers the next query.
+    began = time.time()
+    r = ask(api, "/api/v1/query", {"query": "max_over_time(vector(1)[3650d:1ms])"}, auth)
+    assert r.status_code == 422 and "too many samples" in r.json()["error"], r.text
+    assert time.time() - began < 30
+    r = ask(api, "/api/v1/query", {"query": "sum(rate(nothing[5m:1ms]))"}, auth)
+    assert r.status_code in (200, 422, 503), r.text
     # No data yet: an empty answer, not an error.
     r = ask(api, "/api/v1/query", {"query": "up"}, auth)
     assert r.json() == {"status": "success", "data": {"resultType": "vector", "result": []}}, r.text
@@ -378,6 +387,15 @@ def test_otlp_metrics_are_series_too(floe):
     assert float(one("histogram_quantile(0.5, size)")[0]["value"][1]) == pytest.approx(2 ** 1.5, rel=1e-6)
     histogram = one("size")[0]
     assert histogram["histogram"][1]["count"] == "24", histogram
+    # The tenant's sample limit: a query loading more is refused in Prometheus's words,
+    # naming the limit (counted as the rows arrive, before they are all held).
+    limits = floe.api("PUT", f"/api/v1/tenants/{floe.warehouse}/limits", json={"max-query-samples": 5})
+    assert limits.status_code in (200, 204), limits.text
+    r = ask(api, "/api/v1/query", {"query": "count_over_time(queue_depth[5m])", "time": at}, auth)
+    assert r.status_code == 422 and "max-query-samples: 5" in r.json()["error"], r.text
+    assert r.json()["error"].startswith("query processing would load too many samples"), r.text
+    assert floe.api("PUT", f"/api/v1/tenants/{floe.warehouse}/limits", json={}).status_code in (200, 204)
+    assert one("count_over_time(queue_depth[5m])")[0]["value"][1] == "7"
     # A principal that sees the tenant (it may create namespaces in it) but may not read the
     # table: refused, in Prometheus's error form, by every endpoint that reads series.
     on_warehouse = {"type": "warehouse", "warehouse": floe.warehouse}

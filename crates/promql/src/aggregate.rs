@@ -121,6 +121,7 @@ pub(crate) fn eval(ev: &Evaluator, a: &AggregateExpr) -> Result<Vec<Series>> {
             // The members' metric names, for annotations.
             let mut names: Vec<Vec<&str>> = vec![Vec::new(); groups.len()];
             for ts in ev.steps() {
+                ev.check_time()?;
                 for m in members.iter_mut() {
                     m.clear();
                 }
@@ -268,6 +269,7 @@ fn select_k(
     let mut index: HashMap<Labels, usize> = HashMap::new();
     let instant = ev.start == ev.end;
     for ts in ev.steps() {
+        ev.check_time()?;
         let mut members: Vec<Vec<(usize, &Sample)>> = vec![Vec::new(); groups];
         for (i, s) in input.iter().enumerate() {
             let c = &mut cursors[i];

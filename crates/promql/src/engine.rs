@@ -35,12 +35,17 @@ impl QueryRange {
 pub struct Limits {
     /// Samples a query may load (Prometheus's `--query.max-samples`, 50 million by default).
     pub max_samples: usize,
+    /// How long an evaluation may run (Prometheus's `--query.timeout`, 2 minutes): what a
+    /// query can make the evaluator do — a subquery of a fine step over a long range —
+    /// is bounded by it, checked at every step.
+    pub timeout: std::time::Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_samples: 50_000_000,
+            timeout: std::time::Duration::from_secs(120),
         }
     }
 }
@@ -127,19 +132,55 @@ impl Engine {
         }
         let mut wanted = Vec::new();
         collect_selectors(expr, range.start, range.end, range, self, &mut wanted)?;
+        let fetched = self.fetch(storage, expr, range).await?;
+        self.evaluate_fetched(expr, &fetched, range, as_range)
+    }
+
+    /// Every selector's series, read from `storage` once each: the first half of an
+    /// evaluation, the one that waits on storage. The expression must not move between this
+    /// and [`Engine::evaluate_fetched`] (the series are found by their node's address; keep it
+    /// behind a reference or an `Arc`).
+    pub async fn fetch(
+        &self,
+        storage: &dyn Storage,
+        expr: &Expr,
+        range: QueryRange,
+    ) -> Result<Selected> {
+        if range.step <= 0 {
+            return Err(Error::BadData(
+                "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
+            ));
+        }
+        let mut wanted = Vec::new();
+        collect_selectors(expr, range.start, range.end, range, self, &mut wanted)?;
         // Each selector node is reached once by the walk, so each key is fetched once.
         let mut fetched: Fetched = HashMap::new();
         for (key, matchers, mint, maxt) in wanted {
             let series = storage.select(&matchers, mint, maxt).await?;
             fetched.insert(key, series);
         }
-        let ev = Evaluator::new(self, &fetched, range);
+        Ok(Selected(fetched))
+    }
+
+    /// The second half: the expression evaluated over what [`Engine::fetch`] read, on the
+    /// calling thread (CPU only; a server runs it off its async workers).
+    pub fn evaluate_fetched(
+        &self,
+        expr: &Expr,
+        fetched: &Selected,
+        range: QueryRange,
+        as_range: bool,
+    ) -> Result<Answer> {
+        let ev = Evaluator::new(self, &fetched.0, range);
         let value = ev.eval(expr)?;
         let warnings = ev.take_warnings();
         let value = shape(expr, value, range, as_range)?;
         Ok(Answer { value, warnings })
     }
 }
+
+/// The series every selector of one expression read ([`Engine::fetch`]).
+pub struct Selected(Fetched);
 
 fn type_name(kind: ValueType) -> &'static str {
     match kind {

@@ -55,6 +55,7 @@ struct Shared<'a> {
     fetched: &'a Fetched,
     query: QueryRange,
     samples: Cell<usize>,
+    deadline: std::time::Instant,
     notes: RefCell<Vec<(Level, String)>>,
 }
 
@@ -88,6 +89,7 @@ impl<'a> Evaluator<'a> {
             fetched,
             query,
             samples: Cell::new(0),
+            deadline: std::time::Instant::now() + engine.limits.timeout,
             notes: RefCell::new(Vec::new()),
         };
         Evaluator {
@@ -142,15 +144,20 @@ impl<'a> Evaluator<'a> {
         ((self.end - self.start) / self.interval + 1).max(0) as usize
     }
 
+    /// Whether the evaluation may go on: an error once its time is up.
+    pub fn check_time(&self) -> Result<()> {
+        if std::time::Instant::now() > self.shared.deadline {
+            return Err(Error::Timeout("query execution"));
+        }
+        Ok(())
+    }
+
     /// Charge samples against the query's limit.
     pub fn charge(&self, n: usize) -> Result<()> {
         let total = self.shared.samples.get().saturating_add(n);
         self.shared.samples.set(total);
         if total > self.shared.engine.limits.max_samples {
-            return Err(Error::Execution(
-                "query processing would load too many samples into memory in query execution"
-                    .into(),
-            ));
+            return Err(too_many_samples(self.shared.engine.limits.max_samples));
         }
         Ok(())
     }
@@ -158,7 +165,7 @@ impl<'a> Evaluator<'a> {
     pub fn eval(&self, expr: &Expr) -> Result<Val> {
         match expr {
             Expr::Paren(p) => self.eval(&p.expr),
-            Expr::NumberLiteral(n) => Ok(Val::Matrix(vec![self.constant(n.val)])),
+            Expr::NumberLiteral(n) => Ok(Val::Matrix(vec![self.constant(n.val)?])),
             Expr::StringLiteral(s) => Ok(Val::String(s.val.clone())),
             Expr::VectorSelector(vs) => Ok(Val::Matrix(self.vector_selector(vs, false)?)),
             Expr::MatrixSelector(_) | Expr::Subquery(_) => {
@@ -231,8 +238,9 @@ impl<'a> Evaluator<'a> {
         Ok(out)
     }
 
-    fn constant(&self, v: f64) -> Series {
-        Series {
+    fn constant(&self, v: f64) -> Result<Series> {
+        self.charge(self.step_count())?;
+        Ok(Series {
             labels: Labels::empty(),
             points: self
                 .steps()
@@ -242,7 +250,7 @@ impl<'a> Evaluator<'a> {
                 })
                 .collect(),
             drop_name: false,
-        }
+        })
     }
 
     /// The series a selector fetched (its alternatives merged).
@@ -281,6 +289,7 @@ impl<'a> Evaluator<'a> {
         let lookback = self.shared.engine.lookback_ms;
         let mut out = Vec::new();
         for s in self.selected(vs)? {
+            self.check_time()?;
             let mut points = Vec::new();
             let mut cursor = 0usize;
             for ts in self.steps() {
@@ -402,6 +411,7 @@ impl<'a> Evaluator<'a> {
         let mut out: Vec<Series> = Vec::new();
         let mut index: HashMap<Labels, (usize, i64)> = HashMap::new();
         for ts in self.steps() {
+            self.check_time()?;
             for (i, arg) in args.iter().enumerate() {
                 vectors[i].clear();
                 let Some(m) = arg else { continue };
@@ -513,6 +523,7 @@ impl<'a> Evaluator<'a> {
         let mut out = Vec::new();
         let mut window: Vec<Point> = Vec::new();
         for s in &arg.series {
+            self.check_time()?;
             let mut points = Vec::new();
             let (mut lo, mut hi) = (0usize, 0usize);
             for (step, ts) in self.steps().enumerate() {
@@ -592,6 +603,13 @@ impl<'a> Evaluator<'a> {
         }
         Ok(out)
     }
+}
+
+/// Prometheus's refusal of a query past its sample limit, with the limit.
+pub fn too_many_samples(limit: usize) -> Error {
+    Error::Execution(format!(
+        "query processing would load too many samples into memory in query execution (max-query-samples: {limit})"
+    ))
 }
 
 pub(crate) fn same_labelset() -> Error {

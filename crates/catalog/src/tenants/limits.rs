@@ -47,6 +47,10 @@ pub struct Limits {
     /// more than the server's `--query-memory-mb`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub query_memory_bytes: Option<u64>,
+    /// Samples one PromQL query of the tenant may load (Prometheus's `--query.max-samples`;
+    /// the server's default is 50,000,000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_query_samples: Option<u64>,
     /// Bytes of data files the tenant's tables may hold (their current snapshots); ingest
     /// past it is refused until retention, expiry or drops bring it back under.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -182,6 +186,9 @@ impl Limits {
         }
         if self.max_queued_queries.is_some_and(|v| v > 10_000) {
             return Err("max-queued-queries must be at most 10000".into());
+        }
+        if self.max_query_samples == Some(0) {
+            return Err("max-query-samples must be positive".into());
         }
         if self.query_memory_bytes.is_some_and(|v| v < 1 << 20) {
             return Err("query-memory-bytes must be at least 1048576 (1 MiB)".into());

@@ -447,6 +447,14 @@ impl Tenant {
         Ok(QueryPlace { _permit: permit })
     }
 
+    /// The samples one PromQL query may load: its own limit, else `default`.
+    pub fn query_samples(&self, default: usize) -> usize {
+        self.applied()
+            .limits
+            .max_query_samples
+            .map_or(default, |v| usize::try_from(v).unwrap_or(usize::MAX))
+    }
+
     /// The memory one of its statements may hold, given the server's `ceiling`.
     pub fn query_memory(&self, ceiling: usize) -> usize {
         self.applied()

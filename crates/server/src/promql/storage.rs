@@ -40,6 +40,8 @@ pub(crate) struct SqlStorage {
     pub sql: Arc<SqlEngine>,
     pub caller: Caller,
     pub tenant: String,
+    /// Samples one query may load (the tenant's `max-query-samples`).
+    pub max_samples: usize,
 }
 
 /// A text as a SQL string literal.
@@ -136,11 +138,22 @@ impl SqlStorage {
                 Err(e) => return Err(promql_error(e)),
             }
         };
-        result
-            .stream
-            .try_collect()
+        // Rows are counted as they arrive: a selector that would load more samples than the
+        // query may is refused before they are all held.
+        let mut stream = result.stream;
+        let (mut batches, mut rows) = (Vec::new(), 0usize);
+        while let Some(batch) = stream
+            .try_next()
             .await
-            .map_err(|e| promql_error(SqlError::from(e)))
+            .map_err(|e| promql_error(SqlError::from(e)))?
+        {
+            rows += batch.num_rows();
+            if rows > self.max_samples {
+                return Err(floe_promql::too_many_samples(self.max_samples));
+            }
+            batches.push(batch);
+        }
+        Ok(batches)
     }
 
     /// Every series' labels matching `matchers` with a sample in the range (`series`,
