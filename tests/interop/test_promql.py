@@ -412,3 +412,28 @@ def test_otlp_metrics_are_series_too(floe):
     nobody = {"Authorization": f"Bearer {floe.token(nobody_id, nobody_secret)}"}
     r = ask(api, "/api/v1/query", {"query": "queue_depth", "time": at}, nobody)
     assert r.status_code == 404 and r.json()["errorType"] == "not_found", r.text
+
+
+def test_prometheus_test_scripts_through_the_http_api(floe, tmp_path):
+    """Prometheus's own test scripts end to end: each group's series remote-written to a
+    warehouse of its own, each statement asked of the HTTP API (`floe bench promql-tests`).
+    Statements that can read a native histogram are left to the in-memory run
+    (crates/promql/tests/promqltest.rs); every other one must pass."""
+    testdata = os.environ.get("FLOE_PROMQL_TESTDATA")
+    if not testdata:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs scripts/setup-promql-tests.sh, which provides FLOE_PROMQL_TESTDATA")
+        pytest.skip("FLOE_PROMQL_TESTDATA is not set (scripts/setup-promql-tests.sh)")
+    warehouses = tmp_path / "warehouses"
+    warehouses.mkdir()
+    run = subprocess.run(
+        [os.environ["FLOE_BIN"], "bench", "promql-tests", "--server", floe.base,
+         "--client-id", ROOT_ID, "--client-secret", ROOT_SECRET,
+         "--dir", testdata, "--warehouse-dir", str(warehouses), "--verbose"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    import json
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert summary["failed"] == 0, run.stdout
+    assert summary["passed"] >= 700, run.stdout

@@ -278,6 +278,18 @@ pub fn parse_selector(text: &str) -> Result<Vec<Vec<Matcher>>> {
     }
 }
 
+/// The matcher sets of every selector of a query (what it can read).
+pub fn selectors_of(query: &str) -> Result<Vec<Vec<Matcher>>> {
+    let expr = ast::parse(query).map_err(Error::BadData)?;
+    let mut wanted = Vec::new();
+    let range = QueryRange::instant(0);
+    collect_selectors(&expr, 0, 0, range, &Engine::default(), &mut wanted)?;
+    Ok(wanted
+        .into_iter()
+        .map(|(_, matchers, _, _)| matchers)
+        .collect())
+}
+
 /// Milliseconds of a duration.
 pub(crate) fn millis(d: &Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64

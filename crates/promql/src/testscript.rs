@@ -503,14 +503,13 @@ impl Storage for MemStorage {
     }
 }
 
-/// Load a script's series into memory storage.
-pub fn load(
-    storage: &mut MemStorage,
+/// The points a `load` writes, series by series (a series described twice keeps its last
+/// description; `load_with_nhcb` adds each classic histogram as one of custom buckets).
+pub fn load_points(
     interval_ms: i64,
     series: &[(Labels, Vec<SeqValue>)],
     with_nhcb: bool,
-) {
-    // A series described twice in one load keeps its last description.
+) -> Vec<(Labels, Vec<Point>)> {
     let mut defs: HashMap<Labels, Vec<Point>> = HashMap::new();
     for (labels, values) in series {
         let points = values
@@ -525,13 +524,65 @@ pub fn load(
             .collect();
         defs.insert(labels.clone(), points);
     }
-    if with_nhcb {
-        for (labels, points) in custom_bucket_histograms(&defs) {
-            storage.add(labels, points);
-        }
-    }
-    for (labels, points) in defs {
+    let mut out = if with_nhcb {
+        custom_bucket_histograms(&defs)
+    } else {
+        Vec::new()
+    };
+    out.extend(defs);
+    out
+}
+
+/// Load a script's series into memory storage.
+pub fn load(
+    storage: &mut MemStorage,
+    interval_ms: i64,
+    series: &[(Labels, Vec<SeqValue>)],
+    with_nhcb: bool,
+) {
+    for (labels, points) in load_points(interval_ms, series, with_nhcb) {
         storage.add(labels, points);
+    }
+}
+
+/// Whether an `eval` passed, as Prometheus's runner judges it: its answer (with the
+/// warnings and infos it carried) or its error against what the script expects. None when
+/// it passed, else why not.
+pub fn judge(
+    ev: &Eval,
+    outcome: std::result::Result<(&QueryValue, &[String]), String>,
+) -> Option<String> {
+    match (outcome, ev.fail) {
+        (Err(e), true) => match (&ev.fail_message, &ev.fail_regexp) {
+            (Some(m), _) if *m != e => Some(format!("expected error {m:?}, got {e}")),
+            (_, Some(r))
+                if !regex::Regex::new(r)
+                    .map(|r| r.is_match(&e))
+                    .unwrap_or(false) =>
+            {
+                Some(format!("expected error matching {r:?}, got {e}"))
+            }
+            _ => None,
+        },
+        (Err(e), false) => Some(format!("error: {e}")),
+        (Ok(_), true) => Some("expected an error".into()),
+        (Ok((value, notes)), false) => {
+            let warnings = notes
+                .iter()
+                .filter(|w| w.starts_with("PromQL warning"))
+                .count();
+            let infos = notes
+                .iter()
+                .filter(|w| w.starts_with("PromQL info"))
+                .count();
+            if !ev.ordered && ev.warn != (warnings > 0) {
+                Some(format!("warnings {notes:?} (expected: {})", ev.warn))
+            } else if !ev.ordered && !ev.warn && ev.info != (infos > 0) {
+                Some(format!("infos {notes:?} (expected: {})", ev.info))
+            } else {
+                compare(ev, value)
+            }
+        }
     }
 }
 

@@ -212,3 +212,87 @@ pub fn timestamp_json(t: i64) -> Json {
     // A JSON number written as text so that no float rounding creeps in.
     serde_json::from_str(&text).unwrap_or(Json::Null)
 }
+
+/// A timestamp of an answer (seconds, with the milliseconds as a fraction) in milliseconds.
+fn json_time(v: &Json) -> Option<i64> {
+    v.as_f64().map(|s| (s * 1000.0).round() as i64)
+}
+
+fn json_float(v: &Json) -> Option<f64> {
+    match v.as_str()? {
+        "NaN" => Some(f64::NAN),
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        s => s.parse().ok(),
+    }
+}
+
+fn json_labels(v: &Json) -> Option<Labels> {
+    let pairs = v
+        .as_object()?
+        .iter()
+        .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Labels::new(pairs))
+}
+
+impl QueryValue {
+    /// An answer's `data` read back (what another server, or Floe over HTTP, answered), float
+    /// samples only: None for a histogram or anything else it cannot read.
+    pub fn from_json(data: &Json) -> Option<QueryValue> {
+        let result = &data["result"];
+        Some(match data["resultType"].as_str()? {
+            "scalar" => QueryValue::Scalar {
+                t: json_time(&result[0])?,
+                v: json_float(&result[1])?,
+            },
+            "string" => QueryValue::String {
+                t: json_time(&result[0])?,
+                v: result[1].as_str()?.to_string(),
+            },
+            "vector" => QueryValue::Vector(
+                result
+                    .as_array()?
+                    .iter()
+                    .map(|s| {
+                        let value = s.get("value")?;
+                        Some((
+                            json_labels(&s["metric"])?,
+                            Point {
+                                t: json_time(&value[0])?,
+                                s: Sample::Float(json_float(&value[1])?),
+                            },
+                        ))
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            "matrix" => QueryValue::Matrix(
+                result
+                    .as_array()?
+                    .iter()
+                    .map(|s| {
+                        if s.get("histograms").is_some() {
+                            return None;
+                        }
+                        let points = s["values"]
+                            .as_array()?
+                            .iter()
+                            .map(|p| {
+                                Some(Point {
+                                    t: json_time(&p[0])?,
+                                    s: Sample::Float(json_float(&p[1])?),
+                                })
+                            })
+                            .collect::<Option<Vec<_>>>()?;
+                        Some(Series {
+                            labels: json_labels(&s["metric"])?,
+                            points,
+                            drop_name: false,
+                        })
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+            _ => return None,
+        })
+    }
+}

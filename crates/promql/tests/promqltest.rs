@@ -68,48 +68,13 @@ async fn prometheus_promql_test_scripts() {
                         step: ev.step,
                     };
                     let outcome = engine.query(&storage, &ev.expr, range).await;
-                    let verdict = match (&outcome, ev.fail) {
-                        (Err(e), true) => match (&ev.fail_message, &ev.fail_regexp) {
-                            (Some(m), _) if *m != e.to_string() => {
-                                Some(format!("expected error {m:?}, got {e}"))
-                            }
-                            (_, Some(r))
-                                if !regex::Regex::new(r)
-                                    .map(|r| r.is_match(&e.to_string()))
-                                    .unwrap_or(false) =>
-                            {
-                                Some(format!("expected error matching {r:?}, got {e}"))
-                            }
-                            _ => None,
+                    let verdict = testscript::judge(
+                        &ev,
+                        match &outcome {
+                            Ok(answer) => Ok((&answer.value, answer.warnings.as_slice())),
+                            Err(e) => Err(e.to_string()),
                         },
-                        (Err(e), false) => Some(format!("error: {e}")),
-                        (Ok(_), true) => Some("expected an error".into()),
-                        (Ok(answer), false) => {
-                            let warnings = answer
-                                .warnings
-                                .iter()
-                                .filter(|w| w.starts_with("PromQL warning"))
-                                .count();
-                            let infos = answer
-                                .warnings
-                                .iter()
-                                .filter(|w| w.starts_with("PromQL info"))
-                                .count();
-                            if !ev.ordered && ev.warn != (warnings > 0) {
-                                Some(format!(
-                                    "warnings {:?} (expected: {})",
-                                    answer.warnings, ev.warn
-                                ))
-                            } else if !ev.ordered && !ev.warn && ev.info != (infos > 0) {
-                                Some(format!(
-                                    "infos {:?} (expected: {})",
-                                    answer.warnings, ev.info
-                                ))
-                            } else {
-                                testscript::compare(&ev, &answer.value)
-                            }
-                        }
-                    };
+                    );
                     match verdict {
                         None => file_passed += 1,
                         Some(why) => {

@@ -14,6 +14,7 @@ mod migrate;
 mod otlp;
 mod process;
 mod promql;
+mod promql_tests;
 mod rollup;
 mod suite;
 mod tenants;
@@ -54,6 +55,9 @@ pub enum BenchCommand {
     /// PromQL `query_range` latency against Prometheus holding the same remote-written
     /// samples: a query set and a 20-panel dashboard, answers compared.
     Promql(promql::PromqlBenchArgs),
+    /// Prometheus's own PromQL test scripts through Floe's HTTP API (remote write in,
+    /// `query`/`query_range` out), judged as Prometheus's runner judges them.
+    PromqlTests(promql_tests::PromqlTestsArgs),
     /// Log search over a log table: needle and term searches with and without the token
     /// index, beside DuckDB on the same files; time and bytes read per query.
     Logsearch(logsearch::LogsearchBenchArgs),
@@ -86,6 +90,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::History(args) => history::run(args).await,
         BenchCommand::Otlp(args) => otlp::run(args).await,
         BenchCommand::Promql(args) => promql::run(args).await,
+        BenchCommand::PromqlTests(args) => promql_tests::run(args).await,
         BenchCommand::Logsearch(args) => logsearch::run(args).await,
         BenchCommand::Tenants(args) => tenants::run(args).await,
         BenchCommand::Rollup(args) => rollup::run(args).await,

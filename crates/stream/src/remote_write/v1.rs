@@ -290,6 +290,36 @@ mod tests {
     }
 
     #[test]
+    fn a_catch_up_batch_of_one_series_fits_the_budget() {
+        // After an outage Prometheus sends its backlog in batches of 2,000 samples, which may
+        // all belong to one series: a body of a few KB that decodes to 2,000 rows.
+        let labels: Vec<(String, String)> = [
+            ("__name__", "node_cpu_seconds_total"),
+            ("cpu", "0"),
+            ("mode", "idle"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .chain((0..7).map(|i| (format!("label_{i}"), format!("a-value-of-some-length-{i}"))))
+        .collect();
+        let samples: Vec<(i64, f64)> = (0..2_000)
+            .map(|i| (1_700_000_000_000 + i * 15_000, i as f64))
+            .collect();
+        let body = encode_samples([(labels.as_slice(), samples.as_slice())]);
+        let limits = DecodeLimits::default();
+        let received = receive(
+            &body,
+            Version::V1,
+            &limits,
+            &MetadataMemory::default(),
+            "t",
+            0,
+        )
+        .unwrap();
+        assert_eq!(received.batch.num_rows(), 2_000);
+    }
+
+    #[test]
     fn samples_become_metric_rows_typed_by_the_metadata() {
         let request = WriteRequest {
             timeseries: vec![

@@ -60,8 +60,13 @@ pub struct DecodeLimits {
     pub body_multiple: usize,
 }
 
-/// A request of any size may decode to this much (within `max_bytes`).
-const BUDGET_FLOOR: usize = 1 << 20;
+/// A request of any size may decode to this much (within `max_bytes`). Rows repeat their
+/// series' labels, so a small body can decode to many times its size: Prometheus sends up to
+/// 2,000 samples a request (`max_samples_per_send`), and after an outage those may all be of
+/// one series — about 20 KB of snappy that becomes 2,000 rows of its labels, over 1.5 MB for
+/// a few labels. Below this floor such a catch-up batch was refused with a 413 that
+/// Prometheus does not retry, and its samples were lost.
+const BUDGET_FLOOR: usize = 8 << 20;
 
 /// A compressed body of any size may inflate to this much (within `max_bytes`). The largest
 /// batch a sender makes by default — an OpenTelemetry Collector's 8,192 records of a few KiB —
@@ -81,7 +86,7 @@ impl Default for DecodeLimits {
 
 impl DecodeLimits {
     /// What a request of `input_len` bytes may decode to: `body_multiple` times its size
-    /// (at least 1 MiB), at most `max_bytes`.
+    /// (at least 8 MiB), at most `max_bytes`.
     pub fn budget(&self, input_len: usize) -> usize {
         input_len
             .saturating_mul(self.body_multiple)
