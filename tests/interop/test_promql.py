@@ -314,6 +314,21 @@ def test_prometheus_errors_and_guards(floe):
     assert time.time() - began < 30
     r = ask(api, "/api/v1/query", {"query": "sum(rate(nothing[5m:1ms]))"}, auth)
     assert r.status_code in (200, 422, 503), r.text
+    # A query nested thousands deep (the evaluator and the parser's tree recurse per level)
+    # is refused before parsing, and times and offsets past the span the evaluator's
+    # arithmetic is safe in are refused or clamped — never a crash.
+    deep = "(" * 5000 + "1" + ")" * 5000
+    r = ask(api, "/api/v1/query", {"query": deep}, auth)
+    assert r.status_code == 400 and "nested" in r.json()["error"], r.text
+    for text in ["up offset 100000000y", "up @ 1e18", "rate(up[100000000y])", "up offset -100000000y",
+                 "max_over_time(up[1000000y:1000000y])", "vector(1) @ -1e15"]:
+        r = ask(api, "/api/v1/query", {"query": text}, auth)
+        assert r.status_code in (200, 400, 422), (text, r.text)
+    r = ask(api, "/api/v1/query", {"query": "1", "time": "1e300"}, auth)
+    assert r.status_code == 400, r.text
+    r = ask(api, "/api/v1/query_range", {"query": "1", "start": "-9e15", "end": "9e15", "step": "1e15"}, auth)
+    assert r.status_code == 400, r.text
+    assert ask(api, "/api/v1/query", {"query": "1"}, auth).status_code == 200
     # No data yet: an empty answer, not an error.
     r = ask(api, "/api/v1/query", {"query": "up"}, auth)
     assert r.json() == {"status": "success", "data": {"resultType": "vector", "result": []}}, r.text

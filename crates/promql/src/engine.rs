@@ -80,6 +80,7 @@ pub struct Answer {
 impl Engine {
     /// Parse a query, refusing what Prometheus refuses before evaluation.
     pub fn parse(&self, query: &str, range: bool) -> Result<Expr> {
+        check_shape(query)?;
         let expr = ast::parse(query).map_err(Error::BadData)?;
         if range {
             let kind = expr.value_type();
@@ -272,6 +273,7 @@ fn shape(expr: &Expr, value: Val, range: QueryRange, as_range: bool) -> Result<Q
 /// A series selector (`match[]` of the metadata endpoints): its matcher sets (one per `or`
 /// alternative).
 pub fn parse_selector(text: &str) -> Result<Vec<Vec<Matcher>>> {
+    check_shape(text)?;
     match ast::parse(text).map_err(Error::BadData)? {
         Expr::VectorSelector(vs) => selector_matchers(&vs),
         _ => Err(Error::BadData(format!("{text:?} is not a series selector"))),
@@ -280,6 +282,7 @@ pub fn parse_selector(text: &str) -> Result<Vec<Vec<Matcher>>> {
 
 /// The matcher sets of every selector of a query (what it can read).
 pub fn selectors_of(query: &str) -> Result<Vec<Vec<Matcher>>> {
+    check_shape(query)?;
     let expr = ast::parse(query).map_err(Error::BadData)?;
     let mut wanted = Vec::new();
     let range = QueryRange::instant(0);
@@ -292,7 +295,46 @@ pub fn selectors_of(query: &str) -> Result<Vec<Vec<Matcher>>> {
 
 /// Milliseconds of a duration.
 pub(crate) fn millis(d: &Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
+    d.as_millis().min(MAX_MILLIS as u128) as i64
+}
+
+/// The longest duration and the furthest time from the epoch a query may name, in
+/// milliseconds (about 35,000 years): sums of a query's times, offsets and ranges then stay
+/// far from `i64`'s bounds, so no arithmetic of the evaluator can overflow.
+pub const MAX_MILLIS: i64 = 1 << 50;
+
+/// How deeply a query may nest parentheses, brackets and braces. The evaluator, and the
+/// parser's tree, recurse once per level: a query of thousands of nested parentheses would
+/// exhaust a thread's stack (aborting the process) where this refuses it.
+pub const MAX_NESTING: usize = 200;
+
+/// The longest query text taken.
+pub const MAX_QUERY_BYTES: usize = 256 << 10;
+
+fn check_shape(query: &str) -> Result<()> {
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(Error::BadData(format!(
+            "query of {} bytes: at most {MAX_QUERY_BYTES} are taken",
+            query.len()
+        )));
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for b in query.bytes() {
+        match b {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_NESTING {
+        return Err(Error::BadData(format!(
+            "query nested {deepest} levels deep: at most {MAX_NESTING} are taken"
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn offset_millis(o: &Option<ast::Offset>) -> i64 {

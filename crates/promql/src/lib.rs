@@ -20,7 +20,9 @@ mod quantile;
 pub mod testscript;
 pub mod value;
 
-pub use engine::{Answer, Engine, Limits, QueryRange, Selected, parse_selector, selectors_of};
+pub use engine::{
+    Answer, Engine, Limits, MAX_MILLIS, QueryRange, Selected, parse_selector, selectors_of,
+};
 pub use eval::too_many_samples;
 pub use functions::valid_label_name;
 pub use labels::Labels;

@@ -81,25 +81,24 @@ impl Params {
 }
 
 pub(super) fn parse_time(v: &str) -> Option<i64> {
-    if let Ok(secs) = v.parse::<f64>() {
-        if !secs.is_finite() || secs.abs() > 9.2e15 {
-            return None;
-        }
-        return Some((secs * 1000.0).round() as i64);
-    }
-    chrono::DateTime::parse_from_rfc3339(v)
-        .ok()
-        .map(|t| t.timestamp_millis())
+    let ms = match v.parse::<f64>() {
+        Ok(secs) if secs.is_finite() => (secs * 1000.0).round(),
+        Ok(_) => return None,
+        Err(_) => chrono::DateTime::parse_from_rfc3339(v)
+            .ok()?
+            .timestamp_millis() as f64,
+    };
+    // Within the span the evaluator's arithmetic is safe in (see floe_promql::MAX_MILLIS).
+    (ms.abs() <= floe_promql::MAX_MILLIS as f64).then_some(ms as i64)
 }
 
 pub(super) fn parse_duration(v: &str) -> Option<i64> {
-    if let Ok(secs) = v.parse::<f64>() {
-        if !secs.is_finite() || secs.abs() > 9.2e15 {
-            return None;
-        }
-        return Some((secs * 1000.0).round() as i64);
-    }
-    floe_promql::testscript::parse_duration(v)
+    let ms = match v.parse::<f64>() {
+        Ok(secs) if secs.is_finite() => (secs * 1000.0).round() as i64,
+        Ok(_) => return None,
+        Err(_) => floe_promql::testscript::parse_duration(v)?,
+    };
+    (ms.abs() <= floe_promql::MAX_MILLIS).then_some(ms)
 }
 
 #[cfg(test)]
@@ -119,5 +118,8 @@ mod tests {
         assert_eq!(parse_duration("1h30m"), Some(5_400_000));
         assert_eq!(parse_duration("0.5"), Some(500));
         assert_eq!(parse_duration("5x"), None);
+        assert_eq!(parse_time("1e300"), None);
+        assert_eq!(parse_time("-9e15"), None);
+        assert_eq!(parse_duration("100000000y"), None);
     }
 }
