@@ -15,6 +15,7 @@ use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floe_catalog::governance::authz::Caller;
+use floe_promql::labels::METRIC_NAME;
 use floe_promql::{Engine, Error, Matcher, QueryRange};
 use serde_json::{Value as Json, json};
 
@@ -405,6 +406,20 @@ async fn label_values(
         return Err(bad_data(format!("invalid label name: {name:?}")));
     }
     let storage = tenant_storage(&state, &caller, tenant, &headers).await?;
+    // Metric names without a selector — the query editor's metric list — are one column.
+    if name == METRIC_NAME && params.all("match[]").is_empty() {
+        let (start, end) = (params.time("start")?, params.time("end")?);
+        let names = storage
+            .metric_names(start, end)
+            .await
+            .map_err(|e| promql_failure(&e))?;
+        let data: Vec<Json> = names
+            .into_iter()
+            .take(params.limit())
+            .map(Json::String)
+            .collect();
+        return Ok(success(Json::Array(data), Vec::new()));
+    }
     let sets = matching_label_sets(&storage, &params, false).await?;
     let mut values: Vec<&str> = sets
         .iter()

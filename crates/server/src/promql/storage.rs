@@ -191,6 +191,28 @@ impl SqlStorage {
         Ok(out)
     }
 
+    /// The metric names with a sample in the range, sorted.
+    pub async fn metric_names(
+        &self,
+        mint: Option<i64>,
+        maxt: Option<i64>,
+    ) -> Result<Vec<String>, Error> {
+        let preds = Self::pushed(&[], mint, maxt);
+        let batches = self.rows("DISTINCT metric_name", &preds).await?;
+        let mut names: Vec<String> = batches
+            .iter()
+            .flat_map(|b| {
+                let column = b.column(0).as_string::<i32>();
+                (0..b.num_rows())
+                    .map(|r| column.value(r).to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Each metric's type, help and unit (`metadata`).
     pub async fn metadata(
         &self,
