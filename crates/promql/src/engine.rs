@@ -58,6 +58,9 @@ pub struct Engine {
     /// The step of a subquery that names none (Prometheus: the global evaluation interval).
     pub default_subquery_step_ms: i64,
     pub limits: Limits,
+    /// Set when whoever asked has gone (a client that hung up): the evaluation stops at its
+    /// next check of the deadline.
+    pub cancelled: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Engine {
@@ -66,6 +69,7 @@ impl Default for Engine {
             lookback_ms: 5 * 60 * 1000,
             default_subquery_step_ms: 60 * 1000,
             limits: Limits::default(),
+            cancelled: Default::default(),
         }
     }
 }
@@ -102,9 +106,10 @@ impl Engine {
         query: &str,
         range: QueryRange,
     ) -> Result<Answer> {
-        let is_range = range.start != range.end;
-        let expr = self.parse(query, is_range)?;
-        self.evaluate(storage, &expr, range, is_range).await
+        let as_range = range.start != range.end;
+        let plan = self.plan(query, range, as_range)?;
+        let fetched = self.fetch(storage, &plan).await?;
+        self.evaluate(&plan, &fetched)
     }
 
     /// A range query (`query_range`): always a matrix, even over a range of one step.
@@ -114,69 +119,102 @@ impl Engine {
         query: &str,
         range: QueryRange,
     ) -> Result<Answer> {
-        let expr = self.parse(query, true)?;
-        self.evaluate(storage, &expr, range, true).await
+        let plan = self.plan(query, range, true)?;
+        let fetched = self.fetch(storage, &plan).await?;
+        self.evaluate(&plan, &fetched)
     }
 
-    /// Evaluate a parsed expression.
-    pub async fn evaluate(
-        &self,
-        storage: &dyn Storage,
-        expr: &Expr,
-        range: QueryRange,
-        as_range: bool,
-    ) -> Result<Answer> {
+    /// Parse a query and find what each of its selectors reads. CPU only, and recursive over
+    /// the query's tree: a server runs it on a thread of a large stack. A tree deeper than
+    /// [`MAX_DEPTH`] (a chain of a thousand `+`, which no bracket count catches) is refused
+    /// here, so that what is kept can be walked, evaluated and dropped on any thread.
+    pub fn plan(&self, query: &str, range: QueryRange, as_range: bool) -> Result<Plan> {
         if range.step <= 0 {
             return Err(Error::BadData(
                 "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
             ));
         }
-        let mut wanted = Vec::new();
-        collect_selectors(expr, range.start, range.end, range, self, &mut wanted)?;
-        let fetched = self.fetch(storage, expr, range).await?;
-        self.evaluate_fetched(expr, &fetched, range, as_range)
-    }
-
-    /// Every selector's series, read from `storage` once each: the first half of an
-    /// evaluation, the one that waits on storage. The expression must not move between this
-    /// and [`Engine::evaluate_fetched`] (the series are found by their node's address; keep it
-    /// behind a reference or an `Arc`).
-    pub async fn fetch(
-        &self,
-        storage: &dyn Storage,
-        expr: &Expr,
-        range: QueryRange,
-    ) -> Result<Selected> {
-        if range.step <= 0 {
-            return Err(Error::BadData(
-                "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
-            ));
+        let expr = Box::new(self.parse(query, as_range)?);
+        if depth(&expr, 0) > MAX_DEPTH {
+            return Err(Error::BadData(format!(
+                "query nested more than {MAX_DEPTH} operators deep"
+            )));
         }
         let mut wanted = Vec::new();
-        collect_selectors(expr, range.start, range.end, range, self, &mut wanted)?;
-        // Each selector node is reached once by the walk, so each key is fetched once.
+        collect_selectors(&expr, range.start, range.end, range, self, &mut wanted)?;
+        if wanted.len() > MAX_SELECTORS {
+            return Err(Error::BadData(format!(
+                "query of {} selectors: at most {MAX_SELECTORS} are taken",
+                wanted.len()
+            )));
+        }
+        Ok(Plan {
+            expr,
+            wanted,
+            range,
+            as_range,
+        })
+    }
+
+    /// Every selector's series, read from `storage` once each (a selector written twice with
+    /// the same window is read once): the half of an evaluation that waits on storage.
+    pub async fn fetch(&self, storage: &dyn Storage, plan: &Plan) -> Result<Selected> {
         let mut fetched: Fetched = HashMap::new();
-        for (key, matchers, mint, maxt) in wanted {
-            let series = storage.select(&matchers, mint, maxt).await?;
-            fetched.insert(key, series);
+        let mut read: HashMap<String, (usize, usize)> = HashMap::new();
+        for (key, matchers, mint, maxt) in &plan.wanted {
+            let identity = format!("{matchers:?}/{mint}/{maxt}");
+            if let Some(first) = read.get(&identity) {
+                let series = fetched.get(first).cloned().unwrap_or_default();
+                fetched.insert(*key, series);
+                continue;
+            }
+            let series = storage.select(matchers, *mint, *maxt).await?;
+            read.insert(identity, *key);
+            fetched.insert(*key, series);
         }
         Ok(Selected(fetched))
     }
 
-    /// The second half: the expression evaluated over what [`Engine::fetch`] read, on the
-    /// calling thread (CPU only; a server runs it off its async workers).
-    pub fn evaluate_fetched(
-        &self,
-        expr: &Expr,
-        fetched: &Selected,
-        range: QueryRange,
-        as_range: bool,
-    ) -> Result<Answer> {
-        let ev = Evaluator::new(self, &fetched.0, range);
-        let value = ev.eval(expr)?;
+    /// The other half: the expression evaluated over what [`Engine::fetch`] read. CPU only
+    /// and recursive: a server runs it on a thread of a large stack, off its async workers.
+    pub fn evaluate(&self, plan: &Plan, fetched: &Selected) -> Result<Answer> {
+        let ev = Evaluator::new(self, &fetched.0, plan.range);
+        let value = ev.eval(&plan.expr)?;
         let warnings = ev.take_warnings();
-        let value = shape(expr, value, range, as_range)?;
+        let value = shape(&plan.expr, value, plan.range, plan.as_range)?;
         Ok(Answer { value, warnings })
+    }
+}
+
+/// How many operators, functions and brackets deep a query's tree may be.
+pub const MAX_DEPTH: usize = 256;
+
+/// How many selectors a query may have.
+pub const MAX_SELECTORS: usize = 500;
+
+/// A parsed query and what its selectors read ([`Engine::plan`]). The tree is boxed: the
+/// fetched series are found by their selector node's address, which moving the plan keeps.
+pub struct Plan {
+    expr: Box<Expr>,
+    wanted: Wanted,
+    range: QueryRange,
+    as_range: bool,
+}
+
+/// The depth of a tree, counted no further than just past [`MAX_DEPTH`].
+fn depth(expr: &Expr, at: usize) -> usize {
+    if at > MAX_DEPTH {
+        return at;
+    }
+    let down = |e: &Expr| depth(e, at + 1);
+    match expr {
+        Expr::Aggregate(a) => down(&a.expr).max(a.param.as_deref().map_or(at, down)),
+        Expr::Unary(u) => down(&u.expr),
+        Expr::Binary(b) => down(&b.lhs).max(down(&b.rhs)),
+        Expr::Paren(p) => down(&p.expr),
+        Expr::Subquery(s) => down(&s.expr),
+        Expr::Call(c) => c.args.args.iter().map(|a| down(a)).max().unwrap_or(at),
+        _ => at,
     }
 }
 
@@ -405,7 +443,11 @@ fn convert_matcher(m: &promql_parser::label::Matcher) -> Result<Matcher> {
 
 /// Prometheus's regular expressions let `.` match a newline (they compile with `(?s)`).
 fn dotall(r: &regex::Regex) -> Result<regex::Regex> {
-    regex::Regex::new(&format!("(?s:{})", r.as_str()))
+    // Compiled programs are bounded (a matcher is a client's text): 1 MiB, past which the
+    // query is refused rather than compiled.
+    regex::RegexBuilder::new(&format!("(?s:{})", r.as_str()))
+        .size_limit(1 << 20)
+        .build()
         .map_err(|e| Error::BadData(format!("invalid regular expression {}: {e}", r.as_str())))
 }
 
@@ -481,9 +523,13 @@ fn push_selector(vs: &ast::VectorSelector, mint: i64, maxt: i64, out: &mut Wante
 /// The keys under which a selector's alternatives were fetched: the node's address (the
 /// expression is borrowed unchanged from the fetch to the end of the evaluation) and the
 /// alternative's place.
-pub(crate) fn selector_keys(vs: &ast::VectorSelector) -> Result<Vec<(usize, usize)>> {
+pub(crate) fn selector_keys(vs: &ast::VectorSelector) -> Vec<(usize, usize)> {
     let node = vs as *const ast::VectorSelector as usize;
-    Ok((0..selector_matchers(vs)?.len())
-        .map(|i| (node, i))
-        .collect())
+    // As many as `selector_matchers` makes, without compiling their expressions again.
+    let alternatives = if vs.matchers.matchers.is_empty() && !vs.matchers.or_matchers.is_empty() {
+        vs.matchers.or_matchers.len()
+    } else {
+        1 + vs.matchers.or_matchers.len()
+    };
+    (0..alternatives).map(|i| (node, i)).collect()
 }

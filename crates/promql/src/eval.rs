@@ -56,6 +56,7 @@ struct Shared<'a> {
     query: QueryRange,
     samples: Cell<usize>,
     deadline: std::time::Instant,
+    ticks: Cell<u32>,
     notes: RefCell<Vec<(Level, String)>>,
 }
 
@@ -90,6 +91,7 @@ impl<'a> Evaluator<'a> {
             query,
             samples: Cell::new(0),
             deadline: std::time::Instant::now() + engine.limits.timeout,
+            ticks: Cell::new(0),
             notes: RefCell::new(Vec::new()),
         };
         Evaluator {
@@ -146,8 +148,26 @@ impl<'a> Evaluator<'a> {
 
     /// Whether the evaluation may go on: an error once its time is up.
     pub fn check_time(&self) -> Result<()> {
+        if self
+            .shared
+            .engine
+            .cancelled
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(Error::Timeout("query execution (cancelled)"));
+        }
         if std::time::Instant::now() > self.shared.deadline {
             return Err(Error::Timeout("query execution"));
+        }
+        Ok(())
+    }
+
+    /// One unit of work of an inner loop: the deadline is checked every 1,024 of them.
+    pub fn tick(&self) -> Result<()> {
+        let n = self.shared.ticks.get().wrapping_add(1);
+        self.shared.ticks.set(n);
+        if n.is_multiple_of(1024) {
+            self.check_time()?;
         }
         Ok(())
     }
@@ -255,7 +275,7 @@ impl<'a> Evaluator<'a> {
 
     /// The series a selector fetched (its alternatives merged).
     fn selected(&self, vs: &ast::VectorSelector) -> Result<Vec<Series>> {
-        let keys = selector_keys(vs)?;
+        let keys = selector_keys(vs);
         if keys.len() == 1 {
             return Ok(self
                 .shared
@@ -293,6 +313,7 @@ impl<'a> Evaluator<'a> {
             let mut points = Vec::new();
             let mut cursor = 0usize;
             for ts in self.steps() {
+                self.tick()?;
                 let r = at.unwrap_or(ts) - offset;
                 // Newest point at or before r: points are in time order and r never decreases.
                 if at.is_some() {
@@ -313,10 +334,12 @@ impl<'a> Evaluator<'a> {
                 } else {
                     p.s.clone()
                 };
+                // Charged as it is made: a subquery of a fine step is stopped by the limit
+                // long before its points fill memory.
+                self.charge(sample.weight())?;
                 points.push(Point { t: ts, s: sample });
             }
             if !points.is_empty() {
-                self.charge(points.iter().map(|p| p.s.weight()).sum())?;
                 out.push(Series {
                     labels: s.labels.clone(),
                     points,
@@ -363,6 +386,14 @@ impl<'a> Evaluator<'a> {
                 let mut start = step * (first / step);
                 if start <= first {
                     start += step;
+                }
+                // Each inner step is work whether or not a series has a sample there: a
+                // millisecond step over months would run for the whole deadline.
+                let inner_steps = (ref_end - start) / step + 1;
+                if inner_steps > MAX_SUBQUERY_STEPS {
+                    return Err(Error::BadData(format!(
+                        "subquery of {inner_steps} steps: at most {MAX_SUBQUERY_STEPS} are evaluated (use a longer step)"
+                    )));
                 }
                 let mut series = if start <= ref_end {
                     self.sub(start, ref_end, step).matrix(&sq.expr)?
@@ -527,6 +558,7 @@ impl<'a> Evaluator<'a> {
             let mut points = Vec::new();
             let (mut lo, mut hi) = (0usize, 0usize);
             for (step, ts) in self.steps().enumerate() {
+                self.tick()?;
                 let end = arg.at.unwrap_or(ts) - arg.offset;
                 let start = end - arg.range;
                 if arg.at.is_some() {
@@ -611,6 +643,9 @@ pub fn too_many_samples(limit: usize) -> Error {
         "query processing would load too many samples into memory in query execution (max-query-samples: {limit})"
     ))
 }
+
+/// How many steps one subquery may evaluate (a day at a tenth of a second is 864,000).
+pub const MAX_SUBQUERY_STEPS: i64 = 10_000_000;
 
 pub(crate) fn same_labelset() -> Error {
     Error::Execution("vector cannot contain metrics with the same labelset".into())

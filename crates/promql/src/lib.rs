@@ -21,7 +21,7 @@ pub mod testscript;
 pub mod value;
 
 pub use engine::{
-    Answer, Engine, Limits, MAX_MILLIS, QueryRange, Selected, parse_selector, selectors_of,
+    Answer, Engine, Limits, MAX_MILLIS, Plan, QueryRange, Selected, parse_selector, selectors_of,
 };
 pub use eval::too_many_samples;
 pub use functions::valid_label_name;

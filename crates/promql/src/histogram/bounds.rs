@@ -97,7 +97,8 @@ fn ldexp(mut x: f64, mut exp: i32) -> f64 {
 /// infinity.
 pub fn exponential_bound(index: i32, schema: i32) -> f64 {
     if schema < 0 {
-        let exp = (index as i64) << -schema;
+        // A schema below -4 is not Prometheus's; clamped, so that no shift can overflow.
+        let exp = (index as i64) << (-schema).min(4);
         if exp == 1024 {
             return f64::MAX;
         }

@@ -188,6 +188,7 @@ async fn tenant_storage(
         caller: caller.clone(),
         tenant,
         max_samples,
+        loaded: Default::default(),
     })
 }
 
@@ -195,9 +196,57 @@ fn warehouse(path: Option<UrlPath<String>>) -> Option<String> {
     path.map(|UrlPath(w)| w)
 }
 
-/// A query evaluated for a tenant: its selectors read (waiting on storage), then the
-/// expression evaluated on a blocking thread, off the async workers (it is CPU only, and
-/// bounded by the engine's sample limit and deadline).
+/// Queries parsed or evaluated at once on this node; more wait for a place. Both are CPU
+/// only (regular expressions compiled, series computed), so a burst of heavy queries takes
+/// a few threads, not every core, and never the async workers.
+static EVALUATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
+/// The stack of the threads that parse and evaluate: both recurse over the query's tree
+/// (at most `floe_promql::MAX_DEPTH` deep once parsed), which a worker's 2 MiB may not hold.
+const EVALUATION_STACK: usize = 64 << 20;
+
+/// Sets the engine's flag when the request goes away before its answer (a client that hung
+/// up), so that an evaluation still running stops at its next check.
+struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `work` on a thread of its own with a large stack, awaited without blocking the caller.
+async fn on_evaluation_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Fail> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("floe-promql".into())
+        .stack_size(EVALUATION_STACK)
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| internal(&format!("start an evaluation thread: {e}")))?;
+    // A panic drops the sender: the cause is in the log (the panic hook's), the client gets
+    // an error id only.
+    rx.await
+        .map_err(|_| internal("a PromQL evaluation thread panicked"))
+}
+
+/// A 500 carrying an id, the cause logged with it (never shown to the client).
+fn internal(cause: &str) -> Fail {
+    let id = uuid::Uuid::now_v7();
+    tracing::error!(error_id = %id, cause, "PromQL query failed");
+    Fail {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        kind: "internal",
+        message: format!("internal error; error id {id}"),
+    }
+}
+
+/// A query evaluated for a tenant: parsed on an evaluation thread, its selectors read
+/// (waiting on storage), then evaluated on an evaluation thread — bounded by the engine's
+/// sample limit and deadline, and stopped if the client goes away.
 async fn evaluate(
     storage: &SqlStorage,
     text: &str,
@@ -205,23 +254,27 @@ async fn evaluate(
     as_range: bool,
 ) -> Result<floe_promql::Answer, Fail> {
     let engine = engine(storage);
-    // An instant query's kind is the expression's; `query_range` wants a scalar or a vector.
-    let expr = std::sync::Arc::new(
-        engine
-            .parse(text, as_range)
-            .map_err(|e| promql_failure(&e))?,
-    );
+    let _cancel = CancelOnDrop(engine.cancelled.clone());
+    // A place is held while the CPU works, not while the selectors wait on storage.
+    let place = || async {
+        EVALUATIONS
+            .acquire()
+            .await
+            .map_err(|_| internal("evaluation places closed"))
+    };
+    let (planner, query) = (engine.clone(), text.to_string());
+    let held = place().await?;
+    let plan = on_evaluation_thread(move || planner.plan(&query, range, as_range))
+        .await?
+        .map_err(|e| promql_failure(&e))?;
+    drop(held);
     let fetched = engine
-        .fetch(storage, &expr, range)
+        .fetch(storage, &plan)
         .await
         .map_err(|e| promql_failure(&e))?;
-    tokio::task::spawn_blocking(move || engine.evaluate_fetched(&expr, &fetched, range, as_range))
-        .await
-        .map_err(|e| Fail {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            kind: "internal",
-            message: format!("evaluation failed: {e}"),
-        })?
+    let _held = place().await?;
+    on_evaluation_thread(move || engine.evaluate(&plan, &fetched))
+        .await?
         .map_err(|e| promql_failure(&e))
 }
 

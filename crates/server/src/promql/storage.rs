@@ -40,8 +40,10 @@ pub(crate) struct SqlStorage {
     pub sql: Arc<SqlEngine>,
     pub caller: Caller,
     pub tenant: String,
-    /// Samples one query may load (the tenant's `max-query-samples`).
+    /// Samples one query may load (the tenant's `max-query-samples`), over all its selectors.
     pub max_samples: usize,
+    /// Rows this request's selectors have read so far.
+    pub loaded: std::sync::atomic::AtomicUsize,
 }
 
 /// A text as a SQL string literal.
@@ -141,14 +143,17 @@ impl SqlStorage {
         // Rows are counted as they arrive: a selector that would load more samples than the
         // query may is refused before they are all held.
         let mut stream = result.stream;
-        let (mut batches, mut rows) = (Vec::new(), 0usize);
+        let mut batches = Vec::new();
         while let Some(batch) = stream
             .try_next()
             .await
             .map_err(|e| promql_error(SqlError::from(e)))?
         {
-            rows += batch.num_rows();
-            if rows > self.max_samples {
+            let loaded = self
+                .loaded
+                .fetch_add(batch.num_rows(), std::sync::atomic::Ordering::Relaxed)
+                + batch.num_rows();
+            if loaded > self.max_samples {
                 return Err(floe_promql::too_many_samples(self.max_samples));
             }
             batches.push(batch);
@@ -383,6 +388,27 @@ fn list_i64(batch: &RecordBatch, col: usize, row: usize) -> Vec<f64> {
     values.iter().map(|v| v.unwrap_or(0) as f64).collect()
 }
 
+/// OTLP exponential buckets from `offset` as Prometheus's: OTLP's bucket j holds
+/// (base^j, base^(j+1)], Prometheus's bucket j + 1 the same; `shift` halves the resolution
+/// that many times (bucket j of the finer scale is in bucket j >> shift of the coarser).
+/// None for indexes no histogram has (a row written with an absurd offset).
+fn merged_buckets(offset: i64, counts: Vec<f64>, shift: u32) -> Option<Vec<(i32, f64)>> {
+    const FURTHEST: i64 = 1 << 24;
+    let mut out: Vec<(i32, f64)> = Vec::with_capacity(counts.len());
+    for (i, c) in counts.into_iter().enumerate() {
+        let j = offset.checked_add(i as i64)?;
+        if j.abs() > FURTHEST {
+            return None;
+        }
+        let index = i32::try_from((j >> shift) + 1).ok()?;
+        match out.last_mut() {
+            Some(last) if last.0 == index => last.1 += c,
+            _ => out.push((index, c)),
+        }
+    }
+    Some(out)
+}
+
 /// A row's sample, if it holds one.
 fn row_sample(batch: &RecordBatch, row: usize) -> Option<Sample> {
     let kind = batch.column(4).as_string::<i32>().value(row);
@@ -444,31 +470,33 @@ fn row_sample(batch: &RecordBatch, row: usize) -> Option<Sample> {
                 let zero = batch.column(12).as_primitive::<Int64Type>();
                 let pos_off = batch.column(13).as_primitive::<Int32Type>();
                 let neg_off = batch.column(15).as_primitive::<Int32Type>();
-                h.schema = if scale.is_null(row) {
+                let scale = if scale.is_null(row) {
                     0
                 } else {
                     scale.value(row)
                 };
+                // Prometheus's schemas run from -4 to 8. OTLP's finer scales (SDKs default to
+                // 20) are brought down to 8 by merging neighbouring buckets; coarser ones
+                // than -4 have no Prometheus form, and such a point is not a sample.
+                if scale < -4 {
+                    return None;
+                }
+                let shift = (scale - 8).max(0) as u32;
+                h.schema = scale.min(8);
                 h.zero_count = if zero.is_null(row) {
                     0.0
                 } else {
                     zero.value(row) as f64
                 };
-                // OTLP's bucket j holds (base^j, base^(j+1)]: Prometheus's bucket j + 1.
                 let off = |a: &datafusion::arrow::array::PrimitiveArray<Int32Type>| {
-                    if a.is_null(row) { 0 } else { a.value(row) }
+                    if a.is_null(row) {
+                        0i64
+                    } else {
+                        a.value(row) as i64
+                    }
                 };
-                let (p, n) = (off(pos_off), off(neg_off));
-                h.positive = list_i64(batch, 14, row)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, c)| (p + i as i32 + 1, c))
-                    .collect();
-                h.negative = list_i64(batch, 16, row)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, c)| (n + i as i32 + 1, c))
-                    .collect();
+                h.positive = merged_buckets(off(pos_off), list_i64(batch, 14, row), shift)?;
+                h.negative = merged_buckets(off(neg_off), list_i64(batch, 16, row), shift)?;
             }
             Some(Sample::Histogram(Arc::new(h.compacted())))
         }
