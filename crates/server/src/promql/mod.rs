@@ -410,7 +410,7 @@ async fn series(
     let sets = matching_label_sets(&storage, &params, true).await?;
     let data: Vec<Json> = sets
         .iter()
-        .take(params.limit())
+        .take(params.limit()?)
         .map(floe_promql::value::labels_json)
         .collect();
     Ok(success(Json::Array(data), Vec::new()))
@@ -432,7 +432,7 @@ async fn labels(
     names.dedup();
     let data: Vec<Json> = names
         .into_iter()
-        .take(params.limit())
+        .take(params.limit()?)
         .map(|n| json!(n))
         .collect();
     Ok(success(Json::Array(data), Vec::new()))
@@ -468,7 +468,7 @@ async fn label_values(
             .map_err(|e| promql_failure(&e))?;
         let data: Vec<Json> = names
             .into_iter()
-            .take(params.limit())
+            .take(params.limit()?)
             .map(Json::String)
             .collect();
         return Ok(success(Json::Array(data), Vec::new()));
@@ -483,7 +483,7 @@ async fn label_values(
     values.dedup();
     let data: Vec<Json> = values
         .into_iter()
-        .take(params.limit())
+        .take(params.limit()?)
         .map(|v| json!(v))
         .collect();
     Ok(success(Json::Array(data), Vec::new()))
@@ -502,7 +502,7 @@ async fn metadata(
         .metadata(params.get("metric"))
         .await
         .map_err(|e| promql_failure(&e))?;
-    let limit = params.limit();
+    let limit = params.limit()?;
     let per_metric = params
         .get("limit_per_metric")
         .and_then(|v| v.parse::<usize>().ok())

@@ -48,11 +48,17 @@ impl Params {
     }
 
     /// `limit` (0 or absent: none).
-    pub fn limit(&self) -> usize {
-        self.get("limit")
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|v| *v > 0)
-            .unwrap_or(usize::MAX)
+    pub fn limit(&self) -> Result<usize, Fail> {
+        match self.get("limit") {
+            None => Ok(usize::MAX),
+            Some(v) => match v.parse::<i64>() {
+                Ok(0) => Ok(usize::MAX),
+                Ok(n) if n > 0 => Ok(n as usize),
+                _ => Err(bad_data(format!(
+                    "invalid parameter \"limit\": cannot parse {v:?} to a non-negative integer"
+                ))),
+            },
+        }
     }
 
     /// A time in milliseconds: Unix seconds (with a fraction) or RFC 3339.

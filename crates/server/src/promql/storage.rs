@@ -176,10 +176,13 @@ impl SqlStorage {
             .await
         {
             Ok(b) => b,
-            Err(_) => {
+            // Only a statement the engine could not run is tried the other way; a refusal
+            // (a limit, a deadline, a grant) is the answer.
+            Err(Error::Storage(_)) => {
                 self.rows("metric_name, service_name, attributes", &preds)
                     .await?
             }
+            Err(e) => return Err(e),
         };
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
