@@ -416,6 +416,14 @@ async fn series(
     Ok(success(Json::Array(data), Vec::new()))
 }
 
+/// Names or values as Prometheus lists them: sorted, each once, at most `limit`.
+fn sorted_strings(mut items: Vec<&str>, limit: usize) -> Response {
+    items.sort_unstable();
+    items.dedup();
+    let data: Vec<Json> = items.into_iter().take(limit).map(|v| json!(v)).collect();
+    success(Json::Array(data), Vec::new())
+}
+
 async fn labels(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -427,15 +435,8 @@ async fn labels(
     let params = Params::of(raw.as_deref(), &headers, &body)?;
     let storage = tenant_storage(&state, &caller, warehouse(path), &headers).await?;
     let sets = matching_label_sets(&storage, &params, false).await?;
-    let mut names: Vec<&str> = sets.iter().flat_map(|l| l.iter().map(|(n, _)| n)).collect();
-    names.sort_unstable();
-    names.dedup();
-    let data: Vec<Json> = names
-        .into_iter()
-        .take(params.limit()?)
-        .map(|n| json!(n))
-        .collect();
-    Ok(success(Json::Array(data), Vec::new()))
+    let names = sets.iter().flat_map(|l| l.iter().map(|(n, _)| n)).collect();
+    Ok(sorted_strings(names, params.limit()?))
 }
 
 async fn label_values(
@@ -474,19 +475,12 @@ async fn label_values(
         return Ok(success(Json::Array(data), Vec::new()));
     }
     let sets = matching_label_sets(&storage, &params, false).await?;
-    let mut values: Vec<&str> = sets
+    let values = sets
         .iter()
         .map(|l| l.get(&name))
         .filter(|v| !v.is_empty())
         .collect();
-    values.sort_unstable();
-    values.dedup();
-    let data: Vec<Json> = values
-        .into_iter()
-        .take(params.limit()?)
-        .map(|v| json!(v))
-        .collect();
-    Ok(success(Json::Array(data), Vec::new()))
+    Ok(sorted_strings(values, params.limit()?))
 }
 
 async fn metadata(
