@@ -73,7 +73,10 @@ pub(crate) fn plan(
     let held = |list: &Vec<&Resident<'_>>| list.iter().map(|f| f.bytes).sum::<u64>();
     let mut bytes: HashMap<&str, u64> = by_tenant.iter().map(|(t, l)| (*t, held(l))).collect();
     out.admit = match incoming {
-        Some((tenant, size)) => size <= policy(tenant).share_bytes && size <= capacity,
+        Some((tenant, size)) => {
+            let own = policy(tenant);
+            own.window_ms > 0 && size <= own.share_bytes && size <= capacity
+        }
         None => false,
     };
     // Rule 2: every tenant within its share, the incoming file counted with its tenant.
