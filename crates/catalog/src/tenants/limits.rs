@@ -236,6 +236,25 @@ mod tests {
             };
             assert!(limits.is_ok(), "{name} is a field of the limits");
         }
+        let hot: Limits = serde_json::from_value(serde_json::json!({
+            "hot-window-seconds": 3600, "hot-share-bytes": 1 << 30,
+        }))
+        .unwrap();
+        assert_eq!(
+            (hot.hot_window_seconds, hot.hot_share_bytes),
+            (Some(3600), Some(1 << 30))
+        );
+        assert!(hot.validate().is_ok());
+        let too_long = Limits {
+            hot_window_seconds: Some(400 * 86_400),
+            ..Limits::default()
+        };
+        assert!(
+            too_long
+                .validate()
+                .unwrap_err()
+                .contains("hot-window-seconds")
+        );
         assert!(
             serde_json::from_value::<Limits>(serde_json::json!({"records-per-second": 1})).is_err(),
             "an unknown name is refused"

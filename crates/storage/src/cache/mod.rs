@@ -783,7 +783,7 @@ mod tests {
                 .unwrap();
             let now = chrono::Utc::now().timestamp_millis();
             let admitted = cache
-                .admit_hot(&written, "w", "t", policy, &[a.clone()], now)
+                .admit_hot(&written, "w", "t", policy, std::slice::from_ref(&a), now)
                 .await;
             assert_eq!(admitted, 1);
             assert_eq!(cache.hot_usage()["t"].bytes, SIZE as u64);
