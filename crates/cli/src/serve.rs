@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// Directory of the disk cache (default: `<data-dir>/cache`, kept across restarts).
     #[arg(long, env = "FLOE_CACHE_DIR")]
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Part of `--cache-disk-mb` (MiB) for the hot tier: whole data files this node's
+    /// ingestion committed, kept while inside their tenant's `hot-window-seconds` (0: none).
+    #[arg(long, env = "FLOE_CACHE_HOT_MB", default_value_t = 1024)]
+    pub cache_hot_mb: u64,
     /// How often rows taken by `/ingest/v1/…` are committed to their tables (milliseconds).
     #[arg(long, env = "FLOE_INGEST_COMMIT_INTERVAL_MS", default_value_t = 1000)]
     pub ingest_commit_interval_ms: u64,
@@ -252,16 +256,19 @@ pub(crate) async fn open_store(
 }
 
 /// The cache of data-file ranges `memory_mb` and `disk_mb` describe (none when `memory_mb`
-/// is 0), on disk in `dir` or `<data-dir>/cache`.
+/// is 0), on disk in `dir` or `<data-dir>/cache`, `hot_mb` of the disk for the hot tier.
 pub(crate) fn cache_config(
     memory_mb: u64,
     disk_mb: u64,
+    hot_mb: u64,
     dir: Option<&Path>,
     data_dir: &Path,
 ) -> Option<floe_storage::cache::CacheConfig> {
     (memory_mb > 0).then(|| floe_storage::cache::CacheConfig {
         memory_bytes: memory_mb << 20,
         disk_bytes: disk_mb << 20,
+        hot_bytes: hot_mb.min(disk_mb) << 20,
+        hot_window_ms: floe_storage::cache::DEFAULT_HOT_WINDOW_MS,
         dir: dir.map_or_else(|| data_dir.join("cache"), Path::to_path_buf),
     })
 }
@@ -381,6 +388,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         cache: cache_config(
             args.cache_memory_mb,
             args.cache_disk_mb,
+            args.cache_hot_mb,
             args.cache_dir.as_deref(),
             &data_dir,
         ),

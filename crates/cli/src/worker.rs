@@ -143,9 +143,11 @@ async fn serve(args: RunArgs) -> anyhow::Result<()> {
     ));
     let config = EngineConfig {
         query_memory_limit: args.query_memory_limit_mb.max(1) << 20,
+        // A worker commits nothing, so it keeps no hot tier.
         cache: crate::serve::cache_config(
             args.cache_memory_mb,
             args.cache_disk_mb,
+            0,
             args.cache_dir.as_deref(),
             &data_dir,
         ),

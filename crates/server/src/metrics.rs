@@ -117,6 +117,7 @@ pub async fn serve_metrics(
             text.push_str(&ingest.render_metrics().await);
         }
         text.push_str(&crate::tenants::render_metrics(&state.catalog));
+        text.push_str(&cache_tenant_metrics(&state.sql));
     }
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
@@ -257,6 +258,7 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
             "# HELP floe_sql_cache_hits_total Byte ranges served by the query cache\n\
              # TYPE floe_sql_cache_hits_total counter\n\
              floe_sql_cache_hits_total{{tier=\"memory\"}} {}\n\
+             floe_sql_cache_hits_total{{tier=\"hot\"}} {}\n\
              floe_sql_cache_hits_total{{tier=\"disk\"}} {}\n\
              # HELP floe_sql_cache_misses_total Byte ranges the query cache fetched from storage\n\
              # TYPE floe_sql_cache_misses_total counter\n\
@@ -265,10 +267,87 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
              # TYPE floe_sql_cache_fetched_bytes_total counter\n\
              floe_sql_cache_fetched_bytes_total {}\n",
             stats.memory_hits.load(Relaxed),
+            stats.hot_hits.load(Relaxed),
             stats.disk_hits.load(Relaxed),
             stats.misses.load(Relaxed),
             stats.bytes_read_from_store.load(Relaxed),
         ));
+    }
+    if let Some(cache) = engine.cache() {
+        text.push_str(&format!(
+            "# HELP floe_cache_disk_bytes Bytes of blocks in the ordinary disk tier of the cache\n\
+             # TYPE floe_cache_disk_bytes gauge\nfloe_cache_disk_bytes {}\n",
+            cache.disk_bytes()
+        ));
+    }
+    text
+}
+
+/// Each tenant's hot-tier files, and its reads by the tier that served them (a hit rate per
+/// tenant is hits over hits and misses), in Prometheus text (tenant-named: for privileged
+/// scrapers). Tenants are warehouses: few per node.
+fn cache_tenant_metrics(engine: &floe_sql::SqlEngine) -> String {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(cache) = engine.cache() else {
+        return String::new();
+    };
+    let mut text = String::new();
+    let hot = cache.hot_usage();
+    let reads = cache.tenant_reads();
+    let _ = writeln!(
+        text,
+        "# HELP floe_cache_hot_bytes Bytes of a tenant's committed files pinned in this node's \
+         hot tier\n# TYPE floe_cache_hot_bytes gauge"
+    );
+    for (tenant, usage) in &hot {
+        let _ = writeln!(
+            text,
+            "floe_cache_hot_bytes{{tenant={tenant:?}}} {}",
+            usage.bytes
+        );
+    }
+    let _ = writeln!(
+        text,
+        "# HELP floe_cache_hot_files A tenant's committed files pinned in this node's hot tier\n\
+         # TYPE floe_cache_hot_files gauge"
+    );
+    for (tenant, usage) in &hot {
+        let _ = writeln!(
+            text,
+            "floe_cache_hot_files{{tenant={tenant:?}}} {}",
+            usage.files
+        );
+    }
+    let _ = writeln!(
+        text,
+        "# HELP floe_cache_tenant_hits_total Blocks of a tenant's files served by the cache, \
+         by tier\n# TYPE floe_cache_tenant_hits_total counter"
+    );
+    for (tenant, stats) in &reads {
+        for (tier, value) in [
+            ("memory", &stats.memory_hits),
+            ("hot", &stats.hot_hits),
+            ("disk", &stats.disk_hits),
+        ] {
+            let _ = writeln!(
+                text,
+                "floe_cache_tenant_hits_total{{tenant={tenant:?},tier={tier:?}}} {}",
+                value.load(Relaxed)
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP floe_cache_tenant_misses_total Blocks of a tenant's files the cache fetched \
+         from object storage\n# TYPE floe_cache_tenant_misses_total counter"
+    );
+    for (tenant, stats) in &reads {
+        let _ = writeln!(
+            text,
+            "floe_cache_tenant_misses_total{{tenant={tenant:?}}} {}",
+            stats.misses.load(Relaxed)
+        );
     }
     text
 }

@@ -596,6 +596,67 @@ impl SqlEngine {
         self.cache.as_ref().map(|c| &c.stats)
     }
 
+    /// The node's cache of data-file ranges, with its hot tier, when it has one.
+    pub fn cache(&self) -> Option<&Arc<floe_storage::cache::RangeCache>> {
+        self.cache.as_ref()
+    }
+
+    /// `access` writing through a store that keeps what it writes, and that store, for
+    /// [`crate::write::admit_hot`] once the commit succeeds; `None` when this node keeps no
+    /// hot tier.
+    pub fn write_through(
+        &self,
+        access: &TableAccess,
+    ) -> Option<(TableAccess, Arc<floe_storage::cache::WriteThrough>)> {
+        let kept = self
+            .cache
+            .as_ref()?
+            .write_through(access.storage.object_store())?;
+        let mut through = access.clone();
+        through.storage = access.storage.with_object_store(kept.clone());
+        Some((through, kept))
+    }
+
+    /// Makes the data files a commit through [`Self::write_through`]'s `access` wrote hot on
+    /// this node, under the tenant's `hot-window-seconds` and `hot-share-bytes` (the node's
+    /// defaults where its limits set none). Call it once the commit succeeded: a file in the
+    /// hot tier is a copy of a committed one. Returns how many files were admitted.
+    pub async fn admit_hot(
+        &self,
+        access: &TableAccess,
+        kept: &floe_storage::cache::WriteThrough,
+        files: &[iceberg::spec::DataFile],
+    ) -> usize {
+        let Some(cache) = &self.cache else { return 0 };
+        let Some(config) = &self.config.cache else {
+            return 0;
+        };
+        let limits = self.service.tenants().get(&access.warehouse).limits();
+        let policy = floe_storage::cache::HotPolicy {
+            window_ms: limits.hot_window_seconds.map_or(config.hot_window_ms, |s| {
+                i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
+            }),
+            share_bytes: limits.hot_share_bytes.unwrap_or(config.hot_bytes),
+        };
+        // Paths a commit names are checked against the warehouse like any other.
+        let paths: Vec<object_store::path::Path> = files
+            .iter()
+            .filter_map(|file| access.storage.object_path(file.file_path()).ok())
+            .collect();
+        let committed_ms = chrono::Utc::now().timestamp_millis();
+        let scope = access.warehouse_id.to_string();
+        cache
+            .admit_hot(
+                kept,
+                &scope,
+                &access.warehouse,
+                policy,
+                &paths,
+                committed_ms,
+            )
+            .await
+    }
+
     /// Queries waiting for a slot right now.
     pub fn queued(&self) -> usize {
         self.admission.queued()
@@ -941,7 +1002,7 @@ impl SqlEngine {
         if newly {
             let store = handle.storage.object_store();
             let store = match &self.cache {
-                Some(cache) => cache.wrap(store, &id.to_string()),
+                Some(cache) => cache.wrap(store, &id.to_string(), warehouse),
                 None => store,
             };
             self.runtime

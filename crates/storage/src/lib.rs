@@ -156,6 +156,16 @@ impl WarehouseStorage {
         self.store.clone()
     }
 
+    /// The same handle over `store`, a wrapper of this one's object store (a
+    /// [`cache::WriteThrough`] keeping a commit's files): same root, same reach.
+    pub fn with_object_store(&self, store: Arc<dyn ObjectStore>) -> WarehouseStorage {
+        Self {
+            profile: self.profile.clone(),
+            reach: self.reach.clone(),
+            store,
+        }
+    }
+
     /// Where the upsert key index checkpoint of the table at `table_location` lies: in
     /// Floe's own directory of the warehouse ([`FLOE_DIR`]: no table lies there, and no
     /// credentials vended for a table reach it), named by the table's location. Floe's

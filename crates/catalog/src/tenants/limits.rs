@@ -59,6 +59,15 @@ pub struct Limits {
     /// are deleted by the retention job (a table's own shorter retention stays).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_days: Option<u32>,
+    /// How long after its commit a data file the tenant's ingestion wrote stays in a node's
+    /// hot tier (the node's local disk), so recent data is read without object storage
+    /// (default: the server's, a day; 0 keeps none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_window_seconds: Option<u64>,
+    /// The most bytes of the tenant's hot files one node keeps; past it the tenant's own
+    /// oldest files leave first (default: the node's whole hot tier, `--cache-hot-mb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_share_bytes: Option<u64>,
 }
 
 /// Which limit a refusal hit: the name of its field in [`Limits`].
@@ -193,6 +202,9 @@ impl Limits {
         if self.query_memory_bytes.is_some_and(|v| v < 1 << 20) {
             return Err("query-memory-bytes must be at least 1048576 (1 MiB)".into());
         }
+        if self.hot_window_seconds.is_some_and(|v| v > 366 * 86_400) {
+            return Err("hot-window-seconds must be at most 31622400 (366 days)".into());
+        }
         if self.retention_days == Some(0) {
             return Err("retention-days must be positive (leave it out to keep everything)".into());
         }
@@ -224,6 +236,25 @@ mod tests {
             };
             assert!(limits.is_ok(), "{name} is a field of the limits");
         }
+        let hot: Limits = serde_json::from_value(serde_json::json!({
+            "hot-window-seconds": 3600, "hot-share-bytes": 1 << 30,
+        }))
+        .unwrap();
+        assert_eq!(
+            (hot.hot_window_seconds, hot.hot_share_bytes),
+            (Some(3600), Some(1 << 30))
+        );
+        assert!(hot.validate().is_ok());
+        let too_long = Limits {
+            hot_window_seconds: Some(400 * 86_400),
+            ..Limits::default()
+        };
+        assert!(
+            too_long
+                .validate()
+                .unwrap_err()
+                .contains("hot-window-seconds")
+        );
         assert!(
             serde_json::from_value::<Limits>(serde_json::json!({"records-per-second": 1})).is_err(),
             "an unknown name is refused"

@@ -7,6 +7,10 @@
 //! positions it finds (a pipeline fenced by another node's commit) and the positions it writes
 //! commit in one catalog transaction. A commit that loses its race reads the table again and
 //! commits the same files again, a few times; each failure is an [`IngestError`] by kind.
+//!
+//! The files are written through a store that keeps their bytes; once the commit succeeds
+//! they enter this node's hot tier (`SqlEngine::admit_hot`), so queries over the recent
+//! window read them from local disk. Object storage has them before the hot tier does.
 
 use std::collections::HashMap;
 
@@ -48,6 +52,11 @@ pub async fn append(
         .access(caller, warehouse)
         .await
         .map_err(|e| IngestError::of_sql(&e))?;
+    // The files are written through a store that keeps them, for the node's hot tier.
+    let (access, kept) = match sql.write_through(&access) {
+        Some((through, kept)) => (through, Some(kept)),
+        None => (access, None),
+    };
     let rows = batch.num_rows() as u64;
     let mut batch = Some(batch);
     let mut written: Option<Vec<iceberg::spec::DataFile>> = None;
@@ -93,6 +102,9 @@ pub async fn append(
         // On `table` exactly: the positions were made from it.
         match floe_sql::write::commit_transaction_on(&access, &table, transaction).await {
             Ok(committed) => {
+                if let (Some(kept), Some(files)) = (&kept, &written) {
+                    sql.admit_hot(&access, kept, files).await;
+                }
                 return Ok(Appended {
                     files: count,
                     rows,

@@ -12,12 +12,28 @@
 //! scan passing once through more data than fits does not push out what is read again.
 //! Every fetched block is also written to disk (atomically renamed into place), bounded the
 //! same way; the disk tier is kept across restarts.
+//!
+//! The hot tier ([`hot`]) sits beside the disk tier in the same directory and the same
+//! budget: whole files a node committed, written through at commit ([`RangeCache::admit_hot`]
+//! with the bytes a [`WriteThrough`] kept), pinned while inside their tenant's window and
+//! share. Reads do not change: a range is served from memory, the hot tier, the disk tier or
+//! the store, block by block, so a scan over recent and older files is one plan that reads
+//! only the older ones from object storage. Hits and misses are counted per tenant too.
 
+mod evict;
+mod hot;
+mod write_through;
+
+pub use evict::HotPolicy;
+pub use hot::HotUsage;
+pub use write_through::WriteThrough;
+
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -41,14 +57,32 @@ const KNOWN_SIZES: u64 = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
     pub memory_bytes: u64,
+    /// The disk tier and the hot tier together.
     pub disk_bytes: u64,
+    /// The part of `disk_bytes` the hot tier may take (0: no hot tier).
+    pub hot_bytes: u64,
+    /// The window of a tenant whose limits set none (milliseconds).
+    pub hot_window_ms: i64,
     pub dir: PathBuf,
+}
+
+/// The hot window of a tenant whose limits set none: a day.
+pub const DEFAULT_HOT_WINDOW_MS: i64 = 24 * 3_600_000;
+
+/// One tenant's reads through the cache, blocks by where they were found.
+#[derive(Debug, Default)]
+pub struct TenantCacheStats {
+    pub memory_hits: AtomicU64,
+    pub hot_hits: AtomicU64,
+    pub disk_hits: AtomicU64,
+    pub misses: AtomicU64,
 }
 
 /// Blocks found and fetched so far.
 #[derive(Debug, Default)]
 pub struct CacheStats {
     pub memory_hits: AtomicU64,
+    pub hot_hits: AtomicU64,
     pub disk_hits: AtomicU64,
     pub misses: AtomicU64,
     pub bytes_read_from_store: AtomicU64,
@@ -65,6 +99,10 @@ pub struct RangeCache {
     disk: moka::sync::Cache<String, u32>,
     /// Object sizes, read once per object: the last block of an object ends with it.
     sizes: moka::sync::Cache<Arc<str>, u64>,
+    /// Pinned whole files of recent commits, when the configuration gives it room.
+    hot: Option<hot::HotTier>,
+    /// Reads by tenant (a warehouse's name; a handful per node).
+    tenants: Mutex<BTreeMap<String, Arc<TenantCacheStats>>>,
     pub stats: CacheStats,
 }
 
@@ -92,9 +130,10 @@ impl RangeCache {
             .max_capacity(config.memory_bytes)
             .build();
         let dir = config.dir.clone();
+        let hot_bytes = config.hot_bytes.min(config.disk_bytes);
         let disk = moka::sync::Cache::builder()
             .weigher(|_: &String, size: &u32| *size)
-            .max_capacity(config.disk_bytes)
+            .max_capacity(config.disk_bytes - hot_bytes)
             .eviction_listener(move |name: Arc<String>, _, cause| {
                 if cause != moka::notification::RemovalCause::Replaced {
                     let _ = std::fs::remove_file(dir.join(name.as_str()));
@@ -114,53 +153,189 @@ impl RangeCache {
                 _ => {}
             }
         }
+        let hot = (hot_bytes > 0)
+            .then(|| {
+                let policy = HotPolicy {
+                    window_ms: config.hot_window_ms,
+                    share_bytes: hot_bytes,
+                };
+                hot::HotTier::open(config.dir.join("hot"), hot_bytes, policy)
+            })
+            .transpose()?;
         Ok(Arc::new(Self {
             config,
             memory,
             disk,
             sizes: moka::sync::Cache::new(KNOWN_SIZES),
+            hot,
+            tenants: Mutex::new(BTreeMap::new()),
             stats: CacheStats::default(),
         }))
     }
 
-    /// `store` reading through this cache; `scope` keeps stores' paths apart (a warehouse id).
+    /// `store` reading through this cache; `scope` keeps stores' paths apart (a warehouse
+    /// id), `tenant` names whose reads they are (the warehouse's name).
     pub fn wrap(
         self: &Arc<Self>,
         store: Arc<dyn ObjectStore>,
         scope: &str,
+        tenant: &str,
     ) -> Arc<dyn ObjectStore> {
         Arc::new(CachedStore {
             inner: store,
             cache: self.clone(),
             scope: scope.to_string(),
+            tenant: self.tenant_stats(tenant),
         })
     }
 
-    fn file_of(key: &Key) -> String {
-        format!(
-            "{}-{}",
-            hex::encode(Sha256::digest(key.0.as_bytes())),
-            key.1
-        )
+    fn tenant_stats(&self, tenant: &str) -> Arc<TenantCacheStats> {
+        self.tenants
+            .lock()
+            .expect("tenant stats")
+            .entry(tenant.to_string())
+            .or_default()
+            .clone()
     }
 
-    async fn get(&self, key: &Key) -> Option<Bytes> {
+    /// Each tenant's reads through the cache so far.
+    pub fn tenant_reads(&self) -> Vec<(String, Arc<TenantCacheStats>)> {
+        let tenants = self.tenants.lock().expect("tenant stats");
+        tenants
+            .iter()
+            .map(|(t, s)| (t.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Each tenant's hot files on this node (empty without a hot tier).
+    pub fn hot_usage(&self) -> BTreeMap<String, HotUsage> {
+        self.hot
+            .as_ref()
+            .map(hot::HotTier::usage)
+            .unwrap_or_default()
+    }
+
+    /// Bytes of blocks in the ordinary disk tier.
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk.run_pending_tasks();
+        self.disk.weighted_size()
+    }
+
+    /// The id of an object: the hash of its scoped path (what file names are made of).
+    fn id_of(scoped: &str) -> String {
+        hex::encode(Sha256::digest(scoped.as_bytes()))
+    }
+
+    fn file_of(key: &Key) -> String {
+        format!("{}-{}", Self::id_of(&key.0), key.1)
+    }
+
+    async fn get(&self, key: &Key, tenant: &TenantCacheStats) -> Option<Bytes> {
         if let Some(bytes) = self.memory.get(key) {
             self.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
+            tenant.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Some(bytes);
         }
-        let name = Self::file_of(key);
+        let id = Self::id_of(&key.0);
+        if let Some(hot) = &self.hot {
+            self.demote(hot.sweep(chrono::Utc::now().timestamp_millis(), false));
+            // The file's tenant is the reader's: a scope is one warehouse.
+            if let Some((bytes, _)) = hot.read(&id, key.1).await {
+                self.stats.hot_hits.fetch_add(1, Ordering::Relaxed);
+                tenant.hot_hits.fetch_add(1, Ordering::Relaxed);
+                self.keep_in_memory(key.clone(), bytes.clone());
+                return Some(bytes);
+            }
+        }
+        let name = format!("{id}-{}", key.1);
         self.disk.get(&name)?;
         let bytes = Bytes::from(tokio::fs::read(self.config.dir.join(&name)).await.ok()?);
         self.stats.disk_hits.fetch_add(1, Ordering::Relaxed);
+        tenant.disk_hits.fetch_add(1, Ordering::Relaxed);
         self.keep_in_memory(key.clone(), bytes.clone());
         Some(bytes)
     }
 
-    /// Forgets a block (one that disagrees with its object).
+    /// Forgets a block (one that disagrees with its object), and its file's hot copy.
     fn forget(&self, key: &Key) {
         self.memory.invalidate(key);
         self.disk.invalidate(&Self::file_of(key));
+        if let Some(hot) = &self.hot {
+            hot.drop_file(&Self::id_of(&key.0));
+        }
+    }
+
+    /// A store writing through `store` that keeps what it writes (up to the hot tier's
+    /// size), for [`Self::admit_hot`] once the commit that wrote it succeeds; `None` without
+    /// a hot tier.
+    pub fn write_through(&self, store: Arc<dyn ObjectStore>) -> Option<Arc<WriteThrough>> {
+        let hot = self.config.hot_bytes.min(self.config.disk_bytes);
+        (hot > 0 && self.hot.is_some()).then(|| Arc::new(WriteThrough::new(store, hot)))
+    }
+
+    /// Makes the objects at `paths` that `written` kept hot for `tenant`, committed at
+    /// `committed_ms`, as far as `policy` and the tier's room allow; what leaves the tier for
+    /// them goes to the ordinary disk tier. Returns how many were admitted. Failures are
+    /// logged, never returned: the files are committed and in object storage either way.
+    pub async fn admit_hot(
+        self: &Arc<Self>,
+        written: &WriteThrough,
+        scope: &str,
+        tenant: &str,
+        policy: HotPolicy,
+        paths: &[Path],
+        committed_ms: i64,
+    ) -> usize {
+        if self.hot.is_none() {
+            return 0;
+        }
+        let files: Vec<(Arc<str>, Bytes)> = paths
+            .iter()
+            .filter_map(|path| {
+                let bytes = written.take(path)?;
+                Some((Arc::from(format!("{scope}/{path}")), bytes))
+            })
+            .collect();
+        let cache = self.clone();
+        let tenant = tenant.to_string();
+        let admitted = tokio::task::spawn_blocking(move || {
+            let hot = cache.hot.as_ref().expect("checked above");
+            let mut admitted = 0;
+            for (scoped, bytes) in files {
+                let now = chrono::Utc::now().timestamp_millis();
+                let id = Self::id_of(&scoped);
+                match hot.admit(&id, &tenant, policy, committed_ms, &bytes, now) {
+                    Ok((yes, leaving)) => {
+                        if yes {
+                            admitted += 1;
+                            cache.sizes.insert(scoped, bytes.len() as u64);
+                        }
+                        cache.demote(leaving);
+                    }
+                    Err(e) => tracing::warn!(%tenant, error = %e, "admit a file to the hot tier"),
+                }
+            }
+            admitted
+        })
+        .await;
+        admitted.unwrap_or(0)
+    }
+
+    /// Moves files leaving the hot tier into the ordinary disk tier.
+    fn demote(&self, leaving: Vec<hot::Leaving>) {
+        let Some(hot) = &self.hot else { return };
+        for file in leaving {
+            for (block, size) in file.blocks.iter().enumerate() {
+                let name = format!("{}-{block}", file.id);
+                let from = hot.dir().join(&name);
+                if std::fs::rename(&from, self.config.dir.join(&name)).is_ok() {
+                    self.disk.insert(name, *size);
+                    self.disk.run_pending_tasks();
+                } else {
+                    let _ = std::fs::remove_file(from);
+                }
+            }
+        }
     }
 
     /// moka evicts lazily, a batch of writes at a time; with blocks of a mebibyte that could
@@ -171,8 +346,9 @@ impl RangeCache {
     }
 
     /// A block fetched from the store: kept in memory, and written to disk in the background.
-    fn put(&self, key: Key, bytes: Bytes) {
+    fn put(&self, key: Key, bytes: Bytes, tenant: &TenantCacheStats) {
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        tenant.misses.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes_read_from_store
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -210,6 +386,7 @@ struct CachedStore {
     inner: Arc<dyn ObjectStore>,
     cache: Arc<RangeCache>,
     scope: String,
+    tenant: Arc<TenantCacheStats>,
 }
 
 impl fmt::Debug for CachedStore {
@@ -239,6 +416,12 @@ impl CachedStore {
 
     async fn size_of(&self, location: &Path, scoped: &Arc<str>) -> Result<u64> {
         if let Some(size) = self.cache.sizes.get(scoped) {
+            return Ok(size);
+        }
+        // A hot file's size is in the tier's index: a restarted node asks the store nothing.
+        let hot = self.cache.hot.as_ref();
+        if let Some(size) = hot.and_then(|hot| hot.size(&RangeCache::id_of(scoped))) {
+            self.cache.sizes.insert(scoped.clone(), size);
             return Ok(size);
         }
         let size = self.inner.head(location).await?.size;
@@ -312,7 +495,7 @@ impl CachedStore {
         let mut blocks = std::collections::HashMap::with_capacity(wanted.len());
         let mut missing = Vec::new();
         for block in wanted {
-            match self.cache.get(&(scoped.clone(), block)).await {
+            match self.cache.get(&(scoped.clone(), block), &self.tenant).await {
                 Some(bytes) => {
                     blocks.insert(block, bytes);
                 }
@@ -326,7 +509,8 @@ impl CachedStore {
                 .collect();
             let fetched = self.inner.get_ranges(location, &spans).await?;
             for (block, bytes) in missing.into_iter().zip(fetched) {
-                self.cache.put((scoped.clone(), block), bytes.clone());
+                self.cache
+                    .put((scoped.clone(), block), bytes.clone(), &self.tenant);
                 blocks.insert(block, bytes);
             }
         }
@@ -464,6 +648,8 @@ mod tests {
         CacheConfig {
             memory_bytes,
             disk_bytes: 64 * BLOCK_BYTES,
+            hot_bytes: 0,
+            hot_window_ms: DEFAULT_HOT_WINDOW_MS,
             dir: dir.join("cache"),
         }
     }
@@ -488,7 +674,7 @@ mod tests {
             .put(&a, PutPayload::from(all[..10].to_vec()))
             .await
             .unwrap();
-        let store = cache.wrap(inner.clone(), "w");
+        let store = cache.wrap(inner.clone(), "w", "t");
         assert_eq!(store.get_range(&a, 0..10).await.unwrap(), &all[..10]);
         inner.put(&a, PutPayload::from(all.clone())).await.unwrap();
         // Ranges past what was remembered come whole, from the store.
@@ -506,7 +692,7 @@ mod tests {
     async fn another_range_of_a_read_block_hits() {
         let dir = tempfile::tempdir().unwrap();
         let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
-        let store = cache.wrap(store_with_object().await, "w");
+        let store = cache.wrap(store_with_object().await, "w", "t");
         let all = content();
         let a = Path::from("a");
         assert_eq!(store.get_range(&a, 0..100).await.unwrap(), &all[..100]);
@@ -545,7 +731,7 @@ mod tests {
         let a = Path::from("a");
         {
             let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
-            let store = cache.wrap(inner.clone(), "w");
+            let store = cache.wrap(inner.clone(), "w", "t");
             assert_eq!(store.get_range(&a, 10..20).await.unwrap(), &all[10..20]);
             // The disk write runs in the background.
             for _ in 0..100 {
@@ -563,23 +749,70 @@ mod tests {
         std::fs::write(dir.path().join("cache/stray.1.tmp"), b"x").unwrap();
         let cache = RangeCache::new(config(dir.path(), 16 * BLOCK_BYTES)).unwrap();
         assert!(!dir.path().join("cache/stray.1.tmp").exists());
-        let store = cache.wrap(inner, "w");
+        let store = cache.wrap(inner, "w", "t");
         assert_eq!(store.get_range(&a, 30..40).await.unwrap(), &all[30..40]);
         assert_eq!(counts(&cache), [0, 1, 0]);
         // Now in memory too.
         assert_eq!(store.get_range(&a, 50..60).await.unwrap(), &all[50..60]);
         assert_eq!(counts(&cache), [1, 1, 0]);
         // Another scope is another object.
-        let other = cache.wrap(store_with_object().await, "v");
+        let other = cache.wrap(store_with_object().await, "v", "t");
         assert_eq!(other.get_range(&a, 30..40).await.unwrap(), &all[30..40]);
         assert_eq!(counts(&cache), [1, 1, 1]);
+    }
+
+    #[tokio::test]
+    async fn committed_files_written_through_are_read_after_a_restart_without_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let hot = |memory| CacheConfig {
+            hot_bytes: 16 * BLOCK_BYTES,
+            ..config(dir.path(), memory)
+        };
+        let policy = HotPolicy {
+            window_ms: DEFAULT_HOT_WINDOW_MS,
+            share_bytes: 16 * BLOCK_BYTES,
+        };
+        let all = content();
+        let a = Path::from("a");
+        {
+            let cache = RangeCache::new(hot(16 * BLOCK_BYTES)).unwrap();
+            let written = cache.write_through(Arc::new(InMemory::new())).unwrap();
+            written
+                .put(&a, PutPayload::from(all.clone()))
+                .await
+                .unwrap();
+            let now = chrono::Utc::now().timestamp_millis();
+            let admitted = cache
+                .admit_hot(&written, "w", "t", policy, std::slice::from_ref(&a), now)
+                .await;
+            assert_eq!(admitted, 1);
+            assert_eq!(cache.hot_usage()["t"].bytes, SIZE as u64);
+        }
+        // Restarted, over a store that has nothing: sizes and blocks come from the hot tier.
+        let cache = RangeCache::new(hot(16 * BLOCK_BYTES)).unwrap();
+        let store = cache.wrap(Arc::new(InMemory::new()), "w", "t");
+        let ranges = [
+            0..10,
+            2 * BLOCK_BYTES..2 * BLOCK_BYTES + 7,
+            SIZE as u64 - 3..SIZE as u64,
+        ];
+        let got = store.get_ranges(&a, &ranges).await.unwrap();
+        for (bytes, range) in got.iter().zip(&ranges) {
+            assert_eq!(bytes, &all[range.start as usize..range.end as usize]);
+        }
+        let reads = &cache.tenant_reads()[0].1;
+        assert_eq!(reads.hot_hits.load(Ordering::Relaxed), 3);
+        assert_eq!(reads.misses.load(Ordering::Relaxed), 0);
+        // Another scope's object of the same path is not the hot one.
+        let other = cache.wrap(Arc::new(InMemory::new()), "v", "u");
+        assert!(other.get_range(&a, 0..10).await.is_err());
     }
 
     #[tokio::test]
     async fn a_memory_tier_smaller_than_the_data_sends_reads_to_disk() {
         let dir = tempfile::tempdir().unwrap();
         let cache = RangeCache::new(config(dir.path(), BLOCK_BYTES)).unwrap();
-        let store = cache.wrap(store_with_object().await, "w");
+        let store = cache.wrap(store_with_object().await, "w", "t");
         let all = content();
         let a = Path::from("a");
         let every_block =
