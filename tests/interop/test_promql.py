@@ -277,6 +277,24 @@ def test_grafana_calls_answered_as_prometheus_does(floe, reference):
             assert set(w["data"]) <= set(g["data"]), (path, set(w["data"]) - set(g["data"]))
         else:
             assert g["data"] == w["data"], (path, g["data"], w["data"])
+    # Where Prometheus's answer is deterministic, Floe's is the same bytes: member order,
+    # timestamps, value strings, label maps.
+    for path, params in [
+        ("/api/v1/query", {"query": "up", "time": round(end, 3)}),
+        ("/api/v1/query", {"query": "count(up)", "time": round(end, 3)}),
+        ("/api/v1/query", {"query": "1.5", "time": round(end, 3)}),
+        ("/api/v1/query_range", {"query": 'up{job="node"}', "start": round(start, 3), "end": round(end, 3), "step": 2}),
+        ("/api/v1/label/job/values", {"start": start, "end": end}),
+        ("/api/v1/series", {"match[]": "up", "start": start, "end": end}),
+    ]:
+        w = ask(prom, path, params)
+        g = ask(api, path, params, auth)
+        assert (g.status_code, g.text) == (w.status_code, w.text), (path, params)
+    # A query that does not parse: the same form and words, without Prometheus's position.
+    w = ask(prom, "/api/v1/query", {"query": "sum(", "time": end}).json()
+    g = ask(api, "/api/v1/query", {"query": "sum(", "time": end}, auth).json()
+    assert g["errorType"] == w["errorType"] == "bad_data", g
+    assert g["error"].startswith('invalid parameter "query": ') and "parse error: " in g["error"], g
     # Metadata: every metric Prometheus describes is described, counters as counters.
     w = ask(prom, "/api/v1/metadata", {}).json()["data"]
     # Remote write 1.0 sends metadata once a minute, apart from the samples.

@@ -85,7 +85,7 @@ impl Engine {
     /// Parse a query, refusing what Prometheus refuses before evaluation.
     pub fn parse(&self, query: &str, range: bool) -> Result<Expr> {
         check_shape(query)?;
-        let expr = ast::parse(query).map_err(Error::BadData)?;
+        let expr = ast::parse(query).map_err(|e| Error::BadData(format!("parse error: {e}")))?;
         if range {
             let kind = expr.value_type();
             if kind != ValueType::Scalar && kind != ValueType::Vector {

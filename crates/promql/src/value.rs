@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 
 use crate::histogram::FloatHistogram;
 use crate::labels::Labels;
@@ -102,70 +102,75 @@ impl QueryValue {
         }
     }
 
-    /// `data` of a `query`/`query_range` answer, exactly as Prometheus writes it.
-    pub fn to_json(&self) -> Json {
+    /// `data` of a `query`/`query_range` answer as JSON text, byte for byte as Prometheus
+    /// writes it: its members in Prometheus's order (`resultType` before `result`; `metric`
+    /// before `value`, `values`, `histogram`, `histograms`), label maps sorted by name.
+    pub fn to_json_text(&self) -> String {
+        let point =
+            |t: i64, f: f64| format!("[{},{}]", timestamp_json(t), quoted(&format_float(f)));
+        let histogram_point =
+            |t: i64, h: &FloatHistogram| format!("[{},{}]", timestamp_json(t), h.to_json_text());
         let result = match self {
-            QueryValue::Scalar { t, v } => json!([timestamp_json(*t), format_float(*v)]),
-            QueryValue::String { t, v } => json!([timestamp_json(*t), v]),
-            QueryValue::Vector(samples) => Json::Array(
-                samples
+            QueryValue::Scalar { t, v } => point(*t, *v),
+            QueryValue::String { t, v } => format!("[{},{}]", timestamp_json(*t), quoted(v)),
+            QueryValue::Vector(samples) => {
+                let items: Vec<String> = samples
                     .iter()
                     .map(|(labels, p)| {
-                        let mut o = serde_json::Map::new();
-                        o.insert("metric".into(), labels_json(labels));
+                        let metric = labels_json(labels).to_string();
                         match &p.s {
                             Sample::Float(f) => {
-                                o.insert(
-                                    "value".into(),
-                                    json!([timestamp_json(p.t), format_float(*f)]),
-                                );
+                                format!("{{\"metric\":{metric},\"value\":{}}}", point(p.t, *f))
                             }
                             Sample::Histogram(h) => {
-                                o.insert(
-                                    "histogram".into(),
-                                    json!([timestamp_json(p.t), h.to_json()]),
-                                );
+                                format!(
+                                    "{{\"metric\":{metric},\"histogram\":{}}}",
+                                    histogram_point(p.t, h)
+                                )
                             }
                         }
-                        Json::Object(o)
                     })
-                    .collect(),
-            ),
-            QueryValue::Matrix(series) => Json::Array(
-                series
+                    .collect();
+                format!("[{}]", items.join(","))
+            }
+            QueryValue::Matrix(series) => {
+                let items: Vec<String> = series
                     .iter()
                     .map(|s| {
-                        let mut o = serde_json::Map::new();
-                        o.insert("metric".into(), labels_json(&s.labels));
-                        let floats: Vec<Json> = s
+                        let mut text = format!("{{\"metric\":{}", labels_json(&s.labels));
+                        let floats: Vec<String> = s
                             .points
                             .iter()
-                            .filter_map(|p| {
-                                p.s.float()
-                                    .map(|f| json!([timestamp_json(p.t), format_float(f)]))
-                            })
+                            .filter_map(|p| p.s.float().map(|f| point(p.t, f)))
                             .collect();
-                        let histograms: Vec<Json> = s
+                        let histograms: Vec<String> = s
                             .points
                             .iter()
-                            .filter_map(|p| {
-                                p.s.histogram()
-                                    .map(|h| json!([timestamp_json(p.t), h.to_json()]))
-                            })
+                            .filter_map(|p| p.s.histogram().map(|h| histogram_point(p.t, h)))
                             .collect();
                         if !floats.is_empty() {
-                            o.insert("values".into(), Json::Array(floats));
+                            text.push_str(&format!(",\"values\":[{}]", floats.join(",")));
                         }
                         if !histograms.is_empty() {
-                            o.insert("histograms".into(), Json::Array(histograms));
+                            text.push_str(&format!(",\"histograms\":[{}]", histograms.join(",")));
                         }
-                        Json::Object(o)
+                        text.push('}');
+                        text
                     })
-                    .collect(),
-            ),
+                    .collect();
+                format!("[{}]", items.join(","))
+            }
         };
-        json!({ "resultType": self.result_type(), "result": result })
+        format!(
+            "{{\"resultType\":\"{}\",\"result\":{result}}}",
+            self.result_type()
+        )
     }
+}
+
+/// A text as a JSON string.
+pub fn quoted(text: &str) -> String {
+    Json::String(text.to_string()).to_string()
 }
 
 pub fn labels_json(labels: &Labels) -> Json {

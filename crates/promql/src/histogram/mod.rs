@@ -12,9 +12,7 @@ mod bounds;
 mod estimate;
 mod rate;
 
-use serde_json::{Value as Json, json};
-
-use crate::value::format_float;
+use crate::value::{format_float, quoted};
 
 pub use arith::Incompatible;
 pub use bounds::exponential_bound;
@@ -158,8 +156,8 @@ impl FloatHistogram {
     /// As Prometheus's API writes a histogram: count, sum, and the non-empty buckets as
     /// `[boundary rule, lower, upper, count]` (rule 0: open left, closed right; 1: closed
     /// left, open right; 2: open both; 3: closed both).
-    pub fn to_json(&self) -> Json {
-        let buckets: Vec<Json> = self
+    pub fn to_json_text(&self) -> String {
+        let buckets: Vec<String> = self
             .all_buckets()
             .into_iter()
             .filter(|b| b.count != 0.0)
@@ -170,21 +168,25 @@ impl FloatHistogram {
                     (false, false) => 2,
                     (true, true) => 3,
                 };
-                json!([
-                    rule,
-                    format_float(b.lower),
-                    format_float(b.upper),
-                    format_float(b.count)
-                ])
+                format!(
+                    "[{rule},{},{},{}]",
+                    quoted(&format_float(b.lower)),
+                    quoted(&format_float(b.upper)),
+                    quoted(&format_float(b.count))
+                )
             })
             .collect();
-        let mut o = serde_json::Map::new();
-        o.insert("count".into(), Json::String(format_float(self.count)));
-        o.insert("sum".into(), Json::String(format_float(self.sum)));
+        // Prometheus's order: count, sum, then the buckets when there are any.
+        let mut text = format!(
+            "{{\"count\":{},\"sum\":{}",
+            quoted(&format_float(self.count)),
+            quoted(&format_float(self.sum))
+        );
         if !buckets.is_empty() {
-            o.insert("buckets".into(), Json::Array(buckets));
+            text.push_str(&format!(",\"buckets\":[{}]", buckets.join(",")));
         }
-        Json::Object(o)
+        text.push('}');
+        text
     }
 }
 

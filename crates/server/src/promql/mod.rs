@@ -16,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use floe_catalog::governance::authz::Caller;
 use floe_promql::labels::METRIC_NAME;
+use floe_promql::value::quoted;
 use floe_promql::{Engine, Error, Matcher, QueryRange};
 use serde_json::{Value as Json, json};
 
@@ -98,7 +99,11 @@ fn failure(status: StatusCode, kind: &str, message: &str) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
-        json!({"status": "error", "errorType": kind, "error": message}).to_string(),
+        format!(
+            "{{\"status\":\"error\",\"errorType\":{},\"error\":{}}}",
+            quoted(kind),
+            quoted(message)
+        ),
     )
         .into_response()
 }
@@ -127,22 +132,26 @@ fn promql_failure(e: &Error) -> Fail {
 }
 
 fn success(data: Json, notes: Vec<String>) -> Response {
-    let mut body = serde_json::Map::new();
-    body.insert("status".into(), json!("success"));
-    body.insert("data".into(), data);
+    success_text(data.to_string(), notes)
+}
+
+/// `{"status":"success","data":…,"warnings":[…],"infos":[…]}`, members in Prometheus's
+/// order (its answers are compared byte for byte), `data` already JSON text.
+fn success_text(data: String, notes: Vec<String>) -> Response {
     let (warnings, infos): (Vec<String>, Vec<String>) = notes
         .into_iter()
         .partition(|n| !n.starts_with("PromQL info"));
-    if !warnings.is_empty() {
-        body.insert("warnings".into(), json!(warnings));
+    let mut body = format!("{{\"status\":\"success\",\"data\":{data}");
+    for (key, list) in [("warnings", warnings), ("infos", infos)] {
+        if !list.is_empty() {
+            body.push_str(&format!(",\"{key}\":{}", Json::from(list)));
+        }
     }
-    if !infos.is_empty() {
-        body.insert("infos".into(), json!(infos));
-    }
+    body.push('}');
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        Json::Object(body).to_string(),
+        body,
     )
         .into_response()
 }
@@ -264,9 +273,15 @@ async fn evaluate(
     };
     let (planner, query) = (engine.clone(), text.to_string());
     let held = place().await?;
+    // As Prometheus words a query it cannot take: the parameter named.
     let plan = on_evaluation_thread(move || planner.plan(&query, range, as_range))
         .await?
-        .map_err(|e| promql_failure(&e))?;
+        .map_err(|e| match e {
+            Error::BadData(m) => {
+                promql_failure(&Error::BadData(format!("invalid parameter \"query\": {m}")))
+            }
+            e => promql_failure(&e),
+        })?;
     drop(held);
     let fetched = engine
         .fetch(storage, &plan)
@@ -303,7 +318,7 @@ async fn query(
     let t = params.time("time")?.unwrap_or_else(now_ms);
     let storage = tenant_storage(&state, &caller, warehouse(path), &headers).await?;
     let answer = evaluate(&storage, text, QueryRange::instant(t), false).await?;
-    Ok(success(answer.value.to_json(), answer.warnings))
+    Ok(success_text(answer.value.to_json_text(), answer.warnings))
 }
 
 async fn query_range(
@@ -351,7 +366,7 @@ async fn query_range(
     // A range of one step is still a range query: a matrix answer.
     let range = QueryRange { start, end, step };
     let answer = evaluate(&storage, text, range, true).await?;
-    Ok(success(answer.value.to_json(), answer.warnings))
+    Ok(success_text(answer.value.to_json_text(), answer.warnings))
 }
 
 /// The `match[]` selectors of a request (at least one where `required`).
@@ -511,22 +526,41 @@ async fn metadata(
         if let Json::Array(list) = entry
             && list.len() < per_metric
         {
-            list.push(json!({"type": kind, "help": help, "unit": unit}));
+            list.push(Json::String(format!(
+                "{{\"type\":{},\"help\":{},\"unit\":{}}}",
+                quoted(&kind),
+                quoted(&help),
+                quoted(&unit)
+            )));
         }
     }
-    Ok(success(Json::Object(data), Vec::new()))
+    // Metric names sorted (a JSON map); each entry's members in Prometheus's order.
+    let entries: Vec<String> = data
+        .into_iter()
+        .map(|(name, list)| {
+            let items: Vec<String> = list
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            format!("{}:[{}]", quoted(&name), items.join(","))
+        })
+        .collect();
+    Ok(success_text(
+        format!("{{{}}}", entries.join(",")),
+        Vec::new(),
+    ))
 }
 
 async fn buildinfo() -> Response {
-    success(
-        json!({
-            "version": PROMETHEUS_VERSION,
-            "revision": concat!("floe-", env!("CARGO_PKG_VERSION")),
-            "branch": "",
-            "buildUser": "",
-            "buildDate": "",
-            "goVersion": "",
-        }),
+    let revision = concat!("floe-", env!("CARGO_PKG_VERSION"));
+    success_text(
+        format!(
+            "{{\"version\":{},\"revision\":{},\"branch\":\"\",\"buildUser\":\"\",\"buildDate\":\"\",\"goVersion\":\"\"}}",
+            quoted(PROMETHEUS_VERSION),
+            quoted(revision)
+        ),
         Vec::new(),
     )
 }
