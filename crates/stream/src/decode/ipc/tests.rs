@@ -573,7 +573,8 @@ fn the_budget_is_a_multiple_of_the_input_within_the_cap() {
         max_bytes: 256 << 20,
         body_multiple: 64,
     };
-    assert_eq!(limits.budget(0), 1 << 20);
+    assert_eq!(limits.budget(0), 8 << 20);
+    assert_eq!(limits.budget(64 << 10), 8 << 20);
     assert_eq!(limits.budget(1 << 20), 64 << 20);
     assert_eq!(limits.budget(64 << 20), 256 << 20);
     assert_eq!(limits.budget(usize::MAX), 256 << 20);
