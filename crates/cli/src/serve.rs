@@ -267,7 +267,7 @@ pub(crate) fn cache_config(
     (memory_mb > 0).then(|| floe_storage::cache::CacheConfig {
         memory_bytes: memory_mb << 20,
         disk_bytes: disk_mb << 20,
-        hot_bytes: hot_mb.min(disk_mb) << 20,
+        hot_bytes: hot_mb << 20,
         hot_window_ms: floe_storage::cache::DEFAULT_HOT_WINDOW_MS,
         dir: dir.map_or_else(|| data_dir.join("cache"), Path::to_path_buf),
     })

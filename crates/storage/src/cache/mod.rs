@@ -130,7 +130,7 @@ impl RangeCache {
             .max_capacity(config.memory_bytes)
             .build();
         let dir = config.dir.clone();
-        let hot_bytes = config.hot_bytes.min(config.disk_bytes);
+        let hot_bytes = hot_share(config.hot_bytes, config.disk_bytes);
         let disk = moka::sync::Cache::builder()
             .weigher(|_: &String, size: &u32| *size)
             .max_capacity(config.disk_bytes - hot_bytes)
@@ -269,7 +269,7 @@ impl RangeCache {
     /// size), for [`Self::admit_hot`] once the commit that wrote it succeeds; `None` without
     /// a hot tier.
     pub fn write_through(&self, store: Arc<dyn ObjectStore>) -> Option<Arc<WriteThrough>> {
-        let hot = self.config.hot_bytes.min(self.config.disk_bytes);
+        let hot = hot_share(self.config.hot_bytes, self.config.disk_bytes);
         (hot > 0 && self.hot.is_some()).then(|| Arc::new(WriteThrough::new(store, hot)))
     }
 
@@ -842,4 +842,11 @@ mod tests {
         );
         assert!(cache.memory.weighted_size() <= BLOCK_BYTES);
     }
+}
+
+/// The disk the hot tier takes: what it asks for, at most half of the disk, so that a small
+/// `--cache-disk-mb` keeps a disk cache for what is read (the hot tier's 1 GiB default once
+/// took a 256 MiB disk whole, and every read missed).
+fn hot_share(hot: u64, disk: u64) -> u64 {
+    hot.min(disk / 2)
 }
