@@ -624,6 +624,13 @@ impl ObjectStore for CachedStore {
     }
 }
 
+/// The disk the hot tier takes: what it asks for, at most half of the disk, so that a small
+/// `--cache-disk-mb` keeps a disk cache for what is read (the hot tier's 1 GiB default once
+/// took a 256 MiB disk whole, and every read missed).
+fn hot_share(hot: u64, disk: u64) -> u64 {
+    hot.min(disk / 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,11 +849,4 @@ mod tests {
         );
         assert!(cache.memory.weighted_size() <= BLOCK_BYTES);
     }
-}
-
-/// The disk the hot tier takes: what it asks for, at most half of the disk, so that a small
-/// `--cache-disk-mb` keeps a disk cache for what is read (the hot tier's 1 GiB default once
-/// took a 256 MiB disk whole, and every read missed).
-fn hot_share(hot: u64, disk: u64) -> u64 {
-    hot.min(disk / 2)
 }
