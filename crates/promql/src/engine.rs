@@ -318,14 +318,12 @@ pub fn parse_selector(text: &str) -> Result<Vec<Vec<Matcher>>> {
     }
 }
 
-/// The matcher sets of every selector of a query (what it can read).
+/// The matcher sets of every selector of a query (what it can read): the selectors
+/// [`Engine::plan`] finds, with its checks of the query's shape and depth.
 pub fn selectors_of(query: &str) -> Result<Vec<Vec<Matcher>>> {
-    check_shape(query)?;
-    let expr = ast::parse(query).map_err(Error::BadData)?;
-    let mut wanted = Vec::new();
-    let range = QueryRange::instant(0);
-    collect_selectors(&expr, 0, 0, range, &Engine::default(), &mut wanted)?;
-    Ok(wanted
+    let plan = Engine::default().plan(query, QueryRange::instant(0), false)?;
+    Ok(plan
+        .wanted
         .into_iter()
         .map(|(_, matchers, _, _)| matchers)
         .collect())
