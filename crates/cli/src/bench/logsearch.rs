@@ -452,8 +452,9 @@ async fn bytes_read(engine: &SqlEngine, sql: &str) -> anyhow::Result<u64> {
     Ok(bytes)
 }
 
-/// The sum of the `bytes_scanned=…` metrics in a plan's text (DataFusion writes them with a
-/// unit: `1234`, `12.3 K`, `4.5 M`, `1.2 G`, or in KB/MB/GB).
+/// The sum of the `bytes_scanned=…` metrics in a plan's text. DataFusion 54 writes the
+/// counter as a count — `1234`, `12.34 K`, `4.56 M`, `2.43 B` (thousands, millions,
+/// billions) — and sizes as `3.0 KB`/`MB`/`GB` (powers of 1,024).
 fn bytes_scanned(plan: &str) -> u64 {
     let mut total = 0.0;
     for part in plan.split("bytes_scanned=").skip(1) {
@@ -471,10 +472,15 @@ fn bytes_scanned(plan: &str) -> u64 {
         } else {
             &suffix
         };
-        let scale = match unit.chars().next() {
-            Some('K') => 1024.0,
-            Some('M') => 1048576.0,
-            Some('G') => 1073741824.0,
+        let scale = match unit {
+            "K" => 1e3,
+            "M" => 1e6,
+            "B" => 1e9,
+            "T" => 1e12,
+            "KB" => 1024.0,
+            "MB" => 1048576.0,
+            "GB" => 1073741824.0,
+            "TB" => 1099511627776.0,
             _ => 1.0,
         };
         total += digits.parse::<f64>().unwrap_or(0.0) * scale;
@@ -489,7 +495,12 @@ mod tests {
         assert_eq!(super::bytes_scanned("x bytes_scanned=1234, y"), 1234);
         assert_eq!(
             super::bytes_scanned("bytes_scanned=2.0 K, a bytes_scanned=1 M"),
-            2048 + 1048576
+            2_000 + 1_000_000
+        );
+        // A count past a billion is written with DataFusion's `B`: billions, not bytes.
+        assert_eq!(
+            super::bytes_scanned("bytes_scanned=2.43 B, x"),
+            2_430_000_000
         );
         assert_eq!(super::bytes_scanned("bytes_scanned=3.0 MB]"), 3 * 1048576);
     }
