@@ -9,7 +9,7 @@ use promql_parser::parser::{self as ast, Expr};
 use crate::eval::{Evaluator, Fetched, Val};
 use crate::labels::METRIC_NAME;
 use crate::value::{Point, QueryValue, Series};
-use crate::{Error, MatchOp, Matcher, Result, Storage};
+use crate::{Error, MatchOp, Matcher, Result, Storage, Want};
 
 /// When a query is evaluated: one instant (`start == end`), or every `step` from `start` to
 /// `end` (milliseconds).
@@ -159,18 +159,44 @@ impl Engine {
     /// Every selector's series, read from `storage` once each (a selector written twice with
     /// the same window is read once): the half of an evaluation that waits on storage.
     pub async fn fetch(&self, storage: &dyn Storage, plan: &Plan) -> Result<Selected> {
-        let mut fetched: Fetched = HashMap::new();
-        let mut read: HashMap<String, (usize, usize)> = HashMap::new();
+        // Identical selectors are read once; the distinct ones are handed to the storage
+        // together, so that it may serve several from one read.
+        let mut position: HashMap<String, usize> = HashMap::new();
+        let mut wants: Vec<Want<'_>> = Vec::new();
+        let mut uses: Vec<((usize, usize), usize)> = Vec::new();
         for (key, matchers, mint, maxt) in &plan.wanted {
             let identity = format!("{matchers:?}/{mint}/{maxt}");
-            if let Some(first) = read.get(&identity) {
-                let series = fetched.get(first).cloned().unwrap_or_default();
-                fetched.insert(*key, series);
-                continue;
-            }
-            let series = storage.select(matchers, *mint, *maxt).await?;
-            read.insert(identity, *key);
-            fetched.insert(*key, series);
+            let at = *position.entry(identity).or_insert_with(|| {
+                wants.push(Want {
+                    matchers,
+                    mint: *mint,
+                    maxt: *maxt,
+                });
+                wants.len() - 1
+            });
+            uses.push((*key, at));
+        }
+        let mut read = storage.select_many(&wants).await?;
+        if read.len() != wants.len() {
+            return Err(Error::Storage(format!(
+                "the storage answered {} selectors of {}",
+                read.len(),
+                wants.len()
+            )));
+        }
+        let mut left = vec![0usize; wants.len()];
+        for (_, at) in &uses {
+            left[*at] += 1;
+        }
+        let mut fetched: Fetched = HashMap::new();
+        for (key, at) in uses {
+            left[at] -= 1;
+            let series = if left[at] == 0 {
+                std::mem::take(&mut read[at])
+            } else {
+                read[at].clone()
+            };
+            fetched.insert(key, series);
         }
         Ok(Selected(fetched))
     }
@@ -530,4 +556,55 @@ pub(crate) fn selector_keys(vs: &ast::VectorSelector) -> Vec<(usize, usize)> {
         1 + vs.matchers.or_matchers.len()
     };
     (0..alternatives).map(|i| (node, i)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A storage with no series that notes each selector it is asked for.
+    #[derive(Default)]
+    struct Noting(Mutex<Vec<String>>);
+
+    #[async_trait::async_trait]
+    impl Storage for Noting {
+        async fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Result<Vec<Series>> {
+            let names: Vec<String> = matchers
+                .iter()
+                .map(|m| format!("{}={}", m.name, m.value))
+                .collect();
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{} {mint}..{maxt}", names.join(",")));
+            Ok(Vec::new())
+        }
+    }
+
+    #[tokio::test]
+    async fn identical_selectors_are_read_once() {
+        let storage = Noting::default();
+        let engine = Engine::default();
+        let plan = engine
+            .plan(
+                "x + x + y + rate(x[5m]) + x offset 1h",
+                QueryRange::instant(7_200_000),
+                false,
+            )
+            .unwrap();
+        engine.fetch(&storage, &plan).await.unwrap();
+        let mut asked = storage.0.into_inner().unwrap();
+        asked.sort();
+        // `x` at an instant reads its lookback, as `x[5m]` does: one read for the three;
+        // `x offset 1h` and `y` are others.
+        assert_eq!(
+            asked,
+            [
+                "__name__=x 3300000..3600000",
+                "__name__=x 6900000..7200000",
+                "__name__=y 6900000..7200000"
+            ]
+        );
+    }
 }

@@ -99,9 +99,27 @@ impl Matcher {
     }
 }
 
+/// One selector's read: its matchers and its time range (milliseconds, both inclusive).
+#[derive(Clone, Copy, Debug)]
+pub struct Want<'a> {
+    pub matchers: &'a [Matcher],
+    pub mint: i64,
+    pub maxt: i64,
+}
+
 /// The series a selector names, with their samples between `mint` and `maxt` (milliseconds,
 /// both inclusive), stale markers included; points in time order.
 #[async_trait]
 pub trait Storage: Send + Sync {
     async fn select(&self, matchers: &[Matcher], mint: i64, maxt: i64) -> Result<Vec<Series>>;
+
+    /// The series of several selectors, answered in their order. A storage that can serve
+    /// several selectors from one read overrides it; by default each is selected in turn.
+    async fn select_many(&self, wants: &[Want<'_>]) -> Result<Vec<Vec<Series>>> {
+        let mut out = Vec::with_capacity(wants.len());
+        for want in wants {
+            out.push(self.select(want.matchers, want.mint, want.maxt).await?);
+        }
+        Ok(out)
+    }
 }

@@ -11,7 +11,7 @@
 //! native histogram of that scale, a `histogram` one of custom buckets (its bounds).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,9 +21,11 @@ use floe_catalog::governance::authz::Caller;
 use floe_promql::histogram::{CUSTOM_BUCKETS_SCHEMA, CounterResetHint, FloatHistogram};
 use floe_promql::labels::METRIC_NAME;
 use floe_promql::value::stale_nan;
-use floe_promql::{Error, Labels, MatchOp, Matcher, Point, Sample, Series};
+use floe_promql::{Error, Labels, MatchOp, Matcher, Point, Sample, Series, Want};
 use floe_sql::{QueryOptions, SqlEngine, SqlError, SqlErrorKind};
 use futures::TryStreamExt;
+use tokio::sync::Semaphore;
+use uuid::Uuid;
 
 /// The service of rows whose sender named none (not a `job`).
 const UNKNOWN_SERVICE: &str = "unknown_service";
@@ -31,6 +33,10 @@ const UNKNOWN_SERVICE: &str = "unknown_service";
 /// How long a selector waits for a place among its principal's statements (Prometheus's
 /// default query timeout).
 const QUEUE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Each principal's line of PromQL selector statements (see [`SqlStorage::line`]); one entry
+/// per principal that has asked.
+static LINES: LazyLock<Mutex<HashMap<Uuid, Arc<Semaphore>>>> = LazyLock::new(Default::default);
 
 /// OTLP's `FLAG_NO_RECORDED_VALUE`: the row is a staleness marker.
 const NO_RECORDED_VALUE: i64 = 1;
@@ -123,8 +129,14 @@ impl SqlStorage {
         };
         // A dashboard asks for many panels at once, more than a principal's statements may
         // run at once: a selector waits for a place, as Prometheus queues the queries beyond
-        // its concurrency, until the query's deadline.
+        // its concurrency, until the query's deadline — first in its principal's line (in
+        // order of arrival), then, should the principal's other statements hold the places,
+        // by asking again now and then.
         let deadline = tokio::time::Instant::now() + QUEUE_DEADLINE;
+        let _place = tokio::time::timeout_at(deadline, self.line().acquire_owned())
+            .await
+            .map_err(|_| Error::Timeout("query queue"))?
+            .map_err(|_| Error::Execution("the server is shutting down".into()))?;
         let mut pause = Duration::from_millis(5);
         let result = loop {
             match self.sql.query(&self.caller, &sql, &options).await {
@@ -159,6 +171,20 @@ impl SqlStorage {
             batches.push(batch);
         }
         Ok(batches)
+    }
+
+    /// The line this caller's selectors wait in: as many places as a principal may run
+    /// statements at once.
+    fn line(&self) -> Arc<Semaphore> {
+        let mut lines = LINES.lock().expect("promql lines");
+        lines
+            .entry(self.caller.principal.id)
+            .or_insert_with(|| {
+                Arc::new(Semaphore::new(
+                    self.sql.config().max_queries_per_principal.max(1),
+                ))
+            })
+            .clone()
     }
 
     /// Every series' labels matching `matchers` with a sample in the range (`series`,
@@ -284,34 +310,117 @@ impl floe_promql::Storage for SqlStorage {
         mint: i64,
         maxt: i64,
     ) -> floe_promql::Result<Vec<Series>> {
-        let preds = Self::pushed(matchers, Some(mint), Some(maxt));
+        let want = Want {
+            matchers,
+            mint,
+            maxt,
+        };
+        Ok(self.select_many(&[want]).await?.pop().unwrap_or_default())
+    }
+
+    /// Selectors that push the same predicates into the scan (`x{code="500"}` and `x`: the
+    /// rows of one metric) over overlapping times are served by one statement over the union
+    /// of their times; each then takes its series and samples. The groups' statements run
+    /// at once (in their principal's line).
+    async fn select_many(&self, wants: &[Want<'_>]) -> floe_promql::Result<Vec<Vec<Series>>> {
+        struct Group {
+            pushed: Vec<String>,
+            mint: i64,
+            maxt: i64,
+            members: Vec<usize>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        for (i, want) in wants.iter().enumerate() {
+            let pushed = Self::pushed(want.matchers, None, None);
+            let joined = groups
+                .iter_mut()
+                .find(|g| g.pushed == pushed && want.mint <= g.maxt && want.maxt >= g.mint);
+            match joined {
+                Some(g) => {
+                    g.mint = g.mint.min(want.mint);
+                    g.maxt = g.maxt.max(want.maxt);
+                    g.members.push(i);
+                }
+                None => groups.push(Group {
+                    pushed,
+                    mint: want.mint,
+                    maxt: want.maxt,
+                    members: vec![i],
+                }),
+            }
+        }
+        let reads = groups
+            .iter()
+            .map(|g| self.read_series(&g.pushed, g.mint, g.maxt));
+        let read = futures::future::try_join_all(reads).await?;
+        let mut out = vec![Vec::new(); wants.len()];
+        for (group, mut series) in groups.iter().zip(read) {
+            let (last, others) = group.members.split_last().expect("a group has a member");
+            for &i in others {
+                out[i] = restrict(series.clone(), &wants[i]);
+            }
+            out[*last] = restrict(std::mem::take(&mut series), &wants[*last]);
+        }
+        Ok(out)
+    }
+}
+
+/// The series of `series` that `want` selects, with its samples in its times.
+fn restrict(series: Vec<Series>, want: &Want<'_>) -> Vec<Series> {
+    series
+        .into_iter()
+        .filter(|s| want.matchers.iter().all(|m| m.matches_labels(&s.labels)))
+        .filter_map(|mut s| {
+            let lo = s.points.partition_point(|p| p.t < want.mint);
+            let hi = s.points.partition_point(|p| p.t <= want.maxt);
+            s.points.truncate(hi);
+            s.points.drain(..lo);
+            (!s.points.is_empty()).then_some(s)
+        })
+        .collect()
+}
+
+impl SqlStorage {
+    /// Every series of the rows `pushed` picks with a sample in `mint..=maxt`.
+    async fn read_series(
+        &self,
+        pushed: &[String],
+        mint: i64,
+        maxt: i64,
+    ) -> floe_promql::Result<Vec<Series>> {
+        let mut preds = Self::pushed(&[], Some(mint), Some(maxt));
+        preds.extend(pushed.iter().cloned());
         let batches = self.rows(SAMPLE_COLUMNS, &preds).await?;
-        let mut series: HashMap<Labels, Vec<Point>> = HashMap::new();
-        // Labels decoded once per distinct (name, service, attributes) row of a batch would be
-        // better; rows of one series follow each other in the table's sort order, so the
-        // previous row's labels are reused when its columns are equal.
+        // Rows of many series interleave (the table is sorted by service and time): each row
+        // is keyed by its raw identity columns, and labels are decoded once per
+        // distinct key, not per row.
+        let mut by_key: HashMap<Vec<u8>, usize> = HashMap::new();
+        let mut by_labels: HashMap<Labels, usize> = HashMap::new();
+        let mut series: Vec<(Labels, Vec<Point>)> = Vec::new();
+        let mut key = Vec::new();
         for batch in &batches {
             let times = datafusion::arrow::compute::cast(batch.column(3), &DataType::Int64)
                 .map_err(|e| Error::Storage(e.to_string()))?;
             let times = times.as_primitive::<Int64Type>();
-            let mut previous: Option<(usize, Labels)> = None;
             for row in 0..batch.num_rows() {
-                let labels = match &previous {
-                    Some((p, l)) if same_series(batch, *p, row) => l.clone(),
-                    _ => row_labels(batch, row),
+                series_key(batch, row, &mut key);
+                let slot = match by_key.get(key.as_slice()) {
+                    Some(slot) => *slot,
+                    None => {
+                        let labels = row_labels(batch, row);
+                        let slot = *by_labels.entry(labels.clone()).or_insert_with(|| {
+                            series.push((labels, Vec::new()));
+                            series.len() - 1
+                        });
+                        by_key.insert(key.clone(), slot);
+                        slot
+                    }
                 };
-                previous = Some((row, labels.clone()));
-                if !matchers.iter().all(|m| m.matches_labels(&labels)) {
-                    continue;
-                }
                 let Some(sample) = row_sample(batch, row) else {
                     continue;
                 };
                 let t = times.value(row).div_euclid(1000);
-                series
-                    .entry(labels)
-                    .or_default()
-                    .push(Point { t, s: sample });
+                series[slot].1.push(Point { t, s: sample });
             }
         }
         let mut out: Vec<Series> = series
@@ -334,17 +443,35 @@ impl floe_promql::Storage for SqlStorage {
     }
 }
 
-fn same_series(batch: &RecordBatch, a: usize, b: usize) -> bool {
+/// A row's identity columns (name, service, attributes) written into `key`: rows with equal
+/// keys are one series. Each part is length-prefixed, so no two different rows share a key.
+fn series_key(batch: &RecordBatch, row: usize, key: &mut Vec<u8>) {
+    fn part(key: &mut Vec<u8>, text: Option<&str>) {
+        match text {
+            None => key.extend_from_slice(&u32::MAX.to_le_bytes()),
+            Some(t) => {
+                key.extend_from_slice(&(t.len() as u32).to_le_bytes());
+                key.extend_from_slice(t.as_bytes());
+            }
+        }
+    }
+    key.clear();
     let name = batch.column(0).as_string::<i32>();
     let service = batch.column(1).as_string::<i32>();
-    if name.value(a) != name.value(b) || service.value(a) != service.value(b) {
-        return false;
-    }
+    part(key, (!name.is_null(row)).then(|| name.value(row)));
+    part(key, (!service.is_null(row)).then(|| service.value(row)));
     let maps = batch.column(2).as_map();
-    if maps.is_null(a) != maps.is_null(b) {
-        return false;
+    if maps.is_null(row) {
+        return;
     }
-    maps.is_null(a) || maps.value(a) == maps.value(b)
+    let offsets = maps.value_offsets();
+    let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
+    let keys = maps.keys().as_string::<i32>();
+    let values = maps.values().as_string::<i32>();
+    for i in start..end {
+        part(key, Some(keys.value(i)));
+        part(key, (!values.is_null(i)).then(|| values.value(i)));
+    }
 }
 
 /// A row's series labels.
@@ -504,5 +631,112 @@ fn row_sample(batch: &RecordBatch, row: usize) -> Option<Sample> {
             Some(Sample::Histogram(Arc::new(h.compacted())))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{ArrayRef, MapBuilder, StringArray, StringBuilder};
+
+    /// A row's name, service and attributes.
+    type Row<'a> = (&'a str, Option<&'a str>, &'a [(&'a str, Option<&'a str>)]);
+
+    /// Rows as the selector statements answer them.
+    fn batch(rows: &[Row<'_>]) -> RecordBatch {
+        let names: ArrayRef = Arc::new(StringArray::from(
+            rows.iter().map(|r| Some(r.0)).collect::<Vec<_>>(),
+        ));
+        let services: ArrayRef = Arc::new(StringArray::from(
+            rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        ));
+        let mut maps = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        for (_, _, attributes) in rows {
+            for (k, v) in *attributes {
+                maps.keys().append_value(k);
+                maps.values().append_option(*v);
+            }
+            maps.append(true).unwrap();
+        }
+        let maps: ArrayRef = Arc::new(maps.finish());
+        RecordBatch::try_from_iter([("n", names), ("s", services), ("a", maps)]).unwrap()
+    }
+
+    fn key(batch: &RecordBatch, row: usize) -> Vec<u8> {
+        let mut key = Vec::new();
+        series_key(batch, row, &mut key);
+        key
+    }
+
+    #[test]
+    fn series_keys_tell_apart_what_labels_tell_apart() {
+        let b = batch(&[
+            ("ab", Some("c"), &[("k", Some("v"))]),
+            ("a", Some("bc"), &[("k", Some("v"))]),
+            ("ab", Some("c"), &[("k", Some("v"))]),
+            ("ab", None, &[("k", Some("v"))]),
+            ("ab", Some(""), &[("k", Some("v"))]),
+            ("ab", Some("c"), &[("kv", None)]),
+            ("ab", Some("c"), &[("k", Some("v")), ("x", Some("y"))]),
+        ]);
+        let keys: Vec<Vec<u8>> = (0..b.num_rows()).map(|r| key(&b, r)).collect();
+        assert_eq!(keys[0], keys[2], "equal rows are one series");
+        for (i, a) in keys.iter().enumerate() {
+            for (j, other) in keys.iter().enumerate() {
+                if i != j && !(i.min(j) == 0 && i.max(j) == 2) {
+                    assert_ne!(a, other, "rows {i} and {j} are different series");
+                }
+            }
+        }
+    }
+
+    fn series(name: &str, code: &str, times: &[i64]) -> Series {
+        Series {
+            labels: Labels::new(vec![
+                (METRIC_NAME.to_string(), name.to_string()),
+                ("code".to_string(), code.to_string()),
+            ]),
+            points: times
+                .iter()
+                .map(|&t| Point {
+                    t,
+                    s: Sample::Float(t as f64),
+                })
+                .collect(),
+            drop_name: false,
+        }
+    }
+
+    #[test]
+    fn a_shared_read_gives_each_selector_its_series_and_times() {
+        let read = vec![
+            series("x", "200", &[10, 20, 30, 40]),
+            series("x", "500", &[10, 40]),
+        ];
+        let code = [Matcher {
+            name: "code".into(),
+            op: MatchOp::Equal,
+            value: "500".into(),
+        }];
+        let narrow = Want {
+            matchers: &code,
+            mint: 20,
+            maxt: 40,
+        };
+        let got = restrict(read.clone(), &narrow);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].points.iter().map(|p| p.t).collect::<Vec<_>>(), [40]);
+        // A series with no sample in the selector's times is not among its series.
+        let early = Want {
+            matchers: &[],
+            mint: 15,
+            maxt: 30,
+        };
+        let got = restrict(read, &early);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].points.iter().map(|p| p.t).collect::<Vec<_>>(),
+            [20, 30]
+        );
     }
 }

@@ -6,8 +6,11 @@
 //! Resource, scope and record attributes are maps of text; the keys dashboards filter on are
 //! columns of their own (`service_name`, `severity_number`, `trace_id`, `metric_name`, …).
 //! Every table is partitioned by day and service, written in (service, time) order so a
-//! service's rows of a time range sit together, zstd-compressed, with Parquet bloom filters on
-//! the id columns (a trace id looked up skips every row group that cannot hold it).
+//! service's rows of a time range sit together — `otel.metrics` in (service, metric name,
+//! time) order, so that a metric's rows sit together and a query of one metric (every PromQL
+//! selector, most dashboard panels) skips the row groups and pages of the others —
+//! zstd-compressed, with Parquet bloom filters on the id columns (a trace id looked up skips
+//! every row group that cannot hold it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -234,7 +237,13 @@ pub fn layout(name: &str) -> Layout {
             layout
         }
         SPANS => by_day_and_service(spans_schema(), "time", &["trace_id", "span_id"]),
-        METRICS => by_day_and_service(metrics_schema(), "time", &["metric_name"]),
+        METRICS => {
+            let mut layout = by_day_and_service(metrics_schema(), "time", &["metric_name"]);
+            layout
+                .order
+                .insert(1, "metric_name asc nulls last".to_string());
+            layout
+        }
         // EXEMPLARS: the names are this module's constants.
         _ => by_day_and_service(exemplars_schema(), "time", &["trace_id"]),
     }
