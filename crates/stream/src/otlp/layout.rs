@@ -242,6 +242,12 @@ pub fn layout(name: &str) -> Layout {
             layout
                 .order
                 .insert(1, "metric_name asc nulls last".to_string());
+            // Pages of 8,192 rows: a metric's rows are skipped page by page, and a page
+            // holding the end of one metric and the start of another is read for both.
+            layout.properties.insert(
+                "write.parquet.page-row-limit".to_string(),
+                "8192".to_string(),
+            );
             layout
         }
         // EXEMPLARS: the names are this module's constants.
