@@ -16,12 +16,14 @@ mod jobs;
 mod migrations;
 mod pipelines;
 mod registry;
+mod soft_delete;
 mod tenants;
 pub use cancellation::cancelled_writes;
 pub use jobs::jobs;
 pub use migrations::migrations;
 pub use pipelines::pipelines;
 pub use registry::registry;
+pub use soft_delete::soft_delete;
 pub use tenants::tenants;
 
 fn ns(parts: &[&str]) -> NamespaceIdent {
