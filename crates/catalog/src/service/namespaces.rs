@@ -145,6 +145,13 @@ impl CatalogService {
             &Scope::namespace(wh.warehouse.id, ns),
             || CatalogError::no_such_namespace(ns.join(".")),
         )?;
+        self.require_unprotected(
+            &wh,
+            Some(ns),
+            None,
+            &format!("drop namespace {}", ns.join(".")),
+        )
+        .await?;
         self.store.drop_namespace(wh.warehouse.id, ns).await
     }
 
