@@ -86,6 +86,8 @@ pub struct SoftDrop {
     pub purge_requested: bool,
     /// The job that ends its retention, queued in the same transaction.
     pub purge_job: NewJob,
+    /// The objects whose deletion protection refuses the drop (see [`SoftDeleteStore`]).
+    pub guard: Vec<Uuid>,
 }
 
 /// Why an undrop did not happen.
@@ -140,6 +142,13 @@ pub struct Protection {
 
 /// Storage of dropped tables and views and of deletion protection. Every method is one
 /// store transaction. Implemented by `floe-store`.
+///
+/// Every drop and purge takes a `guard`: the ids of the object and of its containers (its
+/// namespace and those above it, its warehouse). The store refuses the drop with
+/// [`CatalogError::protected`](crate::CatalogError::protected) when deletion protection is set
+/// on any of them, checked inside the drop's transaction and serialized with
+/// [`SoftDeleteStore::set_protection`], so a flag set while a drop is under way is never
+/// missed. An empty guard checks nothing (undoing a create).
 #[async_trait]
 pub trait SoftDeleteStore: Send + Sync {
     /// Moves a live table or view to the dropped list and queues its purge job, together.
@@ -158,9 +167,10 @@ pub trait SoftDeleteStore: Send + Sync {
     async fn undrop_tabular(&self, id: Uuid) -> Result<std::result::Result<(), UndropRefusal>>;
     /// Forgets a dropped table or view for good, with its grants and maintenance policy; true
     /// when it was there.
-    async fn purge_dropped(&self, id: Uuid) -> Result<bool>;
+    async fn purge_dropped(&self, id: Uuid, guard: &[Uuid]) -> Result<bool>;
 
-    /// Sets (`Some`) or clears (`None`) deletion protection on an object; true when it changed.
+    /// Sets (`Some`) or clears (`None`) deletion protection on an object; true when it changed
+    /// (false too when the object is gone by the time the flag would be set).
     async fn set_protection(
         &self,
         securable_id: Uuid,

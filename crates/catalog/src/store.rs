@@ -36,8 +36,8 @@ pub trait CatalogStore: SoftDeleteStore + Send + Sync + std::fmt::Debug {
         properties: &HashMap<String, String>,
     ) -> Result<bool>;
     /// Deletes an empty warehouse; fails with `NamespaceNotEmpty` when it holds namespaces or
-    /// dropped tables or views awaiting their purge.
-    async fn delete_warehouse(&self, id: Uuid) -> Result<bool>;
+    /// dropped tables or views awaiting their purge. `guard`: see [`SoftDeleteStore`].
+    async fn delete_warehouse(&self, id: Uuid, guard: &[Uuid]) -> Result<bool>;
 
     async fn create_namespace(&self, record: &NamespaceRecord) -> Result<()>;
     async fn get_namespace(
@@ -54,8 +54,13 @@ pub trait CatalogStore: SoftDeleteStore + Send + Sync + std::fmt::Debug {
         visibility: Option<&Visibility>,
     ) -> Result<Page<NamespaceIdent>>;
     /// Drops an empty namespace. `NotFound` when missing, `NamespaceNotEmpty` when it holds
-    /// namespaces, tables or views.
-    async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()>;
+    /// namespaces, tables or views. `guard`: see [`SoftDeleteStore`].
+    async fn drop_namespace(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        guard: &[Uuid],
+    ) -> Result<()>;
     async fn update_namespace_properties(
         &self,
         warehouse: Uuid,
@@ -84,10 +89,16 @@ pub trait CatalogStore: SoftDeleteStore + Send + Sync + std::fmt::Debug {
         page: &PageRequest,
         visibility: Option<&Visibility>,
     ) -> Result<Page<String>>;
-    /// Removes a table or view record, and the grants on it; true when it existed.
-    async fn drop_tabular(&self, id: Uuid) -> Result<bool>;
+    /// Removes a table or view record, and the grants on it; true when it existed. `guard`:
+    /// see [`SoftDeleteStore`].
+    async fn drop_tabular(&self, id: Uuid, guard: &[Uuid]) -> Result<bool>;
     /// Removes a table or view record only if its metadata is still `expected_location`.
-    async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool>;
+    async fn drop_tabular_at(
+        &self,
+        id: Uuid,
+        expected_location: &str,
+        guard: &[Uuid],
+    ) -> Result<bool>;
     /// Moves a table or view to a new namespace and name; its grants follow.
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()>;
     /// A table or view (other than `except`), live or dropped and awaiting its purge, whose

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::error::{is_foreign_key_violation, is_unique_violation, query_error};
 use crate::now_ms;
+use crate::soft_delete::refuse_if_protected;
 use crate::{Backend, SqlStore, StoreError};
 
 /// Scope separator (see `floe_catalog::governance::authz`).
@@ -91,8 +92,14 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 impl SqlStore {
     /// Deletes a table or view (only at `expected_location` when given), its grants and its
     /// maintenance policy.
-    async fn delete_tabular(&self, id: Uuid, expected_location: Option<&str>) -> Result<bool> {
+    async fn delete_tabular(
+        &self,
+        id: Uuid,
+        expected_location: Option<&str>,
+        guard: &[Uuid],
+    ) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let deleted = match expected_location {
             Some(location) => {
                 sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
@@ -208,8 +215,9 @@ impl CatalogStore for SqlStore {
             .collect()
     }
 
-    async fn delete_warehouse(&self, id: Uuid) -> Result<bool> {
+    async fn delete_warehouse(&self, id: Uuid, guard: &[Uuid]) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let used = sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 LIMIT 1")
             .bind(id.to_string())
             .fetch_optional(&mut *tx)
@@ -355,8 +363,14 @@ impl CatalogStore for SqlStore {
         })
     }
 
-    async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()> {
+    async fn drop_namespace(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        guard: &[Uuid],
+    ) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let key = namespace_key(ns);
         let row = sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
             .bind(warehouse.to_string())
@@ -562,12 +576,18 @@ impl CatalogStore for SqlStore {
         Ok(paginate(names, limit, Clone::clone))
     }
 
-    async fn drop_tabular(&self, id: Uuid) -> Result<bool> {
-        self.delete_tabular(id, None).await
+    async fn drop_tabular(&self, id: Uuid, guard: &[Uuid]) -> Result<bool> {
+        self.delete_tabular(id, None, guard).await
     }
 
-    async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool> {
-        self.delete_tabular(id, Some(expected_location)).await
+    async fn drop_tabular_at(
+        &self,
+        id: Uuid,
+        expected_location: &str,
+        guard: &[Uuid],
+    ) -> Result<bool> {
+        self.delete_tabular(id, Some(expected_location), guard)
+            .await
     }
 
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()> {

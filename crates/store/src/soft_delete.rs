@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::catalog::{InsertFailure, insert_tabular, parse_uuid};
 use crate::error::query_error;
-use crate::{SqlStore, StoreError, now_ms};
+use crate::{Backend, SqlStore, StoreError, now_ms};
 
 const DROPPED_COLUMNS: &str = "id, warehouse_id, namespace_id, namespace_name, name, kind, \
      metadata_location, location, created_at_ms, dropped_at_ms, dropped_by, expires_at_ms, \
@@ -63,10 +63,59 @@ fn protection_from_row(row: &AnyRow) -> Result<Protection> {
     })
 }
 
+/// Key of the PostgreSQL advisory lock under which deletion protection is set and drops check
+/// it (SQLite write transactions are serialized already): a drop that checked no flag and a
+/// flag set meanwhile cannot both commit.
+const PROTECTION_LOCK: i64 = 0x666c_6f65_7072_6f74;
+
+/// Refuses, inside a drop's transaction, when deletion protection is set on any of `guard`
+/// (the object dropped and its containers); nothing to check when `guard` is empty.
+pub(crate) async fn refuse_if_protected(
+    backend: Backend,
+    tx: &mut sqlx::AnyConnection,
+    guard: &[Uuid],
+) -> Result<()> {
+    if guard.is_empty() {
+        return Ok(());
+    }
+    lock_protection(backend, tx).await?;
+    let list: Vec<String> = (1..=guard.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT securable_kind, securable_id FROM deletion_protection WHERE securable_id IN ({}) \
+         LIMIT 1",
+        list.join(", ")
+    );
+    let mut query = sqlx::query(&sql);
+    for id in guard {
+        query = query.bind(id.to_string());
+    }
+    match query.fetch_optional(&mut *tx).await.map_err(query_error)? {
+        None => Ok(()),
+        Some(row) => Err(CatalogError::protected(format!(
+            "{} is set on {} {}",
+            floe_catalog::service::PROTECTION_FLAG,
+            row.get::<String, _>("securable_kind"),
+            row.get::<String, _>("securable_id"),
+        ))),
+    }
+}
+
+async fn lock_protection(backend: Backend, tx: &mut sqlx::AnyConnection) -> Result<()> {
+    if backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PROTECTION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl SoftDeleteStore for SqlStore {
     async fn soft_drop_tabular(&self, drop: &SoftDrop) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, &drop.guard).await?;
         let id = drop.id.to_string();
         let moved = sqlx::query(&format!(
             "INSERT INTO dropped_tabulars ({DROPPED_COLUMNS}) \
@@ -227,8 +276,9 @@ impl SoftDeleteStore for SqlStore {
         Ok(Ok(()))
     }
 
-    async fn purge_dropped(&self, id: Uuid) -> Result<bool> {
+    async fn purge_dropped(&self, id: Uuid, guard: &[Uuid]) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let deleted = sqlx::query("DELETE FROM dropped_tabulars WHERE id = $1")
             .bind(id.to_string())
             .execute(&mut *tx)
@@ -258,6 +308,26 @@ impl SoftDeleteStore for SqlStore {
         protection: Option<&Protection>,
     ) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        lock_protection(self.backend, &mut tx).await?;
+        if let Some(p) = protection {
+            // Under the lock drops take: an object dropped since it was resolved gets no flag
+            // (one on a dropped table could never be cleared, and would block its purge).
+            let exists = match p.kind {
+                ProtectedKind::Warehouse => "SELECT 1 FROM warehouses WHERE id = $1",
+                ProtectedKind::Namespace => "SELECT 1 FROM namespaces WHERE id = $1",
+                ProtectedKind::Table | ProtectedKind::View => {
+                    "SELECT 1 FROM tabulars WHERE id = $1"
+                }
+            };
+            let found = sqlx::query(exists)
+                .bind(securable_id.to_string())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error)?;
+            if found.is_none() {
+                return Ok(false);
+            }
+        }
         let changed = match protection {
             Some(p) => sqlx::query(
                 "INSERT INTO deletion_protection (securable_id, warehouse_id, securable_kind, \

@@ -132,13 +132,31 @@ impl CatalogService {
             kind: record.kind,
             name: &record.name,
         };
-        self.require_unprotected(wh, Some(&record.namespace), Some(tabular), &action)
+        let namespace = Some(&record.namespace);
+        let guard = self
+            .require_unprotected(wh, namespace, Some(tabular), &action)
             .await?;
+        let outcome = self.store_removal(caller, wh, record, removal, guard).await;
+        self.refused_meanwhile(outcome, wh, namespace, Some(tabular), &action)
+            .await
+    }
+
+    /// The store's part of [`Self::remove_tabular`], the protection check made again inside
+    /// its transaction (`guard`).
+    async fn store_removal(
+        &self,
+        caller: &Caller,
+        wh: &WarehouseHandle,
+        record: &crate::model::TabularRecord,
+        removal: Removal,
+        guard: Vec<Uuid>,
+    ) -> Result<Removed> {
+        let ident = TableIdent::new(record.namespace.clone(), record.name.clone());
         let purge = match removal {
             Removal::Unregister => {
                 let removed = self
                     .store
-                    .drop_tabular_at(record.id, &record.metadata_location)
+                    .drop_tabular_at(record.id, &record.metadata_location, &guard)
                     .await?;
                 return Ok(if removed {
                     Removed::Gone
@@ -149,7 +167,7 @@ impl CatalogService {
             Removal::Drop { purge } => purge,
         };
         let Some(retention) = Self::retention_of(&wh.warehouse)? else {
-            if !self.store.drop_tabular(record.id).await? {
+            if !self.store.drop_tabular(record.id, &guard).await? {
                 return Ok(Removed::Missed);
             }
             if purge && record.kind == TabularKind::Table {
@@ -176,6 +194,7 @@ impl CatalogService {
                 params: json!({ "warehouse": wh.warehouse.name, "id": record.id }),
                 not_before_ms: expires_at_ms,
             },
+            guard,
         };
         if let Some(scope) = AuditScope::current() {
             scope.add_detail(
@@ -326,9 +345,15 @@ impl CatalogService {
             kind: dropped.kind,
             name: &dropped.name,
         };
-        self.require_unprotected(wh, Some(&dropped.namespace), Some(tabular), &action)
+        let namespace = Some(&dropped.namespace);
+        let guard = self
+            .require_unprotected(wh, namespace, Some(tabular), &action)
             .await?;
-        if !self.store.purge_dropped(dropped.id).await? {
+        let purged = self.store.purge_dropped(dropped.id, &guard).await;
+        if !self
+            .refused_meanwhile(purged, wh, namespace, Some(tabular), &action)
+            .await?
+        {
             return Err(no_such_dropped(dropped.id));
         }
         let files = dropped.purge_requested && dropped.kind == TabularKind::Table;

@@ -36,14 +36,15 @@ pub struct Governing {
 }
 
 impl CatalogService {
-    /// The nearest protection over an object: the tabular's own, then its namespace's and
-    /// their parents' (innermost first), then the warehouse's.
-    pub(crate) async fn governing_protection(
+    /// The objects whose protection governs an object, nearest first, each with how a refusal
+    /// names it: the tabular, its namespace and those above it (innermost first), the
+    /// warehouse.
+    pub(crate) async fn protection_chain(
         &self,
         wh: &WarehouseHandle,
         namespace: Option<&NamespaceIdent>,
         tabular: Option<Tabular<'_>>,
-    ) -> Result<Option<Governing>> {
+    ) -> Result<Vec<(Uuid, String)>> {
         let mut chain: Vec<(Uuid, String)> = Vec::new();
         if let (Some(t), Some(ns)) = (tabular, namespace) {
             chain.push((
@@ -63,6 +64,11 @@ impl CatalogService {
             }
         }
         chain.push((wh.warehouse.id, format!("warehouse {}", wh.warehouse.name)));
+        Ok(chain)
+    }
+
+    /// The nearest protection set on one of `chain`.
+    async fn nearest_protection(&self, chain: Vec<(Uuid, String)>) -> Result<Option<Governing>> {
         let ids: Vec<Uuid> = chain.iter().map(|(id, _)| *id).collect();
         let set = self.store.protections(&ids).await?;
         Ok(chain.into_iter().find_map(|(id, set_on)| {
@@ -75,22 +81,64 @@ impl CatalogService {
         }))
     }
 
+    /// The nearest protection over an object: the tabular's own, then its namespace's and
+    /// their parents' (innermost first), then the warehouse's.
+    pub(crate) async fn governing_protection(
+        &self,
+        wh: &WarehouseHandle,
+        namespace: Option<&NamespaceIdent>,
+        tabular: Option<Tabular<'_>>,
+    ) -> Result<Option<Governing>> {
+        let chain = self.protection_chain(wh, namespace, tabular).await?;
+        self.nearest_protection(chain).await
+    }
+
     /// Refuses `action` (`drop table sales.orders`) with a 409 naming the flag and where it is
-    /// set, when deletion protection governs the object.
+    /// set, when deletion protection governs the object. Otherwise answers the guard to hand
+    /// the store's drop: the ids it checks again inside the drop's transaction, so a flag set
+    /// after this check still refuses the drop (see [`Self::refused_meanwhile`]).
     pub(crate) async fn require_unprotected(
         &self,
         wh: &WarehouseHandle,
         namespace: Option<&NamespaceIdent>,
         tabular: Option<Tabular<'_>>,
         action: &str,
-    ) -> Result<()> {
-        match self.governing_protection(wh, namespace, tabular).await? {
-            None => Ok(()),
+    ) -> Result<Vec<Uuid>> {
+        let chain = self.protection_chain(wh, namespace, tabular).await?;
+        let guard = chain.iter().map(|(id, _)| *id).collect();
+        match self.nearest_protection(chain).await? {
+            None => Ok(guard),
             Some(governing) => Err(CatalogError::protected(format!(
                 "cannot {action}: {FLAG} is set on {} (by {}); a holder of manage-warehouses \
                  must clear it first",
                 governing.set_on, governing.protection.set_by
             ))),
+        }
+    }
+
+    /// The answer of a store drop made with a guard from [`Self::require_unprotected`]: when
+    /// the store refused it because a flag was set meanwhile, the refusal names the flag as
+    /// [`Self::require_unprotected`] does.
+    pub(crate) async fn refused_meanwhile<T>(
+        &self,
+        outcome: Result<T>,
+        wh: &WarehouseHandle,
+        namespace: Option<&NamespaceIdent>,
+        tabular: Option<Tabular<'_>>,
+        action: &str,
+    ) -> Result<T> {
+        match outcome {
+            Err(CatalogError::Conflict {
+                error_type: "DeletionProtectedException",
+                message,
+            }) => {
+                self.require_unprotected(wh, namespace, tabular, action)
+                    .await?;
+                Err(CatalogError::protected(format!(
+                    "cannot {action}: {message}"
+                )))
+            }
+            other => other,
         }
     }
 

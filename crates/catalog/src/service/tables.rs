@@ -555,7 +555,7 @@ impl CatalogService {
             return Ok(());
         }
         // Neither protection nor soft delete applies: nothing but the create is undone.
-        if self.store.drop_tabular_at(record.id, location).await? {
+        if self.store.drop_tabular_at(record.id, location, &[]).await? {
             self.purge_files(&wh, &created.ident, &record.location)
                 .await;
         }

@@ -95,9 +95,11 @@ impl CatalogService {
             &Scope::warehouse(warehouse.id),
             || CatalogError::no_such_warehouse(name),
         )?;
-        self.require_unprotected(&wh, None, None, &format!("delete warehouse {name}"))
+        let action = format!("delete warehouse {name}");
+        let guard = self.require_unprotected(&wh, None, None, &action).await?;
+        let deleted = self.store.delete_warehouse(warehouse.id, &guard).await;
+        self.refused_meanwhile(deleted, &wh, None, None, &action)
             .await?;
-        self.store.delete_warehouse(warehouse.id).await?;
         self.forget_warehouse(name);
         Ok(())
     }

@@ -30,6 +30,7 @@ fn soft_drop(warehouse: Uuid, id: Uuid, expires_at_ms: i64) -> SoftDrop {
             params: json!({"warehouse": "soft", "id": id}),
             not_before_ms: expires_at_ms,
         },
+        guard: Vec::new(),
     }
 }
 
@@ -122,7 +123,7 @@ pub async fn soft_delete(store: Arc<dyn CatalogStore>, jobs: Arc<dyn JobStore>) 
         store.get_dropped(table.id).await.unwrap().is_some(),
         "still dropped"
     );
-    assert!(store.drop_tabular(other.id).await.unwrap());
+    assert!(store.drop_tabular(other.id, &[]).await.unwrap());
 
     // Undropped: same id, the queued purge gone.
     assert_eq!(store.undrop_tabular(table.id).await.unwrap(), Ok(()));
@@ -156,24 +157,24 @@ pub async fn soft_delete(store: Arc<dyn CatalogStore>, jobs: Arc<dyn JobStore>) 
             .unwrap()
     );
     store
-        .drop_namespace(wh.id, &super::ns(&["sd", "inner"]))
+        .drop_namespace(wh.id, &super::ns(&["sd", "inner"]), &[])
         .await
         .unwrap();
     store
-        .drop_namespace(wh.id, &super::ns(&["sd"]))
+        .drop_namespace(wh.id, &super::ns(&["sd"]), &[])
         .await
         .unwrap();
     assert_eq!(
         store.undrop_tabular(table.id).await.unwrap(),
         Err(UndropRefusal::NamespaceGone)
     );
-    let busy = store.delete_warehouse(wh.id).await;
+    let busy = store.delete_warehouse(wh.id, &[]).await;
     assert!(
         busy.is_err(),
         "a warehouse keeping dropped tables is not deleted"
     );
-    assert!(store.purge_dropped(table.id).await.unwrap());
-    assert!(!store.purge_dropped(table.id).await.unwrap());
+    assert!(store.purge_dropped(table.id, &[]).await.unwrap());
+    assert!(!store.purge_dropped(table.id, &[]).await.unwrap());
     assert!(
         store
             .location_in_use(wh.id, &inside, None)
@@ -208,9 +209,64 @@ pub async fn soft_delete(store: Arc<dyn CatalogStore>, jobs: Arc<dyn JobStore>) 
     );
     assert_eq!(
         store.warehouse_protections(wh.id).await.unwrap(),
-        vec![protection]
+        vec![protection.clone()]
+    );
+    // The drop's own transaction checks its guard again: a flag set after the catalog's
+    // check still refuses it, with the 409 of deletion protection.
+    super::namespace(&store, wh.id, &["sd"]).await;
+    let guarded = super::tabular(wh.id, &["sd"], "guarded", TabularKind::Table);
+    store.create_tabular(&guarded).await.unwrap();
+    let refused = store
+        .drop_tabular(guarded.id, &[guarded.id, wh.id])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.error_type(),
+        "DeletionProtectedException",
+        "{refused}"
+    );
+    let mut soft = soft_drop(wh.id, guarded.id, 9_000);
+    soft.guard = vec![guarded.id, wh.id];
+    assert_eq!(
+        store
+            .soft_drop_tabular(&soft)
+            .await
+            .unwrap_err()
+            .error_type(),
+        "DeletionProtectedException"
+    );
+    assert!(
+        store
+            .drop_namespace(wh.id, &super::ns(&["sd"]), &[wh.id])
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("deletion-protection")
+    );
+    assert!(store.get_tabular_by_id(guarded.id).await.unwrap().is_some());
+    // A flag is not set on an object that is gone (it could never be cleared).
+    let gone = Protection {
+        securable_id: Uuid::now_v7(),
+        kind: ProtectedKind::Table,
+        ..protection
+    };
+    assert!(
+        !store
+            .set_protection(gone.securable_id, Some(&gone))
+            .await
+            .unwrap()
     );
     assert!(store.set_protection(wh.id, None).await.unwrap());
+    assert!(
+        store
+            .drop_tabular(guarded.id, &[guarded.id, wh.id])
+            .await
+            .unwrap()
+    );
+    store
+        .drop_namespace(wh.id, &super::ns(&["sd"]), &[wh.id])
+        .await
+        .unwrap();
     assert!(store.protections(&[wh.id]).await.unwrap().is_empty());
-    assert!(store.delete_warehouse(wh.id).await.unwrap());
+    assert!(store.delete_warehouse(wh.id, &[]).await.unwrap());
 }
