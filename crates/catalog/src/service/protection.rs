@@ -142,6 +142,40 @@ impl CatalogService {
         }
     }
 
+    /// Refuses moving a table or view from namespace `from` to `to` (`action`) when deletion
+    /// protection set on `from` or a namespace above it does not cover `to`: protection
+    /// covers what is inside, and a move out of it followed by a drop would be a drop the
+    /// flag did not refuse. (A flag on the table or view itself moves with it; one on the
+    /// warehouse covers both ends.)
+    pub(crate) async fn require_kept_inside(
+        &self,
+        wh: &WarehouseHandle,
+        from: &NamespaceIdent,
+        to: &NamespaceIdent,
+        action: &str,
+    ) -> Result<()> {
+        let covering_to: std::collections::HashSet<Uuid> = self
+            .protection_chain(wh, Some(to), None)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        let left: Vec<(Uuid, String)> = self
+            .protection_chain(wh, Some(from), None)
+            .await?
+            .into_iter()
+            .filter(|(id, _)| !covering_to.contains(id))
+            .collect();
+        match self.nearest_protection(left).await? {
+            None => Ok(()),
+            Some(governing) => Err(CatalogError::protected(format!(
+                "cannot {action}: {FLAG} is set on {} (by {}) and covers what is inside it; \
+                 a holder of manage-warehouses must clear it first",
+                governing.set_on, governing.protection.set_by
+            ))),
+        }
+    }
+
     /// Sets or clears deletion protection on a warehouse, namespace, table or view; true when
     /// that changed anything. Needs `manage-warehouses` on the object.
     pub async fn set_protection(

@@ -627,6 +627,15 @@ impl CatalogService {
         if from == to {
             return Ok(());
         }
+        if from.namespace != to.namespace {
+            self.require_kept_inside(
+                &wh,
+                &from.namespace,
+                &to.namespace,
+                &format!("move {what} {from} to {to}"),
+            )
+            .await?;
+        }
         let taken = |kind: TabularKind| {
             let what = if kind == TabularKind::Table {
                 "Table"
@@ -699,6 +708,20 @@ impl CatalogService {
                 caller.require(Privilege::DropTable, &existing.scope(), || {
                     CatalogError::no_such_table(ident)
                 })?;
+                // The table it replaces is lost to the catalog (its files no longer claimed):
+                // a drop, as far as deletion protection is concerned.
+                let replaced = super::protection::Tabular {
+                    id: existing.id,
+                    kind: existing.kind,
+                    name: &existing.name,
+                };
+                self.require_unprotected(
+                    &wh,
+                    Some(&ident.namespace),
+                    Some(replaced),
+                    &format!("replace table {ident} by registering {metadata_location}"),
+                )
+                .await?;
                 self.store
                     .replace_tabular(&NewTabular {
                         id: existing.id,
