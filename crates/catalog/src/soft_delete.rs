@@ -155,11 +155,13 @@ pub trait SoftDeleteStore: Send + Sync {
     /// False when it is not live (or its metadata is no longer `expected_location`).
     async fn soft_drop_tabular(&self, drop: &SoftDrop) -> Result<bool>;
     /// The dropped tables and views of a warehouse (of one namespace and those below it when
-    /// `namespace` is given), by namespace and name.
+    /// `namespace` is given), by id, those after `after`, at most `limit`.
     async fn list_dropped(
         &self,
         warehouse: Uuid,
         namespace: Option<&NamespaceIdent>,
+        after: Option<Uuid>,
+        limit: usize,
     ) -> Result<Vec<DroppedTabular>>;
     async fn get_dropped(&self, id: Uuid) -> Result<Option<DroppedTabular>>;
     /// Moves a dropped table or view back to the live catalog under its old name, in its old

@@ -179,18 +179,23 @@ impl SoftDeleteStore for SqlStore {
         &self,
         warehouse: Uuid,
         namespace: Option<&NamespaceIdent>,
+        after: Option<Uuid>,
+        limit: usize,
     ) -> Result<Vec<DroppedTabular>> {
         // The namespace and those below it: its key, or its key and the separator first.
         let within = if namespace.is_some() {
-            " AND (namespace_name = $2 OR substr(namespace_name, 1, length($3)) = $3)"
+            " AND (namespace_name = $4 OR substr(namespace_name, 1, length($5)) = $5)"
         } else {
             ""
         };
         let sql = format!(
-            "SELECT {DROPPED_COLUMNS} FROM dropped_tabulars WHERE warehouse_id = $1{within} \
-             ORDER BY namespace_name, name, dropped_at_ms"
+            "SELECT {DROPPED_COLUMNS} FROM dropped_tabulars WHERE warehouse_id = $1 AND id > $2\
+             {within} ORDER BY id LIMIT $3"
         );
-        let mut query = sqlx::query(&sql).bind(warehouse.to_string());
+        let mut query = sqlx::query(&sql)
+            .bind(warehouse.to_string())
+            .bind(after.map(|a| a.to_string()).unwrap_or_default())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
         if let Some(ns) = namespace {
             let key = namespace_key(ns);
             query = query.bind(key.clone()).bind(format!("{key}\u{1f}"));

@@ -28,6 +28,9 @@ use crate::{CatalogError, Result};
 /// Attempts of a purge job before it fails for good.
 const PURGE_ATTEMPTS: i32 = 5;
 
+/// The most dropped tables and views one page of the listing holds.
+pub const MAX_DROPPED_PAGE: usize = 1000;
+
 /// How a drop is to be done.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Removal {
@@ -210,20 +213,87 @@ impl CatalogService {
     }
 
     /// The dropped tables and views of a warehouse (or of a namespace and those below it)
-    /// that the caller may undrop or purge; others are left out.
+    /// that the caller may undrop or purge, by id, a page at a time: at most `limit`
+    /// ([`MAX_DROPPED_PAGE`] at most) of those after `after`, and the id to pass as `after`
+    /// for the next page when there may be more. Those the caller may not act on are left
+    /// out, so a page may hold fewer than `limit`.
     pub async fn list_dropped(
         &self,
         caller: &Caller,
         warehouse: &str,
         namespace: Option<&NamespaceIdent>,
-    ) -> Result<Vec<DroppedTabular>> {
+        after: Option<Uuid>,
+        limit: Option<usize>,
+    ) -> Result<(Vec<DroppedTabular>, Option<Uuid>)> {
         let wh = self.visible_warehouse(caller, warehouse).await?;
         if let Some(ns) = namespace {
             crate::ident::validate_namespace(ns)?;
         }
-        let mut dropped = self.store.list_dropped(wh.warehouse.id, namespace).await?;
-        dropped.retain(|d| caller.grants.allows(drop_privilege(d.kind), &d.scope()));
-        Ok(dropped)
+        let limit = limit.unwrap_or(MAX_DROPPED_PAGE);
+        if limit == 0 || limit > MAX_DROPPED_PAGE {
+            return Err(CatalogError::bad_request(format!(
+                "limit must be from 1 to {MAX_DROPPED_PAGE}, not {limit}"
+            )));
+        }
+        let mut page = self
+            .store
+            .list_dropped(wh.warehouse.id, namespace, after, limit + 1)
+            .await?;
+        let next = if page.len() > limit {
+            page.truncate(limit);
+            page.last().map(|d| d.id)
+        } else {
+            None
+        };
+        let mut homes = std::collections::HashMap::new();
+        let mut allowed = Vec::with_capacity(page.len());
+        for dropped in page {
+            let scope = self.dropped_scope(&wh, &dropped, &mut homes).await?;
+            if caller.grants.allows(drop_privilege(dropped.kind), &scope) {
+                allowed.push(dropped);
+            }
+        }
+        Ok((allowed, next))
+    }
+
+    /// Whether a dropped table's or view's namespace is still the one it was dropped from
+    /// (`homes` remembers the answers by namespace). A namespace dropped since and created
+    /// again under the same name is another one: its grants and protection are not the
+    /// dropped table's.
+    async fn dropped_home(
+        &self,
+        wh: &WarehouseHandle,
+        dropped: &DroppedTabular,
+        homes: &mut std::collections::HashMap<NamespaceIdent, Option<Uuid>>,
+    ) -> Result<bool> {
+        let live = match homes.get(&dropped.namespace) {
+            Some(live) => *live,
+            None => {
+                let live = self
+                    .store
+                    .get_namespace(wh.warehouse.id, &dropped.namespace)
+                    .await?
+                    .map(|n| n.id);
+                homes.insert(dropped.namespace.clone(), live);
+                live
+            }
+        };
+        Ok(live == Some(dropped.namespace_id))
+    }
+
+    /// The authorization scope of a dropped table or view: the one it had when live while its
+    /// namespace stands, else its warehouse's (only grants on the warehouse reach it).
+    async fn dropped_scope(
+        &self,
+        wh: &WarehouseHandle,
+        dropped: &DroppedTabular,
+        homes: &mut std::collections::HashMap<NamespaceIdent, Option<Uuid>>,
+    ) -> Result<Scope> {
+        Ok(if self.dropped_home(wh, dropped, homes).await? {
+            dropped.scope()
+        } else {
+            Scope::warehouse(wh.warehouse.id)
+        })
     }
 
     /// A dropped table or view of the warehouse that the caller may act on; missing when the
@@ -241,9 +311,10 @@ impl CatalogService {
             .await?
             .filter(|d| d.warehouse_id == wh.warehouse.id)
             .ok_or_else(|| no_such_dropped(id))?;
-        caller.require(drop_privilege(dropped.kind), &dropped.scope(), || {
-            no_such_dropped(id)
-        })?;
+        let scope = self
+            .dropped_scope(&wh, &dropped, &mut Default::default())
+            .await?;
+        caller.require(drop_privilege(dropped.kind), &scope, || no_such_dropped(id))?;
         Ok((wh, dropped))
     }
 
@@ -255,9 +326,19 @@ impl CatalogService {
         warehouse: &str,
         id: Uuid,
     ) -> Result<DroppedTabular> {
-        let (_, dropped) = self.dropped_record(caller, warehouse, id).await?;
+        let (wh, dropped) = self.dropped_record(caller, warehouse, id).await?;
         let ident = dropped.ident();
         let what = dropped.kind.as_str();
+        // An undrop puts a name back into the namespace: it needs what a create there needs.
+        let create = match dropped.kind {
+            TabularKind::Table => Privilege::CreateTable,
+            TabularKind::View => Privilege::CreateView,
+        };
+        caller.require(
+            create,
+            &Scope::namespace(wh.warehouse.id, &dropped.namespace),
+            || no_such_dropped(id),
+        )?;
         match self.store.undrop_tabular(id).await? {
             Ok(()) => Ok(dropped),
             Err(UndropRefusal::NotDropped) => Err(no_such_dropped(id)),
@@ -345,7 +426,11 @@ impl CatalogService {
             kind: dropped.kind,
             name: &dropped.name,
         };
-        let namespace = Some(&dropped.namespace);
+        // Orphaned by its namespace's drop, only the warehouse's protection covers it.
+        let home = self
+            .dropped_home(wh, dropped, &mut Default::default())
+            .await?;
+        let namespace = home.then_some(&dropped.namespace);
         let guard = self
             .require_unprotected(wh, namespace, Some(tabular), &action)
             .await?;

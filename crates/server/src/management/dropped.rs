@@ -96,6 +96,10 @@ pub async fn put_setting(
 pub struct ListQuery {
     /// Only this namespace (levels joined by `.`) and those below it.
     pub namespace: Option<String>,
+    /// The page after this id (the previous page's `next-after`).
+    pub after: Option<String>,
+    /// The most a page holds (1 to 1000, the default).
+    pub limit: Option<usize>,
 }
 
 /// `GET /api/v1/warehouses/{name}/dropped[?namespace=…]`: the dropped tables and views the
@@ -111,12 +115,14 @@ pub async fn list(
         .as_deref()
         .map(namespace_param)
         .transpose()?;
-    let dropped = state
+    let after = query.after.as_deref().map(parse_id).transpose()?;
+    let (dropped, next) = state
         .catalog
-        .list_dropped(&caller, &name, namespace.as_ref())
+        .list_dropped(&caller, &name, namespace.as_ref(), after, query.limit)
         .await?;
     Ok(Json(json!({
         "dropped": dropped.iter().map(dropped_json).collect::<Vec<_>>(),
+        "next-after": next,
     })))
 }
 

@@ -86,10 +86,32 @@ pub async fn soft_delete(store: Arc<dyn CatalogStore>, jobs: Arc<dyn JobStore>) 
     assert_eq!(queued[0].not_before_ms, 9_000);
 
     // Listed for the warehouse and for the namespace (and its parent), not for a sibling.
-    assert_eq!(store.list_dropped(wh.id, None).await.unwrap().len(), 1);
     assert_eq!(
         store
-            .list_dropped(wh.id, Some(&super::ns(&["sd"])))
+            .list_dropped(wh.id, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Pages by id: nothing after the one there is, nothing in a page of none.
+    assert!(
+        store
+            .list_dropped(wh.id, None, Some(table.id), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .list_dropped(wh.id, None, None, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .list_dropped(wh.id, Some(&super::ns(&["sd"])), None, 10)
             .await
             .unwrap()
             .len(),
@@ -97,7 +119,7 @@ pub async fn soft_delete(store: Arc<dyn CatalogStore>, jobs: Arc<dyn JobStore>) 
     );
     assert!(
         store
-            .list_dropped(wh.id, Some(&super::ns(&["sd", "inner"])))
+            .list_dropped(wh.id, Some(&super::ns(&["sd", "inner"])), None, 10)
             .await
             .unwrap()
             .is_empty()
