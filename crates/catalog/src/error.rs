@@ -56,6 +56,13 @@ pub enum CatalogError {
     PermissionDenied(String),
     #[error("{0}")]
     NamespaceNotEmpty(String),
+    /// The request conflicts with the state of the object it names (deletion protection set
+    /// on it, the name an undrop would take held by another): 409 with `error_type`.
+    #[error("{message}")]
+    Conflict {
+        error_type: &'static str,
+        message: String,
+    },
     #[error("{0}")]
     CommitFailed(String),
     #[error("{0}")]
@@ -121,6 +128,13 @@ impl CatalogError {
             Unauthenticated(m) => Unauthenticated(m.clone()),
             PermissionDenied(m) => PermissionDenied(m.clone()),
             NamespaceNotEmpty(m) => NamespaceNotEmpty(m.clone()),
+            Conflict {
+                error_type,
+                message,
+            } => Conflict {
+                error_type,
+                message: message.clone(),
+            },
             CommitFailed(m) => CommitFailed(m.clone()),
             Unsupported(m) => Unsupported(m.clone()),
             PayloadTooLarge(m) => PayloadTooLarge(m.clone()),
@@ -188,6 +202,15 @@ impl CatalogError {
         }
     }
 
+    /// A drop or purge refused by deletion protection: the message names the flag and where
+    /// it is set.
+    pub fn protected(message: impl fmt::Display) -> Self {
+        CatalogError::Conflict {
+            error_type: "DeletionProtectedException",
+            message: message.to_string(),
+        }
+    }
+
     pub fn already_exists(message: impl fmt::Display) -> Self {
         CatalogError::AlreadyExists {
             error_type: "AlreadyExistsException",
@@ -205,9 +228,9 @@ impl CatalogError {
             CatalogError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             CatalogError::Unauthenticated(_) => ErrorCode::Unauthenticated,
             CatalogError::PermissionDenied(_) => ErrorCode::PermissionDenied,
-            CatalogError::NamespaceNotEmpty(_) | CatalogError::CommitFailed(_) => {
-                ErrorCode::Conflict
-            }
+            CatalogError::NamespaceNotEmpty(_)
+            | CatalogError::CommitFailed(_)
+            | CatalogError::Conflict { .. } => ErrorCode::Conflict,
             CatalogError::Unsupported(_) => ErrorCode::Unsupported,
             CatalogError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             CatalogError::TooManyRequests(_) => ErrorCode::TooManyRequests,
@@ -226,7 +249,8 @@ impl CatalogError {
             CatalogError::BadRequest { .. } => "BadRequestException",
             CatalogError::InvalidArgument(_) => "IllegalArgumentException",
             CatalogError::NotFound { error_type, .. }
-            | CatalogError::AlreadyExists { error_type, .. } => error_type,
+            | CatalogError::AlreadyExists { error_type, .. }
+            | CatalogError::Conflict { error_type, .. } => error_type,
             CatalogError::Unauthenticated(_) => "NotAuthorizedException",
             CatalogError::PermissionDenied(_) => "ForbiddenException",
             CatalogError::NamespaceNotEmpty(_) => "NamespaceNotEmptyException",

@@ -23,6 +23,7 @@ pub mod paths;
 pub mod pipelines;
 pub mod registry;
 pub mod service;
+pub mod soft_delete;
 pub mod store;
 pub mod tenants;
 

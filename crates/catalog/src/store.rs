@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::Result;
 use crate::model::*;
+use crate::soft_delete::SoftDeleteStore;
 
 /// Outcome of a namespace property update.
 #[derive(Debug, Clone, Default)]
@@ -17,9 +18,10 @@ pub struct PropertyChanges {
     pub missing: Vec<String>,
 }
 
-/// Transactional storage of catalog state. Every method is one store transaction.
+/// Transactional storage of catalog state. Every method is one store transaction. Dropped
+/// tables and views and deletion protection are part of it ([`SoftDeleteStore`]).
 #[async_trait]
-pub trait CatalogStore: Send + Sync + std::fmt::Debug {
+pub trait CatalogStore: SoftDeleteStore + Send + Sync + std::fmt::Debug {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 
@@ -27,8 +29,15 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
     async fn get_warehouse(&self, name: &str) -> Result<Option<Warehouse>>;
     async fn get_warehouse_by_id(&self, id: Uuid) -> Result<Option<Warehouse>>;
     async fn list_warehouses(&self) -> Result<Vec<Warehouse>>;
-    /// Deletes an empty warehouse; fails with `NamespaceNotEmpty` when it holds namespaces.
-    async fn delete_warehouse(&self, id: Uuid) -> Result<bool>;
+    /// Replaces a warehouse's properties; false when it does not exist.
+    async fn set_warehouse_properties(
+        &self,
+        id: Uuid,
+        properties: &HashMap<String, String>,
+    ) -> Result<bool>;
+    /// Deletes an empty warehouse; fails with `NamespaceNotEmpty` when it holds namespaces or
+    /// dropped tables or views awaiting their purge. `guard`: see [`SoftDeleteStore`].
+    async fn delete_warehouse(&self, id: Uuid, guard: &[Uuid]) -> Result<bool>;
 
     async fn create_namespace(&self, record: &NamespaceRecord) -> Result<()>;
     async fn get_namespace(
@@ -45,8 +54,13 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
         visibility: Option<&Visibility>,
     ) -> Result<Page<NamespaceIdent>>;
     /// Drops an empty namespace. `NotFound` when missing, `NamespaceNotEmpty` when it holds
-    /// namespaces, tables or views.
-    async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()>;
+    /// namespaces, tables or views. `guard`: see [`SoftDeleteStore`].
+    async fn drop_namespace(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        guard: &[Uuid],
+    ) -> Result<()>;
     async fn update_namespace_properties(
         &self,
         warehouse: Uuid,
@@ -75,14 +89,21 @@ pub trait CatalogStore: Send + Sync + std::fmt::Debug {
         page: &PageRequest,
         visibility: Option<&Visibility>,
     ) -> Result<Page<String>>;
-    /// Removes a table or view record, and the grants on it; true when it existed.
-    async fn drop_tabular(&self, id: Uuid) -> Result<bool>;
+    /// Removes a table or view record, and the grants on it; true when it existed. `guard`:
+    /// see [`SoftDeleteStore`].
+    async fn drop_tabular(&self, id: Uuid, guard: &[Uuid]) -> Result<bool>;
     /// Removes a table or view record only if its metadata is still `expected_location`.
-    async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool>;
+    async fn drop_tabular_at(
+        &self,
+        id: Uuid,
+        expected_location: &str,
+        guard: &[Uuid],
+    ) -> Result<bool>;
     /// Moves a table or view to a new namespace and name; its grants follow.
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()>;
-    /// A table or view (other than `except`) whose location equals, contains or lies inside
-    /// `location` (canonical, see `floe_storage::Location`), as `namespace.name`. Creating
+    /// A table or view (other than `except`), live or dropped and awaiting its purge, whose
+    /// location equals, contains or lies inside `location` (canonical, see
+    /// `floe_storage::Location`), as `namespace.name`. Creating
     /// and moving tabulars checks the same inside their transactions.
     async fn location_in_use(
         &self,

@@ -6,7 +6,8 @@
 //!
 //! Jobs are queued three ways: by commits (a commit that leaves many small files queues a
 //! compaction of that table), by schedule (every table's snapshot expiry, orphan cleanup and
-//! data retention, periodically) and by request (`POST /api/v1/jobs`). Jobs run on a
+//! data retention, periodically) and by request (`POST /api/v1/jobs`); a soft drop queues the
+//! purge of its table or view, due when the warehouse's retention ends. Jobs run on a
 //! dedicated runtime with few threads, so maintenance never takes more CPU than it is given.
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use floe_catalog::governance::authz::Caller;
 use floe_catalog::jobs::{JobOutcome, JobRecord, JobStore, NewJob};
 use floe_catalog::service::{CommittedTable, SecurableRef};
+use floe_catalog::soft_delete::PURGE_JOB;
 use floe_catalog::{CatalogError, Result as CatalogResult};
 use iceberg::spec::TableMetadata;
 use iceberg::{NamespaceIdent, TableIdent};
@@ -34,7 +36,8 @@ use crate::exec::{Maintainer, MaintenanceError};
 use crate::policy::{Effective, Policy};
 use floe_catalog::clock::now_ms;
 
-/// The kinds of job.
+/// The kinds of job a request or the schedule queues for a table. A drop in a warehouse with
+/// soft delete queues one more kind, [`PURGE_JOB`], due when its retention ends.
 pub const KINDS: [&str; 5] = [
     "compact",
     "expire-snapshots",
@@ -477,6 +480,9 @@ impl Scheduler {
 
     /// Does one job's work; its answer, or why it failed.
     async fn execute(&self, job: &JobRecord) -> Result<Value, String> {
+        if job.kind == PURGE_JOB {
+            return self.expire_dropped(job).await;
+        }
         let target = target_of(&job.params)?;
         let (warehouse, ident) = (target.warehouse.as_str(), &target.ident);
         let table_id = self
@@ -593,6 +599,19 @@ impl Scheduler {
             other => return Err(format!("unknown job kind {other}")),
         };
         value.map_err(|e| e.to_string())
+    }
+
+    /// Ends the retention of a dropped table or view (a `purge-dropped` job, queued by its
+    /// drop and due when the warehouse's soft-delete retention ends).
+    async fn expire_dropped(&self, job: &JobRecord) -> Result<Value, String> {
+        let warehouse = job.params["warehouse"]
+            .as_str()
+            .ok_or("job parameters lack the warehouse")?;
+        self.maintainer
+            .catalog
+            .expire_dropped(warehouse, job.table_id)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Queues a compaction when a commit leaves many small files.

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::error::{is_foreign_key_violation, is_unique_violation, query_error};
 use crate::now_ms;
+use crate::soft_delete::refuse_if_protected;
 use crate::{Backend, SqlStore, StoreError};
 
 /// Scope separator (see `floe_catalog::governance::authz`).
@@ -22,7 +23,7 @@ const SEP: char = floe_catalog::governance::authz::SEP;
 /// Largest page a listing returns, whatever the client asks for.
 const MAX_PAGE: usize = 1000;
 
-fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid> {
+pub(crate) fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid> {
     Uuid::parse_str(s).map_err(|e| {
         StoreError::Corrupt {
             what,
@@ -56,7 +57,7 @@ fn warehouse_from_row(row: &AnyRow) -> Result<Warehouse> {
     })
 }
 
-fn tabular_from_row(row: &AnyRow) -> Result<TabularRecord> {
+pub(crate) fn tabular_from_row(row: &AnyRow) -> Result<TabularRecord> {
     let kind: String = row.get("kind");
     Ok(TabularRecord {
         id: parse_uuid("tabular id", &row.get::<String, _>("id"))?,
@@ -91,8 +92,14 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 impl SqlStore {
     /// Deletes a table or view (only at `expected_location` when given), its grants and its
     /// maintenance policy.
-    async fn delete_tabular(&self, id: Uuid, expected_location: Option<&str>) -> Result<bool> {
+    async fn delete_tabular(
+        &self,
+        id: Uuid,
+        expected_location: Option<&str>,
+        guard: &[Uuid],
+    ) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let deleted = match expected_location {
             Some(location) => {
                 sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
@@ -208,8 +215,9 @@ impl CatalogStore for SqlStore {
             .collect()
     }
 
-    async fn delete_warehouse(&self, id: Uuid) -> Result<bool> {
+    async fn delete_warehouse(&self, id: Uuid, guard: &[Uuid]) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let used = sqlx::query("SELECT 1 FROM namespaces WHERE warehouse_id = $1 LIMIT 1")
             .bind(id.to_string())
             .fetch_optional(&mut *tx)
@@ -218,6 +226,18 @@ impl CatalogStore for SqlStore {
         if used.is_some() {
             return Err(CatalogError::NamespaceNotEmpty(
                 "the warehouse still holds namespaces; drop them first".into(),
+            ));
+        }
+        let dropped = sqlx::query("SELECT 1 FROM dropped_tabulars WHERE warehouse_id = $1 LIMIT 1")
+            .bind(id.to_string())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error)?;
+        if dropped.is_some() {
+            return Err(CatalogError::NamespaceNotEmpty(
+                "the warehouse still keeps dropped tables or views (soft delete); purge them \
+                 first"
+                    .into(),
             ));
         }
         sqlx::query("DELETE FROM grants WHERE securable_id = $1")
@@ -233,6 +253,23 @@ impl CatalogStore for SqlStore {
             .rows_affected();
         tx.commit().await.map_err(query_error)?;
         Ok(deleted == 1)
+    }
+
+    async fn set_warehouse_properties(
+        &self,
+        id: Uuid,
+        properties: &HashMap<String, String>,
+    ) -> Result<bool> {
+        let mut tx = self.write().await.map_err(query_error)?;
+        let updated = sqlx::query("UPDATE warehouses SET properties = $1 WHERE id = $2")
+            .bind(to_json(properties)?)
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?
+            .rows_affected();
+        tx.commit().await.map_err(query_error)?;
+        Ok(updated == 1)
     }
 
     async fn create_namespace(&self, record: &NamespaceRecord) -> Result<()> {
@@ -326,8 +363,14 @@ impl CatalogStore for SqlStore {
         })
     }
 
-    async fn drop_namespace(&self, warehouse: Uuid, ns: &NamespaceIdent) -> Result<()> {
+    async fn drop_namespace(
+        &self,
+        warehouse: Uuid,
+        ns: &NamespaceIdent,
+        guard: &[Uuid],
+    ) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
+        refuse_if_protected(self.backend, &mut tx, guard).await?;
         let key = namespace_key(ns);
         let row = sqlx::query("SELECT id FROM namespaces WHERE warehouse_id = $1 AND name = $2")
             .bind(warehouse.to_string())
@@ -533,12 +576,18 @@ impl CatalogStore for SqlStore {
         Ok(paginate(names, limit, Clone::clone))
     }
 
-    async fn drop_tabular(&self, id: Uuid) -> Result<bool> {
-        self.delete_tabular(id, None).await
+    async fn drop_tabular(&self, id: Uuid, guard: &[Uuid]) -> Result<bool> {
+        self.delete_tabular(id, None, guard).await
     }
 
-    async fn drop_tabular_at(&self, id: Uuid, expected_location: &str) -> Result<bool> {
-        self.delete_tabular(id, Some(expected_location)).await
+    async fn drop_tabular_at(
+        &self,
+        id: Uuid,
+        expected_location: &str,
+        guard: &[Uuid],
+    ) -> Result<bool> {
+        self.delete_tabular(id, Some(expected_location), guard)
+            .await
     }
 
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()> {
@@ -799,7 +848,7 @@ impl CatalogStore for SqlStore {
     }
 }
 
-enum InsertFailure {
+pub(crate) enum InsertFailure {
     NamespaceMissing,
     Exists,
     /// The location overlaps that of this tabular (`namespace.name`).
@@ -807,7 +856,7 @@ enum InsertFailure {
     Query(sqlx::Error),
 }
 
-async fn insert_tabular(
+pub(crate) async fn insert_tabular(
     backend: Backend,
     tx: &mut sqlx::AnyConnection,
     tabular: &NewTabular,
@@ -889,7 +938,7 @@ async fn claim_locations(
     Ok(())
 }
 
-fn location_taken(location: &str, other: &str) -> CatalogError {
+pub(crate) fn location_taken(location: &str, other: &str) -> CatalogError {
     CatalogError::bad_request(format!(
         "location {location} overlaps the location of {other}"
     ))
@@ -940,29 +989,34 @@ async fn overlapping(
     equal.push(location.to_string());
     let placeholders: Vec<String> = (0..equal.len()).map(|i| format!("${}", i + 5)).collect();
     // Two index searches (a range, then equalities): one `OR` of both would scan the
-    // warehouse's rows on SQLite.
-    let sql = format!(
-        "SELECT n.name AS ns_name, t.name FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
+    // warehouse's rows on SQLite. Live tabulars first, then dropped ones, whose files stay
+    // until their purge.
+    let live = "SELECT n.name AS ns_name, t.name FROM tabulars t JOIN namespaces n ON n.id = t.namespace_id \
          WHERE t.id IN (SELECT id FROM tabulars WHERE warehouse_id = $1 AND location >= $3 \
          AND location < $4 UNION ALL SELECT id FROM tabulars WHERE warehouse_id = $1 \
-         AND location IN ({})) AND t.id <> $2 LIMIT 1",
-        placeholders.join(", ")
-    );
-    let mut query = sqlx::query(&sql)
-        .bind(warehouse.to_string())
-        .bind(except.unwrap_or_default().to_string())
-        .bind(below)
-        .bind(after);
-    for location in &equal {
-        query = query.bind(location);
+         AND location IN (EQUAL)) AND t.id <> $2 LIMIT 1";
+    let dropped = "SELECT d.namespace_name AS ns_name, d.name FROM dropped_tabulars d \
+         WHERE d.id IN (SELECT id FROM dropped_tabulars WHERE warehouse_id = $1 AND location >= $3 \
+         AND location < $4 UNION ALL SELECT id FROM dropped_tabulars WHERE warehouse_id = $1 \
+         AND location IN (EQUAL)) AND d.id <> $2 LIMIT 1";
+    for (sql, suffix) in [(live, ""), (dropped, " (dropped, awaiting its purge)")] {
+        let sql = sql.replace("EQUAL", &placeholders.join(", "));
+        let mut query = sqlx::query(&sql)
+            .bind(warehouse.to_string())
+            .bind(except.unwrap_or_default().to_string())
+            .bind(below.clone())
+            .bind(after.clone());
+        for location in &equal {
+            query = query.bind(location);
+        }
+        if let Some(r) = query.fetch_optional(&mut *conn).await? {
+            let ns: String = r.get("ns_name");
+            return Ok(Some(format!(
+                "{}.{}{suffix}",
+                ns.replace('\u{1f}', "."),
+                r.get::<String, _>("name")
+            )));
+        }
     }
-    let row = query.fetch_optional(&mut *conn).await?;
-    Ok(row.map(|r| {
-        let ns: String = r.get("ns_name");
-        format!(
-            "{}.{}",
-            ns.replace('\u{1f}', "."),
-            r.get::<String, _>("name")
-        )
-    }))
+    Ok(None)
 }

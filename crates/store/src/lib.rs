@@ -14,6 +14,7 @@ mod jobs;
 mod migrations;
 mod pipelines;
 mod registry;
+mod soft_delete;
 mod tenants;
 
 use std::path::Path;

@@ -307,6 +307,18 @@ impl AuditScope {
         self.event.lock().expect("audit scope lock").details = details;
     }
 
+    /// Adds one fact to the record's details, keeping those already noted (a SQL statement,
+    /// say). Never pass secrets.
+    pub fn add_detail(&self, key: &str, value: serde_json::Value) {
+        let mut event = self.event.lock().expect("audit scope lock");
+        let mut details = serde_json::from_str::<serde_json::Value>(&event.details)
+            .ok()
+            .filter(serde_json::Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({}));
+        details[key] = value;
+        event.details = details.to_string();
+    }
+
     /// The record as it stands.
     pub fn event(&self) -> AuditEvent {
         self.event.lock().expect("audit scope lock").clone()

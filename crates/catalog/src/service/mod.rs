@@ -1,7 +1,9 @@
 //! The catalog service: every catalog operation, over a store and the warehouses' storage.
 
 mod credentials;
+mod dropped;
 mod namespaces;
+mod protection;
 mod rebase;
 mod repair;
 mod securables;
@@ -24,6 +26,7 @@ use crate::store::CatalogStore;
 use crate::{CatalogError, Result};
 
 pub use credentials::TableCredentials;
+pub use protection::{FLAG as PROTECTION_FLAG, Governing};
 pub use repair::TableFiles;
 pub use securables::SecurableRef;
 pub use signing::SignRequest;

@@ -145,7 +145,13 @@ impl CatalogService {
             &Scope::namespace(wh.warehouse.id, ns),
             || CatalogError::no_such_namespace(ns.join(".")),
         )?;
-        self.store.drop_namespace(wh.warehouse.id, ns).await
+        let action = format!("drop namespace {}", ns.join("."));
+        let guard = self
+            .require_unprotected(&wh, Some(ns), None, &action)
+            .await?;
+        let dropped = self.store.drop_namespace(wh.warehouse.id, ns, &guard).await;
+        self.refused_meanwhile(dropped, &wh, Some(ns), None, &action)
+            .await
     }
 
     pub async fn update_namespace_properties(

@@ -519,13 +519,18 @@ impl CatalogService {
                 )));
             }
         }
-        if !self.store.drop_tabular(record.id).await? {
-            return Err(CatalogError::no_such_table(ident));
+        match self
+            .remove_tabular(
+                caller,
+                &wh,
+                &record,
+                super::dropped::Removal::Drop { purge },
+            )
+            .await?
+        {
+            super::dropped::Removed::Missed => Err(CatalogError::no_such_table(ident)),
+            _ => Ok(()),
         }
-        if purge {
-            self.purge_table(&wh, ident, &record).await;
-        }
-        Ok(())
     }
 
     /// Takes back a table the caller has just created whose first rows could not be written
@@ -549,25 +554,12 @@ impl CatalogService {
         if record.kind != TabularKind::Table || record.metadata_location != location {
             return Ok(());
         }
-        if self.store.drop_tabular_at(record.id, location).await? {
-            self.purge_table(&wh, &created.ident, &record).await;
+        // Neither protection nor soft delete applies: nothing but the create is undone.
+        if self.store.drop_tabular_at(record.id, location, &[]).await? {
+            self.purge_files(&wh, &created.ident, &record.location)
+                .await;
         }
         Ok(())
-    }
-
-    /// Deletes a dropped table's files: everything below its location, which belongs to it
-    /// alone (locations never overlap), and its key index checkpoint. Runs after the drop is
-    /// committed, so failures are logged, not returned.
-    async fn purge_table(&self, wh: &WarehouseHandle, ident: &TableIdent, record: &TabularRecord) {
-        match wh.storage.delete_prefix(&record.location).await {
-            Ok(files) => tracing::info!(table = %ident, files, "purged dropped table"),
-            Err(e) => tracing::warn!(table = %ident, error = %e, "purge files of dropped table"),
-        }
-        // An upsert table's key index checkpoint, kept in Floe's own directory.
-        let checkpoint = wh.storage.key_index_checkpoint(&record.location);
-        if let Err(e) = wh.storage.delete(&checkpoint).await {
-            tracing::warn!(table = %ident, error = %e, "purge the key index checkpoint of a dropped table");
-        }
     }
 
     /// Refuses a (canonical) location that equals, contains or lies inside another table's
@@ -634,6 +626,15 @@ impl CatalogService {
         self.require_namespace(&wh, &to.namespace).await?;
         if from == to {
             return Ok(());
+        }
+        if from.namespace != to.namespace {
+            self.require_kept_inside(
+                &wh,
+                &from.namespace,
+                &to.namespace,
+                &format!("move {what} {from} to {to}"),
+            )
+            .await?;
         }
         let taken = |kind: TabularKind| {
             let what = if kind == TabularKind::Table {
@@ -707,6 +708,20 @@ impl CatalogService {
                 caller.require(Privilege::DropTable, &existing.scope(), || {
                     CatalogError::no_such_table(ident)
                 })?;
+                // The table it replaces is lost to the catalog (its files no longer claimed):
+                // a drop, as far as deletion protection is concerned.
+                let replaced = super::protection::Tabular {
+                    id: existing.id,
+                    kind: existing.kind,
+                    name: &existing.name,
+                };
+                self.require_unprotected(
+                    &wh,
+                    Some(&ident.namespace),
+                    Some(replaced),
+                    &format!("replace table {ident} by registering {metadata_location}"),
+                )
+                .await?;
                 self.store
                     .replace_tabular(&NewTabular {
                         id: existing.id,
@@ -796,7 +811,8 @@ impl CatalogService {
             })
     }
 
-    /// Removes a table from the catalog, leaving its files, and returns its last metadata.
+    /// Removes a table from the catalog for good (soft delete does not keep it), leaving its
+    /// files, and returns its last metadata. Refused under deletion protection.
     pub async fn unregister_table(
         &self,
         caller: &Caller,
@@ -813,11 +829,10 @@ impl CatalogService {
                 .metadata
                 .read_table(&wh.storage, &record.metadata_location)
                 .await?;
-            if self
-                .store
-                .drop_tabular_at(record.id, &record.metadata_location)
-                .await?
-            {
+            let removed = self
+                .remove_tabular(caller, &wh, &record, super::dropped::Removal::Unregister)
+                .await?;
+            if removed == super::dropped::Removed::Gone {
                 return Ok(LoadedTable {
                     ident: ident.clone(),
                     metadata_location: Some(record.metadata_location),

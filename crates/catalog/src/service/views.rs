@@ -255,13 +255,21 @@ impl CatalogService {
         warehouse: &str,
         ident: &TableIdent,
     ) -> Result<()> {
-        let (_, record) = self
+        let (wh, record) = self
             .view_record(caller, warehouse, ident, Privilege::DropView)
             .await?;
-        if !self.store.drop_tabular(record.id).await? {
-            return Err(CatalogError::no_such_view(ident));
+        match self
+            .remove_tabular(
+                caller,
+                &wh,
+                &record,
+                super::dropped::Removal::Drop { purge: false },
+            )
+            .await?
+        {
+            super::dropped::Removed::Missed => Err(CatalogError::no_such_view(ident)),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     pub async fn rename_view(

@@ -33,6 +33,11 @@ impl CatalogService {
             )));
         }
         storage.validate()?;
+        crate::soft_delete::parse_retention(
+            properties
+                .get(crate::soft_delete::RETENTION_PROPERTY)
+                .map(String::as_str),
+        )?;
         let opened = WarehouseStorage::new(storage.clone())?;
         let probe = opened
             .root()
@@ -81,19 +86,20 @@ impl CatalogService {
             .clone())
     }
 
-    /// Deletes an empty warehouse.
+    /// Deletes an empty warehouse; refused under deletion protection.
     pub async fn delete_warehouse(&self, caller: &Caller, name: &str) -> Result<()> {
-        let warehouse = self
-            .visible_warehouse(caller, name)
-            .await?
-            .warehouse
-            .clone();
+        let wh = self.visible_warehouse(caller, name).await?;
+        let warehouse = wh.warehouse.clone();
         caller.require(
             Privilege::ManageWarehouses,
             &Scope::warehouse(warehouse.id),
             || CatalogError::no_such_warehouse(name),
         )?;
-        self.store.delete_warehouse(warehouse.id).await?;
+        let action = format!("delete warehouse {name}");
+        let guard = self.require_unprotected(&wh, None, None, &action).await?;
+        let deleted = self.store.delete_warehouse(warehouse.id, &guard).await;
+        self.refused_meanwhile(deleted, &wh, None, None, &action)
+            .await?;
         self.forget_warehouse(name);
         Ok(())
     }

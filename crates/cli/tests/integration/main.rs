@@ -12,5 +12,6 @@ mod netns;
 mod oidc;
 mod rest_client;
 mod runtime_filters;
+mod soft_delete;
 mod tpcds;
 mod work_units;

@@ -1,6 +1,7 @@
 //! The management API under `/api/v1`, described by `/api/v1/openapi.json`.
 
 mod audit;
+mod dropped;
 mod grants;
 mod migrations;
 mod principals;
@@ -32,6 +33,11 @@ macro_rules! management_routes {
 management_routes! {
     "/warehouses" => get warehouses::list, post warehouses::create;
     "/warehouses/{name}" => get warehouses::get, delete warehouses::delete;
+    "/warehouses/{name}/soft-delete" => get dropped::get_setting, put dropped::put_setting;
+    "/warehouses/{name}/dropped" => get dropped::list;
+    "/warehouses/{name}/dropped/{id}/undrop" => post dropped::undrop;
+    "/warehouses/{name}/dropped/{id}/purge" => post dropped::purge;
+    "/protection" => get dropped::get_protection, put dropped::put_protection;
     "/principals" => get principals::list, post principals::create;
     "/tenants/{name}/limits" => get tenants::get, put tenants::put, delete tenants::delete;
     "/principals/{name}" => get principals::get;

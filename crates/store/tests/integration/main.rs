@@ -21,6 +21,7 @@ async fn sqlite_store_conforms() {
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
     suite::tenants(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::soft_delete(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
     suite::cancelled_writes(Arc::new(store.clone())).await;
     // Another process takes the write lock at once: no pooled connection was left holding it.
@@ -64,6 +65,7 @@ async fn postgres_store_conforms() {
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
     suite::tenants(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::soft_delete(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
     suite::cancelled_writes(Arc::new(store.clone())).await;
     // No session of this database is left idle inside a transaction.

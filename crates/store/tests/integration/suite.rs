@@ -16,12 +16,14 @@ mod jobs;
 mod migrations;
 mod pipelines;
 mod registry;
+mod soft_delete;
 mod tenants;
 pub use cancellation::cancelled_writes;
 pub use jobs::jobs;
 pub use migrations::migrations;
 pub use pipelines::pipelines;
 pub use registry::registry;
+pub use soft_delete::soft_delete;
 pub use tenants::tenants;
 
 fn ns(parts: &[&str]) -> NamespaceIdent {
@@ -213,14 +215,14 @@ async fn warehouses(store: &Arc<dyn CatalogStore>) {
     );
     assert!(store.get_warehouse("missing").await.unwrap().is_none());
     namespace(store, w.id, &["x"]).await;
-    let busy = store.delete_warehouse(w.id).await;
+    let busy = store.delete_warehouse(w.id, &[]).await;
     assert!(
         matches!(busy, Err(CatalogError::NamespaceNotEmpty(_))),
         "{busy:?}"
     );
-    store.drop_namespace(w.id, &ns(&["x"])).await.unwrap();
-    assert!(store.delete_warehouse(w.id).await.unwrap());
-    assert!(!store.delete_warehouse(w.id).await.unwrap());
+    store.drop_namespace(w.id, &ns(&["x"]), &[]).await.unwrap();
+    assert!(store.delete_warehouse(w.id, &[]).await.unwrap());
+    assert!(!store.delete_warehouse(w.id, &[]).await.unwrap());
 }
 
 async fn namespaces(store: &Arc<dyn CatalogStore>) {
@@ -315,17 +317,20 @@ async fn namespaces(store: &Arc<dyn CatalogStore>) {
         "{missing:?}"
     );
 
-    let not_empty = store.drop_namespace(w.id, &ns(&["a", "x"])).await;
+    let not_empty = store.drop_namespace(w.id, &ns(&["a", "x"]), &[]).await;
     assert!(
         matches!(not_empty, Err(CatalogError::NamespaceNotEmpty(_))),
         "{not_empty:?}"
     );
     store
-        .drop_namespace(w.id, &ns(&["a", "x", "deep"]))
+        .drop_namespace(w.id, &ns(&["a", "x", "deep"]), &[])
         .await
         .unwrap();
-    store.drop_namespace(w.id, &ns(&["a", "x"])).await.unwrap();
-    let gone = store.drop_namespace(w.id, &ns(&["a", "x"])).await;
+    store
+        .drop_namespace(w.id, &ns(&["a", "x"]), &[])
+        .await
+        .unwrap();
+    let gone = store.drop_namespace(w.id, &ns(&["a", "x"]), &[]).await;
     assert!(
         matches!(gone, Err(CatalogError::NotFound { .. })),
         "{gone:?}"
@@ -416,7 +421,7 @@ async fn tabulars(store: &Arc<dyn CatalogStore>) {
     assert_eq!(paged.items, vec!["t1"]);
     assert_eq!(paged.next_token.as_deref(), Some("t1"));
 
-    let busy = store.drop_namespace(w.id, &ns(&["n"])).await;
+    let busy = store.drop_namespace(w.id, &ns(&["n"]), &[]).await;
     assert!(
         matches!(busy, Err(CatalogError::NamespaceNotEmpty(_))),
         "{busy:?}"
@@ -450,17 +455,17 @@ async fn tabulars(store: &Arc<dyn CatalogStore>) {
 
     assert!(
         !store
-            .drop_tabular_at(t.id, "file:///elsewhere")
+            .drop_tabular_at(t.id, "file:///elsewhere", &[])
             .await
             .unwrap()
     );
     assert!(
         store
-            .drop_tabular_at(t.id, &t.metadata_location)
+            .drop_tabular_at(t.id, &t.metadata_location, &[])
             .await
             .unwrap()
     );
-    assert!(!store.drop_tabular(t.id).await.unwrap());
+    assert!(!store.drop_tabular(t.id, &[]).await.unwrap());
 }
 
 async fn commits(store: &Arc<dyn CatalogStore>) {

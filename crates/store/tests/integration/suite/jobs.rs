@@ -601,7 +601,7 @@ async fn jobs_policies(store: &Arc<dyn CatalogStore>, jobs: &Arc<dyn JobStore>) 
     };
     assert!(
         !store
-            .drop_tabular_at(t.id, "file:///elsewhere")
+            .drop_tabular_at(t.id, "file:///elsewhere", &[])
             .await
             .unwrap()
     );
@@ -610,7 +610,7 @@ async fn jobs_policies(store: &Arc<dyn CatalogStore>, jobs: &Arc<dyn JobStore>) 
         vec![w.id, ns_id, t.id, other.id],
         "a failed drop keeps the policy"
     );
-    assert!(store.drop_tabular(t.id).await.unwrap());
+    assert!(store.drop_tabular(t.id, &[]).await.unwrap());
     assert_eq!(
         with_policy(jobs.get_policies(&scopes).await.unwrap()),
         vec![w.id, ns_id, other.id]
@@ -618,7 +618,7 @@ async fn jobs_policies(store: &Arc<dyn CatalogStore>, jobs: &Arc<dyn JobStore>) 
     assert!(jobs.get_job(job).await.unwrap().is_some());
     assert!(
         store
-            .drop_tabular_at(other.id, &other.metadata_location)
+            .drop_tabular_at(other.id, &other.metadata_location, &[])
             .await
             .unwrap()
     );
@@ -626,7 +626,7 @@ async fn jobs_policies(store: &Arc<dyn CatalogStore>, jobs: &Arc<dyn JobStore>) 
         with_policy(jobs.get_policies(&scopes).await.unwrap()),
         vec![w.id, ns_id]
     );
-    store.drop_namespace(w.id, &ns(&["p"])).await.unwrap();
+    store.drop_namespace(w.id, &ns(&["p"]), &[]).await.unwrap();
     assert_eq!(
         with_policy(jobs.get_policies(&scopes).await.unwrap()),
         vec![w.id]

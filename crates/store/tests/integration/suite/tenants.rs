@@ -40,6 +40,6 @@ pub async fn tenants(catalog: Arc<dyn CatalogStore>, store: Arc<dyn TenantStore>
     assert_eq!(listed.len(), 1);
 
     // A dropped warehouse's limits are not listed.
-    assert!(catalog.delete_warehouse(a.id).await.unwrap());
+    assert!(catalog.delete_warehouse(a.id, &[]).await.unwrap());
     assert!(store.list_tenant_limits().await.unwrap().is_empty());
 }
