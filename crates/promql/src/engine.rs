@@ -188,12 +188,19 @@ impl Engine {
         for (_, at) in &uses {
             left[*at] += 1;
         }
+        // Each further use of a read is a copy held in memory: counted against the query's
+        // samples as the storage counted the read itself.
+        let mut copied = 0usize;
         let mut fetched: Fetched = HashMap::new();
         for (key, at) in uses {
             left[at] -= 1;
             let series = if left[at] == 0 {
                 std::mem::take(&mut read[at])
             } else {
+                copied += read[at].iter().map(|s| s.points.len()).sum::<usize>();
+                if copied > self.limits.max_samples {
+                    return Err(crate::too_many_samples(self.limits.max_samples));
+                }
                 read[at].clone()
             };
             fetched.insert(key, series);

@@ -1,8 +1,9 @@
 //! The series a PromQL selector names, read from the tenant's `otel.metrics` with Floe SQL
 //! as the caller: the metric name, the `job` (the table's `service_name` partition) and the
-//! time range go into the statement — so partitions, row groups (the table is sorted by
-//! service and time) and the name's bloom filter prune the scan — and every matcher is then
-//! checked on each series' labels.
+//! time range go into the statement — so partitions, row groups and pages (the table is
+//! written in service, metric name and time order; tables made before that in service and
+//! time order) and the name's bloom filter prune the scan — and every matcher is then checked
+//! on each series' labels.
 //!
 //! A row's series is its metric's name (`__name__`), its attributes, and `job` from
 //! `service_name` when its attributes have none (OTLP's rows; remote write keeps `job` among
@@ -85,8 +86,10 @@ impl SqlStorage {
         if let Some(mint) = mint {
             preds.push(format!("time >= {}", time_literal(mint)));
         }
+        // A sample's time is its row's time in whole milliseconds, rounded down: a row
+        // within `maxt`'s millisecond is in.
         if let Some(maxt) = maxt {
-            preds.push(format!("time <= {}", time_literal(maxt)));
+            preds.push(format!("time < {}", time_literal(maxt.saturating_add(1))));
         }
         for m in matchers {
             match (&m.op, m.name.as_str()) {
@@ -181,7 +184,10 @@ impl SqlStorage {
             .entry(self.caller.principal.id)
             .or_insert_with(|| {
                 Arc::new(Semaphore::new(
-                    self.sql.config().max_queries_per_principal.max(1),
+                    self.sql
+                        .config()
+                        .max_queries_per_principal
+                        .clamp(1, Semaphore::MAX_PERMITS),
                 ))
             })
             .clone()
@@ -323,46 +329,74 @@ impl floe_promql::Storage for SqlStorage {
     /// of their times; each then takes its series and samples. The groups' statements run
     /// at once (in their principal's line).
     async fn select_many(&self, wants: &[Want<'_>]) -> floe_promql::Result<Vec<Vec<Series>>> {
-        struct Group {
-            pushed: Vec<String>,
-            mint: i64,
-            maxt: i64,
-            members: Vec<usize>,
-        }
-        let mut groups: Vec<Group> = Vec::new();
-        for (i, want) in wants.iter().enumerate() {
-            let pushed = Self::pushed(want.matchers, None, None);
-            let joined = groups
-                .iter_mut()
-                .find(|g| g.pushed == pushed && want.mint <= g.maxt && want.maxt >= g.mint);
-            match joined {
-                Some(g) => {
-                    g.mint = g.mint.min(want.mint);
-                    g.maxt = g.maxt.max(want.maxt);
-                    g.members.push(i);
-                }
-                None => groups.push(Group {
-                    pushed,
-                    mint: want.mint,
-                    maxt: want.maxt,
-                    members: vec![i],
-                }),
-            }
-        }
-        let reads = groups
+        use futures::StreamExt;
+        let groups = groups(wants);
+        // Two of a query's statements at once: a query of many selectors does not take every
+        // place in its principal's line ahead of the principal's other queries.
+        let reads: Vec<_> = groups
             .iter()
-            .map(|g| self.read_series(&g.pushed, g.mint, g.maxt));
-        let read = futures::future::try_join_all(reads).await?;
+            .map(|g| self.read_series(&g.pushed, g.mint, g.maxt))
+            .collect();
+        let read: Vec<Vec<Series>> = futures::stream::iter(reads)
+            .buffered(2)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
         let mut out = vec![Vec::new(); wants.len()];
         for (group, mut series) in groups.iter().zip(read) {
-            let (last, others) = group.members.split_last().expect("a group has a member");
+            let Some((last, others)) = group.members.split_last() else {
+                continue;
+            };
             for &i in others {
                 out[i] = restrict(series.clone(), &wants[i]);
+                // A member's series are a copy of the shared read: counted as the read was.
+                let copied: usize = out[i].iter().map(|s| s.points.len()).sum();
+                let loaded = self
+                    .loaded
+                    .fetch_add(copied, std::sync::atomic::Ordering::Relaxed)
+                    + copied;
+                if loaded > self.max_samples {
+                    return Err(floe_promql::too_many_samples(self.max_samples));
+                }
             }
             out[*last] = restrict(std::mem::take(&mut series), &wants[*last]);
         }
         Ok(out)
     }
+}
+
+/// Selectors read by one statement: those pushing the same predicates (their non-time
+/// `WHERE`) over times that overlap, as one connected span.
+struct Group {
+    pushed: Vec<String>,
+    mint: i64,
+    maxt: i64,
+    members: Vec<usize>,
+}
+
+fn groups(wants: &[Want<'_>]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, want) in wants.iter().enumerate() {
+        let pushed = SqlStorage::pushed(want.matchers, None, None);
+        let joined = groups
+            .iter_mut()
+            .find(|g| g.pushed == pushed && want.mint <= g.maxt && want.maxt >= g.mint);
+        match joined {
+            Some(g) => {
+                g.mint = g.mint.min(want.mint);
+                g.maxt = g.maxt.max(want.maxt);
+                g.members.push(i);
+            }
+            None => groups.push(Group {
+                pushed,
+                mint: want.mint,
+                maxt: want.maxt,
+                members: vec![i],
+            }),
+        }
+    }
+    groups
 }
 
 /// The series of `series` that `want` selects, with its samples in its times.
@@ -391,7 +425,7 @@ impl SqlStorage {
         let mut preds = Self::pushed(&[], Some(mint), Some(maxt));
         preds.extend(pushed.iter().cloned());
         let batches = self.rows(SAMPLE_COLUMNS, &preds).await?;
-        // Rows of many series interleave (the table is sorted by service and time): each row
+        // Rows of many series interleave (a metric's rows are in time order): each row
         // is keyed by its raw identity columns, and labels are decoded once per
         // distinct key, not per row.
         let mut by_key: HashMap<Vec<u8>, usize> = HashMap::new();
@@ -688,6 +722,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rows_of_different_keys_may_be_one_series() {
+        // A null attribute value is no label: the keys differ, the labels do not, and the
+        // read puts both rows in one series by their labels.
+        let b = batch(&[
+            ("x", Some("c"), &[("k", Some("v")), ("gone", None)]),
+            ("x", Some("c"), &[("k", Some("v"))]),
+        ]);
+        assert_ne!(key(&b, 0), key(&b, 1));
+        assert_eq!(row_labels(&b, 0), row_labels(&b, 1));
+    }
+
+    #[test]
+    fn selectors_share_a_statement_only_over_overlapping_times() {
+        let name = |v: &str| {
+            vec![Matcher {
+                name: METRIC_NAME.into(),
+                op: MatchOp::Equal,
+                value: v.into(),
+            }]
+        };
+        let x = name("x");
+        let mut x500 = name("x");
+        x500.push(Matcher {
+            name: "code".into(),
+            op: MatchOp::Equal,
+            value: "500".into(),
+        });
+        let y = name("y");
+        let want = |matchers, mint, maxt| Want {
+            matchers,
+            mint,
+            maxt,
+        };
+        let wants = [
+            want(&x, 0, 100),
+            // Same pushed predicates, overlapping: one statement over 0..=150.
+            want(&x500, 50, 150),
+            // After that span: a statement of its own.
+            want(&x, 151, 200),
+            // Another metric.
+            want(&y, 0, 100),
+            // Touching the first span's end: joins it.
+            want(&x, 150, 160),
+        ];
+        let shape: Vec<(i64, i64, Vec<usize>)> = groups(&wants)
+            .into_iter()
+            .map(|g| (g.mint, g.maxt, g.members))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0, 160, vec![0, 1, 4]),
+                (151, 200, vec![2]),
+                (0, 100, vec![3])
+            ]
+        );
     }
 
     fn series(name: &str, code: &str, times: &[i64]) -> Series {
