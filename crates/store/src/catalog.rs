@@ -89,6 +89,23 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
     }
 }
 
+/// Removes, inside the transaction that removes a namespace, table or view, what is keyed by
+/// its id: grants, its maintenance policy and its deletion-protection flag.
+pub(crate) async fn forget_securable(tx: &mut sqlx::AnyConnection, id: &str) -> Result<()> {
+    for sql in [
+        "DELETE FROM grants WHERE securable_id = $1",
+        "DELETE FROM maintenance_policies WHERE scope_id = $1",
+        "DELETE FROM deletion_protection WHERE securable_id = $1",
+    ] {
+        sqlx::query(sql)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error)?;
+    }
+    Ok(())
+}
+
 impl SqlStore {
     /// Deletes a table or view (only at `expected_location` when given), its grants and its
     /// maintenance policy.
@@ -113,16 +130,7 @@ impl SqlStore {
         .map_err(query_error)?
         .rows_affected();
         if deleted == 1 {
-            for sql in [
-                "DELETE FROM grants WHERE securable_id = $1",
-                "DELETE FROM maintenance_policies WHERE scope_id = $1",
-            ] {
-                sqlx::query(sql)
-                    .bind(id.to_string())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_error)?;
-            }
+            forget_securable(&mut tx, &id.to_string()).await?;
         }
         tx.commit().await.map_err(query_error)?;
         Ok(deleted == 1)
@@ -403,16 +411,7 @@ impl CatalogStore for SqlStore {
                 }
             )));
         }
-        for sql in [
-            "DELETE FROM grants WHERE securable_id = $1",
-            "DELETE FROM maintenance_policies WHERE scope_id = $1",
-        ] {
-            sqlx::query(sql)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await
-                .map_err(query_error)?;
-        }
+        forget_securable(&mut tx, &id).await?;
         sqlx::query("DELETE FROM namespaces WHERE id = $1")
             .bind(&id)
             .execute(&mut *tx)

@@ -17,7 +17,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
-use crate::catalog::{InsertFailure, insert_tabular, parse_uuid};
+use crate::catalog::{InsertFailure, forget_securable, insert_tabular, parse_uuid};
 use crate::error::query_error;
 use crate::{Backend, SqlStore, StoreError, now_ms};
 
@@ -291,17 +291,7 @@ impl SoftDeleteStore for SqlStore {
             .map_err(query_error)?
             .rows_affected();
         if deleted == 1 {
-            for sql in [
-                "DELETE FROM grants WHERE securable_id = $1",
-                "DELETE FROM maintenance_policies WHERE scope_id = $1",
-                "DELETE FROM deletion_protection WHERE securable_id = $1",
-            ] {
-                sqlx::query(sql)
-                    .bind(id.to_string())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_error)?;
-            }
+            forget_securable(&mut tx, &id.to_string()).await?;
         }
         tx.commit().await.map_err(query_error)?;
         Ok(deleted == 1)
