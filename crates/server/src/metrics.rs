@@ -246,6 +246,18 @@ fn sql_metrics(engine: &floe_sql::SqlEngine) -> String {
             ));
         }
     }
+    text.push_str(&format!(
+        "# HELP floe_sql_distributed_stage_metrics_pending Finished distributed queries whose \
+         task metrics are not yet added to the stage totals\n\
+         # TYPE floe_sql_distributed_stage_metrics_pending gauge\n\
+         floe_sql_distributed_stage_metrics_pending {}\n\
+         # HELP floe_sql_distributed_stage_metrics_missing_total Finished distributed queries \
+         whose task metrics never arrived (missing from the stage totals)\n\
+         # TYPE floe_sql_distributed_stage_metrics_missing_total counter\n\
+         floe_sql_distributed_stage_metrics_missing_total {}\n",
+        load(&cluster.stages.pending),
+        load(&cluster.stages.unmeasured)
+    ));
     if let Some(workers) = engine.routed_workers() {
         text.push_str(&format!(
             "# HELP floe_cluster_routed_workers Workers this coordinator hands tasks to\n\

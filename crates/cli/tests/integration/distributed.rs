@@ -305,10 +305,12 @@ fn analyzed_exchanges(plan: &str) -> (f64, f64) {
     (rows, bytes)
 }
 
-/// The stage rows and bytes `/metrics` counts, once they stop changing (the coordinator adds
-/// a query's up after it has answered).
-async fn settled_stage_figures(floe: &Floe) -> (f64, f64) {
-    let read = |metrics: String| {
+/// The stage rows and bytes `/metrics` counts once no finished query's figures are pending
+/// (the coordinator adds a query's up after it has answered, and counts it pending from
+/// before its client has the answer's end).
+async fn settled_stage_figures(floe: &Floe) -> (f64, f64, u64) {
+    for _ in 0..120 {
+        let metrics = floe.metrics().await;
         let sum = |name: &str| -> f64 {
             metrics
                 .lines()
@@ -316,21 +318,16 @@ async fn settled_stage_figures(floe: &Floe) -> (f64, f64) {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
-        (
-            sum("floe_sql_distributed_stage_rows_total"),
-            sum("floe_sql_distributed_stage_bytes_total"),
-        )
-    };
-    let mut last = read(floe.metrics().await);
-    for _ in 0..40 {
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        let now = read(floe.metrics().await);
-        if now == last {
-            return now;
+        if counter(&metrics, "floe_sql_distributed_stage_metrics_pending") == 0 {
+            return (
+                sum("floe_sql_distributed_stage_rows_total"),
+                sum("floe_sql_distributed_stage_bytes_total"),
+                counter(&metrics, "floe_sql_distributed_stage_metrics_missing_total"),
+            );
         }
-        last = now;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    last
+    panic!("stage metrics still pending after 30 s");
 }
 
 /// What `/metrics` adds up for one distributed query is what `EXPLAIN ANALYZE` shows for it:
@@ -353,6 +350,7 @@ async fn metrics_agree_with_explain_analyze(floe: &Floe, api: &Api) {
     sql(api, SUMS).await;
     let after = settled_stage_figures(floe).await;
     let (counted_rows, counted_bytes) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(before.2, after.2, "the query's stage metrics never arrived");
     // EXPLAIN ANALYZE rounds (sizes to a tenth of their unit); the same query moves the same
     // rows and, within that rounding, the same bytes.
     let close = |a: f64, b: f64| (a - b).abs() <= 0.05 * a.max(b);

@@ -120,7 +120,7 @@ impl PlannedStages {
     /// background.
     pub(crate) fn record_finished(&self) {
         if let Some(plan) = self.last.lock().expect("planned stages").take() {
-            tokio::spawn(stage_metrics::record(plan));
+            stage_metrics::record(plan);
         }
     }
 }

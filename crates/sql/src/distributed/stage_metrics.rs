@@ -58,12 +58,18 @@ pub struct ExchangeTotals {
     pub compute_nanos: AtomicU64,
 }
 
-/// [`ExchangeTotals`] for each [`Exchange`].
+/// [`ExchangeTotals`] for each [`Exchange`], and how the adding up of finished queries goes.
 #[derive(Debug, Default)]
 pub struct StageTotals {
     shuffle: ExchangeTotals,
     broadcast: ExchangeTotals,
     coalesce: ExchangeTotals,
+    /// Finished queries whose task metrics are still awaited (their figures are not in the
+    /// totals yet).
+    pub pending: AtomicU64,
+    /// Finished queries whose task metrics never arrived or could not be read (their
+    /// figures are missing from the totals for good).
+    pub unmeasured: AtomicU64,
 }
 
 impl StageTotals {
@@ -79,18 +85,31 @@ impl StageTotals {
 /// Longest the coordinator waits for a finished query's task metrics.
 const METRICS_WAIT: Duration = Duration::from_secs(30);
 
-/// Adds up the stages of `plan`, a distributed plan that has run to its end.
-pub(crate) async fn record(plan: Arc<dyn ExecutionPlan>) {
-    let measured = tokio::time::timeout(
-        METRICS_WAIT,
-        rewrite_distributed_plan_with_metrics(plan, DistributedMetricsFormat::Aggregated),
-    )
-    .await;
-    match measured {
-        Ok(Ok(plan)) => tally(plan.as_ref(), None, &super::stats().stages),
-        Ok(Err(e)) => tracing::debug!(error = %e, "read a distributed query's stage metrics"),
-        Err(_) => tracing::debug!("a distributed query's stage metrics did not arrive"),
-    }
+/// Adds up the stages of `plan`, a distributed plan that has run to its end, in the
+/// background: counted as pending from this call (before its client has the end of the
+/// answer) until its figures are in the totals, or known missing.
+pub(crate) fn record(plan: Arc<dyn ExecutionPlan>) {
+    let totals = &super::stats().stages;
+    totals.pending.fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(async move {
+        let measured = tokio::time::timeout(
+            METRICS_WAIT,
+            rewrite_distributed_plan_with_metrics(plan, DistributedMetricsFormat::Aggregated),
+        )
+        .await;
+        match measured {
+            Ok(Ok(plan)) => tally(plan.as_ref(), None, totals),
+            Ok(Err(e)) => {
+                totals.unmeasured.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "read a distributed query's stage metrics");
+            }
+            Err(_) => {
+                totals.unmeasured.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("a distributed query's stage metrics did not arrive");
+            }
+        }
+        totals.pending.fetch_sub(1, Ordering::Relaxed);
+    });
 }
 
 /// The bytes an exchange's tasks received from the stage below: datafusion-distributed counts
