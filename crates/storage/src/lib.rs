@@ -8,13 +8,16 @@
 //! The same object store backs iceberg's `FileIO` through [`ObjectStoreStorage`], so iceberg's
 //! metadata and manifest readers and writers go through exactly one IO stack.
 
+pub mod bucket;
 pub mod cache;
 mod file_io;
 mod location;
 mod profile;
+mod s3_client;
 pub mod sigv4;
 mod staged;
 pub mod sts;
+pub mod validate;
 
 use std::sync::Arc;
 
@@ -127,8 +130,16 @@ impl Reach {
 impl WarehouseStorage {
     /// Builds the object store a profile describes. Local directories are created if missing.
     pub fn new(profile: StorageProfile) -> Result<Self> {
+        Self::with_retry(profile, None)
+    }
+
+    /// [`WarehouseStorage::new`] with `retry` in place of object_store's default retries.
+    fn with_retry(
+        profile: StorageProfile,
+        retry: Option<object_store::RetryConfig>,
+    ) -> Result<Self> {
         let root = profile.root_location()?;
-        let store = profile.build_object_store()?;
+        let store = profile.build_object_store_with(retry)?;
         Ok(Self {
             profile,
             reach: Reach::warehouse(root),

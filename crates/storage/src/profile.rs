@@ -46,10 +46,19 @@ pub struct S3Profile {
     /// requires); S3-compatible servers such as MinIO assume the keys' own identity without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sts_role_arn: Option<String>,
+    /// Whether the warehouse vends credentials through STS `AssumeRole` (the default).
+    /// Validation then checks that STS answers and that its credentials are scoped to one
+    /// table; a store without STS needs `false`, and its tables are vended nothing.
+    #[serde(default = "default_true")]
+    pub sts_enabled: bool,
 }
 
 fn default_region() -> String {
     "us-east-1".to_string()
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl std::fmt::Debug for S3Profile {
@@ -66,6 +75,7 @@ impl std::fmt::Debug for S3Profile {
                 &self.secret_access_key.as_ref().map(|_| "<redacted>"),
             )
             .field("sts_role_arn", &self.sts_role_arn)
+            .field("sts_enabled", &self.sts_enabled)
             .finish()
     }
 }
@@ -172,6 +182,16 @@ impl StorageProfile {
     }
 
     pub(crate) fn build_object_store(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.build_object_store_with(None)
+    }
+
+    /// The object store, with `retry` in place of object_store's default (ten retries over
+    /// up to three minutes) where given: a probe of a store that does not answer should
+    /// say so in seconds.
+    pub(crate) fn build_object_store_with(
+        &self,
+        retry: Option<object_store::RetryConfig>,
+    ) -> Result<Arc<dyn ObjectStore>> {
         match self {
             StorageProfile::Local { path } => {
                 std::fs::create_dir_all(path).map_err(|e| {
@@ -197,6 +217,9 @@ impl StorageProfile {
                     builder = builder
                         .with_access_key_id(id)
                         .with_secret_access_key(secret);
+                }
+                if let Some(retry) = retry {
+                    builder = builder.with_retry(retry);
                 }
                 let store = builder
                     .build()

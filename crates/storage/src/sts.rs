@@ -56,7 +56,7 @@ pub fn session_policy(location: &Location, write: bool) -> Value {
     })
 }
 
-fn xml_value(xml: &str, tag: &str) -> Option<String> {
+pub(crate) fn xml_value(xml: &str, tag: &str) -> Option<String> {
     let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
     let end = start + xml[start..].find(&format!("</{tag}>"))?;
     Some(xml[start..end].to_string())

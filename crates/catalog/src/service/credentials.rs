@@ -22,7 +22,8 @@ pub struct TableCredentials {
 }
 
 impl CatalogService {
-    /// Vends credentials for `ident`; `None` for local-directory warehouses, which have none.
+    /// Vends credentials for `ident`; `None` for local-directory warehouses, which have none,
+    /// and for S3 warehouses created with `sts-enabled` false.
     pub async fn vend_credentials(
         &self,
         caller: &Caller,
@@ -38,6 +39,10 @@ impl CatalogService {
         let StorageProfile::S3(s3) = &wh.warehouse.storage else {
             return Ok(None);
         };
+        if !s3.sts_enabled {
+            // Created to vend nothing (a store without STS): engines use their own keys.
+            return Ok(None);
+        }
         let write = caller.grants.allows(Privilege::WriteData, &scope);
         let location = wh.storage.require_inside(&record.location)?;
         // Locations are claimed without pattern characters; one stored before that rule

@@ -1,8 +1,15 @@
-//! Warehouses: create, list, get, delete.
+//! Warehouses: create, list, get, delete, and validate their storage.
+//!
+//! A warehouse is created only when its storage passes validation
+//! ([`floe_storage::validate`]): written, read, listed and deleted, and where it vends
+//! credentials, STS issues one that reaches exactly one table's prefix. A refusal names the
+//! step that failed. With `create_bucket`, the bucket is provisioned first
+//! ([`floe_storage::bucket`]) and those steps lead the report.
 
 use std::collections::HashMap;
 
-use floe_storage::{StorageProfile, WarehouseStorage};
+use floe_storage::validate::{ValidationReport, validate};
+use floe_storage::{StorageProfile, bucket};
 use uuid::Uuid;
 
 use super::{CatalogService, now_ms};
@@ -12,7 +19,7 @@ use crate::model::Warehouse;
 use crate::{CatalogError, Result};
 
 impl CatalogService {
-    /// Creates a warehouse after checking that its storage is reachable and writable.
+    /// Creates a warehouse after its storage passed validation.
     pub async fn create_warehouse(
         &self,
         caller: &Caller,
@@ -20,12 +27,23 @@ impl CatalogService {
         storage: StorageProfile,
         properties: HashMap<String, String>,
     ) -> Result<Warehouse> {
-        caller.require(Privilege::ManageWarehouses, &Scope::server(), || {
-            CatalogError::PermissionDenied(format!(
-                "principal {} may not create warehouses",
-                caller.principal.name
-            ))
-        })?;
+        let (warehouse, _) = self
+            .create_warehouse_validated(caller, name, storage, properties, false)
+            .await?;
+        Ok(warehouse)
+    }
+
+    /// Creates a warehouse — its bucket first with `create_bucket` — and returns the
+    /// validation report; storage that fails validation is refused naming the failed step.
+    pub async fn create_warehouse_validated(
+        &self,
+        caller: &Caller,
+        name: &str,
+        storage: StorageProfile,
+        properties: HashMap<String, String>,
+        create_bucket: bool,
+    ) -> Result<(Warehouse, ValidationReport)> {
+        require_manage_server(caller)?;
         validate_name("warehouse", name)?;
         if name.contains('/') {
             return Err(CatalogError::bad_request(format!(
@@ -38,19 +56,18 @@ impl CatalogService {
                 .get(crate::soft_delete::RETENTION_PROPERTY)
                 .map(String::as_str),
         )?;
-        let opened = WarehouseStorage::new(storage.clone())?;
-        let probe = opened
-            .root()
-            .join(&format!(".floe-probe-{}", Uuid::new_v4()));
-        opened
-            .write(&probe.to_string(), bytes::Bytes::from_static(b"probe"))
-            .await
-            .map_err(|e| {
-                CatalogError::bad_request(format!(
-                    "storage of warehouse {name} is not writable: {e}"
-                ))
-            })?;
-        opened.delete(&probe.to_string()).await?;
+        if self.store.get_warehouse(name).await?.is_some() {
+            return Err(CatalogError::already_exists(format!(
+                "Warehouse already exists: {name}"
+            )));
+        }
+        let report = provision_and_validate(&storage, create_bucket).await?;
+        if let Some(failed) = report.failed_step() {
+            return Err(CatalogError::bad_request(format!(
+                "storage of warehouse {name} failed validation at step {}: {}",
+                failed.step, failed.detail
+            )));
+        }
         let warehouse = Warehouse {
             id: Uuid::now_v7(),
             name: name.to_string(),
@@ -59,7 +76,40 @@ impl CatalogService {
             created_at_ms: now_ms(),
         };
         self.store.create_warehouse(&warehouse).await?;
-        Ok(warehouse)
+        Ok((warehouse, report))
+    }
+
+    /// Validates the storage of an existing warehouse (needs manage-warehouses on it).
+    pub async fn validate_warehouse(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<ValidationReport> {
+        let wh = self.visible_warehouse(caller, name).await?;
+        let warehouse = wh.warehouse.clone();
+        caller.require(
+            Privilege::ManageWarehouses,
+            &Scope::warehouse(warehouse.id),
+            || {
+                CatalogError::PermissionDenied(format!(
+                    "principal {} may not validate warehouse {name}",
+                    caller.principal.name
+                ))
+            },
+        )?;
+        Ok(validate(&warehouse.storage).await)
+    }
+
+    /// Validates storage a warehouse could be created on, creating nothing (needs
+    /// manage-warehouses on the server, as creating one does).
+    pub async fn validate_storage(
+        &self,
+        caller: &Caller,
+        storage: &StorageProfile,
+    ) -> Result<ValidationReport> {
+        require_manage_server(caller)?;
+        storage.validate()?;
+        Ok(validate(storage).await)
     }
 
     /// Creates the warehouse unless one of that name exists.
@@ -103,4 +153,40 @@ impl CatalogService {
         self.forget_warehouse(name);
         Ok(())
     }
+}
+
+fn require_manage_server(caller: &Caller) -> Result<()> {
+    caller.require(Privilege::ManageWarehouses, &Scope::server(), || {
+        CatalogError::PermissionDenied(format!(
+            "principal {} may not create warehouses",
+            caller.principal.name
+        ))
+    })
+}
+
+async fn provision_and_validate(
+    storage: &StorageProfile,
+    create_bucket: bool,
+) -> Result<ValidationReport> {
+    if !create_bucket {
+        return Ok(validate(storage).await);
+    }
+    let StorageProfile::S3(s3) = storage else {
+        return Err(CatalogError::bad_request(
+            "create-bucket applies to S3 warehouses only",
+        ));
+    };
+    let provisioned = bucket::provision(s3).await;
+    if provisioned
+        .iter()
+        .any(|s| s.status == floe_storage::validate::StepStatus::Failed)
+    {
+        // Nothing to validate in a bucket that is not there: the refusal names the step.
+        let location = storage
+            .root_location()
+            .map(|l| l.to_string())
+            .unwrap_or_default();
+        return Ok(ValidationReport::from_steps(location, provisioned));
+    }
+    Ok(validate(storage).await.after(provisioned))
 }

@@ -261,6 +261,7 @@ async fn iceberg_side(
                     access_key_id: key("FLOE_BENCH_S3_ACCESS_KEY"),
                     secret_access_key: key("FLOE_BENCH_S3_SECRET_KEY"),
                     sts_role_arn: None,
+                    sts_enabled: false,
                 })
             }
         };

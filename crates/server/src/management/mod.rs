@@ -33,6 +33,8 @@ macro_rules! management_routes {
 management_routes! {
     "/warehouses" => get warehouses::list, post warehouses::create;
     "/warehouses/{name}" => get warehouses::get, delete warehouses::delete;
+    "/warehouses/{name}/validate" => post warehouses::validate;
+    "/storage/validate" => post warehouses::validate_storage;
     "/warehouses/{name}/soft-delete" => get dropped::get_setting, put dropped::put_setting;
     "/warehouses/{name}/dropped" => get dropped::list;
     "/warehouses/{name}/dropped/{id}/undrop" => post dropped::undrop;

@@ -1,4 +1,5 @@
-//! `/api/v1/warehouses`.
+//! `/api/v1/warehouses` and storage validation (`/api/v1/warehouses/{name}/validate`,
+//! `/api/v1/storage/validate`).
 
 use std::collections::HashMap;
 
@@ -22,6 +23,16 @@ pub struct CreateWarehouseRequest {
     pub storage: StorageProfile,
     #[serde(default)]
     pub properties: HashMap<String, String>,
+    /// Create the S3 bucket (kept if these keys own it) and apply lifecycle rules first.
+    #[serde(default)]
+    pub create_bucket: bool,
+}
+
+/// Storage to validate without creating a warehouse on it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ValidateStorageRequest {
+    pub storage: StorageProfile,
 }
 
 /// A warehouse as the API shows it: secrets are never returned.
@@ -50,11 +61,42 @@ pub async fn create(
     Extension(caller): Extension<Caller>,
     JsonBody(request): JsonBody<CreateWarehouseRequest>,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    let warehouse = state
+    let (warehouse, report) = state
         .catalog
-        .create_warehouse(&caller, &request.name, request.storage, request.properties)
+        .create_warehouse_validated(
+            &caller,
+            &request.name,
+            request.storage,
+            request.properties,
+            request.create_bucket,
+        )
         .await?;
-    Ok((StatusCode::CREATED, Json(warehouse_json(&warehouse))))
+    let mut body = warehouse_json(&warehouse);
+    body["validation"] = json!(report);
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+/// Runs storage validation on an existing warehouse; the report says whether it passed.
+pub async fn validate(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    PathParams(name): PathParams<String>,
+) -> ApiResult<Json<Value>> {
+    let report = state.catalog.validate_warehouse(&caller, &name).await?;
+    Ok(Json(json!(report)))
+}
+
+/// Runs storage validation on a storage profile, creating nothing.
+pub async fn validate_storage(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(request): JsonBody<ValidateStorageRequest>,
+) -> ApiResult<Json<Value>> {
+    let report = state
+        .catalog
+        .validate_storage(&caller, &request.storage)
+        .await?;
+    Ok(Json(json!(report)))
 }
 
 pub async fn get(
