@@ -53,7 +53,7 @@ def _keep_local(method: str, path: str, body) -> None:
     test's directory, in place (so the printed reproduction is what was sent):
 
     - a warehouse's local directory goes below the test's directory (Floe runs as root in CI
-      and writes a probe file into a new warehouse);
+      and writes probe files into a new warehouse, or storage it is asked to validate);
     - an S3 warehouse's endpoint becomes a stub on loopback that refuses every request, and
       it gets keys, so Floe never asks AWS or an instance metadata service for any;
     - a pipeline's brokers and registry become a closed loopback port;
@@ -62,7 +62,7 @@ def _keep_local(method: str, path: str, body) -> None:
     Values that Floe refuses before any IO (not a string, not absolute, no http://) stay."""
     if method != "POST" or not isinstance(body, dict):
         return
-    if path == "/api/v1/warehouses":
+    if path in ("/api/v1/warehouses", "/api/v1/storage/validate"):
         storage = body.get("storage")
         if not isinstance(storage, dict):
             return
