@@ -117,8 +117,8 @@ impl<'a> S3Client<'a> {
         if !query.is_empty() {
             let pairs: Vec<String> = query
                 .iter()
-                .map(|(k, v)| match v {
-                    v if v.is_empty() => aws_encode(k),
+                .map(|(k, v)| match *v {
+                    "" => aws_encode(k),
                     v => format!("{}={}", aws_encode(k), aws_encode(v)),
                 })
                 .collect();

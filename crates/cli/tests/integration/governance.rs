@@ -718,7 +718,7 @@ async fn management_matrix(floe: &Floe, root: &Api, nobody: &Api, expired: &Api)
     use reqwest::Method;
     let server = || json!({"type": "server"});
     let local = |name: &str| json!({"type": "local", "path": floe.data_dir.path().join(name).to_string_lossy()});
-    for i in 0..21 {
+    for i in 0..23 {
         // Objects of this case's own, so destructive cases do not disturb the others.
         let (role, member, wh) = (format!("mr{i}"), format!("mp{i}"), format!("mw{i}"));
         assert_eq!(
@@ -948,6 +948,24 @@ async fn management_matrix(floe: &Floe, root: &Api, nobody: &Api, expired: &Api)
                 "/api/v1/audit".into(),
                 None,
                 "read-audit",
+                server(),
+                200,
+                403,
+            ),
+            20 => (
+                Method::POST,
+                format!("/api/v1/warehouses/{wh}/validate"),
+                None,
+                "manage-warehouses",
+                json!({"type": "warehouse", "warehouse": wh}),
+                200,
+                404,
+            ),
+            21 => (
+                Method::POST,
+                "/api/v1/storage/validate".into(),
+                Some(json!({"storage": local(&format!("probe{i}"))})),
+                "manage-warehouses",
                 server(),
                 200,
                 403,
