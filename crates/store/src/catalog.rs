@@ -94,6 +94,7 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 pub(crate) async fn forget_securable(tx: &mut sqlx::AnyConnection, id: &str) -> Result<()> {
     for sql in [
         "DELETE FROM grants WHERE securable_id = $1",
+        "DELETE FROM data_policies WHERE table_id = $1",
         "DELETE FROM maintenance_policies WHERE scope_id = $1",
         "DELETE FROM deletion_protection WHERE securable_id = $1",
     ] {

@@ -244,6 +244,7 @@ impl GovernanceStore for SqlStore {
 mod grants {
     use async_trait::async_trait;
     use floe_catalog::governance::authz::{GrantRecord, GrantStore, Privilege, Securable};
+    use floe_catalog::governance::policies::DataPolicy;
     use floe_catalog::{CatalogError, Result};
     use sqlx::Row;
     use uuid::Uuid;
@@ -329,6 +330,7 @@ mod grants {
             let id: String = row.get("id");
             for sql in [
                 "DELETE FROM grants WHERE role_id = $1",
+                "DELETE FROM data_policies WHERE role_id = $1",
                 "DELETE FROM principal_roles WHERE role_id = $1",
                 "DELETE FROM roles WHERE id = $1",
             ] {
@@ -485,6 +487,22 @@ mod grants {
                     })
                 })
                 .collect())
+        }
+
+        async fn principal_policies(&self, principal: Uuid) -> Result<Vec<DataPolicy>> {
+            crate::policies::principal_policies(self, principal).await
+        }
+
+        async fn set_policy(&self, policy: &DataPolicy) -> Result<()> {
+            crate::policies::set_policy(self, policy).await
+        }
+
+        async fn delete_policy(&self, role: &str, table_id: &str) -> Result<bool> {
+            crate::policies::delete_policy(self, role, table_id).await
+        }
+
+        async fn list_policies(&self, role: Option<&str>) -> Result<Vec<DataPolicy>> {
+            crate::policies::list_policies(self, role).await
         }
     }
 }

@@ -13,6 +13,7 @@ mod governance;
 mod jobs;
 mod migrations;
 mod pipelines;
+mod policies;
 mod registry;
 mod soft_delete;
 mod tenants;

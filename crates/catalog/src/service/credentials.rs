@@ -34,6 +34,7 @@ impl CatalogService {
         let record = self
             .table_record(caller, &wh, ident, Privilege::ReadData)
             .await?;
+        self.refuse_raw_reads(caller, &record)?;
         let scope = record.scope();
         let StorageProfile::S3(s3) = &wh.warehouse.storage else {
             return Ok(None);

@@ -33,8 +33,12 @@ pub async fn access_review(
     for principal in state.auth.store().list_principals().await? {
         let roles = grants.roles_of(principal.id).await?;
         let mut privileges = Vec::new();
+        let mut policies = Vec::new();
         for role in &roles {
             privileges.extend(grants.role_grants(role).await?);
+            for policy in grants.list_policies(Some(role)).await? {
+                policies.push(super::policies::described(&state, policy).await?);
+            }
         }
         principals.push(json!({
             "principal": principal.name,
@@ -43,6 +47,7 @@ pub async fn access_review(
             "disabled": principal.disabled,
             "roles": roles,
             "privileges": if principal.is_root { json!("all") } else { json!(privileges) },
+            "policies": policies,
         }));
     }
     Ok(Json(json!({
