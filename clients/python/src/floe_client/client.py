@@ -94,6 +94,12 @@ class Client:
         """The client's tokens (`tokens.token()` is a current bearer token)."""
         return self._transport.tokens
 
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """Any authenticated request to a path below the server (e.g. `/catalog/v1/config`),
+        with the client's token and errors; answers the decoded JSON body. `kwargs` go to
+        `requests` (`params`, `json`, `data`, `headers`, `timeout`)."""
+        return self._transport.request(method, path, **kwargs)
+
     def whoami(self) -> dict[str, Any]:
         return self.principals.whoami()
 
