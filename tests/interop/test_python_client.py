@@ -479,3 +479,75 @@ def test_readme_and_examples_run(floe, installed, tmp_path):
     assert "created " in outputs["onboard_team.py"] and "['list-tables', 'read-data']" in outputs["onboard_team.py"]
     assert "growth-jobs" in outputs["access_review.py"] and "readme-etl" in outputs["access_review.py"]
     assert ROOT_SECRET not in "".join(outputs.values())
+
+
+def test_sql_over_tls_trusts_the_given_ca(tmp_path, installed):
+    """With `--tls-cert` the Flight SQL door speaks only TLS; the client trusts the CA bundle
+    given as `verify`."""
+    from floe_client import FloeError
+    from test_tls import write_certificates
+
+    certs = write_certificates(tmp_path)
+    floe = start_floe(tmp_path, extra_args=("--tls-cert", str(certs["cert"]), "--tls-key", str(certs["key"])))
+    try:
+        tls = f"grpc+tls://127.0.0.1:{floe.flight_port}"
+        client = make_client(floe, flight=tls, verify=str(certs["ca"]))
+        assert client.sql("SELECT 6 * 7 AS answer").to_pylist() == [{"answer": 42}]
+        with pytest.raises(FloeError):
+            make_client(floe, flight=tls).sql("SELECT 1")  # the system's CAs do not know this one
+    finally:
+        stop_floe(floe)
+
+
+def test_token_refresh_margin_and_error_bodies(installed):
+    """Without a server: when a token is refreshed for short and long lifetimes, and how error
+    bodies of each form become exceptions."""
+    from floe_client import ServerError, Unauthenticated
+    from floe_client.config import resolve
+    from floe_client.errors import from_body
+    from floe_client.transport import TokenSource
+
+    class Answer:
+        status_code = 200
+
+        def __init__(self, expires_in):
+            self.expires_in = expires_in
+
+        def json(self):
+            return {"access_token": f"t{self.expires_in}", "token_type": "bearer", "expires_in": self.expires_in}
+
+    class Session:
+        def __init__(self, expires_in):
+            self.expires_in = expires_in
+            self.posts = 0
+
+        def post(self, url, **kwargs):
+            self.posts += 1
+            return Answer(self.expires_in)
+
+    now = [1000.0]
+    settings = resolve(server="http://floe.invalid", client_id="id", client_secret="secret", env={})
+    for lifetime, refreshed_after in ((3600, 3540.0), (10, 8.0)):
+        session = Session(lifetime)
+        tokens = TokenSource(settings, session, clock=lambda: now[0])
+        now[0] = 1000.0
+        tokens.token()
+        now[0] += refreshed_after - 0.01
+        tokens.token()
+        assert session.posts == 1
+        now[0] += 0.02
+        tokens.token()
+        assert session.posts == 2
+
+    oauth = from_body(401, {"error": "invalid_client", "error_description": "unknown client"}, "")
+    assert isinstance(oauth, Unauthenticated) and oauth.error_type == "invalid_client"
+    internal = from_body(
+        500,
+        {"error": {"message": "internal server error; error id 01a25161-aea8-7518-86ad-8597ad4b4790", "type": "InternalServerError", "code": 500}},
+        "",
+        request_id="r1",
+    )
+    assert isinstance(internal, ServerError)
+    assert internal.error_id == "01a25161-aea8-7518-86ad-8597ad4b4790" and internal.request_id == "r1"
+    plain = from_body(502, None, "bad gateway from a proxy")
+    assert plain.status == 502 and plain.message == "bad gateway from a proxy"

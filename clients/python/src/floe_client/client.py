@@ -50,6 +50,8 @@ class Client:
         credentials_file: str | os.PathLike | None = None,
         verify: bool | str = True,
     ) -> None:
+        """`verify` is requests' (a CA bundle path, or False); the same CA is trusted for
+        Flight SQL over TLS (`flight="grpc+tls://…"`)."""
         self.settings: Settings = resolve(
             server=server,
             client_id=client_id,
@@ -169,7 +171,7 @@ class Client:
         tokens = self._transport.tokens
         for attempt in (1, 2):
             token = tokens.token()
-            db_kwargs = {"adbc.flight.sql.authorization_header": f"Bearer {token}"}
+            db_kwargs = {"adbc.flight.sql.authorization_header": f"Bearer {token}", **self._flight_tls()}
             for key, value in headers.items():
                 db_kwargs[f"adbc.flight.sql.rpc.call_header.{key}"] = value
             try:
@@ -183,6 +185,18 @@ class Client:
                     continue
                 raise error from None
         raise AssertionError("unreachable")
+
+
+    def _flight_tls(self) -> dict[str, str]:
+        """`verify` for Flight SQL over TLS: a CA bundle path is trusted, False trusts anything."""
+        if not self.settings.flight.startswith("grpc+tls"):
+            return {}
+        if isinstance(self.settings.verify, str):
+            with open(self.settings.verify, encoding="utf-8") as f:
+                return {"adbc.flight.sql.client_option.tls_root_certs": f.read()}
+        if self.settings.verify is False:
+            return {"adbc.flight.sql.client_option.tls_skip_verify": "true"}
+        return {}
 
 
 # ADBC status codes, as the HTTP statuses Floe answers the same failures with.
