@@ -21,13 +21,13 @@ from conftest import ROOT_ID, ROOT_SECRET, start_floe, stop_floe
 CLIENT_DIR = Path(__file__).resolve().parents[2] / "clients" / "python"
 
 # The resource groups the client must cover (issue 41 item 6), as path prefixes of the
-# management API. Row and column policies are not served yet; `policies` are maintenance
-# policies and deletion protection until they are.
+# management API: `policies` are row and column policies, maintenance policies and deletion
+# protection.
 GROUPS = {
     "principals": ["/api/v1/principals", "/api/v1/whoami", "/api/v1/signing-keys"],
     "roles": ["/api/v1/roles"],
     "grants": ["/api/v1/grants"],
-    "policies": ["/api/v1/maintenance/policies", "/api/v1/protection"],
+    "policies": ["/api/v1/policies", "/api/v1/maintenance/policies", "/api/v1/protection"],
     "warehouses": ["/api/v1/warehouses"],
     "pipelines": ["/api/v1/pipelines"],
     "tenants": ["/api/v1/tenants"],
@@ -204,6 +204,17 @@ def test_policies_tenants_jobs_pipelines_migrations(floe, installed):
         client.policies.set(on.table(wh, "ops", "events"), {"orphan-min-age-ms": 1})
     client.policies.set(on.table(wh, "ops", "events"), None)
     assert client.policies.get(wh, "ops", "events")["policy"] is None
+
+    # Row and column policies.
+    client.roles.create("py-masked")
+    client.data_policies.set("py-masked", on.table(wh, "ops", "events"), row_filter="id > 1",
+                             masks=[{"column": "id", "mask": "expression", "expression": "id * 10"}])
+    [kept] = client.data_policies.list("py-masked")
+    assert kept["row-filter"] == "id > 1" and kept["table"]["name"] == "events"
+    with pytest.raises(BadRequest):
+        client.data_policies.set("py-masked", on.table(wh, "ops", "events"), masks=[{"column": "nope", "mask": "null"}])
+    client.data_policies.remove("py-masked", on.table(wh, "ops", "events"))
+    assert client.data_policies.list("py-masked") == []
 
     assert client.protection.set(on.table(wh, "ops", "events"))["protected"] is True
     with pytest.raises(Conflict) as refused:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from .config import Settings, resolve
-from .governance import Audit, Grants, Principals, Roles
+from .governance import Audit, DataPolicies, Grants, Principals, Roles
 from .maintenance import Jobs, Maintenance, Policies
 from .migrations import Migrations
 from .models import ListWorkersResponseWorkersItem, RunSqlResponse
@@ -31,8 +31,9 @@ class Client:
         client = Client(profile="prod")                     # ~/.config/floe/profiles/prod.json
         client = Client("http://floe:8181", client_id=…, client_secret=…)
 
-    Resource groups: `warehouses`, `protection`, `principals`, `roles`, `grants`, `audit`
-    (with the access review), `jobs`, `policies` (maintenance policies), `maintenance`,
+    Resource groups: `warehouses`, `protection`, `principals`, `roles`, `grants`,
+    `data_policies` (row and column policies), `audit` (with the access review), `jobs`,
+    `policies` (maintenance policies), `maintenance`,
     `pipelines`, `ingest`, `tenants`, `migrations`. Failures raise `floe_client.FloeError`
     subclasses.
     """
@@ -69,6 +70,7 @@ class Client:
         self.principals = Principals(self._transport)
         self.roles = Roles(self._transport)
         self.grants = Grants(self._transport)
+        self.data_policies = DataPolicies(self._transport)
         self.audit = Audit(self._transport)
         self.jobs = Jobs(self._transport)
         self.policies = Policies(self._transport)

@@ -8,6 +8,8 @@ from .models import (
     AccessReviewResponse,
     AuditRecord,
     ClientCredentials,
+    ColumnMask,
+    DataPolicy,
     CreatePrincipalResponse,
     CreateRoleResponse,
     GrantRecord,
@@ -90,6 +92,37 @@ class Grants:
 
     def revoke(self, role: str, privilege: Privilege, on: Securable, securable_id: str | None = None) -> None:
         self._t.call("revoke", body=self._body(role, privilege, on, securable_id))
+
+
+class DataPolicies:
+    """Row and column policies: a role's row filter and column masks on a table
+    (docs/governance.md#row-and-column-policies)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    def list(self, role: str | None = None) -> list[DataPolicy]:
+        """Every policy (one role's with `role`); needs read-audit on the server."""
+        return self._t.call("listPolicies", params={"role": role})["policies"]
+
+    def set(
+        self,
+        role: str,
+        table: Securable,
+        *,
+        row_filter: str | None = None,
+        masks: list[ColumnMask] | None = None,
+    ) -> None:
+        """Sets (replaces) `role`'s policy on `table` (`securables.table(...)`): rows for
+        which `row_filter` is true, columns masked as `masks` say
+        (`{"column": "ssn", "mask": "null"}`; masks are hide, null, hash, expression)."""
+        body: dict = {"role": role, "table": table, "masks": list(masks or [])}
+        if row_filter is not None:
+            body["row-filter"] = row_filter
+        self._t.call("setPolicy", body=body)
+
+    def remove(self, role: str, table: Securable) -> None:
+        self._t.call("removePolicy", body={"role": role, "table": table})
 
 
 class Audit:

@@ -90,6 +90,18 @@ ClientCredentials = TypedDict(
 ClientCredentials.__doc__ = """Shown once; only a hash is stored."""
 
 
+ColumnMask = TypedDict(
+    'ColumnMask',
+    {
+        'column': str,
+        'mask': Literal['hide', 'null', 'hash', 'expression'],
+        'expression': str,
+    },
+    total=False,
+)
+ColumnMask.__doc__ = """Required: `column`, `mask`."""
+
+
 ConvertTableRequest = TypedDict(
     'ConvertTableRequest',
     {
@@ -171,6 +183,20 @@ CreateWarehouseRequest = TypedDict(
     total=False,
 )
 CreateWarehouseRequest.__doc__ = """Required: `name`, `storage`."""
+
+
+DataPolicy = TypedDict(
+    'DataPolicy',
+    {
+        'role': str,
+        'table-id': str,
+        'table': Union['Securable', None],
+        'row-filter': str,
+        'masks': list['ColumnMask'],
+        'created-at-ms': int,
+    },
+    total=False,
+)
 
 
 DeletionProtection = TypedDict(
@@ -489,6 +515,15 @@ ListPipelinesResponse = TypedDict(
 )
 
 
+ListPoliciesResponse = TypedDict(
+    'ListPoliciesResponse',
+    {
+        'policies': list['DataPolicy'],
+    },
+    total=False,
+)
+
+
 ListPrincipalsResponse = TypedDict(
     'ListPrincipalsResponse',
     {
@@ -607,6 +642,19 @@ PipelineSpec = TypedDict(
     total=False,
 )
 PipelineSpec.__doc__ = """Required: `name`, `warehouse`, `namespace`, `table`, `bootstrap-servers`, `topics`."""
+
+
+PolicyRequest = TypedDict(
+    'PolicyRequest',
+    {
+        'role': str,
+        'table': 'Securable',
+        'row-filter': str,
+        'masks': list['ColumnMask'],
+    },
+    total=False,
+)
+PolicyRequest.__doc__ = """Required: `role`, `table`."""
 
 
 Principal = TypedDict(
@@ -728,6 +776,17 @@ RemoveOrphanFilesRequest = TypedDict(
     total=False,
 )
 RemoveOrphanFilesRequest.__doc__ = """Required: `warehouse`, `namespace`, `table`."""
+
+
+RemovePolicyRequest = TypedDict(
+    'RemovePolicyRequest',
+    {
+        'role': str,
+        'table': 'Securable',
+    },
+    total=False,
+)
+RemovePolicyRequest.__doc__ = """Required: `role`, `table`."""
 
 
 RepairTableRequest = TypedDict(
@@ -1064,6 +1123,7 @@ __all__ = [
     'AuditRecord',
     'CheckTableRequest',
     'ClientCredentials',
+    'ColumnMask',
     'ConvertTableRequest',
     'ConvertTableRequestPartitionsItem',
     'CreatePrincipalRequest',
@@ -1071,6 +1131,7 @@ __all__ = [
     'CreateRoleRequest',
     'CreateRoleResponse',
     'CreateWarehouseRequest',
+    'DataPolicy',
     'DeletionProtection',
     'DeletionProtectionGovernedBy',
     'DeletionProtectionSet',
@@ -1096,6 +1157,7 @@ __all__ = [
     'ListDroppedResponse',
     'ListJobsResponse',
     'ListPipelinesResponse',
+    'ListPoliciesResponse',
     'ListPrincipalsResponse',
     'ListRoleGrantsResponse',
     'ListRolesResponse',
@@ -1105,6 +1167,7 @@ __all__ = [
     'MaintenancePolicy',
     'Pipeline',
     'PipelineSpec',
+    'PolicyRequest',
     'Principal',
     'Privilege',
     'PurgeDroppedResponse',
@@ -1115,6 +1178,7 @@ __all__ = [
     'ReadMigrationMetadataRequest',
     'RedrivePipelineDeadLettersRequest',
     'RemoveOrphanFilesRequest',
+    'RemovePolicyRequest',
     'RepairTableRequest',
     'ReplayIngestRequest',
     'RotateSigningKeyResponse',
