@@ -182,6 +182,8 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOE_WORKER_ADVERTISE")]
     pub worker_advertise: Option<String>,
     #[command(flatten)]
+    pub events: crate::change_events::EventArgs,
+    #[command(flatten)]
     pub cluster_link: crate::worker::ClusterLinkArgs,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -498,6 +500,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
     ));
     state.scheduler = Some(scheduler.clone());
+    state.change_events = crate::change_events::start(
+        &args.events,
+        Arc::new(store.clone()),
+        format!("node-{}", uuid::Uuid::now_v7()),
+        shutdown.clone(),
+    )?;
     let registry = floe_stream::registry::Registry::new(Arc::new(store.clone()));
     state.registry = Some(registry.clone());
     let pipelines = Arc::new(

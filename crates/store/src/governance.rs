@@ -277,6 +277,23 @@ mod grants {
             .ok_or_else(|| no_such_role(name))
     }
 
+    /// The change event of a grant or revoke.
+    fn grant_event(
+        kind: &str,
+        role: &str,
+        privilege: Privilege,
+        securable: &Securable,
+    ) -> floe_catalog::events::NewEvent {
+        floe_catalog::events::NewEvent {
+            kind: format!("grant.{kind}"),
+            subject: format!("role/{role}"),
+            data: serde_json::json!({
+                "role": role, "privilege": privilege.as_str(),
+                "securable-kind": securable.kind, "securable-id": securable.id,
+            }),
+        }
+    }
+
     #[async_trait]
     impl GrantStore for SqlStore {
         async fn principal_grants(&self, principal: Uuid) -> Result<Vec<(String, Privilege)>> {
@@ -438,6 +455,7 @@ mod grants {
                     query_error(e)
                 }
             })?;
+            tx.emit(Some(grant_event("granted", role, privilege, securable)));
             tx.commit().await.map_err(query_error)?;
             Ok(())
         }
@@ -461,6 +479,9 @@ mod grants {
             .map_err(query_error)?
             .rows_affected()
                 == 1;
+            if result {
+                tx.emit(Some(grant_event("revoked", role, privilege, securable)));
+            }
             tx.commit().await.map_err(query_error)?;
             Ok(result)
         }

@@ -77,7 +77,17 @@ pub(crate) async fn set_policy(store: &SqlStore, policy: &DataPolicy) -> Result<
             query_error(e)
         }
     })?;
+    tx.emit(Some(policy_event("set", &policy.role, &policy.table_id)));
     tx.commit().await.map_err(query_error)
+}
+
+/// The change event of a policy set or removed.
+fn policy_event(kind: &str, role: &str, table_id: &str) -> floe_catalog::events::NewEvent {
+    floe_catalog::events::NewEvent {
+        kind: format!("policy.{kind}"),
+        subject: format!("role/{role}"),
+        data: serde_json::json!({"role": role, "table-id": table_id}),
+    }
 }
 
 pub(crate) async fn delete_policy(store: &SqlStore, role: &str, table_id: &str) -> Result<bool> {
@@ -93,6 +103,9 @@ pub(crate) async fn delete_policy(store: &SqlStore, role: &str, table_id: &str) 
     .map_err(query_error)?
     .rows_affected()
         == 1;
+    if deleted {
+        tx.emit(Some(policy_event("removed", role, table_id)));
+    }
     tx.commit().await.map_err(query_error)?;
     Ok(deleted)
 }

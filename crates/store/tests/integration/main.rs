@@ -24,6 +24,7 @@ async fn sqlite_store_conforms() {
     suite::soft_delete(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
     suite::cancelled_writes(Arc::new(store.clone())).await;
+    suite::events(Arc::new(store.clone()), Arc::new(store.clone())).await;
     // Another process takes the write lock at once: no pooled connection was left holding it.
     let other = SqlStore::connect(&url, StoreOptions::default())
         .await
@@ -68,6 +69,7 @@ async fn postgres_store_conforms() {
     suite::soft_delete(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
     suite::cancelled_writes(Arc::new(store.clone())).await;
+    suite::events(Arc::new(store.clone()), Arc::new(store.clone())).await;
     // No session of this database is left idle inside a transaction.
     let stuck: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \

@@ -12,6 +12,7 @@ use iceberg::NamespaceIdent;
 use uuid::Uuid;
 
 mod cancellation;
+mod events;
 mod jobs;
 mod migrations;
 mod pipelines;
@@ -19,6 +20,7 @@ mod registry;
 mod soft_delete;
 mod tenants;
 pub use cancellation::cancelled_writes;
+pub use events::events;
 pub use jobs::jobs;
 pub use migrations::migrations;
 pub use pipelines::pipelines;
