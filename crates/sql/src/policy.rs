@@ -6,15 +6,19 @@
 //! - The catalog hands the engine a `PolicyTable` in place of the table for that caller, so
 //!   every plan over the table, from every front door, starts from it; its schema is the
 //!   masked one (hidden columns are not there to name).
-//! - It takes no filter from the query (`Unsupported`), has no statistics, and is not an
-//!   [`IcebergTableProvider`], so rewrites that match Floe's table (inserts, metadata reads,
-//!   statistics) do not see one.
+//! - It takes from the query only filters that cannot fail and read no masked column
+//!   ([`PolicyTable::cannot_leak`]: comparisons, boolean logic, null tests, `IN` lists of
+//!   columns and literals), which give the same rows before or after the policy's filter and
+//!   are evaluated with it (pruning files, filtering in the scan); it has no statistics, and
+//!   is not an [`IcebergTableProvider`], so rewrites that match Floe's table (inserts,
+//!   metadata reads, statistics) do not see one.
 //! - Its scan is `PolicyExec` over the masks' projection over the row filter over the table's
 //!   own scan. `PolicyExec` lets no filter, projection or limit through (DataFusion's defaults
 //!   for an operator that says nothing): the query's predicates, dynamic filters of joins and
 //!   top-k sorts stay above it and are evaluated on filtered rows and masked values only, so
 //!   even an expression that fails on some value cannot fail on a row the policy hides.
-//!   Below it only the policy's own filter is pushed into the scan.
+//!   Below it only the policy's own filter, and the query's filters that cannot leak, are
+//!   pushed into the scan.
 //! - Its statistics are those of the filter and projection below it: inexact under a row
 //!   filter (no `count(*)` answered from file counts), none for masked values.
 
@@ -138,6 +142,60 @@ impl PolicyTable {
     }
 }
 
+impl PolicyTable {
+    /// Whether the query's filter `expr` may be evaluated below the policy: it reads only
+    /// columns the policy leaves as they are, and is made only of operations that cannot
+    /// fail — comparisons, `AND`/`OR`/`NOT`, null tests, `BETWEEN` and `IN` lists of literals
+    /// and columns (no casts, arithmetic or functions, which could fail on a hidden row's
+    /// value and so tell of it). Such a filter gives the same rows before or after the
+    /// policy's filter; evaluated in the scan, it prunes files and decodes fewer rows.
+    fn cannot_leak(&self, expr: &Expr) -> bool {
+        use datafusion::logical_expr::Operator::*;
+        let raw = |name: &str| {
+            self.schema
+                .index_of(name)
+                .is_ok_and(|at| matches!(self.sources[at], Source::Raw(_)))
+        };
+        let mut safe = true;
+        let _ = expr.apply(|e| {
+            safe = match e {
+                Expr::Column(column) => raw(&column.name),
+                Expr::Literal(..) => true,
+                Expr::BinaryExpr(binary) => matches!(
+                    binary.op,
+                    Eq | NotEq
+                        | Lt
+                        | LtEq
+                        | Gt
+                        | GtEq
+                        | And
+                        | Or
+                        | IsDistinctFrom
+                        | IsNotDistinctFrom
+                ),
+                Expr::Not(_)
+                | Expr::IsNull(_)
+                | Expr::IsNotNull(_)
+                | Expr::IsTrue(_)
+                | Expr::IsFalse(_)
+                | Expr::IsNotTrue(_)
+                | Expr::IsNotFalse(_)
+                | Expr::IsUnknown(_)
+                | Expr::IsNotUnknown(_)
+                | Expr::Between(_)
+                | Expr::InList(_) => true,
+                _ => false,
+            };
+            Ok(if safe {
+                TreeNodeRecursion::Continue
+            } else {
+                TreeNodeRecursion::Stop
+            })
+        });
+        safe
+    }
+}
+
 /// Parses `sql`, a policy's expression, over `schema`: a scalar expression of its columns
 /// (no subqueries, aggregates or window functions).
 fn parse(state: &SessionState, sql: &str, schema: &DFSchema, what: &str) -> Result<Expr> {
@@ -253,17 +311,23 @@ impl TableProvider for PolicyTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        Ok(vec![
-            TableProviderFilterPushDown::Unsupported;
-            filters.len()
-        ])
+        Ok(filters
+            .iter()
+            .map(|filter| {
+                if self.cannot_leak(filter) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
     }
 
     async fn scan(
         &self,
         session: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         _limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let state = session
@@ -274,7 +338,27 @@ impl TableProvider for PolicyTable {
             })?;
         let all: Vec<usize> = (0..self.schema.fields().len()).collect();
         let projection = projection.unwrap_or(&all);
-        let compiled = self.compile(state, projection)?;
+        let mut compiled = self.compile(state, projection)?;
+        // The query's own filters that cannot fail or read a masked value, evaluated with
+        // the policy's (they commute with it) so that they prune and filter in the scan.
+        for filter in filters.iter().filter(|f| self.cannot_leak(f)) {
+            // Named as the table's own columns (the query qualifies them).
+            let filter = filter
+                .clone()
+                .transform(|e| {
+                    Ok(match e {
+                        Expr::Column(c) => datafusion::common::tree_node::Transformed::yes(
+                            Expr::Column(datafusion::common::Column::new_unqualified(c.name)),
+                        ),
+                        other => datafusion::common::tree_node::Transformed::no(other),
+                    })
+                })?
+                .data;
+            compiled.filter = Some(match compiled.filter.take() {
+                None => filter,
+                Some(held) => held.and(filter),
+            });
+        }
         // The table's columns the filter and the output columns read.
         let raw = self.inner.schema();
         let mut needed = BTreeSet::new();
