@@ -230,6 +230,17 @@ SPARK_SCRIPT = textwrap.dedent("""
              .config("spark.sql.catalog.floe.header.X-Iceberg-Access-Delegation", "vended-credentials")
              .config("spark.sql.catalog.floe.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
              .config("spark.sql.catalog.floe.client.region", "us-east-1")
+             # The same principal with no credentials at all: Iceberg 1.11's S3 signer asks
+             # Floe's /sign for every request.
+             .config("spark.sql.catalog.signed", "org.apache.iceberg.spark.SparkCatalog")
+             .config("spark.sql.catalog.signed.type", "rest")
+             .config("spark.sql.catalog.signed.uri", uri)
+             .config("spark.sql.catalog.signed.warehouse", warehouse)
+             .config("spark.sql.catalog.signed.credential", credential)
+             .config("spark.sql.catalog.signed.oauth2-server-uri", token_uri)
+             .config("spark.sql.catalog.signed.header.X-Iceberg-Access-Delegation", "remote-signing")
+             .config("spark.sql.catalog.signed.io-impl", "org.apache.iceberg.aws.s3.S3FileIO")
+             .config("spark.sql.catalog.signed.client.region", "us-east-1")
              .getOrCreate())
 
     @udf("bigint")
@@ -242,13 +253,15 @@ SPARK_SCRIPT = textwrap.dedent("""
     # before it were read, so the last ones are opened after the first credential expired.
     df = spark.read.format("iceberg").option("split-size", "1").option("file-open-cost", "1").load("floe.lake.events")
     rows = df.select(slow(df.id).alias("id")).collect()
-    print("RESULT " + json.dumps({"ids": sorted(r.id for r in rows), "seconds": time.time() - started}))
+    seconds = time.time() - started
+    signed = sorted(r.id for r in spark.sql("SELECT id FROM signed.lake.events").collect())
+    print("RESULT " + json.dumps({"ids": sorted(r.id for r in rows), "seconds": seconds, "signed": signed}))
     spark.stop()
 """)
 
 
 @pytest.mark.spark
-def test_spark_with_iceberg_1_11_refreshes_vended_credentials(floe_s3, tmp_path):
+def test_spark_with_iceberg_1_11_refreshes_vended_credentials_and_signs(floe_s3, tmp_path):
     jars = os.environ.get("FLOE_SPARK_JARS")
     if not jars:
         if os.environ.get("CI"):
@@ -283,3 +296,7 @@ def test_spark_with_iceberg_1_11_refreshes_vended_credentials(floe_s3, tmp_path)
     calls = audited(floe_s3, "/credentials", before)
     assert calls, "Spark never called loadCredentials"
     assert all(r["status"] == 200 for r in calls), calls
+    # Through remote signing the same reader reads the same rows, every request signed by Floe.
+    assert result["signed"] == list(range(FILES * ROWS_PER_FILE))
+    signatures = audited(floe_s3, "/sign", before)
+    assert signatures and all(r["status"] == 200 for r in signatures), signatures
