@@ -213,6 +213,23 @@ def test_the_spec_signer_is_advertised_and_stays_inside_the_table(floe_s3):
     assert refused.status_code == 403, refused.text
     assert "authorization" not in refused.text.lower()
 
+    # A create asking for either delegation is answered as a load is: a client writes its first
+    # files with what the create returned.
+    schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "required": False, "type": "long"}]}
+    for name, mode in (("signed_new", "remote-signing"), ("vended_new", "vended-credentials")):
+        created = floe_s3.api(
+            "POST", f"/catalog/v1/{floe_s3.warehouse}/namespaces/lake/tables",
+            headers={"X-Iceberg-Access-Delegation": mode}, json={"name": name, "schema": schema},
+        )
+        assert created.status_code == 200, created.text
+        config = created.json()["config"]
+        if mode == "remote-signing":
+            assert config["signer.endpoint"] == f"v1/{floe_s3.warehouse}/namespaces/lake/tables/{name}/sign"
+            assert "remote-signing-config" in created.json()
+        else:
+            assert config["s3.session-token"]
+            assert config["client.refresh-credentials-endpoint"].endswith(f"/tables/{name}/credentials")
+
 
 SPARK_SCRIPT = textwrap.dedent("""
     import json, sys, time

@@ -331,17 +331,19 @@ pub async fn create(
             },
         )
         .await?;
-    let credentials = match loaded.metadata_location.is_some() && wants_vended_credentials(&headers)
-    {
-        true => {
-            state
-                .catalog
-                .vend_credentials(&caller, &prefix, &loaded.ident)
-                .await?
-        }
-        false => None,
+    // A staged create has nothing to read yet; a committed one is delegated as a load is.
+    let committed = loaded.metadata_location.is_some();
+    let delegation = if committed && wants_vended_credentials(&headers) {
+        let credentials = state
+            .catalog
+            .vend_credentials(&caller, &prefix, &loaded.ident)
+            .await?;
+        Delegation::vended(&prefix, &loaded.ident, credentials)
+    } else if committed && wants_delegation(&headers, "remote-signing") {
+        Delegation::signing(remote_signing_config(&state, &prefix, &loaded, &headers).await?)
+    } else {
+        None
     };
-    let delegation = Delegation::vended(&prefix, &loaded.ident, credentials);
     load_result(&loaded, SnapshotMode::All, delegation.as_ref())
 }
 
