@@ -481,6 +481,7 @@ ListAuditResponse = TypedDict(
     {
         'records': list['AuditRecord'],
         'next-after-seq': Union[int, None],
+        'next-before-seq': Union[int, None],
     },
     total=False,
 )

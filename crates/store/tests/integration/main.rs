@@ -17,6 +17,7 @@ async fn sqlite_store_conforms() {
         .unwrap();
     suite::run_all(Arc::new(store.clone())).await;
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::audit_queries(Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
@@ -62,6 +63,7 @@ async fn postgres_store_conforms() {
         .unwrap();
     suite::run_all(Arc::new(store.clone())).await;
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::audit_queries(Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
