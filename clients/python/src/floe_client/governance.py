@@ -140,8 +140,12 @@ class Audit:
         until_ms: int | None = None,
         after_seq: int | None = None,
         limit: int | None = None,
+        order: Literal["asc", "desc"] | None = None,
+        before_seq: int | None = None,
+        status_class: Literal["1xx", "2xx", "3xx", "4xx", "5xx"] | None = None,
     ) -> ListAuditResponse:
-        """One page of audit records, oldest first; `next-after-seq` continues it."""
+        """One page of audit records, oldest first (`next-after-seq` continues it), or with
+        `order="desc"` newest first (`next-before-seq` continues it)."""
         return self._t.call(
             "listAudit",
             params={
@@ -153,6 +157,9 @@ class Audit:
                 "until-ms": until_ms,
                 "after-seq": after_seq,
                 "limit": limit,
+                "order": order,
+                "before-seq": before_seq,
+                "status-class": status_class,
             },
         )
 
