@@ -339,6 +339,174 @@ def test_console_never_renders_catalog_text_as_markup(browser, tmp_path):
         stop_floe(floe)
 
 
+def audit_rows(driver) -> list[dict]:
+    """The audit page's rows, in page order: each one's seq and element."""
+    return [{"seq": int(tr.get_attribute("data-seq")), "tr": tr} for tr in all_css(driver, "#audit tbody tr")]
+
+
+def audit_loads(driver) -> str | None:
+    return by_css(driver, "#audit-results").get_attribute("data-loads")
+
+
+def audit_click(driver, selector: str):
+    """Clicks a button of the audit page and waits for the records it loads."""
+    before = audit_loads(driver)
+    by_css(driver, selector).click()
+    wait(driver, lambda d: audit_loads(d) != before, f"the records {selector} loads")
+
+
+def filter_audit(driver, **fields):
+    """Sets the audit page's filters (ids audit-<name>; times as datetime-local values) and
+    applies them."""
+    for name, value in fields.items():
+        driver.execute_script("document.getElementById(arguments[0]).value = arguments[1];", f"audit-{name}", value)
+    audit_click(driver, "#audit-filter")
+
+
+def local_input(driver, ms: int) -> str:
+    """`ms` as a datetime-local value (to the second) in the browser's own time zone."""
+    return driver.execute_script(
+        "const d = new Date(arguments[0]); return new Date(d - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);",
+        ms)
+
+
+def test_console_audit_view_reads_newest_first_filters_and_shows_details(browser, tmp_path):
+    """The audit page opens on the newest records; filters by time, principal and outcome;
+    shows a SQL record's statement; keeps attacker-chosen text as text. The files tab shows
+    paths relative to the table's location, and a path outside it in full, marked."""
+    from selenium.webdriver.common.keys import Keys
+
+    floe = start_floe(tmp_path)
+    try:
+        orders = seed(floe)
+        hostile = '<img src=x onerror="window.pwned=1">'
+        on_shop = {"type": "namespace", "warehouse": "default", "namespace": ["shop"]}
+        mallory_id, mallory_secret = make_principal(floe, hostile, [("read-data", on_shop)])
+        mallory = floe.token(mallory_id, mallory_secret)
+        hostile_sql = f"SELECT count(*) AS n FROM shop.orders WHERE region <> '{hostile}'"
+        answer = floe.api("POST", "/api/v1/sql", token=mallory, json={"sql": hostile_sql, "warehouse": "default"})
+        assert answer.status_code == 200, answer.text
+        assert floe.api("GET", "/api/v1/roles", token=mallory).status_code == 403
+        for _ in range(60):  # more than a page of records in all
+            assert floe.api("GET", "/api/v1/whoami", token=mallory).status_code == 200
+
+        # A boundary in time between the records above and root's statement below.
+        time.sleep(1.1)
+        boundary = (int(time.time() * 1000) // 1000 + 1) * 1000
+        time.sleep(max(0.0, boundary / 1000 - time.time()) + 0.2)
+        marker_sql = "SELECT 42 AS answer\n  -- the marker statement"
+        assert floe.api("POST", "/api/v1/sql", json={"sql": marker_sql, "warehouse": "default"}).status_code == 200
+
+        def trail() -> dict[int, dict]:
+            records = floe.api("GET", "/api/v1/audit?limit=10000").json()["records"]
+            return {r["seq"]: r for r in records}
+
+        # The API reads newest first when asked, paged with before-seq; ascending stays the default.
+        time.sleep(0.5)  # the background writer appends the last records
+        known = trail()
+        newest = floe.api("GET", "/api/v1/audit?order=desc&limit=3").json()
+        seqs = [r["seq"] for r in newest["records"]]
+        assert seqs == sorted(seqs, reverse=True) and seqs[0] >= max(known), seqs
+        older = floe.api("GET", f"/api/v1/audit?order=desc&limit=3&before-seq={newest['next-before-seq']}").json()
+        assert [r["seq"] for r in older["records"]] == [seqs[-1] - 1, seqs[-1] - 2, seqs[-1] - 3]
+        assert [r["seq"] for r in floe.api("GET", "/api/v1/audit?limit=3").json()["records"]] == [1, 2, 3]
+        bad = floe.api("GET", "/api/v1/audit?order=sideways")
+        assert bad.status_code == 400 and "order must be asc or desc" in bad.text, bad.text
+
+        sign_in(browser, floe, "floe-test-root", "floe-test-root-secret")
+        page_ready(browser, "catalog")
+        go(browser, floe, "audit", "audit")
+        by_css(browser, "#audit tbody tr")
+        rows = audit_rows(browser)
+        assert len(rows) == 100 and [r["seq"] for r in rows] == sorted((r["seq"] for r in rows), reverse=True)
+        assert rows[0]["seq"] >= max(known), "the page opens on the newest records"
+        # Older pages continue where the first ended, and Newer comes back.
+        audit_click(browser, "#audit-older")
+        assert audit_rows(browser)[0]["seq"] == rows[-1]["seq"] - 1, "the older page"
+        audit_click(browser, "#audit-newer")
+        assert audit_rows(browser)[0]["seq"] >= rows[0]["seq"], "the newest page again"
+        assert not all_css(browser, "#audit-newer")
+
+        # By time: from the boundary on, then up to just before it.
+        filter_audit(browser, **{"from": local_input(browser, boundary)})
+        known = trail()
+        shown = [r["seq"] for r in audit_rows(browser)]
+        assert shown and all(known[s]["at-ms"] >= boundary for s in shown if s in known), shown
+        marker = next(s for s, r in known.items() if "the marker statement" in r["details"])
+        assert marker in shown
+        filter_audit(browser, **{"from": "", "to": local_input(browser, boundary - 1000)})
+        shown = [r["seq"] for r in audit_rows(browser)]
+        assert shown and marker not in shown and all(known[s]["at-ms"] < boundary for s in shown), shown
+
+        # By principal (typed, as a person would) and outcome: its records only.
+        filter_audit(browser, to="")
+        by_css(browser, "#audit-principal").send_keys(hostile)
+        filter_audit(browser)
+        shown = audit_rows(browser)
+        assert shown and all(known[r["seq"]]["principal"] == hostile for r in shown if r["seq"] in known)
+        actions = {known[r["seq"]]["action"] for r in shown}
+        assert {"POST /api/v1/sql", "GET /api/v1/roles"} <= actions, actions
+        filter_audit(browser, outcome="deny")
+        denied = [known[r["seq"]] for r in audit_rows(browser)]
+        assert denied and all(r["decision"] == "deny" and r["principal"] == hostile for r in denied), denied
+        assert "GET /api/v1/roles" in {r["action"] for r in denied}
+        filter_audit(browser, outcome="4xx")
+        assert all(400 <= known[r["seq"]]["status"] < 500 for r in audit_rows(browser))
+
+        # A SQL record's details, opened from the keyboard: its statement as written, as text.
+        filter_audit(browser, outcome="", action="POST /api/v1/sql")
+        sql_row = audit_rows(browser)[0]
+        assert known[sql_row["seq"]]["principal"] == hostile
+        sql_row["tr"].send_keys(Keys.ENTER)
+        detail = by_css(browser, "#audit-detail")
+        assert detail.get_attribute("data-seq") == str(sql_row["seq"])
+        assert by_css(browser, "#audit-statement").text == hostile_sql
+        assert hostile in detail.text and known[sql_row["seq"]]["hash"] in detail.text
+        assert browser.switch_to.active_element.get_attribute("id") == "audit-detail-title"
+        assert not all_css(browser, "#page img")
+        assert browser.execute_script("return window.pwned") is None
+        shot(browser, "audit-detail")
+        # Escape closes it and gives the row its focus back; a click opens root's statement.
+        browser.switch_to.active_element.send_keys(Keys.ESCAPE)
+        wait(browser, lambda d: not all_css(d, "#audit-detail"), "the details closed")
+        assert browser.switch_to.active_element.get_attribute("data-seq") == str(sql_row["seq"])
+        by_css(browser, "#audit-principal").clear()
+        filter_audit(browser)
+        next(r for r in audit_rows(browser) if r["seq"] == marker)["tr"].click()
+        assert by_css(browser, "#audit-statement").text == marker_sql
+        assert "SELECT 42 AS answer" in by_css(browser, "#audit tbody").text
+
+        # Files: relative to the table's location (the full path in the tooltip); a file added
+        # from outside the location is shown in full and marked.
+        location = orders.metadata.location.rstrip("/")
+        outside_dir = tmp_path / "outside"
+        outside_dir.mkdir()
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": pa.array([9], pa.int64()), "region": ["xx"], "amount": [1.5]}),
+                       outside_dir / "extra.parquet")
+        outside_path = f"file://{outside_dir / 'extra.parquet'}"
+        orders.add_files([outside_path])
+        live = {f["file_path"] for f in orders.inspect.files().to_pylist()}
+        go(browser, floe, "table/default/shop/orders/files", "table")
+        cells = all_css(browser, "#files tbody td span.path")
+        assert {c.get_attribute("data-path") for c in cells} == live
+        assert [c.get_attribute("data-path") for c in cells if "outside" in c.get_attribute("class")] == [outside_path]
+        for cell in cells:
+            full = cell.get_attribute("data-path")
+            if full.startswith(location + "/"):
+                assert cell.text == full[len(location) + 1:] and cell.get_attribute("title") == full
+                assert "outside" not in cell.get_attribute("class")
+            else:
+                assert full == outside_path, full
+                assert cell.text.startswith(full) and "outside the table's location" in cell.text
+                assert "outside" in cell.get_attribute("class")
+        assert by_css(browser, "#files-location").text == orders.metadata.location
+        shot(browser, "table-files")
+    finally:
+        stop_floe(floe)
+
+
 def test_console_files_are_fixed_and_served_with_a_strict_policy(tmp_path):
     floe = start_floe(tmp_path)
     try:

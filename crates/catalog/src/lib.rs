@@ -12,6 +12,7 @@ pub mod clock;
 pub mod cluster;
 pub mod commit;
 mod error;
+pub mod events;
 pub mod governance;
 pub mod ident;
 pub mod jobs;

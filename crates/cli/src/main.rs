@@ -12,6 +12,7 @@
 mod admin;
 mod audit;
 mod bench;
+mod change_events;
 mod client;
 mod ingest;
 mod maintenance;

@@ -182,6 +182,8 @@ pub struct ServeArgs {
     #[arg(long, env = "FLOE_WORKER_ADVERTISE")]
     pub worker_advertise: Option<String>,
     #[command(flatten)]
+    pub events: crate::change_events::EventArgs,
+    #[command(flatten)]
     pub cluster_link: crate::worker::ClusterLinkArgs,
     #[arg(long, env = "FLOE_DATA_DIR", default_value = "./floe-data")]
     pub data_dir: PathBuf,
@@ -198,9 +200,10 @@ pub struct ServeArgs {
     /// somewhere the catalog database's writers cannot write.
     #[arg(long, env = "FLOE_AUDIT_CHECKPOINT_FILE")]
     pub audit_checkpoint_file: Option<PathBuf>,
-    /// Lifetime of vended storage credentials, in seconds (STS accepts 900 to 43,200).
+    /// Lifetime of vended storage credentials, in seconds (10 to 43,200). STS issues 900 or
+    /// more; a shorter lifetime is enforced by a deadline in the credential's session policy.
     #[arg(long, env = "FLOE_VENDED_CREDENTIALS_TTL_SECS", default_value_t = 3600,
-          value_parser = clap::value_parser!(u64).range(900..=43_200))]
+          value_parser = clap::value_parser!(u64).range(10..=43_200))]
     pub vended_credentials_ttl_secs: u64,
     /// How long token exchange may extend a session begun with client credentials, in seconds.
     #[arg(long, env = "FLOE_MAX_SESSION_SECS", default_value_t = 43_200)]
@@ -498,6 +501,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
     ));
     state.scheduler = Some(scheduler.clone());
+    state.change_events = crate::change_events::start(
+        &args.events,
+        Arc::new(store.clone()),
+        format!("node-{}", uuid::Uuid::now_v7()),
+        shutdown.clone(),
+    )?;
     let registry = floe_stream::registry::Registry::new(Arc::new(store.clone()));
     state.registry = Some(registry.clone());
     let pipelines = Arc::new(

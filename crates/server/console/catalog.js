@@ -134,7 +134,7 @@ export async function tablePage(ctx, warehouse, levels, name, tab) {
       body = snapshotsTab(m);
       break;
     case "files":
-      body = await filesTab(warehouse, levels, name);
+      body = await filesTab(warehouse, levels, name, m.location);
       break;
     case "properties":
       body = h(
@@ -226,7 +226,40 @@ function snapshotsTab(m) {
 
 const CONTENT = { 0: "data", 1: "position deletes", 2: "equality deletes" };
 
-async function filesTab(warehouse, levels, name) {
+/**
+ * `path` relative to the table's `location` when it lies below it, else null. A path that
+ * only looks as if it does (a `.`, `..` or empty segment after the location, however
+ * percent-encoded) does not: it is shown in full.
+ */
+export function relativePath(location, path) {
+  const base = String(location || "").replace(/\/+$/, "");
+  if (!base || typeof path !== "string" || !path.startsWith(`${base}/`)) return null;
+  const rest = path.slice(base.length + 1);
+  const segments = rest.split("/");
+  const decoded = (segment) => {
+    try {
+      return decodeURIComponent(segment);
+    } catch {
+      return segment;
+    }
+  };
+  if (segments.some((segment) => ["", ".", ".."].includes(decoded(segment)))) return null;
+  return rest;
+}
+
+/** A file's path as the files tab shows it: relative to the table, or in full and marked. */
+function pathCell(location, path) {
+  const relative = relativePath(location, path);
+  if (relative !== null) return h("span", { class: "mono path", title: path, "data-path": path }, relative);
+  return h(
+    "span",
+    { class: "path outside", title: `${path} is not under the table's location ${location}`, "data-path": path },
+    h("span", { class: "mono" }, path),
+    h("span", { class: "badge outside" }, "outside the table's location"),
+  );
+}
+
+async function filesTab(warehouse, levels, name, location) {
   // SQL names a nested namespace by joining its levels with dots, so a level holding a dot
   // would name another namespace: list nothing rather than another table's files.
   if (levels.some((level) => level.includes("."))) {
@@ -240,11 +273,17 @@ async function filesTab(warehouse, levels, name) {
     return h(
       "div",
       {},
-      h("p", { class: "muted" }, `${answer.rows.length} live files${answer.rows.length === 1000 ? " (first 1,000)" : ""} in the current snapshot.`),
+      h(
+        "p",
+        { class: "muted", id: "files-summary" },
+        `${answer.rows.length} live files${answer.rows.length === 1000 ? " (first 1,000)" : ""} in the current snapshot. Paths are relative to the table's location, `,
+        h("span", { class: "mono", id: "files-location" }, location),
+        "; hover one for its full path.",
+      ),
       dataTable(
         [
           { name: "content", render: (r) => CONTENT[r.content] || r.content },
-          { name: "file_path", label: "path" },
+          { name: "file_path", label: "path", render: (r) => pathCell(location, r.file_path) },
           { name: "file_format", label: "format" },
           { name: "partition" },
           { name: "record_count", label: "records" },

@@ -57,9 +57,10 @@ export function text(value) {
 
 /**
  * A table of rows (objects). `columns` lists names, or objects {name, label, render} whose
- * render(row) answers a node or a value.
+ * render(row) answers a node or a value. `rowAttrs(row)`, if given, answers each row's
+ * attributes (as `h` takes them).
  */
-export function dataTable(columns, rows, attrs = {}) {
+export function dataTable(columns, rows, attrs = {}, rowAttrs = null) {
   const cols = columns.map((c) => (typeof c === "string" ? { name: c } : c));
   return h(
     "div",
@@ -74,7 +75,7 @@ export function dataTable(columns, rows, attrs = {}) {
         rows.map((row) =>
           h(
             "tr",
-            {},
+            rowAttrs ? rowAttrs(row) : {},
             cols.map((c) => {
               const value = c.render ? c.render(row) : row[c.name];
               const numeric = typeof value === "number";

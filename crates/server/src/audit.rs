@@ -158,28 +158,35 @@ pub async fn checkpoint(
     }
 }
 
-/// How a statement ended, for its record: the stages it was cut into when it was distributed,
-/// or its error.
+/// How a statement ended, for its record: the stages it was cut into when it was distributed
+/// and the row and column policies it read under, or its error.
 pub(crate) type Outcome<'a> =
-    Result<Option<&'a floe_sql::distributed::StagePlan>, &'a floe_sql::SqlError>;
+    Result<(Option<&'a floe_sql::distributed::StagePlan>, &'a [String]), &'a floe_sql::SqlError>;
 
 /// The [`Outcome`] of a statement's `query` call.
 pub(crate) fn outcome_of(
     outcome: &Result<floe_sql::QueryResult, floe_sql::SqlError>,
 ) -> Outcome<'_> {
-    outcome.as_ref().map(|r| r.stages.as_ref())
+    outcome
+        .as_ref()
+        .map(|r| (r.stages.as_ref(), r.policies.as_slice()))
 }
 
-/// What the record of a SQL statement says of it: the statement, and the stages it was cut
-/// into over workers when it was distributed.
+/// What the record of a SQL statement says of it: the statement, the stages it was cut into
+/// over workers when it was distributed, and the row and column policies it read under.
 pub(crate) fn statement_details(
     sql: &str,
     stages: Option<&floe_sql::distributed::StagePlan>,
+    policies: &[String],
 ) -> serde_json::Value {
-    match stages {
-        Some(stages) => serde_json::json!({ "statement": sql, "distributed": stages }),
-        None => serde_json::json!({ "statement": sql }),
+    let mut details = serde_json::json!({ "statement": sql });
+    if let Some(stages) = stages {
+        details["distributed"] = serde_json::json!(stages);
     }
+    if !policies.is_empty() {
+        details["policies"] = serde_json::json!(policies);
+    }
+    details
 }
 
 /// The record of one SQL statement from a front door that is not HTTP (PostgreSQL wire,
@@ -192,9 +199,9 @@ pub(crate) fn statement_event(
     sql: &str,
     outcome: Outcome<'_>,
 ) -> AuditEvent {
-    let (error, stages) = match outcome {
-        Ok(stages) => (None, stages),
-        Err(error) => (Some(error), None),
+    let (error, stages, policies) = match outcome {
+        Ok((stages, policies)) => (None, stages, policies),
+        Err(error) => (Some(error), None, &[][..]),
     };
     let status = match error.map(|e| &e.kind) {
         None => 200,
@@ -204,7 +211,7 @@ pub(crate) fn statement_event(
         Some(_) => 400,
     };
     let mut event = login_event(principal, action, resource, client, status);
-    event.details = statement_details(sql, stages).to_string();
+    event.details = statement_details(sql, stages, policies).to_string();
     event
 }
 

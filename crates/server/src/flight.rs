@@ -338,13 +338,14 @@ impl FloeFlightSql {
                 return Err(status(e));
             }
         };
-        let stages = result.stages;
+        let (stages, policies) = (result.stages, result.policies);
         let batches: Vec<datafusion::arrow::array::RecordBatch> = result
             .stream
             .try_collect()
             .await
             .map_err(|e| status(SqlError::from(e)))?;
-        self.audit(caller, metadata, sql, Ok(stages.as_ref())).await;
+        self.audit(caller, metadata, sql, Ok((stages.as_ref(), &policies)))
+            .await;
         let mut rows = Vec::new();
         for batch in batches {
             let columns: Vec<_> = batch

@@ -107,6 +107,8 @@ pub struct AppState {
     pub(crate) detached: detach::Detached,
     /// The metric metadata tenants' Prometheus servers sent, for the samples sent apart.
     pub(crate) remote_write_metadata: Arc<floe_stream::remote_write::v1::MetadataMemory>,
+    /// The change-event sinks this node publishes to, with their figures.
+    pub change_events: floe_stream::events::Stats,
 }
 
 impl AppState {
@@ -141,6 +143,7 @@ impl AppState {
             console: Arc::default(),
             detached: detach::Detached::default(),
             remote_write_metadata: Default::default(),
+            change_events: Vec::new(),
         }
     }
 }

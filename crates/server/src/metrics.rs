@@ -109,6 +109,7 @@ pub async fn serve_metrics(
     if let Some(scheduler) = &state.scheduler {
         text.push_str(&scheduler.render_metrics());
     }
+    text.push_str(&change_event_metrics(&state.change_events));
     if sees_named_series(&state, &headers).await {
         if let Some(pipelines) = &state.pipelines {
             text.push_str(&pipelines.render_metrics());
@@ -360,6 +361,41 @@ fn cache_tenant_metrics(engine: &floe_sql::SqlEngine) -> String {
             "floe_cache_tenant_misses_total{{tenant={tenant:?}}} {}",
             stats.misses.load(Relaxed)
         );
+    }
+    text
+}
+
+/// What each change-event sink delivered.
+fn change_event_metrics(sinks: &floe_stream::events::Stats) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    if sinks.is_empty() {
+        return String::new();
+    }
+    let mut text = String::new();
+    for (name, help, kind, read) in [
+        (
+            "floe_change_events_delivered_total",
+            "Change events a sink acknowledged",
+            "counter",
+            (|s| s.delivered.load(Relaxed) as i64) as fn(&floe_stream::events::SinkStats) -> i64,
+        ),
+        (
+            "floe_change_events_failures_total",
+            "Failed deliveries to a sink (each retried)",
+            "counter",
+            |s| s.failures.load(Relaxed) as i64,
+        ),
+        (
+            "floe_change_events_delivered_seq",
+            "The last change event a sink acknowledged, by sequence number",
+            "gauge",
+            |s| s.delivered_seq.load(Relaxed),
+        ),
+    ] {
+        text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (sink, stats) in sinks {
+            text.push_str(&format!("{name}{{sink=\"{sink}\"}} {}\n", read(stats)));
+        }
     }
     text
 }

@@ -16,6 +16,7 @@ use floe_catalog::CatalogError;
 use floe_catalog::model::PageRequest;
 use iceberg::{NamespaceIdent, TableIdent};
 
+use crate::policy::PolicyTable;
 use crate::scan::metadata_tables::{self, Suffix};
 use crate::scan::provider::{IcebergTableProvider, TableAccess};
 
@@ -110,16 +111,52 @@ impl SchemaProvider for NamespaceSchema {
             }
             Err(e) => return Err(DataFusionError::External(Box::new(e))),
         };
+        let policy = self
+            .access
+            .service
+            .applied_policy(&self.access.caller, &self.access.warehouse, &ident)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let provider = IcebergTableProvider::try_new(self.access.clone(), loaded)?;
-        Ok(Some(match suffix {
-            Suffix::Current if listing => Arc::new(provider),
-            Suffix::Current => Arc::new(provider.with_statistics().await),
+        let provider = match suffix {
+            Suffix::Current if listing || policy.is_some() => provider,
+            Suffix::Current => provider.with_statistics().await,
+            // Metadata tables show files, their column bounds and snapshot summaries: not
+            // to a caller under a policy.
+            Suffix::Metadata(_) if policy.is_some() => {
+                return Err(DataFusionError::External(Box::new(
+                    CatalogError::PermissionDenied(format!(
+                        "a row or column policy applies to principal {} on table {ident}: \
+                         its metadata tables are not readable",
+                        self.access.caller.principal.name
+                    )),
+                )));
+            }
             Suffix::Metadata(kind) => {
-                metadata_tables::metadata_table(&provider.table()?, &kind).await?
+                return Ok(Some(
+                    metadata_tables::metadata_table(&provider.table()?, &kind).await?,
+                ));
             }
             travel => {
                 let id = metadata_tables::snapshot_for(provider.metadata(), &travel, table_name)?;
-                Arc::new(provider.at_snapshot(id)?.with_statistics().await)
+                let provider = provider.at_snapshot(id)?;
+                if policy.is_some() {
+                    provider
+                } else {
+                    provider.with_statistics().await
+                }
+            }
+        };
+        Ok(Some(match policy {
+            None => Arc::new(provider),
+            Some(policy) => {
+                let ids = provider.field_ids().clone();
+                Arc::new(PolicyTable::new(
+                    Arc::new(provider),
+                    &ids,
+                    format!("{}.{ident}", self.access.warehouse),
+                    policy,
+                ))
             }
         }))
     }

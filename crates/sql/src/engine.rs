@@ -369,6 +369,8 @@ pub struct QueryResult {
     pub stream: SendableRecordBatchStream,
     /// How the statement was cut into stages over workers, when it was (for its audit record).
     pub stages: Option<crate::distributed::StagePlan>,
+    /// The row and column policies the statement read tables under (for its audit record).
+    pub policies: Vec<String>,
 }
 
 /// Runs SQL over a catalog service.
@@ -792,7 +794,9 @@ impl SqlEngine {
         let relaunch = relaunch
             .filter(|_| stages.is_some())
             .map(crate::distributed::Relaunch::watched);
+        let policies = crate::policy::applied_in(&logical);
         Ok(QueryResult {
+            policies,
             schema: schema.clone(),
             stream: self.drive(
                 schema,

@@ -32,6 +32,7 @@ mod catalog;
 pub mod distributed;
 mod engine;
 mod optimizer;
+pub mod policy;
 pub mod scan;
 pub mod sketches;
 mod sliding_min;

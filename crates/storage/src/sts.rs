@@ -56,6 +56,31 @@ pub fn session_policy(location: &Location, write: bool) -> Value {
     })
 }
 
+/// The shortest lifetime STS `AssumeRole` grants (AWS and MinIO alike).
+pub const STS_MIN_DURATION_SECS: u64 = 900;
+
+/// `policy` with every statement ending at `until` (an `aws:CurrentTime` condition): how a
+/// credential is made to last less than [`STS_MIN_DURATION_SECS`], which STS will not issue.
+/// The store enforces the deadline on each request, as it enforces the session's own expiry.
+pub fn expiring_at(mut policy: Value, until: chrono::DateTime<chrono::Utc>) -> Value {
+    let deadline = until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    if let Some(Value::Array(statements)) = policy.get_mut("Statement") {
+        for statement in statements {
+            let Some(statement) = statement.as_object_mut() else {
+                continue;
+            };
+            let condition = statement.entry("Condition").or_insert_with(|| json!({}));
+            if let Some(condition) = condition.as_object_mut() {
+                condition.insert(
+                    "DateLessThan".to_string(),
+                    json!({ "aws:CurrentTime": deadline }),
+                );
+            }
+        }
+    }
+    policy
+}
+
 pub(crate) fn xml_value(xml: &str, tag: &str) -> Option<String> {
     let start = xml.find(&format!("<{tag}>"))? + tag.len() + 2;
     let end = start + xml[start..].find(&format!("</{tag}>"))?;
@@ -171,6 +196,28 @@ mod tests {
             ])
         );
         assert_eq!(write["Statement"][1], read["Statement"][1]);
+    }
+
+    #[test]
+    fn deadlines_bind_every_statement() {
+        let location = Location::parse("s3://lake/wh/sales/orders-1").unwrap();
+        let until = chrono::DateTime::parse_from_rfc3339("2026-12-07T10:00:30Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let policy = expiring_at(session_policy(&location, false), until);
+        let statements = policy["Statement"].as_array().unwrap();
+        assert_eq!(statements.len(), 3);
+        for statement in statements {
+            assert_eq!(
+                statement["Condition"]["DateLessThan"],
+                json!({"aws:CurrentTime": "2026-12-07T10:00:30Z"})
+            );
+        }
+        // The listing statement keeps its prefix condition beside the deadline.
+        assert_eq!(
+            statements[1]["Condition"]["StringLike"],
+            json!({"s3:prefix": ["wh/sales/orders-1/*"]})
+        );
     }
 
     #[test]

@@ -140,8 +140,8 @@ pub(crate) fn probe_retry() -> RetryConfig {
     }
 }
 
-/// How long the probe's STS credential lives (the least AWS grants).
-const PROBE_CREDENTIAL_SECS: u64 = 900;
+/// How long the probe's STS credential lives (the least STS grants).
+const PROBE_CREDENTIAL_SECS: u64 = crate::sts::STS_MIN_DURATION_SECS;
 /// The longest an STS call may take before its step fails.
 const STS_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -8,6 +8,7 @@ use floe_catalog::model::*;
 use floe_catalog::store::{CatalogStore, PropertyChanges};
 use floe_catalog::{CatalogError, Result};
 use iceberg::NamespaceIdent;
+use serde_json::json;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
@@ -94,6 +95,7 @@ fn paginate<T>(mut items: Vec<T>, limit: Option<usize>, key: impl Fn(&T) -> Stri
 pub(crate) async fn forget_securable(tx: &mut sqlx::AnyConnection, id: &str) -> Result<()> {
     for sql in [
         "DELETE FROM grants WHERE securable_id = $1",
+        "DELETE FROM data_policies WHERE table_id = $1",
         "DELETE FROM maintenance_policies WHERE scope_id = $1",
         "DELETE FROM deletion_protection WHERE securable_id = $1",
     ] {
@@ -117,6 +119,7 @@ impl SqlStore {
     ) -> Result<bool> {
         let mut tx = self.write().await.map_err(query_error)?;
         refuse_if_protected(self.backend, &mut tx, guard).await?;
+        let event = crate::events::tabular_event(&mut tx, id, "dropped", json!({})).await?;
         let deleted = match expected_location {
             Some(location) => {
                 sqlx::query("DELETE FROM tabulars WHERE id = $1 AND metadata_location = $2")
@@ -131,6 +134,7 @@ impl SqlStore {
         .rows_affected();
         if deleted == 1 {
             forget_securable(&mut tx, &id.to_string()).await?;
+            tx.emit(event);
         }
         tx.commit().await.map_err(query_error)?;
         Ok(deleted == 1)
@@ -304,6 +308,8 @@ impl CatalogStore for SqlStore {
                 query_error(e)
             }
         })?;
+        let event = namespace_event(&mut tx, record.warehouse_id, &record.ident, "created").await?;
+        tx.emit(event);
         tx.commit().await.map_err(query_error)?;
         Ok(())
     }
@@ -412,6 +418,8 @@ impl CatalogStore for SqlStore {
             )));
         }
         forget_securable(&mut tx, &id).await?;
+        let event = namespace_event(&mut tx, warehouse, ns, "dropped").await?;
+        tx.emit(event);
         sqlx::query("DELETE FROM namespaces WHERE id = $1")
             .bind(&id)
             .execute(&mut *tx)
@@ -474,6 +482,8 @@ impl CatalogStore for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(query_error)?;
+        let event = namespace_event(&mut tx, warehouse, ns, "updated").await?;
+        tx.emit(event);
         tx.commit().await.map_err(query_error)?;
         Ok(changes)
     }
@@ -499,6 +509,8 @@ impl CatalogStore for SqlStore {
                 InsertFailure::LocationTaken(other) => location_taken(&tabular.location, &other),
                 InsertFailure::Query(e) => query_error(e),
             })?;
+        let event = crate::events::tabular_event(&mut tx, tabular.id, "created", json!({})).await?;
+        tx.emit(event);
         tx.commit().await.map_err(query_error)?;
         Ok(())
     }
@@ -591,6 +603,7 @@ impl CatalogStore for SqlStore {
 
     async fn rename_tabular(&self, id: Uuid, to_ns: &NamespaceIdent, to_name: &str) -> Result<()> {
         let mut tx = self.write().await.map_err(query_error)?;
+        let before = crate::events::tabular_event(&mut tx, id, "renamed", json!({})).await?;
         let warehouse: String = sqlx::query("SELECT warehouse_id FROM tabulars WHERE id = $1")
             .bind(id.to_string())
             .fetch_optional(&mut *tx)
@@ -636,6 +649,11 @@ impl CatalogStore for SqlStore {
                 query_error(e)
             }
         })?;
+        let from = before
+            .map(|e| json!({"from": {"namespace": e.data["namespace"], "name": e.data["name"]}}));
+        let event =
+            crate::events::tabular_event(&mut tx, id, "renamed", from.unwrap_or_default()).await?;
+        tx.emit(event);
         tx.commit().await.map_err(query_error)?;
         Ok(())
     }
@@ -678,6 +696,9 @@ impl CatalogStore for SqlStore {
         .execute(&mut *tx)
         .await
         .map_err(query_error)?;
+        let event =
+            crate::events::tabular_event(&mut tx, tabular.id, "replaced", json!({})).await?;
+        tx.emit(event);
         tx.commit().await.map_err(query_error)?;
         Ok(())
     }
@@ -757,6 +778,15 @@ impl CatalogStore for SqlStore {
                     if updated != 1 {
                         return Err(SwapFailure::Conflict(index));
                     }
+                    let event = crate::events::tabular_event(
+                        &mut tx,
+                        *id,
+                        "committed",
+                        json!({"previous-metadata-location": expected_location}),
+                    )
+                    .await
+                    .map_err(SwapFailure::Store)?;
+                    tx.emit(event);
                     if let Some(location) = moved_to {
                         let warehouse: String =
                             sqlx::query("SELECT warehouse_id FROM tabulars WHERE id = $1")
@@ -796,6 +826,11 @@ impl CatalogStore for SqlStore {
                             }
                             InsertFailure::Query(e) => store_failure(e),
                         })?;
+                    let event =
+                        crate::events::tabular_event(&mut tx, tabular.id, "created", json!({}))
+                            .await
+                            .map_err(SwapFailure::Store)?;
+                    tx.emit(event);
                 }
             }
         }
@@ -1018,4 +1053,24 @@ async fn overlapping(
         }
     }
     Ok(None)
+}
+
+/// The event of `kind` about namespace `ns` of warehouse `warehouse`.
+async fn namespace_event(
+    tx: &mut sqlx::AnyConnection,
+    warehouse: Uuid,
+    ns: &NamespaceIdent,
+    kind: &str,
+) -> Result<Option<floe_catalog::events::NewEvent>> {
+    let name: Option<String> = sqlx::query("SELECT name FROM warehouses WHERE id = $1")
+        .bind(warehouse.to_string())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(query_error)?
+        .map(|r| r.get("name"));
+    Ok(name.map(|name| floe_catalog::events::NewEvent {
+        kind: format!("namespace.{kind}"),
+        subject: format!("{name}/{}", ns.join(".")),
+        data: json!({"warehouse": name, "namespace": ns.clone().inner()}),
+    }))
 }

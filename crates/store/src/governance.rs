@@ -244,6 +244,7 @@ impl GovernanceStore for SqlStore {
 mod grants {
     use async_trait::async_trait;
     use floe_catalog::governance::authz::{GrantRecord, GrantStore, Privilege, Securable};
+    use floe_catalog::governance::policies::DataPolicy;
     use floe_catalog::{CatalogError, Result};
     use sqlx::Row;
     use uuid::Uuid;
@@ -274,6 +275,23 @@ mod grants {
             .map_err(query_error)?
             .map(|r| r.get::<String, _>("id"))
             .ok_or_else(|| no_such_role(name))
+    }
+
+    /// The change event of a grant or revoke.
+    fn grant_event(
+        kind: &str,
+        role: &str,
+        privilege: Privilege,
+        securable: &Securable,
+    ) -> floe_catalog::events::NewEvent {
+        floe_catalog::events::NewEvent {
+            kind: format!("grant.{kind}"),
+            subject: format!("role/{role}"),
+            data: serde_json::json!({
+                "role": role, "privilege": privilege.as_str(),
+                "securable-kind": securable.kind, "securable-id": securable.id,
+            }),
+        }
     }
 
     #[async_trait]
@@ -329,6 +347,7 @@ mod grants {
             let id: String = row.get("id");
             for sql in [
                 "DELETE FROM grants WHERE role_id = $1",
+                "DELETE FROM data_policies WHERE role_id = $1",
                 "DELETE FROM principal_roles WHERE role_id = $1",
                 "DELETE FROM roles WHERE id = $1",
             ] {
@@ -436,6 +455,7 @@ mod grants {
                     query_error(e)
                 }
             })?;
+            tx.emit(Some(grant_event("granted", role, privilege, securable)));
             tx.commit().await.map_err(query_error)?;
             Ok(())
         }
@@ -459,6 +479,9 @@ mod grants {
             .map_err(query_error)?
             .rows_affected()
                 == 1;
+            if result {
+                tx.emit(Some(grant_event("revoked", role, privilege, securable)));
+            }
             tx.commit().await.map_err(query_error)?;
             Ok(result)
         }
@@ -486,6 +509,22 @@ mod grants {
                 })
                 .collect())
         }
+
+        async fn principal_policies(&self, principal: Uuid) -> Result<Vec<DataPolicy>> {
+            crate::policies::principal_policies(self, principal).await
+        }
+
+        async fn set_policy(&self, policy: &DataPolicy) -> Result<()> {
+            crate::policies::set_policy(self, policy).await
+        }
+
+        async fn delete_policy(&self, role: &str, table_id: &str) -> Result<bool> {
+            crate::policies::delete_policy(self, role, table_id).await
+        }
+
+        async fn list_policies(&self, role: Option<&str>) -> Result<Vec<DataPolicy>> {
+            crate::policies::list_policies(self, role).await
+        }
     }
 }
 
@@ -495,7 +534,7 @@ mod audit {
     use async_trait::async_trait;
     use floe_catalog::Result;
     use floe_catalog::governance::audit::{
-        AuditEvent, AuditQuery, AuditRecord, AuditStore, GENESIS, chain,
+        AuditEvent, AuditOrder, AuditQuery, AuditRecord, AuditStore, GENESIS, chain,
     };
     use sqlx::Row;
     use sqlx::any::AnyRow;
@@ -604,12 +643,15 @@ mod audit {
             tx.commit().await.map_err(query_error)
         }
 
+        /// One statement over the primary key, in either direction: `seq > after AND seq <
+        /// before ORDER BY seq [DESC] LIMIT n` walks the key's index from one end and stops
+        /// after `n` matches, on both databases.
         async fn query_audit(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
-            let mut sql = String::from("SELECT * FROM audit_log WHERE seq > $1");
+            let mut sql = String::from("SELECT * FROM audit_log WHERE seq > $1 AND seq < $2");
             let mut binds: Vec<String> = Vec::new();
             let mut add = |clause: &str, value: String| {
                 binds.push(value);
-                sql.push_str(&format!(" AND {clause} ${}", binds.len() + 1));
+                sql.push_str(&format!(" AND {clause} ${}", binds.len() + 2));
             };
             if let Some(p) = &query.principal {
                 add("principal =", p.clone());
@@ -622,21 +664,37 @@ mod audit {
             }
             if let Some(r) = &query.resource {
                 binds.push(r.clone());
-                let n = binds.len() + 1;
+                let n = binds.len() + 2;
                 sql.push_str(&format!(" AND substr(resource, 1, length(${n})) = ${n}"));
             }
             let limit = query.limit.unwrap_or(1000).clamp(1, 10_000) as i64;
+            let (status_from, status_to) = query.status_class.map_or((0, i64::MAX), |class| {
+                let (from, to) = class.range();
+                (i64::from(from), i64::from(to))
+            });
+            let n = binds.len() + 2;
+            let direction = match query.order {
+                AuditOrder::Asc => "",
+                AuditOrder::Desc => " DESC",
+            };
             sql.push_str(&format!(
-                " AND at_ms >= ${} AND at_ms <= ${} ORDER BY seq LIMIT ${}",
-                binds.len() + 2,
-                binds.len() + 3,
-                binds.len() + 4
+                " AND status >= ${} AND status < ${} AND at_ms >= ${} AND at_ms <= ${} \
+                 ORDER BY seq{direction} LIMIT ${}",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5
             ));
-            let mut q = sqlx::query(&sql).bind(query.after_seq.unwrap_or(0));
+            let mut q = sqlx::query(&sql)
+                .bind(query.after_seq.unwrap_or(0))
+                .bind(query.before_seq.unwrap_or(i64::MAX));
             for b in binds {
                 q = q.bind(b);
             }
             let rows = q
+                .bind(status_from)
+                .bind(status_to)
                 .bind(query.since_ms.unwrap_or(i64::MIN))
                 .bind(query.until_ms.unwrap_or(i64::MAX))
                 .bind(limit)

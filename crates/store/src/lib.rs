@@ -9,10 +9,12 @@
 mod catalog;
 mod cluster;
 mod error;
+mod events;
 mod governance;
 mod jobs;
 mod migrations;
 mod pipelines;
+mod policies;
 mod registry;
 mod soft_delete;
 mod tenants;
@@ -46,16 +48,26 @@ pub struct SqlStore {
     write_lock: Option<Arc<Mutex<()>>>,
 }
 
-/// A write transaction that carries the audit record of the change it makes.
+/// A write transaction that carries the audit record of the change it makes and the change
+/// events it emits.
 pub(crate) struct WriteTx<'a> {
     store: &'a SqlStore,
     tx: sqlx::Transaction<'static, sqlx::Any>,
     _guard: Option<MutexGuard<'a, ()>>,
+    events: Vec<floe_catalog::events::NewEvent>,
 }
 
 impl WriteTx<'_> {
-    /// Appends the request's pending audit record (if any) and commits both together.
+    /// Emits `event` with the change: it is written to the outbox when (and only if) the
+    /// transaction commits.
+    pub(crate) fn emit(&mut self, event: Option<floe_catalog::events::NewEvent>) {
+        self.events.extend(event);
+    }
+
+    /// Writes the change events emitted and the request's pending audit record (if any) and
+    /// commits them with the change.
     pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
+        events::insert(self.store.backend, &mut self.tx, &self.events).await?;
         let scope = floe_catalog::governance::audit::AuditScope::current();
         let pending = scope.as_ref().and_then(|scope| scope.pending());
         let written = match pending {
@@ -198,6 +210,7 @@ impl SqlStore {
             store: self,
             tx,
             _guard: guard,
+            events: Vec::new(),
         })
     }
 

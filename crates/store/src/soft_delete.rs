@@ -137,6 +137,14 @@ impl SoftDeleteStore for SqlStore {
         if moved != 1 {
             return Ok(false);
         }
+        let event = crate::events::tabular_event(
+            &mut tx,
+            drop.id,
+            "dropped",
+            serde_json::json!({"soft": true, "purge-requested": drop.purge_requested}),
+        )
+        .await?;
+        tx.emit(event);
         sqlx::query("DELETE FROM tabulars WHERE id = $1")
             .bind(&id)
             .execute(&mut *tx)
@@ -262,6 +270,9 @@ impl SoftDeleteStore for SqlStore {
             }
             Err(InsertFailure::Query(e)) => return Err(query_error(e)),
         }
+        let event =
+            crate::events::tabular_event(&mut tx, id, "undropped", serde_json::json!({})).await?;
+        tx.emit(event);
         // It keeps the age it had.
         sqlx::query("UPDATE tabulars SET created_at_ms = $1 WHERE id = $2")
             .bind(dropped.created_at_ms)
@@ -292,6 +303,11 @@ impl SoftDeleteStore for SqlStore {
             .rows_affected();
         if deleted == 1 {
             forget_securable(&mut tx, &id.to_string()).await?;
+            tx.emit(Some(floe_catalog::events::NewEvent {
+                kind: "table.purged".into(),
+                subject: id.to_string(),
+                data: serde_json::json!({"id": id.to_string()}),
+            }));
         }
         tx.commit().await.map_err(query_error)?;
         Ok(deleted == 1)

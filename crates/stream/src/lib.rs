@@ -37,6 +37,7 @@
 mod avro_scan;
 pub mod core;
 pub mod decode;
+pub mod events;
 mod format;
 pub mod kafka;
 pub mod otlp;

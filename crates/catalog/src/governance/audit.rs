@@ -252,11 +252,77 @@ pub struct AuditQuery {
     /// Records whose resource starts with this.
     pub resource: Option<String>,
     pub decision: Option<String>,
+    /// Records whose status lies in this class (`4xx` is 400 to 499).
+    pub status_class: Option<StatusClass>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
-    /// Records after this sequence number (paging).
+    /// Records after this sequence number (paging oldest first).
     pub after_seq: Option<i64>,
+    /// Records before this sequence number (paging newest first).
+    pub before_seq: Option<i64>,
+    /// Oldest first (the default) or newest first.
+    #[serde(default)]
+    pub order: AuditOrder,
     pub limit: Option<usize>,
+}
+
+/// The order records come in: by sequence number, ascending or descending.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AuditOrder {
+    #[default]
+    Asc,
+    Desc,
+}
+
+impl<'de> Deserialize<'de> for AuditOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "asc" => Ok(AuditOrder::Asc),
+            "desc" => Ok(AuditOrder::Desc),
+            other => Err(serde::de::Error::custom(format!(
+                "order must be asc or desc, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A class of HTTP status: `1xx` to `5xx`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusClass {
+    Informational,
+    Success,
+    Redirection,
+    ClientError,
+    ServerError,
+}
+
+impl<'de> Deserialize<'de> for StatusClass {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "1xx" => Ok(StatusClass::Informational),
+            "2xx" => Ok(StatusClass::Success),
+            "3xx" => Ok(StatusClass::Redirection),
+            "4xx" => Ok(StatusClass::ClientError),
+            "5xx" => Ok(StatusClass::ServerError),
+            other => Err(serde::de::Error::custom(format!(
+                "status-class must be 1xx, 2xx, 3xx, 4xx or 5xx, not {other:?}"
+            ))),
+        }
+    }
+}
+
+impl StatusClass {
+    /// The statuses of the class: from the first, up to but not including the second.
+    pub fn range(self) -> (u16, u16) {
+        let first = match self {
+            StatusClass::Informational => 100,
+            StatusClass::Success => 200,
+            StatusClass::Redirection => 300,
+            StatusClass::ClientError => 400,
+            StatusClass::ServerError => 500,
+        };
+        (first, first + 100)
+    }
 }
 
 /// The audit record of the request being served, for the store to write inside the same
@@ -401,6 +467,19 @@ mod tests {
         let mut truncated_head = records.clone();
         truncated_head.remove(0);
         assert!(verify(&truncated_head).is_err());
+    }
+
+    #[test]
+    fn queries_name_a_bad_order_or_status_class() {
+        let parse = |json: &str| serde_json::from_str::<AuditQuery>(json);
+        assert_eq!(parse("{}").unwrap().order, AuditOrder::Asc);
+        let query = parse(r#"{"order": "desc", "status-class": "4xx"}"#).unwrap();
+        assert_eq!(query.order, AuditOrder::Desc);
+        assert_eq!(query.status_class.map(StatusClass::range), Some((400, 500)));
+        let bad = parse(r#"{"order": "sideways"}"#).unwrap_err().to_string();
+        assert!(bad.contains("order must be asc or desc"), "{bad}");
+        let bad = parse(r#"{"status-class": "418"}"#).unwrap_err().to_string();
+        assert!(bad.contains("status-class must be"), "{bad}");
     }
 
     #[test]

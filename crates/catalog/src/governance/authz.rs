@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::Principal;
+use super::policies::DataPolicy;
 use crate::{CatalogError, Result};
 
 /// Separator of scope path segments: the unit separator, which also joins namespace levels
@@ -165,6 +166,8 @@ pub struct GrantSet {
     all: bool,
     by_scope: HashMap<String, HashSet<Privilege>>,
     scopes: BTreeSet<String>,
+    /// The row and column policies of the principal's roles, by table id.
+    policies: HashMap<String, Vec<Arc<DataPolicy>>>,
 }
 
 impl GrantSet {
@@ -185,6 +188,27 @@ impl GrantSet {
             set.scopes.insert(scope);
         }
         set
+    }
+
+    /// The set with the row and column policies of the principal's roles.
+    pub fn with_policies(mut self, policies: impl IntoIterator<Item = DataPolicy>) -> GrantSet {
+        for policy in policies {
+            self.policies
+                .entry(policy.table_id.clone())
+                .or_default()
+                .push(Arc::new(policy));
+        }
+        self
+    }
+
+    /// The policies of the principal's roles on the table with id `table_id`.
+    pub fn policies_on(&self, table_id: &str) -> &[Arc<DataPolicy>] {
+        self.policies.get(table_id).map_or(&[], Vec::as_slice)
+    }
+
+    /// True when any role of the principal has a policy on any table.
+    pub fn has_policies(&self) -> bool {
+        !self.policies.is_empty()
     }
 
     pub fn len(&self) -> usize {
@@ -238,6 +262,14 @@ pub trait GrantStore: Send + Sync + std::fmt::Debug {
     -> Result<bool>;
     /// Grants held by a role: `(kind, securable id, scope, privilege)`.
     async fn role_grants(&self, role: &str) -> Result<Vec<GrantRecord>>;
+    /// The row and column policies of the principal's roles.
+    async fn principal_policies(&self, principal: Uuid) -> Result<Vec<DataPolicy>>;
+    /// Sets (or replaces) `policy.role`'s policy on `policy.table_id`.
+    async fn set_policy(&self, policy: &DataPolicy) -> Result<()>;
+    /// Removes a role's policy on a table; false when there was none.
+    async fn delete_policy(&self, role: &str, table_id: &str) -> Result<bool>;
+    /// Every policy (of `role` only, when given), by role then table.
+    async fn list_policies(&self, role: Option<&str>) -> Result<Vec<DataPolicy>>;
 }
 
 /// A resolved securable: its kind, id and scope.
@@ -294,9 +326,10 @@ impl Authorizer {
     }
 
     async fn load(&self, id: Uuid) -> Result<Arc<GrantSet>> {
-        let set = Arc::new(GrantSet::from_grants(
-            self.store.principal_grants(id).await?,
-        ));
+        let set = Arc::new(
+            GrantSet::from_grants(self.store.principal_grants(id).await?)
+                .with_policies(self.store.principal_policies(id).await?),
+        );
         self.cache
             .write()
             .expect("grant cache")

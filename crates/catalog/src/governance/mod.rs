@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod auth;
 pub mod authz;
+pub mod policies;
 pub mod secrets;
 pub mod token;
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use floe_storage::StorageProfile;
-use floe_storage::sts::{assume_role, session_policy};
+use floe_storage::sts::{STS_MIN_DURATION_SECS, assume_role, expiring_at, session_policy};
 use iceberg::TableIdent;
 
 use super::CatalogService;
@@ -35,6 +35,7 @@ impl CatalogService {
         let record = self
             .table_record(caller, &wh, ident, Privilege::ReadData)
             .await?;
+        self.refuse_raw_reads(caller, &record)?;
         let scope = record.scope();
         let StorageProfile::S3(s3) = &wh.warehouse.storage else {
             return Ok(None);
@@ -52,15 +53,26 @@ impl CatalogService {
                 "no credentials are vended for a table whose location contains '{c}'"
             )));
         }
-        let policy = session_policy(&location, write);
-        let vended = assume_role(
+        let mut policy = session_policy(&location, write);
+        let ttl = self.config.vended_credentials_ttl.as_secs();
+        // STS issues nothing shorter than 15 minutes: a shorter lifetime is a deadline in the
+        // session policy, and the expiry clients see (and refresh before) is that deadline.
+        let deadline = (ttl < STS_MIN_DURATION_SECS)
+            .then(|| chrono::Utc::now() + chrono::Duration::seconds(ttl as i64));
+        if let Some(until) = deadline {
+            policy = expiring_at(policy, until);
+        }
+        let mut vended = assume_role(
             s3,
             s3.sts_role_arn.as_deref(),
             &policy,
-            self.config.vended_credentials_ttl.as_secs(),
+            ttl.max(STS_MIN_DURATION_SECS),
         )
         .await
         .map_err(|e| CatalogError::Unavailable(format!("cannot vend credentials: {e}")))?;
+        if let Some(until) = deadline {
+            vended.expires_at_ms = vended.expires_at_ms.min(until.timestamp_millis());
+        }
         let mut config = s3.client_properties();
         config.extend([
             ("s3.access-key-id".to_string(), vended.access_key_id),

@@ -3,6 +3,7 @@
 mod credentials;
 mod dropped;
 mod namespaces;
+mod policies;
 mod protection;
 mod rebase;
 mod repair;

@@ -55,6 +55,7 @@ impl CatalogService {
             }
         };
         let record = self.table_record(caller, &wh, ident, privilege).await?;
+        self.refuse_raw_reads(caller, &record)?;
         let StorageProfile::S3(s3) = &wh.warehouse.storage else {
             return Err(CatalogError::bad_request(
                 "the table's warehouse is not on S3; there is nothing to sign",

@@ -31,6 +31,10 @@ pub struct CatalogBenchArgs {
     /// (administrator) credentials, instead of as that administrator.
     #[arg(long)]
     principal_grants: Option<usize>,
+    /// With `--principal-grants`: this many roles of the benchmark's principal each hold a row
+    /// and column policy on every table it loads and queries (issue 41's bench: 10).
+    #[arg(long, default_value_t = 0)]
+    policies: usize,
 }
 
 struct Client {
@@ -105,9 +109,15 @@ fn table_schema() -> Value {
 }
 
 pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
+    let admin = args.server.connect().await?;
+    let mut principal = None;
     let mut connected = args.server.connect().await?;
     if let Some(grants) = args.principal_grants {
-        connected = bench_principal(&connected, &args.warehouse, grants).await?;
+        let (name, client) = bench_principal(&admin, &args.warehouse, grants).await?;
+        connected = client;
+        principal = Some(name);
+    } else if args.policies > 0 {
+        bail!("--policies needs --principal-grants: root reads under no policy");
     }
     let client = Arc::new(Client {
         http: connected.http,
@@ -154,10 +164,44 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
             bail!("create table answered {status}: {body}");
         }
     }
+    // A table with rows for the SQL phase (the others' commits name files that are not there).
+    let (status, body) = client
+        .json(
+            reqwest::Method::POST,
+            "/api/v1/sql",
+            Some(json!({
+                "sql": format!("CREATE TABLE {ns}.q AS SELECT value AS id, value % 10 AS region, \
+                                'p' || CAST(value AS VARCHAR) AS payload FROM generate_series(1, 100000)"),
+                "warehouse": args.warehouse,
+            })),
+        )
+        .await?;
+    if status != 200 {
+        bail!("create the SQL phase's table answered {status}: {body}");
+    }
+    if let Some(principal) = &principal
+        && args.policies > 0
+    {
+        set_policies(
+            &admin,
+            principal,
+            &args.warehouse,
+            &ns,
+            args.tables,
+            args.policies,
+        )
+        .await?;
+    }
     println!(
-        "floe bench catalog: server {} warehouse {} namespace {ns}, {} clients, {} s per operation, {} tables",
-        args.server.server, args.warehouse, args.concurrency, args.seconds, args.tables
+        "floe bench catalog: server {} warehouse {} namespace {ns}, {} clients, {} s per operation, {} tables, {} policies on each",
+        args.server.server,
+        args.warehouse,
+        args.concurrency,
+        args.seconds,
+        args.tables,
+        args.policies
     );
+    let events_before = delivered_events(&client).await;
 
     let peak_rss = Arc::new(AtomicU64::new(0));
     let sampler = tokio::spawn(sample_rss(client.clone(), peak_rss.clone()));
@@ -187,7 +231,36 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
         .await,
     );
 
+    let warehouse = args.warehouse.clone();
+    let query = format!("SELECT count(*), sum(id) FROM {ns}.q WHERE region = 3");
+    // A principal runs 4 statements at once by default (`--sql-max-queries-per-principal`).
+    let sql_args = CatalogBenchArgs {
+        concurrency: args.concurrency.min(4),
+        ..args.clone()
+    };
+    rows.push(
+        phase(
+            "SQL (filtered count)",
+            &sql_args,
+            duration,
+            client.clone(),
+            move |client, stats| {
+                let body = json!({"sql": query.clone(), "warehouse": warehouse.clone()});
+                async move {
+                    let status = client
+                        .status(reqwest::Method::POST, "/api/v1/sql", Some(body))
+                        .await?;
+                    record(&stats, status);
+                    Ok(())
+                }
+            },
+        )
+        .await,
+    );
+
     let tp = tables_path.clone();
+    let events_start = delivered_events(&client).await;
+    let commit_start = Instant::now();
     rows.push(
         phase(
             "commit (append)",
@@ -205,6 +278,25 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
         .await,
     );
 
+    let commit_secs = commit_start.elapsed().as_secs_f64();
+    let events_end = delivered_events(&client).await;
+    let drain_start = Instant::now();
+    let mut drained = None;
+    if let (Some(_), Some(_)) = (events_before, events_end) {
+        // The backlog at the phase's end: wait for the sinks to catch up with the commits.
+        while drain_start.elapsed() < Duration::from_secs(30) {
+            let now = delivered_events(&client).await;
+            let committed = rows.last().map_or(0, |r: &Row| r.ok);
+            if now
+                .zip(events_start)
+                .is_some_and(|(n, s)| n - s >= committed)
+            {
+                drained = Some(drain_start.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let counter = Arc::new(AtomicUsize::new(0));
     let tp = tables_path.clone();
     rows.push(
@@ -251,6 +343,21 @@ pub async fn run(args: CatalogBenchArgs) -> anyhow::Result<()> {
     );
 
     sampler.abort();
+    if let (Some(start), Some(end)) = (events_start, events_end) {
+        let committed = rows.get(2).map_or(0, |r| r.ok);
+        println!(
+            "\nchange events: {} commits at {:.0}/s; sinks acknowledged {:.0} events/s during \
+             the phase; backlog at its end {} events, {}",
+            committed,
+            committed as f64 / commit_secs,
+            (end - start) as f64 / commit_secs,
+            committed.saturating_sub(end - start),
+            match drained {
+                Some(d) => format!("drained {} ms later", d.as_millis()),
+                None => "not drained within 30 s".to_string(),
+            }
+        );
+    }
     println!();
     println!(
         "{:<24} {:>9} {:>10} {:>9} {:>9} {:>10} {:>7}",
@@ -278,7 +385,7 @@ async fn bench_principal(
     admin: &crate::client::Client,
     warehouse: &str,
     grants: usize,
-) -> anyhow::Result<crate::client::Client> {
+) -> anyhow::Result<(String, crate::client::Client)> {
     use reqwest::Method;
     let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let name = format!("bench-{tag}");
@@ -368,7 +475,76 @@ async fn bench_principal(
         client_secret: credentials["client-secret"].as_str().map(str::to_string),
         credentials_file: Default::default(),
     };
-    args.connect().await
+    Ok((name, args.connect().await?))
+}
+
+/// Gives principal `principal` `count` roles, each with a row and column policy on every
+/// table of namespace `ns` (`t0`… and `q`).
+async fn set_policies(
+    admin: &crate::client::Client,
+    principal: &str,
+    warehouse: &str,
+    ns: &str,
+    tables: usize,
+    count: usize,
+) -> anyhow::Result<()> {
+    use reqwest::Method;
+    println!(
+        "setting {count} policies on each of {} tables ...",
+        tables + 1
+    );
+    let names: Vec<String> = (0..tables)
+        .map(|i| format!("t{i}"))
+        .chain(["q".to_string()])
+        .collect();
+    for p in 0..count {
+        let role = format!("{principal}-policy-{p}");
+        admin
+            .call(Method::POST, "/api/v1/roles", Some(json!({"name": role})))
+            .await?;
+        admin
+            .call(
+                Method::POST,
+                &format!("/api/v1/roles/{role}/members"),
+                Some(json!({"principal": principal})),
+            )
+            .await?;
+        for name in &names {
+            let table =
+                json!({"type": "table", "warehouse": warehouse, "namespace": [ns], "name": name});
+            admin
+                .call(
+                    Method::PUT,
+                    "/api/v1/policies",
+                    Some(json!({
+                        "role": role, "table": table, "row-filter": format!("id >= {}", -(p as i64)),
+                        "masks": [{"column": "payload", "mask": "null"}],
+                    })),
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The change events the server's sinks have acknowledged so far (None when it publishes
+/// none).
+async fn delivered_events(client: &Client) -> Option<u64> {
+    let response = client
+        .request(reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .ok()?;
+    let text = response.text().await.ok()?;
+    let mut found = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("floe_change_events_delivered_total{") {
+            let value: u64 = rest.rsplit(' ').next()?.parse().ok()?;
+            // With both sinks, the slower one.
+            found = Some(found.map_or(value, |f: u64| f.min(value)));
+        }
+    }
+    found
 }
 
 fn record(stats: &PhaseStats, status: u16) {

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use floe_catalog::governance::audit::AuditQuery;
+use floe_catalog::governance::audit::{AuditOrder, AuditQuery};
 use floe_catalog::governance::authz::{Caller, Privilege};
 use serde_json::{Value, json};
 
@@ -18,8 +18,12 @@ pub async fn list(
 ) -> ApiResult<Json<Value>> {
     require_server(&caller, Privilege::ReadAudit)?;
     let records = state.audit_store.query_audit(&query).await?;
-    let next = records.last().map(|r| r.seq);
-    Ok(Json(json!({ "records": records, "next-after-seq": next })))
+    // The next page starts past the last record of this one, in the order asked for.
+    let last = records.last().map(|r| r.seq);
+    Ok(Json(match query.order {
+        AuditOrder::Asc => json!({ "records": records, "next-after-seq": last }),
+        AuditOrder::Desc => json!({ "records": records, "next-before-seq": last }),
+    }))
 }
 
 /// Every principal with its roles and the privileges those roles hold, for access reviews.
@@ -33,8 +37,12 @@ pub async fn access_review(
     for principal in state.auth.store().list_principals().await? {
         let roles = grants.roles_of(principal.id).await?;
         let mut privileges = Vec::new();
+        let mut policies = Vec::new();
         for role in &roles {
             privileges.extend(grants.role_grants(role).await?);
+            for policy in grants.list_policies(Some(role)).await? {
+                policies.push(super::policies::described(&state, policy).await?);
+            }
         }
         principals.push(json!({
             "principal": principal.name,
@@ -43,6 +51,7 @@ pub async fn access_review(
             "disabled": principal.disabled,
             "roles": roles,
             "privileges": if principal.is_root { json!("all") } else { json!(privileges) },
+            "policies": policies,
         }));
     }
     Ok(Json(json!({

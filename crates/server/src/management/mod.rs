@@ -4,6 +4,7 @@ mod audit;
 mod dropped;
 mod grants;
 mod migrations;
+mod policies;
 mod principals;
 pub mod sql;
 pub(crate) mod tenants;
@@ -55,6 +56,8 @@ management_routes! {
     "/roles/{name}/grants" => get grants::role_grants;
     "/grants" => post grants::grant;
     "/grants/revoke" => post grants::revoke;
+    "/policies" => get policies::list, put policies::set;
+    "/policies/remove" => post policies::remove;
     "/audit" => get audit::list;
     "/access-review" => get audit::access_review;
     "/sql" => post sql::run;

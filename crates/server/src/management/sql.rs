@@ -54,10 +54,11 @@ pub(crate) async fn run(
         .query(&caller, &request.sql, &options)
         .await
         .map_err(api_error)?;
-    if result.stages.is_some() {
+    if result.stages.is_some() || !result.policies.is_empty() {
         crate::audit::note_details(crate::audit::statement_details(
             &request.sql,
             result.stages.as_ref(),
+            &result.policies,
         ));
     }
     let wants_arrow = headers

@@ -10,7 +10,7 @@ mod types;
 mod views;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, post};
 use floe_catalog::model::PageRequest;
 
 use crate::AppState;
@@ -18,73 +18,50 @@ use crate::error::ApiError;
 use crate::idempotency;
 use types::ListQuery;
 
+/// The authenticated catalog routes: each path, its methods and their handlers. The one list
+/// builds the router and `ROUTES`, which a test holds [`ENDPOINTS`] to, so `/v1/config`
+/// advertises every route and no other.
+macro_rules! catalog_routes {
+    ($($path:literal => $($method:ident $handler:expr),+;)*) => {
+        fn authenticated_routes() -> Router<AppState> {
+            Router::new()$(.route($path, MethodRouter::new()$(.$method($handler))+))*
+        }
+
+        /// Every authenticated route as (method, path below `/catalog`).
+        #[cfg(test)]
+        const ROUTES: &[(&str, &str)] = &[$($((stringify!($method), $path)),+),*];
+    };
+}
+
+catalog_routes! {
+    "/v1/config" => get config::get_config;
+    "/v1/{prefix}/namespaces" => get namespaces::list, post namespaces::create;
+    "/v1/{prefix}/namespaces/{namespace}" =>
+        get namespaces::load, head namespaces::exists, delete namespaces::drop;
+    "/v1/{prefix}/namespaces/{namespace}/properties" => post namespaces::update_properties;
+    "/v1/{prefix}/namespaces/{namespace}/tables" => get tables::list, post tables::create;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}" =>
+        get tables::load, head tables::exists, post tables::commit, delete tables::drop;
+    "/v1/{prefix}/namespaces/{namespace}/register" => post tables::register;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/unregister" => post tables::unregister;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials" => get tables::credentials;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/sign" => post tables::sign;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics" => post tables::report_metrics;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/plan" => post planning::plan;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/plan/{plan_id}" =>
+        get planning::fetch, delete planning::cancel;
+    "/v1/{prefix}/namespaces/{namespace}/tables/{table}/tasks" => post planning::tasks;
+    "/v1/{prefix}/tables/rename" => post tables::rename;
+    "/v1/{prefix}/transactions/commit" => post transactions::commit;
+    "/v1/{prefix}/namespaces/{namespace}/views" => get views::list, post views::create;
+    "/v1/{prefix}/namespaces/{namespace}/views/{view}" =>
+        get views::load, head views::exists, post views::replace, delete views::drop;
+    "/v1/{prefix}/views/rename" => post views::rename;
+    "/v1/{prefix}/namespaces/{namespace}/register-view" => post views::register;
+}
+
 pub(crate) fn router(state: AppState) -> Router<AppState> {
-    let ns = "/v1/{prefix}/namespaces/{namespace}";
-    let authenticated = Router::new()
-        .route("/v1/config", get(config::get_config))
-        .route(
-            "/v1/{prefix}/namespaces",
-            get(namespaces::list).post(namespaces::create),
-        )
-        .route(
-            ns,
-            get(namespaces::load)
-                .head(namespaces::exists)
-                .delete(namespaces::drop),
-        )
-        .route(
-            &format!("{ns}/properties"),
-            post(namespaces::update_properties),
-        )
-        .route(
-            &format!("{ns}/tables"),
-            get(tables::list).post(tables::create),
-        )
-        .route(
-            &format!("{ns}/tables/{{table}}"),
-            get(tables::load)
-                .head(tables::exists)
-                .post(tables::commit)
-                .delete(tables::drop),
-        )
-        .route(&format!("{ns}/register"), post(tables::register))
-        .route(
-            &format!("{ns}/tables/{{table}}/unregister"),
-            post(tables::unregister),
-        )
-        .route(
-            &format!("{ns}/tables/{{table}}/credentials"),
-            get(tables::credentials),
-        )
-        .route(&format!("{ns}/tables/{{table}}/sign"), post(tables::sign))
-        .route(
-            &format!("{ns}/tables/{{table}}/metrics"),
-            post(tables::report_metrics),
-        )
-        .route(&format!("{ns}/tables/{{table}}/plan"), post(planning::plan))
-        .route(
-            &format!("{ns}/tables/{{table}}/plan/{{plan_id}}"),
-            get(planning::fetch).delete(planning::cancel),
-        )
-        .route(
-            &format!("{ns}/tables/{{table}}/tasks"),
-            post(planning::tasks),
-        )
-        .route("/v1/{prefix}/tables/rename", post(tables::rename))
-        .route(
-            "/v1/{prefix}/transactions/commit",
-            post(transactions::commit),
-        )
-        .route(&format!("{ns}/views"), get(views::list).post(views::create))
-        .route(
-            &format!("{ns}/views/{{view}}"),
-            get(views::load)
-                .head(views::exists)
-                .post(views::replace)
-                .delete(views::drop),
-        )
-        .route("/v1/{prefix}/views/rename", post(views::rename))
-        .route(&format!("{ns}/register-view"), post(views::register))
+    let authenticated = authenticated_routes()
         // Authentication wraps idempotency, so a replay is only ever the caller's own.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -99,7 +76,8 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         .merge(authenticated)
 }
 
-/// The endpoints advertised in `/v1/config`.
+/// The endpoints advertised in `/v1/config`, in the spec's notation (Iceberg 1.11's list of
+/// what a server may serve, less the deprecated `/v1/oauth/tokens`).
 pub(crate) const ENDPOINTS: &[&str] = &[
     "GET /v1/{prefix}/namespaces",
     "POST /v1/{prefix}/namespaces",
@@ -167,4 +145,35 @@ pub(crate) fn page_request(query: &ListQuery) -> Result<PageRequest, ApiError> {
         token: query.page_token.clone().filter(|t| !t.is_empty()),
         size,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::{ENDPOINTS, ROUTES};
+
+    /// `/v1/config` names every served route once (`/v1/config` itself aside, which clients call
+    /// before they can read the list), in the spec's spelling of path parameters.
+    #[test]
+    fn config_advertises_every_route() {
+        let routed: BTreeSet<String> = ROUTES
+            .iter()
+            .filter(|(_, path)| *path != "/v1/config")
+            .map(|(method, path)| {
+                format!(
+                    "{} {}",
+                    method.to_ascii_uppercase(),
+                    path.replace("{plan_id}", "{plan-id}")
+                )
+            })
+            .collect();
+        let advertised: BTreeSet<String> = ENDPOINTS.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            advertised.len(),
+            ENDPOINTS.len(),
+            "an endpoint is listed twice"
+        );
+        assert_eq!(routed, advertised);
+    }
 }

@@ -1,5 +1,7 @@
 //! Table endpoints.
 
+use std::collections::HashMap;
+
 use axum::Extension;
 use axum::Json;
 use axum::extract::State;
@@ -94,18 +96,50 @@ fn metadata_json(loaded: &LoadedTable, mode: SnapshotMode) -> ApiResult<Value> {
     Ok(value)
 }
 
-/// A `LoadTableResult`. Its `config` carries storage settings only with vended credentials:
+/// What a load hands the client for reaching the table's files, beyond its metadata.
+struct Delegation {
+    /// The table's `config`.
+    config: HashMap<String, String>,
+    /// The one entry of `storage-credentials`.
+    credential: TableCredentials,
+    /// Whether the answer carries a `remote-signing-config`.
+    remote_signing: bool,
+}
+
+impl Delegation {
+    fn vended(
+        prefix: &str,
+        ident: &TableIdent,
+        credentials: Option<TableCredentials>,
+    ) -> Option<Self> {
+        with_refresh_endpoint(prefix, ident, credentials).map(|(config, credential)| Self {
+            config,
+            credential,
+            remote_signing: false,
+        })
+    }
+
+    fn signing(config: Option<TableCredentials>) -> Option<Self> {
+        config.map(|credential| Self {
+            config: credential.config.clone(),
+            credential,
+            remote_signing: true,
+        })
+    }
+}
+
+/// A `LoadTableResult`. Its `config` carries storage settings only with delegated access:
 /// DuckDB turns S3 settings found there into a secret of their own, which without credentials
 /// would shadow the client's.
 fn load_result(
     loaded: &LoadedTable,
     mode: SnapshotMode,
-    credentials: Option<&TableCredentials>,
+    delegation: Option<&Delegation>,
 ) -> ApiResult<Response> {
     Ok(load_response(
         loaded,
         mode,
-        load_body(loaded, mode, credentials)?,
+        load_body(loaded, mode, delegation)?,
     ))
 }
 
@@ -123,8 +157,47 @@ pub(super) fn wants_vended_credentials(headers: &HeaderMap) -> bool {
     wants_delegation(headers, "vended-credentials")
 }
 
+/// Characters a path segment keeps as they are (RFC 3986 unreserved); the rest are escaped.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `v1/{prefix}/namespaces/{namespace}/tables/{table}/{operation}`, escaped as a client sends it
+/// (namespace levels joined by the spec's default separator, `%1F`), relative to the catalog's
+/// base URI.
+pub(super) fn table_endpoint(prefix: &str, ident: &TableIdent, operation: &str) -> String {
+    let escape = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
+    let namespace = ident
+        .namespace
+        .iter()
+        .map(|level| escape(level))
+        .collect::<Vec<_>>()
+        .join("%1F");
+    format!(
+        "v1/{}/namespaces/{namespace}/tables/{}/{operation}",
+        escape(prefix),
+        escape(&ident.name)
+    )
+}
+
+/// This server's catalog base URI as the client reached it.
+fn catalog_uri(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:8181");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("http");
+    format!("{scheme}://{host}/catalog")
+}
+
 /// The configuration that points a client's S3 file IO at this table's `/sign` endpoint, for
-/// S3 warehouses (`None` elsewhere).
+/// S3 warehouses (`None` elsewhere). Iceberg 1.11 reads `signer.uri` and `signer.endpoint`;
+/// older Java clients and PyIceberg read the `s3.`-prefixed names, which 1.11 deprecates.
 async fn remote_signing_config(
     state: &AppState,
     prefix: &str,
@@ -135,45 +208,45 @@ async fn remote_signing_config(
     let floe_storage::StorageProfile::S3(s3) = &handle.warehouse.storage else {
         return Ok(None);
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1:8181");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("http");
-    let namespace = loaded
-        .ident
-        .namespace
-        .iter()
-        .map(|l| {
-            percent_encoding::utf8_percent_encode(l, percent_encoding::NON_ALPHANUMERIC).to_string()
-        })
-        .collect::<Vec<_>>()
-        .join("%1F");
-    let table = percent_encoding::utf8_percent_encode(
-        &loaded.ident.name,
-        percent_encoding::NON_ALPHANUMERIC,
-    );
+    let base = catalog_uri(headers);
+    let endpoint = table_endpoint(prefix, &loaded.ident, "sign");
     let mut config = s3.client_properties();
     config.extend([
         ("s3.remote-signing-enabled".to_string(), "true".to_string()),
         // PyIceberg names its signer rather than switching one on.
         ("s3.signer".to_string(), "S3V4RestSigner".to_string()),
-        (
-            "s3.signer.uri".to_string(),
-            format!("{scheme}://{host}/catalog"),
-        ),
-        (
-            "s3.signer.endpoint".to_string(),
-            format!("v1/{prefix}/namespaces/{namespace}/tables/{table}/sign"),
-        ),
+        ("signer.uri".to_string(), base.clone()),
+        ("signer.endpoint".to_string(), endpoint.clone()),
+        ("s3.signer.uri".to_string(), base),
+        ("s3.signer.endpoint".to_string(), endpoint),
     ]);
     Ok(Some(TableCredentials {
         prefix: loaded.metadata.location().to_string(),
         config,
     }))
+}
+
+/// Vended credentials as a load answers them: the table's `config` also names the
+/// `loadCredentials` endpoint, from which Iceberg Java (1.9 and later) fetches fresh ones before
+/// `s3.session-token-expires-at-ms`. The storage credential itself carries only what it covers.
+fn with_refresh_endpoint(
+    prefix: &str,
+    ident: &TableIdent,
+    credentials: Option<TableCredentials>,
+) -> Option<(HashMap<String, String>, TableCredentials)> {
+    let credentials = credentials?;
+    let mut config = credentials.config.clone();
+    config.extend([
+        (
+            "client.refresh-credentials-endpoint".to_string(),
+            table_endpoint(prefix, ident, "credentials"),
+        ),
+        (
+            "client.refresh-credentials-enabled".to_string(),
+            "true".to_string(),
+        ),
+    ]);
+    Some((config, credentials))
 }
 
 pub(super) fn storage_credentials(credentials: Option<&TableCredentials>) -> Value {
@@ -186,15 +259,20 @@ pub(super) fn storage_credentials(credentials: Option<&TableCredentials>) -> Val
 fn load_body(
     loaded: &LoadedTable,
     mode: SnapshotMode,
-    credentials: Option<&TableCredentials>,
+    delegation: Option<&Delegation>,
 ) -> ApiResult<Bytes> {
     let mut body = json!({
         "metadata-location": loaded.metadata_location,
         "metadata": metadata_json(loaded, mode)?,
-        "config": credentials.map(|c| json!(c.config)).unwrap_or_else(|| json!({})),
+        "config": delegation.map(|d| json!(d.config)).unwrap_or_else(|| json!({})),
     });
-    if credentials.is_some() {
-        body["storage-credentials"] = storage_credentials(credentials);
+    if let Some(delegation) = delegation {
+        body["storage-credentials"] = storage_credentials(Some(&delegation.credential));
+        if delegation.remote_signing {
+            // The spec's `RemoteSigningConfig` (after 1.11.0): Floe's signer needs no static
+            // properties or headers, and its endpoint is the spec's default, the table's `/sign`.
+            body["remote-signing-config"] = json!({ "properties": {}, "headers": {} });
+        }
     }
     serde_json::to_vec(&body).map(Bytes::from).map_err(|e| {
         ApiError(floe_catalog::CatalogError::internal(
@@ -253,17 +331,20 @@ pub async fn create(
             },
         )
         .await?;
-    let credentials = match loaded.metadata_location.is_some() && wants_vended_credentials(&headers)
-    {
-        true => {
-            state
-                .catalog
-                .vend_credentials(&caller, &prefix, &loaded.ident)
-                .await?
-        }
-        false => None,
+    // A staged create has nothing to read yet; a committed one is delegated as a load is.
+    let committed = loaded.metadata_location.is_some();
+    let delegation = if committed && wants_vended_credentials(&headers) {
+        let credentials = state
+            .catalog
+            .vend_credentials(&caller, &prefix, &loaded.ident)
+            .await?;
+        Delegation::vended(&prefix, &loaded.ident, credentials)
+    } else if committed && wants_delegation(&headers, "remote-signing") {
+        Delegation::signing(remote_signing_config(&state, &prefix, &loaded, &headers).await?)
+    } else {
+        None
     };
-    load_result(&loaded, SnapshotMode::All, credentials.as_ref())
+    load_result(&loaded, SnapshotMode::All, delegation.as_ref())
 }
 
 pub async fn load(
@@ -292,14 +373,15 @@ pub async fn load(
     let loaded = state.catalog.load_table(&caller, &prefix, &ident).await?;
     if !wants_vended_credentials(&headers) && wants_delegation(&headers, "remote-signing") {
         let signing = remote_signing_config(&state, &prefix, &loaded, &headers).await?;
-        return load_result(&loaded, mode, signing.as_ref());
+        return load_result(&loaded, mode, Delegation::signing(signing).as_ref());
     }
     if wants_vended_credentials(&headers) {
         let credentials = state
             .catalog
             .vend_credentials(&caller, &prefix, &ident)
             .await?;
-        return load_result(&loaded, mode, credentials.as_ref());
+        let delegation = Delegation::vended(&prefix, &ident, credentials);
+        return load_result(&loaded, mode, delegation.as_ref());
     }
     let Some(location) = &loaded.metadata_location else {
         return load_result(&loaded, mode, None);

@@ -40,6 +40,8 @@ use crate::scan::field_ids::{FIELD_IDS_OPTION, FieldIdAdapterFactory, FieldIds};
 const SCAN: u32 = 1;
 const EQUALITY_DELETES: u32 = 2;
 const FEW_GROUPS: u32 = 3;
+/// A row and column policy's top ([`crate::policy::PolicyExec`]): its description as UTF-8.
+const POLICY: u32 = 4;
 
 /// The most row selectors one travelled scan may hold, and the most deleted keys one
 /// equality set may: each becomes an allocation on the worker larger than its bytes on the
@@ -420,6 +422,13 @@ impl PhysicalExtensionCodec for FloeCodec {
             SCAN => self.decode_scan(&body, ctx),
             EQUALITY_DELETES => self.decode_equality(&body, inputs),
             FEW_GROUPS => self.decode_few_groups(&body, inputs, ctx),
+            POLICY => match inputs {
+                [input] => Ok(Arc::new(crate::policy::PolicyExec::new(
+                    input.clone(),
+                    String::from_utf8(body).map_err(invalid)?,
+                ))),
+                _ => Err(invalid("a policy's top takes one input")),
+            },
             other => Err(invalid(format!("unknown node kind {other}"))),
         }
     }
@@ -431,6 +440,8 @@ impl PhysicalExtensionCodec for FloeCodec {
             envelope(EQUALITY_DELETES, self.encode_equality(exec), buf);
         } else if let Some(exec) = node.downcast_ref::<FewGroupsExec>() {
             envelope(FEW_GROUPS, self.encode_few_groups(exec)?, buf);
+        } else if let Some(exec) = node.downcast_ref::<crate::policy::PolicyExec>() {
+            envelope(POLICY, exec.description().as_bytes().to_vec(), buf);
         } else {
             return Err(DataFusionError::NotImplemented(format!(
                 "{} cannot run on another node",

@@ -199,6 +199,7 @@ fn done(rows: Option<u64>) -> QueryResult {
     let stream = futures::stream::iter(batches.into_iter().map(Ok));
     QueryResult {
         stages: None,
+        policies: Vec::new(),
         schema: schema.clone(),
         stream: Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
     }

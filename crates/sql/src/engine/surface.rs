@@ -37,8 +37,22 @@ pub(super) fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
             let WriteOp::Insert(_) = dml.op else {
                 return Err(refuse(&dml.op.to_string()));
             };
-            let into_iceberg = source_as_provider(&dml.target)
-                .is_ok_and(|p| p.downcast_ref::<IcebergTableProvider>().is_some());
+            let target = source_as_provider(&dml.target);
+            if target
+                .as_ref()
+                .is_ok_and(|p| p.downcast_ref::<crate::policy::PolicyTable>().is_some())
+            {
+                return Err(SqlError::new(
+                    SqlErrorKind::PermissionDenied,
+                    format!(
+                        "INSERT INTO {} is refused: a row or column policy applies to you on \
+                         that table",
+                        dml.table_name
+                    ),
+                ));
+            }
+            let into_iceberg =
+                target.is_ok_and(|p| p.downcast_ref::<IcebergTableProvider>().is_some());
             if !into_iceberg {
                 return Err(SqlError::new(
                     SqlErrorKind::Unsupported,

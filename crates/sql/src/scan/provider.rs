@@ -185,6 +185,11 @@ impl IcebergTableProvider {
         &self.loaded.metadata
     }
 
+    /// The field ids of the schema read.
+    pub fn field_ids(&self) -> &FieldIds {
+        &self.ids
+    }
+
     /// What this table's reads may reach: its location.
     pub(crate) fn files(&self) -> &WarehouseStorage {
         &self.files

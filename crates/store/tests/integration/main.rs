@@ -17,6 +17,7 @@ async fn sqlite_store_conforms() {
         .unwrap();
     suite::run_all(Arc::new(store.clone())).await;
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::audit_queries(Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
@@ -24,6 +25,7 @@ async fn sqlite_store_conforms() {
     suite::soft_delete(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
     suite::cancelled_writes(Arc::new(store.clone())).await;
+    suite::events(Arc::new(store.clone()), Arc::new(store.clone())).await;
     // Another process takes the write lock at once: no pooled connection was left holding it.
     let other = SqlStore::connect(&url, StoreOptions::default())
         .await
@@ -61,6 +63,7 @@ async fn postgres_store_conforms() {
         .unwrap();
     suite::run_all(Arc::new(store.clone())).await;
     suite::audit_commits_with_changes(Arc::new(store.clone()), Arc::new(store.clone())).await;
+    suite::audit_queries(Arc::new(store.clone())).await;
     suite::jobs(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::pipelines(Arc::new(store.clone())).await;
     suite::registry(Arc::new(store.clone())).await;
@@ -68,6 +71,7 @@ async fn postgres_store_conforms() {
     suite::soft_delete(Arc::new(store.clone()), Arc::new(store.clone())).await;
     suite::migrations(Arc::new(store.clone())).await;
     suite::cancelled_writes(Arc::new(store.clone())).await;
+    suite::events(Arc::new(store.clone()), Arc::new(store.clone())).await;
     // No session of this database is left idle inside a transaction.
     let stuck: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \

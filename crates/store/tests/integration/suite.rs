@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use floe_catalog::CatalogError;
-use floe_catalog::governance::audit::{AuditEvent, AuditScope, AuditStore, verify};
+use floe_catalog::governance::audit::{
+    AuditEvent, AuditOrder, AuditQuery, AuditScope, AuditStore, StatusClass, verify,
+};
 use floe_catalog::model::*;
 use floe_catalog::store::CatalogStore;
 use floe_storage::StorageProfile;
@@ -12,6 +14,7 @@ use iceberg::NamespaceIdent;
 use uuid::Uuid;
 
 mod cancellation;
+mod events;
 mod jobs;
 mod migrations;
 mod pipelines;
@@ -19,6 +22,7 @@ mod registry;
 mod soft_delete;
 mod tenants;
 pub use cancellation::cancelled_writes;
+pub use events::events;
 pub use jobs::jobs;
 pub use migrations::migrations;
 pub use pipelines::pipelines;
@@ -700,4 +704,97 @@ pub async fn audit_commits_with_changes(store: Arc<dyn CatalogStore>, audit: Arc
     }
     let ids = trail_ids(&audit).await;
     assert_eq!(ids.len(), before.len() + 1 + 8 + 8 * 3);
+}
+
+/// Queries read the trail oldest first by default and newest first when asked, each paged
+/// from where the last page ended, with every filter applied in both orders.
+pub async fn audit_queries(audit: Arc<dyn AuditStore>) {
+    let events: Vec<AuditEvent> = (0..25)
+        .map(|i| AuditEvent {
+            at_ms: 1_000 + i * 10,
+            request_id: format!("q-{i}"),
+            principal: "pager".into(),
+            decision: if i % 3 == 1 { "deny" } else { "allow" }.into(),
+            status: [200, 403, 500][i as usize % 3],
+            ..scoped_event("")
+        })
+        .collect();
+    audit.append_audit(events).await.unwrap();
+    let ids = |records: &[floe_catalog::governance::audit::AuditRecord]| {
+        records
+            .iter()
+            .map(|r| r.event.request_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let names =
+        |range: &mut dyn Iterator<Item = i64>| range.map(|i| format!("q-{i}")).collect::<Vec<_>>();
+    let pager = AuditQuery {
+        principal: Some("pager".into()),
+        limit: Some(10),
+        ..AuditQuery::default()
+    };
+
+    // Oldest first stays the default.
+    let first = audit.query_audit(&pager).await.unwrap();
+    assert_eq!(ids(&first), names(&mut (0..10)));
+
+    // Newest first, paged with before-seq until the trail runs out.
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = audit
+            .query_audit(&AuditQuery {
+                order: AuditOrder::Desc,
+                before_seq: before,
+                ..pager.clone()
+            })
+            .await
+            .unwrap();
+        assert!(page.windows(2).all(|w| w[0].seq > w[1].seq), "descending");
+        let Some(last) = page.last() else { break };
+        before = Some(last.seq);
+        seen.extend(ids(&page));
+    }
+    assert_eq!(seen, names(&mut (0..25).rev()));
+
+    // Filters hold in either order: a time window, a status class, a sequence range.
+    let window = AuditQuery {
+        order: AuditOrder::Desc,
+        since_ms: Some(1_050),
+        until_ms: Some(1_090),
+        ..pager.clone()
+    };
+    assert_eq!(
+        ids(&audit.query_audit(&window).await.unwrap()),
+        names(&mut (5..=9).rev())
+    );
+    let refused = AuditQuery {
+        order: AuditOrder::Desc,
+        status_class: Some(StatusClass::ClientError),
+        limit: Some(3),
+        ..pager.clone()
+    };
+    let refused = audit.query_audit(&refused).await.unwrap();
+    assert_eq!(ids(&refused), ["q-22", "q-19", "q-16"]);
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.event.status == 403 && r.event.decision == "deny")
+    );
+    let all = audit
+        .query_audit(&AuditQuery {
+            limit: Some(100),
+            ..pager.clone()
+        })
+        .await
+        .unwrap();
+    let between = AuditQuery {
+        after_seq: Some(all[3].seq),
+        before_seq: Some(all[7].seq),
+        ..pager.clone()
+    };
+    assert_eq!(
+        ids(&audit.query_audit(&between).await.unwrap()),
+        names(&mut (4..7))
+    );
 }

@@ -1,0 +1,74 @@
+//! The catalog's part of row and column policies ([`crate::governance::policies`]): which
+//! apply to a caller reading a table, and the refusal to hand a caller under one the table's
+//! raw files, which every door that would hand them out (vended credentials, remote signing,
+//! server-side scan planning) makes.
+
+use iceberg::TableIdent;
+
+use super::CatalogService;
+use super::tables::validate_ident;
+use crate::governance::authz::{Caller, Privilege};
+use crate::governance::policies::AppliedPolicy;
+use crate::model::TabularRecord;
+use crate::{CatalogError, Result};
+
+impl CatalogService {
+    /// The policies that apply to `caller` reading table `ident` (none for most callers: a
+    /// caller whose roles hold no policy anywhere costs no lookup).
+    pub async fn applied_policy(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<Option<AppliedPolicy>> {
+        if !caller.grants.has_policies() {
+            return Ok(None);
+        }
+        validate_ident(ident, "table")?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let record = self
+            .table_record(caller, &wh, ident, Privilege::ReadMetadata)
+            .await?;
+        Ok(AppliedPolicy::combine(
+            caller.grants.policies_on(&record.id.to_string()),
+        ))
+    }
+
+    /// Requires that `caller` may read table `ident`'s files themselves: `read-data`, and no
+    /// row or column policy applying to it there ([`Self::refuse_raw_reads`]).
+    pub async fn authorize_raw_read(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<()> {
+        validate_ident(ident, "table")?;
+        let wh = self.visible_warehouse(caller, warehouse).await?;
+        let record = self
+            .table_record(caller, &wh, ident, Privilege::ReadData)
+            .await?;
+        self.refuse_raw_reads(caller, &record)
+    }
+
+    /// Refuses when a row or column policy applies to `caller` on `record`: its files hold
+    /// every row and column, so a caller under a policy reads the table through Floe's SQL
+    /// only.
+    pub(crate) fn refuse_raw_reads(&self, caller: &Caller, record: &TabularRecord) -> Result<()> {
+        let policies = caller.grants.policies_on(&record.id.to_string());
+        if policies.is_empty() {
+            return Ok(());
+        }
+        let mut roles: Vec<&str> = policies.iter().map(|p| p.role.as_str()).collect();
+        roles.sort_unstable();
+        roles.dedup();
+        Err(CatalogError::PermissionDenied(format!(
+            "a row or column policy (role {}) applies to principal {} on table {}.{}: its \
+             files are not handed out (no vended credentials, remote signing or scan \
+             planning); read it through Floe's SQL",
+            roles.join(", "),
+            caller.principal.name,
+            record.namespace.join("."),
+            record.name
+        )))
+    }
+}

@@ -1,0 +1,529 @@
+//! Row and column policies in Floe's SQL ([`floe_catalog::governance::policies`]): a table
+//! read by a principal under a policy is [`PolicyTable`], which reads its table through
+//! [`PolicyExec`] over the policy's filter and masks.
+//!
+//! Why no rewrite, pushdown or cache can show a filtered row or a masked value:
+//! - The catalog hands the engine a `PolicyTable` in place of the table for that caller, so
+//!   every plan over the table, from every front door, starts from it; its schema is the
+//!   masked one (hidden columns are not there to name).
+//! - It takes from the query only filters that cannot fail and read no masked column
+//!   ([`PolicyTable::cannot_leak`]: comparisons, boolean logic, null tests, `IN` lists of
+//!   columns and literals), which give the same rows before or after the policy's filter and
+//!   are evaluated with it (pruning files, filtering in the scan); it has no statistics, and
+//!   is not an [`IcebergTableProvider`], so rewrites that match Floe's table (inserts,
+//!   metadata reads, statistics) do not see one.
+//! - Its scan is `PolicyExec` over the masks' projection over the row filter over the table's
+//!   own scan. `PolicyExec` lets no filter, projection or limit through (DataFusion's defaults
+//!   for an operator that says nothing): the query's predicates, dynamic filters of joins and
+//!   top-k sorts stay above it and are evaluated on filtered rows and masked values only, so
+//!   even an expression that fails on some value cannot fail on a row the policy hides.
+//!   Below it only the policy's own filter, and the query's filters that cannot leak, are
+//!   pushed into the scan.
+//! - Its statistics are those of the filter and projection below it: inexact under a row
+//!   filter (no `count(*)` answered from file counts), none for masked values.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::execution::TaskContext;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{Expr, ExprSchemable, TableProviderFilterPushDown};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use floe_catalog::governance::policies::{AppliedPolicy, Mask};
+
+use crate::scan::field_ids::FieldIds;
+
+/// How one column of a [`PolicyTable`] reads, by its position in the table's own schema.
+#[derive(Debug, Clone)]
+enum Source {
+    Raw(usize),
+    Null(usize),
+    Hash(usize),
+    Expression(usize, String),
+}
+
+impl Source {
+    fn column(&self) -> usize {
+        match self {
+            Source::Raw(i) | Source::Null(i) | Source::Hash(i) | Source::Expression(i, _) => *i,
+        }
+    }
+}
+
+/// A table as a principal under a row or column policy reads it.
+#[derive(Debug)]
+pub struct PolicyTable {
+    inner: Arc<dyn TableProvider>,
+    /// The table's name, for `EXPLAIN`.
+    name: String,
+    policy: AppliedPolicy,
+    /// The masked schema, and where each of its columns comes from.
+    schema: SchemaRef,
+    sources: Vec<Source>,
+}
+
+impl PolicyTable {
+    /// `inner` (whose top-level columns have the field ids `ids`) under `policy`.
+    pub fn new(
+        inner: Arc<dyn TableProvider>,
+        ids: &FieldIds,
+        name: String,
+        policy: AppliedPolicy,
+    ) -> Self {
+        let raw = inner.schema();
+        let mut fields = Vec::new();
+        let mut sources = Vec::new();
+        for (index, field) in raw.fields().iter().enumerate() {
+            let mask = ids.id_of(field.name()).and_then(|id| policy.masks.get(&id));
+            let (source, data_type) = match mask {
+                None => (Source::Raw(index), field.data_type().clone()),
+                Some(Mask::Hide) => continue,
+                Some(Mask::Null) => (Source::Null(index), field.data_type().clone()),
+                Some(Mask::Hash) => (Source::Hash(index), DataType::Utf8),
+                Some(Mask::Expression { expression }) => (
+                    Source::Expression(index, expression.clone()),
+                    field.data_type().clone(),
+                ),
+            };
+            let nullable = field.is_nullable() || !matches!(source, Source::Raw(_));
+            fields.push(Field::new(field.name(), data_type, nullable));
+            sources.push(source);
+        }
+        Self {
+            inner,
+            name,
+            policy,
+            schema: Arc::new(Schema::new(fields)),
+            sources,
+        }
+    }
+
+    /// What `EXPLAIN` shows of the policy.
+    fn describe(&self) -> String {
+        let raw = self.inner.schema();
+        let masks: Vec<String> = self
+            .sources
+            .iter()
+            .filter_map(|s| {
+                let name = raw.field(s.column()).name();
+                match s {
+                    Source::Raw(_) => None,
+                    Source::Null(_) => Some(format!("{name}: null")),
+                    Source::Hash(_) => Some(format!("{name}: hash")),
+                    Source::Expression(_, e) => Some(format!("{name}: {e}")),
+                }
+            })
+            .chain(
+                raw.fields()
+                    .iter()
+                    .filter(|f| self.schema.field_with_name(f.name()).is_err())
+                    .map(|f| format!("{}: hidden", f.name())),
+            )
+            .collect();
+        format!(
+            "table={}, roles=[{}], row_filter=[{}], masks=[{}]",
+            self.name,
+            self.policy.roles.join(", "),
+            self.policy.row_filters.join(" AND "),
+            masks.join(", ")
+        )
+    }
+}
+
+impl PolicyTable {
+    /// Whether the query's filter `expr` may be evaluated below the policy: it reads only
+    /// columns the policy leaves as they are, and is made only of operations that cannot
+    /// fail — comparisons, `AND`/`OR`/`NOT`, null tests, `BETWEEN` and `IN` lists of literals
+    /// and columns (no casts, arithmetic or functions, which could fail on a hidden row's
+    /// value and so tell of it). Such a filter gives the same rows before or after the
+    /// policy's filter; evaluated in the scan, it prunes files and decodes fewer rows.
+    fn cannot_leak(&self, expr: &Expr) -> bool {
+        use datafusion::logical_expr::Operator::*;
+        let raw = |name: &str| {
+            self.schema
+                .index_of(name)
+                .is_ok_and(|at| matches!(self.sources[at], Source::Raw(_)))
+        };
+        let mut safe = true;
+        let _ = expr.apply(|e| {
+            safe = match e {
+                Expr::Column(column) => raw(&column.name),
+                Expr::Literal(..) => true,
+                Expr::BinaryExpr(binary) => matches!(
+                    binary.op,
+                    Eq | NotEq
+                        | Lt
+                        | LtEq
+                        | Gt
+                        | GtEq
+                        | And
+                        | Or
+                        | IsDistinctFrom
+                        | IsNotDistinctFrom
+                ),
+                Expr::Not(_)
+                | Expr::IsNull(_)
+                | Expr::IsNotNull(_)
+                | Expr::IsTrue(_)
+                | Expr::IsFalse(_)
+                | Expr::IsNotTrue(_)
+                | Expr::IsNotFalse(_)
+                | Expr::IsUnknown(_)
+                | Expr::IsNotUnknown(_)
+                | Expr::Between(_)
+                | Expr::InList(_) => true,
+                _ => false,
+            };
+            Ok(if safe {
+                TreeNodeRecursion::Continue
+            } else {
+                TreeNodeRecursion::Stop
+            })
+        });
+        safe
+    }
+}
+
+/// Parses `sql`, a policy's expression, over `schema`: a scalar expression of its columns
+/// (no subqueries, aggregates or window functions).
+fn parse(state: &SessionState, sql: &str, schema: &DFSchema, what: &str) -> Result<Expr> {
+    let expr = state.create_logical_expr(sql, schema).map_err(|e| {
+        DataFusionError::Plan(format!("the {what} of a row or column policy ({sql}): {e}"))
+    })?;
+    let mut refused = None;
+    expr.apply(|e| {
+        refused = match e {
+            Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) => Some("a subquery"),
+            Expr::AggregateFunction(_) => Some("an aggregate"),
+            Expr::WindowFunction(_) => Some("a window function"),
+            Expr::Placeholder(_) => Some("a parameter"),
+            _ => None,
+        };
+        Ok(if refused.is_some() {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    match refused {
+        Some(what_found) => Err(DataFusionError::Plan(format!(
+            "the {what} of a row or column policy ({sql}) holds {what_found}: it must be an \
+             expression over the table's own columns"
+        ))),
+        None => Ok(expr),
+    }
+}
+
+/// A policy's parts as expressions over the table's columns.
+struct Compiled {
+    filter: Option<Expr>,
+    /// Each output column's expression, and its name.
+    columns: Vec<(Expr, String)>,
+}
+
+impl PolicyTable {
+    /// The filter and the expressions of the output columns at `projection`.
+    fn compile(&self, state: &SessionState, projection: &[usize]) -> Result<Compiled> {
+        let raw = self.inner.schema();
+        let schema = DFSchema::try_from(raw.as_ref().clone())?;
+        let mut filter: Option<Expr> = None;
+        for sql in &self.policy.row_filters {
+            let expr = parse(state, sql, &schema, "row filter")?;
+            let data_type = expr.get_type(&schema)?;
+            if data_type != DataType::Boolean && data_type != DataType::Null {
+                return Err(DataFusionError::Plan(format!(
+                    "the row filter of a row or column policy ({sql}) is {data_type}, not a \
+                     predicate"
+                )));
+            }
+            filter = Some(match filter {
+                None => expr,
+                Some(held) => held.and(expr),
+            });
+        }
+        let column = |index: usize| Expr::Column(raw.field(index).name().into());
+        let columns = projection
+            .iter()
+            .map(|&at| {
+                let field = self.schema.field(at);
+                let expr = match &self.sources[at] {
+                    Source::Raw(i) => column(*i),
+                    Source::Null(_) => {
+                        Expr::Literal(ScalarValue::try_from(field.data_type())?, None)
+                    }
+                    Source::Hash(i) => {
+                        let name = raw.field(*i).name().replace('"', "\"\"");
+                        parse(
+                            state,
+                            &format!("encode(sha256(CAST(\"{name}\" AS VARCHAR)), 'hex')"),
+                            &schema,
+                            "hash mask",
+                        )?
+                    }
+                    Source::Expression(_, sql) => datafusion::logical_expr::cast(
+                        parse(state, sql, &schema, "mask")?,
+                        field.data_type().clone(),
+                    ),
+                };
+                Ok((expr, field.name().clone()))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Compiled { filter, columns })
+    }
+
+    /// Checks that the policy's expressions are valid over the table (what setting a policy
+    /// asks before it is kept).
+    pub fn check(&self, state: &SessionState) -> Result<()> {
+        let all: Vec<usize> = (0..self.schema.fields().len()).collect();
+        let compiled = self.compile(state, &all)?;
+        let schema = DFSchema::try_from(self.inner.schema().as_ref().clone())?;
+        for (expr, name) in &compiled.columns {
+            expr.get_type(&schema)
+                .map_err(|e| DataFusionError::Plan(format!("the mask of column {name}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TableProvider for PolicyTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|filter| {
+                if self.cannot_leak(filter) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        session: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let state = session
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| {
+                DataFusionError::Internal("a policy's table planned outside a session".into())
+            })?;
+        let all: Vec<usize> = (0..self.schema.fields().len()).collect();
+        let projection = projection.unwrap_or(&all);
+        let mut compiled = self.compile(state, projection)?;
+        // The query's own filters that cannot fail or read a masked value, evaluated with
+        // the policy's (they commute with it) so that they prune and filter in the scan.
+        for filter in filters.iter().filter(|f| self.cannot_leak(f)) {
+            // Named as the table's own columns (the query qualifies them).
+            let filter = filter
+                .clone()
+                .transform(|e| {
+                    Ok(match e {
+                        Expr::Column(c) => datafusion::common::tree_node::Transformed::yes(
+                            Expr::Column(datafusion::common::Column::new_unqualified(c.name)),
+                        ),
+                        other => datafusion::common::tree_node::Transformed::no(other),
+                    })
+                })?
+                .data;
+            compiled.filter = Some(match compiled.filter.take() {
+                None => filter,
+                Some(held) => held.and(filter),
+            });
+        }
+        // The table's columns the filter and the output columns read.
+        let raw = self.inner.schema();
+        let mut needed = BTreeSet::new();
+        for expr in compiled
+            .columns
+            .iter()
+            .map(|(e, _)| e)
+            .chain(&compiled.filter)
+        {
+            for column in expr.column_refs() {
+                needed.insert(raw.index_of(&column.name)?);
+            }
+        }
+        let needed: Vec<usize> = needed.into_iter().collect();
+        let pruning: Vec<Expr> = compiled.filter.iter().cloned().collect();
+        let scan = self
+            .inner
+            .scan(session, Some(&needed), &pruning, None)
+            .await?;
+        let read = DFSchema::try_from(scan.schema().as_ref().clone())?;
+        let mut plan: Arc<dyn ExecutionPlan> = scan;
+        if let Some(filter) = compiled.filter {
+            let predicate = session.create_physical_expr(filter, &read)?;
+            plan = Arc::new(FilterExec::try_new(predicate, plan)?);
+        }
+        let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = compiled
+            .columns
+            .into_iter()
+            .map(|(expr, name)| Ok((session.create_physical_expr(expr, &read)?, name)))
+            .collect::<Result<_>>()?;
+        let plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
+        Ok(Arc::new(PolicyExec::new(plan, self.describe())))
+    }
+}
+
+/// The top of a policy's scan: passes its input on and lets nothing of the plan above
+/// through (see the module's doc). Shown in `EXPLAIN` with the policy it applies.
+#[derive(Debug)]
+pub struct PolicyExec {
+    input: Arc<dyn ExecutionPlan>,
+    description: String,
+    properties: Arc<PlanProperties>,
+}
+
+impl PolicyExec {
+    pub fn new(input: Arc<dyn ExecutionPlan>, description: String) -> Self {
+        let properties = input.properties().clone();
+        Self {
+            input,
+            description,
+            properties,
+        }
+    }
+
+    /// What the policy is, as `EXPLAIN` shows it (and the plan codec carries it).
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+impl DisplayAs for PolicyExec {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "PolicyExec: {}", self.description)
+    }
+}
+
+impl ExecutionPlan for PolicyExec {
+    fn name(&self) -> &str {
+        "PolicyExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match children.pop() {
+            Some(input) if children.is_empty() => {
+                Ok(Arc::new(PolicyExec::new(input, self.description.clone())))
+            }
+            _ => Err(DataFusionError::Internal("PolicyExec has one input".into())),
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.input.execute(partition, context)
+    }
+
+    fn partition_statistics(
+        &self,
+        partition: Option<usize>,
+    ) -> Result<Arc<datafusion::common::Statistics>> {
+        self.input.partition_statistics(partition)
+    }
+}
+
+/// The masks a policy's request names by column, by the field ids of table schema `schema`:
+/// the error names a column the table does not have.
+pub fn mask_ids(
+    schema: &iceberg::spec::Schema,
+    masks: &[(String, Mask)],
+) -> Result<BTreeMap<i32, (String, Mask)>, String> {
+    let ids = FieldIds::of(schema);
+    let mut by_id = BTreeMap::new();
+    for (column, mask) in masks {
+        let id = ids
+            .id_of(column)
+            .ok_or_else(|| format!("the table has no top-level column {column:?}"))?;
+        if by_id.insert(id, (column.clone(), mask.clone())).is_some() {
+            return Err(format!("column {column:?} is masked twice"));
+        }
+    }
+    Ok(by_id)
+}
+
+/// Checks `policy` over a table of Iceberg schema `schema`: its row filters are predicates and
+/// it and its masks plan over the table's columns, without subqueries (what setting a policy
+/// asks before it is kept). The error says what is wrong.
+pub fn validate(schema: &iceberg::spec::Schema, policy: AppliedPolicy) -> Result<(), String> {
+    let arrow = crate::scan::provider::arrow_schema(schema).map_err(|e| e.to_string())?;
+    let ids = FieldIds::of(schema);
+    let table = PolicyTable::new(
+        Arc::new(datafusion::datasource::empty::EmptyTable::new(arrow)),
+        &ids,
+        String::new(),
+        policy,
+    );
+    let mut state = datafusion::execution::session_state::SessionStateBuilder::new()
+        .with_default_features()
+        .build();
+    crate::register_functions(&mut state).map_err(|e| e.to_string())?;
+    table.check(&state).map_err(|e| e.to_string())
+}
+
+/// The policies `plan` reads tables under, each as `table (roles …)`: for the statement's
+/// audit record.
+pub fn applied_in(plan: &datafusion::logical_expr::LogicalPlan) -> Vec<String> {
+    let mut applied = BTreeSet::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        if let datafusion::logical_expr::LogicalPlan::TableScan(scan) = node
+            && let Ok(provider) = datafusion::datasource::source_as_provider(&scan.source)
+            && let Some(table) = provider.downcast_ref::<PolicyTable>()
+        {
+            applied.insert(format!(
+                "{} (roles {})",
+                table.name,
+                table.policy.roles.join(", ")
+            ));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    applied.into_iter().collect()
+}
