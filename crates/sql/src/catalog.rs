@@ -17,6 +17,7 @@ use floe_catalog::model::PageRequest;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use crate::policy::PolicyTable;
+use crate::scan::field_ids::FieldIds;
 use crate::scan::metadata_tables::{self, Suffix};
 use crate::scan::provider::{IcebergTableProvider, TableAccess};
 
@@ -141,6 +142,21 @@ impl SchemaProvider for NamespaceSchema {
                 let id = metadata_tables::snapshot_for(provider.metadata(), &travel, table_name)?;
                 let provider = provider.at_snapshot(id)?;
                 if policy.is_some() {
+                    let now = FieldIds::of(provider.metadata().current_schema());
+                    if let Some(column) =
+                        crate::policy::column_changed_since(provider.field_ids(), &now)
+                    {
+                        return Err(DataFusionError::External(Box::new(
+                            CatalogError::PermissionDenied(format!(
+                                "a row or column policy applies to principal {} on table \
+                                 {ident}, kept over its current columns: snapshot {id} has \
+                                 column {column:?}, which the current schema does not have \
+                                 (dropped or renamed since), so it is not readable under the \
+                                 policy",
+                                self.access.caller.principal.name
+                            )),
+                        )));
+                    }
                     provider
                 } else {
                     provider.with_statistics().await

@@ -734,7 +734,9 @@ impl SqlEngine {
                     )
                 })
             };
-            return deadline
+            // `CREATE TABLE … AS SELECT` reads its query's tables like any query.
+            let policies = crate::policy::applied_in(&plan);
+            let mut done = deadline
                 .run(ddl::run(
                     &context,
                     ddl,
@@ -743,7 +745,9 @@ impl SqlEngine {
                     &namespace,
                     partitioned_by,
                 ))
-                .await?;
+                .await??;
+            done.policies = policies;
+            return Ok(done);
         }
         let plan = if options.params.is_empty() {
             plan

@@ -69,6 +69,8 @@ pub struct PolicyTable {
     /// The table's name, for `EXPLAIN`.
     name: String,
     policy: AppliedPolicy,
+    /// The field ids of the table's top-level columns.
+    ids: FieldIds,
     /// The masked schema, and where each of its columns comes from.
     schema: SchemaRef,
     sources: Vec<Source>,
@@ -105,6 +107,7 @@ impl PolicyTable {
             inner,
             name,
             policy,
+            ids: ids.clone(),
             schema: Arc::new(Schema::new(fields)),
             sources,
         }
@@ -272,15 +275,42 @@ impl PolicyTable {
                             "hash mask",
                         )?
                     }
-                    Source::Expression(_, sql) => datafusion::logical_expr::cast(
-                        parse(state, sql, &schema, "mask")?,
-                        field.data_type().clone(),
-                    ),
+                    Source::Expression(i, sql) => {
+                        let expr = parse(state, sql, &schema, "mask")?;
+                        if self.reads_only_what_its_policy_shows(*i, &expr) {
+                            datafusion::logical_expr::cast(expr, field.data_type().clone())
+                        } else {
+                            Expr::Literal(ScalarValue::try_from(field.data_type())?, None)
+                        }
+                    }
                 };
                 Ok((expr, field.name().clone()))
             })
             .collect::<Result<_>>()?;
         Ok(Compiled { filter, columns })
+    }
+
+    /// Whether `expr`, the expression mask of the table's column `column`, reads no column
+    /// that another of the principal's policies masks more strictly than the expression's
+    /// own policy does: otherwise it would show what that policy hides (a column hidden by
+    /// one role's policy read out through another's expression), and the column reads NULL.
+    fn reads_only_what_its_policy_shows(&self, column: usize, expr: &Expr) -> bool {
+        let raw = self.inner.schema();
+        let Some(id) = self.ids.id_of(raw.field(column).name()) else {
+            return false;
+        };
+        let Some(origins) = self.policy.expression_origins.get(&id) else {
+            return false;
+        };
+        let read: Vec<Option<i32>> = expr
+            .column_refs()
+            .into_iter()
+            .map(|c| self.ids.id_of(&c.name))
+            .collect();
+        origins.iter().any(|origin| {
+            read.iter()
+                .all(|id| id.is_some_and(|id| self.policy.masks.get(&id) == origin.get(&id)))
+        })
     }
 
     /// Checks that the policy's expressions are valid over the table (what setting a policy
@@ -470,6 +500,18 @@ impl ExecutionPlan for PolicyExec {
     }
 }
 
+/// A column of a table's schema as of an older snapshot (`then`) that its current schema
+/// (`now`) does not hold under the same name and field id: one dropped since (perhaps
+/// replaced by another of that name), or renamed. A policy is kept over the current schema —
+/// its masks by field id, its row filter by column name — so it does not apply to such a
+/// snapshot: the old column holds values no mask covers, or the filter would read another
+/// column under its name.
+pub fn column_changed_since<'a>(then: &'a FieldIds, now: &FieldIds) -> Option<&'a str> {
+    then.columns()
+        .find(|(name, id)| now.id_of(name) != Some(*id))
+        .map(|(name, _)| name)
+}
+
 /// The masks a policy's request names by column, by the field ids of table schema `schema`:
 /// the error names a column the table does not have.
 pub fn mask_ids(
@@ -526,4 +568,30 @@ pub fn applied_in(plan: &datafusion::logical_expr::LogicalPlan) -> Vec<String> {
         Ok(TreeNodeRecursion::Continue)
     });
     applied.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(text: &str) -> FieldIds {
+        FieldIds::decode(text).expect("id=name lines")
+    }
+
+    #[test]
+    fn a_snapshot_reads_under_the_policy_only_with_the_current_columns() {
+        let now = ids("1=id\n2=region\n5=ssn\n6=added");
+        // Columns added since are fine: the old snapshot lacks them.
+        assert_eq!(column_changed_since(&ids("1=id\n2=region"), &now), None);
+        // `ssn` dropped and added again: the old one is another column.
+        assert_eq!(
+            column_changed_since(&ids("1=id\n2=region\n3=ssn"), &now),
+            Some("ssn")
+        );
+        // Renamed since (or dropped): no mask or filter of the current schema covers it.
+        assert_eq!(
+            column_changed_since(&ids("1=id\n2=area"), &now),
+            Some("area")
+        );
+    }
 }

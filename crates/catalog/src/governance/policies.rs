@@ -85,6 +85,12 @@ pub struct AppliedPolicy {
     pub row_filters: Vec<String>,
     /// The mask of each masked column, by field id.
     pub masks: BTreeMap<i32, Mask>,
+    /// For each column whose mask is an expression, the masks of each policy that gave it
+    /// that expression. The expression reads the table's raw columns, as its policy meant it
+    /// to; where another policy masks a column it reads more strictly than that policy does,
+    /// it would show what the other policy hides, and reads NULL instead (Floe's SQL decides,
+    /// as only it knows which columns an expression reads).
+    pub expression_origins: BTreeMap<i32, Vec<BTreeMap<i32, Mask>>>,
 }
 
 impl AppliedPolicy {
@@ -114,10 +120,32 @@ impl AppliedPolicy {
             };
             masks.insert(mask.field_id, stricter);
         }
+        let mut expression_origins: BTreeMap<i32, Vec<BTreeMap<i32, Mask>>> = BTreeMap::new();
+        for (&field_id, mask) in &masks {
+            if !matches!(mask, Mask::Expression { .. }) {
+                continue;
+            }
+            let origins = policies
+                .iter()
+                .filter(|p| {
+                    p.masks
+                        .iter()
+                        .any(|m| m.field_id == field_id && m.mask == *mask)
+                })
+                .map(|p| {
+                    p.masks
+                        .iter()
+                        .map(|m| (m.field_id, m.mask.clone()))
+                        .collect()
+                })
+                .collect();
+            expression_origins.insert(field_id, origins);
+        }
         Some(AppliedPolicy {
             roles,
             row_filters,
             masks,
+            expression_origins,
         })
     }
 }
@@ -170,6 +198,11 @@ mod tests {
         // Two different expressions on one column: the value is nulled.
         assert_eq!(applied.masks[&2], Mask::Null);
         assert_eq!(applied.masks[&3], expression("y"));
+        // Column 3's expression came from policies a and c, each with its own masks.
+        assert_eq!(applied.expression_origins[&3].len(), 2);
+        assert_eq!(applied.expression_origins[&3][0][&1], Mask::Null);
+        assert!(!applied.expression_origins[&3][1].contains_key(&1));
+        assert!(!applied.expression_origins.contains_key(&2));
     }
 
     #[test]

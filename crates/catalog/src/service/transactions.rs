@@ -195,6 +195,7 @@ impl CatalogService {
         caller.require(Privilege::WriteData, &record.scope(), || {
             CatalogError::no_such_table(ident)
         })?;
+        self.refuse_schema_changes(caller, &record, &request.updates)?;
         let base = self
             .metadata
             .read_table(&wh.storage, &record.metadata_location)

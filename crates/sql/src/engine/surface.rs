@@ -2,7 +2,8 @@
 //! anything of it executes (all front doors plan through [`super::SqlEngine`]).
 //!
 //! Allowed: queries (with subqueries, CTEs, `VALUES`, the `generate_series` and `range` table
-//! functions, `information_schema`), `EXPLAIN [ANALYZE]` of an allowed statement, `DESCRIBE`,
+//! functions, `information_schema`), `EXPLAIN [ANALYZE]` of an allowed statement (but not
+//! `EXPLAIN VERBOSE` or `ANALYZE` of one that reads under a row or column policy), `DESCRIBE`,
 //! `INSERT INTO` an Iceberg table, and the DDL Floe carries out itself (`CREATE SCHEMA`,
 //! `CREATE TABLE [AS SELECT]`, `DROP TABLE`). Everything else DataFusion can plan — `COPY … TO`,
 //! `UPDATE`, `DELETE`, `TRUNCATE`, external tables, views and functions kept in the session,
@@ -30,8 +31,16 @@ pub(super) fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
             DdlStatement::CreateMemoryTable(create) => check_query(&create.input),
             other => Err(refuse(other.name())),
         },
-        LogicalPlan::Explain(explain) => check(&explain.plan),
-        LogicalPlan::Analyze(analyze) => check(&analyze.input),
+        LogicalPlan::Explain(explain) => {
+            if explain.verbose {
+                refuse_under_policy(&explain.plan, "EXPLAIN VERBOSE")?;
+            }
+            check(&explain.plan)
+        }
+        LogicalPlan::Analyze(analyze) => {
+            refuse_under_policy(&analyze.input, "EXPLAIN ANALYZE")?;
+            check(&analyze.input)
+        }
         LogicalPlan::DescribeTable(_) => Ok(()),
         LogicalPlan::Dml(dml) => {
             let WriteOp::Insert(_) = dml.op else {
@@ -92,6 +101,26 @@ fn check_query(plan: &LogicalPlan) -> Result<(), SqlError> {
     })
     .map_err(SqlError::from)?;
     refused.map_or(Ok(()), Err)
+}
+
+/// Refuses `what` over `plan` when it reads a table under a row or column policy: the
+/// statistics `EXPLAIN VERBOSE` prints and the metrics `EXPLAIN ANALYZE` prints are those of
+/// every node, the table's own scan below the policy's barrier included — its row count and
+/// its raw columns' bounds (a masked column's smallest and largest values, the values of
+/// filtered rows). Plain `EXPLAIN` shows neither.
+fn refuse_under_policy(plan: &LogicalPlan, what: &str) -> Result<(), SqlError> {
+    let applied = crate::policy::applied_in(plan);
+    if applied.is_empty() {
+        return Ok(());
+    }
+    Err(SqlError::new(
+        SqlErrorKind::PermissionDenied,
+        format!(
+            "{what} is refused: it would show the row counts and column bounds of tables read \
+             under a row or column policy ({}); plain EXPLAIN shows the plan",
+            applied.join(", ")
+        ),
+    ))
 }
 
 fn refuse(what: &str) -> SqlError {

@@ -81,6 +81,11 @@ impl FieldIds {
             .map(|(n, _)| n.as_str())
     }
 
+    /// Each column's name and id, in the schema's order.
+    pub fn columns(&self) -> impl Iterator<Item = (&str, i32)> {
+        self.0.iter().map(|(name, id)| (name.as_str(), *id))
+    }
+
     /// The position in `schema` of the column with id `id`.
     pub fn position_in(
         &self,
