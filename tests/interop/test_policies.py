@@ -165,6 +165,11 @@ def test_raw_files_metadata_tables_and_writes_are_refused_under_a_policy(governe
         assert answer.status_code in (400, 403) and "policy" in answer.text, (suffix, answer.text)
     insert = http_sql(floe, token, "INSERT INTO hr.people (id) VALUES (99)")
     assert insert.status_code == 403 and "policy" in insert.text, insert.text
+    # Nor through the push doors (HTTP ingestion here; OTLP and remote write share its path).
+    pushed = floe.api("POST", "/ingest/v1/default/hr/people?wait=commit", token=token, data='{"id": 99}\n',
+                      headers={"Content-Type": "application/x-ndjson"})
+    assert pushed.status_code == 403 and "policy" in pushed.text, pushed.text
+    assert http_rows(floe, None, "SELECT count(*) FROM hr.people WHERE id = 99") == [[0]]
     # The unrestricted table next to it is read and written as granted.
     assert http_rows(floe, token, "SELECT count(*) FROM hr.known") == [[6]]
     # EXPLAIN shows the policy applied.

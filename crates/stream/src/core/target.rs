@@ -84,6 +84,20 @@ pub async fn ensure_loaded(
         }
         (Err(e), _) => return Err(e.into()),
     }
+    // Rows pushed into a table the caller reads under a row or column policy could replace
+    // (upsert) or meet rows it may not see: refused, as SQL `INSERT` is.
+    if catalog
+        .applied_policy(caller, warehouse, ident)
+        .await?
+        .is_some()
+    {
+        return Err(floe_catalog::CatalogError::PermissionDenied(format!(
+            "a row or column policy applies to principal {} on table {ident}: rows are not \
+             taken into it from this principal",
+            caller.principal.name
+        ))
+        .into());
+    }
     Ok(catalog.load_table(caller, warehouse, ident).await?)
 }
 
