@@ -35,13 +35,14 @@ pub enum Mask {
 }
 
 impl Mask {
-    /// How strict the mask is: of two masks on one column, the stricter applies.
+    /// How strict the mask is: of two masks on one column, the stricter applies. A hash and
+    /// an expression rank alike: neither is known to hide what the other shows (`'***'`
+    /// hides more than a hash, `upper(x)` less), so two different ones read NULL.
     fn strictness(&self) -> u8 {
         match self {
             Mask::Hide => 3,
             Mask::Null => 2,
-            Mask::Hash => 1,
-            Mask::Expression { .. } => 0,
+            Mask::Hash | Mask::Expression { .. } => 0,
         }
     }
 }
@@ -114,7 +115,8 @@ impl AppliedPolicy {
                 None => mask.mask.clone(),
                 Some(held) if held.strictness() > mask.mask.strictness() => held.clone(),
                 Some(held) if mask.mask.strictness() > held.strictness() => mask.mask.clone(),
-                // Two different expressions: neither is known to hide what the other shows.
+                // Two different expressions, or a hash and an expression: neither is known to
+                // hide what the other shows.
                 Some(held) if *held != mask.mask => Mask::Null,
                 Some(held) => held.clone(),
             };
@@ -189,15 +191,24 @@ mod tests {
                 Some("year > 2020"),
                 &[(1, Mask::Null), (3, expression("y"))],
             ),
-            policy("c", None, &[(2, expression("z")), (3, expression("y"))]),
+            policy(
+                "c",
+                None,
+                &[(2, expression("z")), (3, expression("y")), (4, Mask::Hash)],
+            ),
+            policy("d", None, &[(4, expression("'***'")), (5, Mask::Hash)]),
+            policy("e", None, &[(5, Mask::Hash)]),
         ])
         .unwrap();
-        assert_eq!(applied.roles, ["a", "b", "c"]);
+        assert_eq!(applied.roles, ["a", "b", "c", "d", "e"]);
         assert_eq!(applied.row_filters, ["region = 'EU'", "year > 2020"]);
         assert_eq!(applied.masks[&1], Mask::Null);
         // Two different expressions on one column: the value is nulled.
         assert_eq!(applied.masks[&2], Mask::Null);
         assert_eq!(applied.masks[&3], expression("y"));
+        // A hash and an expression: nulled too; two hashes stay a hash.
+        assert_eq!(applied.masks[&4], Mask::Null);
+        assert_eq!(applied.masks[&5], Mask::Hash);
         // Column 3's expression came from policies a and c, each with its own masks.
         assert_eq!(applied.expression_origins[&3].len(), 2);
         assert_eq!(applied.expression_origins[&3][0][&1], Mask::Null);
