@@ -99,10 +99,10 @@ impl SchemaProvider for NamespaceSchema {
         // table: those the caller may list but not read are shown without columns rather than
         // failing the listing, and none has its statistics read from its manifests.
         let listing = self.tables.is_some();
-        let loaded = match self
+        let (loaded, policy) = match self
             .access
             .service
-            .load_table(&self.access.caller, &self.access.warehouse, &ident)
+            .load_table_under_policy(&self.access.caller, &self.access.warehouse, &ident)
             .await
         {
             Ok(loaded) => loaded,
@@ -112,12 +112,6 @@ impl SchemaProvider for NamespaceSchema {
             }
             Err(e) => return Err(DataFusionError::External(Box::new(e))),
         };
-        let policy = self
-            .access
-            .service
-            .applied_policy(&self.access.caller, &self.access.warehouse, &ident)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let provider = IcebergTableProvider::try_new(self.access.clone(), loaded)?;
         let provider = match suffix {
             Suffix::Current if listing || policy.is_some() => provider,

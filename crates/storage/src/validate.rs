@@ -423,12 +423,18 @@ async fn attempt(
     }
 }
 
-/// The `list-type=2` query listing `prefix` (a directory: with its trailing `/`).
-fn list_query(prefix: &str) -> [(&'static str, String); 2] {
-    [
-        ("list-type", "2".to_string()),
-        ("prefix", format!("{prefix}/")),
-    ]
+/// Lists `prefix` (a directory: with its trailing `/`) with the scoped credential, as
+/// [`attempt`] sends it.
+async fn attempt_list(client: &S3Client<'_>, prefix: &str) -> Result<Tried, String> {
+    let directory = format!("{prefix}/");
+    attempt(
+        client,
+        Method::GET,
+        "",
+        &[("list-type", "2"), ("prefix", &directory)],
+        b"",
+    )
+    .await
 }
 
 async fn scoped_access(client: &S3Client<'_>, probe: &Probe) -> Result<String, String> {
@@ -451,16 +457,7 @@ async fn scoped_access(client: &S3Client<'_>, probe: &Probe) -> Result<String, S
         Ok(Tried::Refused) => return Err(cannot("read", "refused".into())),
         Err(e) => return Err(cannot("read", e)),
     }
-    let [(list_type, two), (prefix, value)] = list_query(&own_key);
-    match attempt(
-        client,
-        Method::GET,
-        "",
-        &[(list_type, &two), (prefix, &value)],
-        b"",
-    )
-    .await
-    {
+    match attempt_list(client, &own_key).await {
         Ok(Tried::Allowed(answer)) if answer.body.contains(&format!("<Key>{object_key}</Key>")) => {
         }
         Ok(Tried::Allowed(_)) => {
@@ -495,16 +492,7 @@ async fn scoped_isolation(client: &S3Client<'_>, probe: &Probe) -> Result<String
         Ok(Tried::Refused) => {}
         Err(e) => return Err(undecided("read", e)),
     }
-    let [(list_type, two), (prefix, value)] = list_query(&other_key);
-    match attempt(
-        client,
-        Method::GET,
-        "",
-        &[(list_type, &two), (prefix, &value)],
-        b"",
-    )
-    .await
-    {
+    match attempt_list(client, &other_key).await {
         Ok(Tried::Allowed(_)) => return Err(format!("{NOT_ISOLATED} (it listed {other})")),
         Ok(Tried::Refused) => {}
         Err(e) => return Err(undecided("list", e)),

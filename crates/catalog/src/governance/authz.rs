@@ -206,11 +206,6 @@ impl GrantSet {
         self.policies.get(table_id).map_or(&[], Vec::as_slice)
     }
 
-    /// True when any role of the principal has a policy on any table.
-    pub fn has_policies(&self) -> bool {
-        !self.policies.is_empty()
-    }
-
     pub fn len(&self) -> usize {
         self.scopes.len()
     }

@@ -6,33 +6,25 @@
 use iceberg::TableIdent;
 use iceberg::TableUpdate;
 
-use super::CatalogService;
 use super::tables::validate_ident;
+use super::{CatalogService, LoadedTable};
 use crate::governance::authz::{Caller, Privilege};
 use crate::governance::policies::AppliedPolicy;
 use crate::model::TabularRecord;
 use crate::{CatalogError, Result};
 
 impl CatalogService {
-    /// The policies that apply to `caller` reading table `ident` (none for most callers: a
-    /// caller whose roles hold no policy anywhere costs no lookup).
-    pub async fn applied_policy(
+    /// Table `ident` as [`Self::load_table`] reads it, with the policies that apply to
+    /// `caller` reading it (none for most callers), from one lookup of the table.
+    pub async fn load_table_under_policy(
         &self,
         caller: &Caller,
         warehouse: &str,
         ident: &TableIdent,
-    ) -> Result<Option<AppliedPolicy>> {
-        if !caller.grants.has_policies() {
-            return Ok(None);
-        }
-        validate_ident(ident, "table")?;
-        let wh = self.visible_warehouse(caller, warehouse).await?;
-        let record = self
-            .table_record(caller, &wh, ident, Privilege::ReadMetadata)
-            .await?;
-        Ok(AppliedPolicy::combine(
-            caller.grants.policies_on(&record.id.to_string()),
-        ))
+    ) -> Result<(LoadedTable, Option<AppliedPolicy>)> {
+        let (loaded, record) = self.load_table_record(caller, warehouse, ident).await?;
+        let policy = AppliedPolicy::combine(caller.grants.policies_on(&record.id.to_string()));
+        Ok((loaded, policy))
     }
 
     /// Requires that `caller` may read table `ident`'s files themselves: `read-data`, and no

@@ -329,6 +329,16 @@ impl CatalogService {
         warehouse: &str,
         ident: &TableIdent,
     ) -> Result<LoadedTable> {
+        Ok(self.load_table_record(caller, warehouse, ident).await?.0)
+    }
+
+    /// The table as [`Self::load_table`] reads it, with its record.
+    pub(crate) async fn load_table_record(
+        &self,
+        caller: &Caller,
+        warehouse: &str,
+        ident: &TableIdent,
+    ) -> Result<(LoadedTable, TabularRecord)> {
         validate_ident(ident, "table")?;
         let wh = self.visible_warehouse(caller, warehouse).await?;
         let record = self
@@ -338,11 +348,12 @@ impl CatalogService {
             .metadata
             .read_table(&wh.storage, &record.metadata_location)
             .await?;
-        Ok(LoadedTable {
+        let loaded = LoadedTable {
             ident: ident.clone(),
-            metadata_location: Some(record.metadata_location),
+            metadata_location: Some(record.metadata_location.clone()),
             metadata,
-        })
+        };
+        Ok((loaded, record))
     }
 
     /// The current metadata location of a table, without reading the file (for ETags).

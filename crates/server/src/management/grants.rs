@@ -193,7 +193,7 @@ async fn name_securable(state: &AppState, record: &GrantRecord) -> ApiResult<Opt
 }
 
 /// Who may grant on a securable: holders of `manage-grants` on it (or above).
-async fn authorized_securable(
+pub(super) async fn authorized_securable(
     state: &AppState,
     caller: &Caller,
     on: &SecurableRef,

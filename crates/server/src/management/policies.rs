@@ -110,17 +110,9 @@ async fn governed_table(
             "a row or column policy is set on a table ({\"type\": \"table\", …})",
         ));
     };
-    // One answer for "missing" and "hidden", as for grants.
-    let hidden = || floe_catalog::CatalogError::NotFound {
-        error_type: "NotFoundException",
-        message: "the table does not exist".to_string(),
-    };
-    let securable = match state.catalog.resolve_securable(on).await {
-        Ok(securable) => securable,
-        Err(floe_catalog::CatalogError::NotFound { .. }) => return Err(ApiError(hidden())),
-        Err(e) => return Err(ApiError(e)),
-    };
-    caller.require(Privilege::ManageGrants, &securable.scope, hidden)?;
+    // Who may grant on the table may set its policies, with the same 404 for "missing" and
+    // "hidden".
+    let securable = super::grants::authorized_securable(state, caller, on).await?;
     let namespace = NamespaceIdent::from_vec(namespace.clone())
         .map_err(|_| ApiError::bad_request("namespace must have at least one level"))?;
     Ok((

@@ -86,11 +86,10 @@ pub async fn ensure_loaded(
     }
     // Rows pushed into a table the caller reads under a row or column policy could replace
     // (upsert) or meet rows it may not see: refused, as SQL `INSERT` is.
-    if catalog
-        .applied_policy(caller, warehouse, ident)
-        .await?
-        .is_some()
-    {
+    let (loaded, policy) = catalog
+        .load_table_under_policy(caller, warehouse, ident)
+        .await?;
+    if policy.is_some() {
         return Err(floe_catalog::CatalogError::PermissionDenied(format!(
             "a row or column policy applies to principal {} on table {ident}: rows are not \
              taken into it from this principal",
@@ -98,7 +97,7 @@ pub async fn ensure_loaded(
         ))
         .into());
     }
-    Ok(catalog.load_table(caller, warehouse, ident).await?)
+    Ok(loaded)
 }
 
 async fn create(

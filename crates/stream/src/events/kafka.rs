@@ -20,7 +20,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::{Sink, anyhow_like::Result};
+use super::Sink;
+
+type Result<T> = std::result::Result<T, String>;
 
 const DELIVERY: Duration = Duration::from_secs(30);
 const READ: Duration = Duration::from_secs(10);

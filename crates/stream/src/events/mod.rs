@@ -29,14 +29,10 @@ pub trait Sink: Send + Sync {
     fn name(&self) -> &str;
     /// Called on taking the lease: the events already delivered past `seq` (the progress
     /// recorded) are found, and the progress to resume from returned.
-    async fn resume(&self, seq: i64) -> anyhow_like::Result<i64>;
-    /// Delivers `events` (in order); Ok once the sink has acknowledged every one.
-    async fn deliver(&self, events: &[StoredEvent], source: &str) -> anyhow_like::Result<()>;
-}
-
-/// A small error type for sinks: a message naming what failed.
-pub mod anyhow_like {
-    pub type Result<T> = std::result::Result<T, String>;
+    async fn resume(&self, seq: i64) -> Result<i64, String>;
+    /// Delivers `events` (in order); Ok once the sink has acknowledged every one. An error
+    /// names what failed.
+    async fn deliver(&self, events: &[StoredEvent], source: &str) -> Result<(), String>;
 }
 
 /// How the publisher runs.

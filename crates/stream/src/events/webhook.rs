@@ -6,7 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use floe_catalog::events::StoredEvent;
 
-use super::{Sink, anyhow_like::Result};
+use super::Sink;
+
+type Result<T> = std::result::Result<T, String>;
 
 /// POSTs events to `url`, with `token` as a bearer token when given.
 pub struct WebhookSink {
