@@ -390,3 +390,57 @@ def test_create_table_as_select_copies_what_the_policy_shows_and_is_audited_unde
             break
         time.sleep(0.1)
     assert any("hr.people (roles analyst-role)" in details for details in ctas), ctas
+
+
+def test_a_condition_the_files_bounds_prove_costs_nothing_and_nulls_are_still_filtered(governed):
+    """A row filter's conditions that the bounds and null counts of the files a query reads
+    prove true for every row are not evaluated (`region = 'eu'` over a query of the `eu`
+    partition, `id >= 1` over ids from 1); one the bounds do not prove is, NULLs included
+    (`level >= 0` is false for a NULL level although every other level is at least 0).
+    Answers are checked against root's with the filter written into the query."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField
+
+    floe, (client_id, secret) = governed
+    token = floe.token(client_id, secret)
+    schema = Schema(NestedField(1, "id", LongType(), required=False),
+                    NestedField(2, "region", StringType(), required=False),
+                    NestedField(3, "level", LongType(), required=False))
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region"))
+    parts = floe.pyiceberg().create_table("hr.parts", schema=schema, partition_spec=spec)
+    arrow = pa.schema([("id", pa.int64()), ("region", pa.string()), ("level", pa.int64())])
+    parts.append(pa.table({"id": [1, 2, 3, 4, 5, 6, 7], "region": ["eu", "us", "eu", "us", "eu", "eu", "us"],
+                           "level": [0, 5, None, 2, 7, 3, None]}, schema=arrow))
+    policy = {"role": "analyst-role", "table": {**TABLE, "name": "parts"},
+              "row-filter": "region = 'eu' AND id >= 1 AND level >= 0", "masks": []}
+    answer = floe.api("PUT", "/api/v1/policies", json=policy)
+    assert answer.status_code == 204, answer.text
+
+    for where in ["", "WHERE region = 'eu'", "WHERE id > 2", "WHERE level IS NULL", "WHERE region = 'us'"]:
+        statement = f"SELECT id, level FROM hr.parts {where} ORDER BY id"
+        written = f"SELECT id, level FROM hr.parts WHERE region = 'eu' AND id >= 1 AND level >= 0 " \
+                  f"{where.replace('WHERE', 'AND')} ORDER BY id"
+        assert http_rows(floe, token, statement) == http_rows(floe, None, written), statement
+    assert http_rows(floe, token, "SELECT id FROM hr.parts ORDER BY id") == [[1], [5], [6]]
+    assert http_rows(floe, token, "SELECT count(*) FROM hr.parts WHERE level IS NULL") == [[0]]
+
+    def policy_filter(statement: str) -> str:
+        plan = http_sql(floe, token, f"EXPLAIN {statement}")
+        assert plan.status_code == 200, plan.text
+        text = "\n".join(str(v) for r in plan.json()["rows"] for v in r.values())
+        above, below = text.split("PolicyExec", 1)
+        physical = above.split("physical_plan", 1)[-1]
+        assert "FilterExec" not in physical, physical
+        # The predicates only (a filter's projection names columns too).
+        return "\n".join(line.split(", projection=")[0] for line in below.splitlines() if "FilterExec" in line)
+
+    # The policy's own filter prunes the us partition's file: every row left has region 'eu'
+    # and an id of at least 1, and only the NULL-holding level is compared.
+    for statement in ["SELECT id FROM hr.parts WHERE region = 'eu'", "SELECT id FROM hr.parts"]:
+        compared = policy_filter(statement)
+        assert "level" in compared and "region" not in compared and "id@" not in compared, compared
+    # The query's own condition is evaluated once, below the policy, where the files do not
+    # prove it.
+    assert "id@0 > 2" in policy_filter("SELECT id FROM hr.parts WHERE id > 2")

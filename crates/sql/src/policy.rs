@@ -9,7 +9,8 @@
 //! - It takes from the query only filters that cannot fail and read no masked column
 //!   ([`PolicyTable::cannot_leak`]: comparisons, boolean logic, null tests, `IN` lists of
 //!   columns and literals), which give the same rows before or after the policy's filter and
-//!   are evaluated with it (pruning files, filtering in the scan); it has no statistics, and
+//!   are evaluated with it, exactly (pruning files, filtering in the scan; not again above
+//!   it); it has no statistics of its own, and
 //!   is not an [`IcebergTableProvider`], so rewrites that match Floe's table (inserts,
 //!   metadata reads, statistics) do not see one.
 //! - Its scan is `PolicyExec` over the masks' projection over the row filter over the table's
@@ -18,7 +19,8 @@
 //!   top-k sorts stay above it and are evaluated on filtered rows and masked values only, so
 //!   even an expression that fails on some value cannot fail on a row the policy hides.
 //!   Below it only the policy's own filter, and the query's filters that cannot leak, are
-//!   pushed into the scan.
+//!   pushed into the scan. Of those conditions, the ones the bounds of the files the scan
+//!   reads prove true for every row are dropped ([`unproven`]).
 //! - Its statistics are those of the filter and projection below it: inexact under a row
 //!   filter (no `count(*)` answered from file counts), none for masked values.
 
@@ -344,8 +346,9 @@ impl TableProvider for PolicyTable {
         Ok(filters
             .iter()
             .map(|filter| {
+                // `scan` evaluates it, exactly, below the policy.
                 if self.cannot_leak(filter) {
-                    TableProviderFilterPushDown::Inexact
+                    TableProviderFilterPushDown::Exact
                 } else {
                     TableProviderFilterPushDown::Unsupported
                 }
@@ -409,8 +412,16 @@ impl TableProvider for PolicyTable {
             .scan(session, Some(&needed), &pruning, None)
             .await?;
         let read = DFSchema::try_from(scan.schema().as_ref().clone())?;
+        let by_bounds = state
+            .config()
+            .get_extension::<crate::optimizer::Rewrites>()
+            .is_none_or(|rewrites| rewrites.policy_bounds);
+        let filter = match compiled.filter {
+            Some(filter) if by_bounds => unproven(filter, &scan, &read),
+            filter => filter,
+        };
         let mut plan: Arc<dyn ExecutionPlan> = scan;
-        if let Some(filter) = compiled.filter {
+        if let Some(filter) = filter {
             let predicate = session.create_physical_expr(filter, &read)?;
             plan = Arc::new(FilterExec::try_new(predicate, plan)?);
         }
@@ -422,6 +433,114 @@ impl TableProvider for PolicyTable {
         let plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
         Ok(Arc::new(PolicyExec::new(plan, self.describe())))
     }
+}
+
+/// `filter` less the conditions (its `AND`ed parts) that every row `scan` reads is known to
+/// meet by the bounds and null counts of the files it reads (Iceberg's metadata of the files
+/// left after pruning; an identity partition's value is such a bound): a tenant's
+/// `region = 'eu'` over a table, or over the files of it a query reads, that hold only `eu`
+/// rows costs no comparison per row. `None` when no condition is left. Only a condition
+/// DataFusion's simplifier folds to `true` under those bounds is dropped; every other is kept
+/// as written. `read` is `scan`'s schema.
+fn unproven(filter: Expr, scan: &Arc<dyn ExecutionPlan>, read: &DFSchema) -> Option<Expr> {
+    match file_bounds(scan) {
+        Some(stats) => without_proven(filter, not_null_bounds(&scan.schema(), &stats), read),
+        None => Some(filter),
+    }
+}
+
+/// `filter` less the conditions that `guarantees` (ranges of columns of `read`) prove true.
+fn without_proven(
+    filter: Expr,
+    guarantees: Vec<(
+        Expr,
+        datafusion::logical_expr::interval_arithmetic::NullableInterval,
+    )>,
+    read: &DFSchema,
+) -> Option<Expr> {
+    use datafusion::logical_expr::simplify::SimplifyContext;
+    use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
+    use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+    if guarantees.is_empty() {
+        return Some(filter);
+    }
+    let context = SimplifyContext::builder()
+        .with_schema(Arc::new(read.clone()))
+        .build();
+    let simplifier = ExprSimplifier::new(context).with_guarantees(guarantees);
+    conjunction(
+        split_conjunction_owned(filter)
+            .into_iter()
+            .filter(|condition| {
+                // Types made to agree first (a string literal against a `Utf8View`
+                // column): the bounds compare with values of the column's own type.
+                let proven = simplifier
+                    .coerce(condition.clone(), read)
+                    .and_then(|coerced| simplifier.simplify(coerced));
+                !matches!(
+                    proven,
+                    Ok(Expr::Literal(ScalarValue::Boolean(Some(true)), _))
+                )
+            }),
+    )
+}
+
+/// The statistics of the rows `plan` reads, when they are the bounds of data files alone: a
+/// scan of files (whose statistics Floe's table provider takes from the files' Iceberg
+/// metadata) or a union of such scans. Rows from elsewhere (acknowledged rows not yet
+/// committed, held in memory) have no bounds, and then there are none.
+fn file_bounds(plan: &Arc<dyn ExecutionPlan>) -> Option<datafusion::common::Statistics> {
+    if crate::optimizer::utils::file_scan(plan).is_some() {
+        return plan
+            .partition_statistics(None)
+            .ok()
+            .map(Arc::unwrap_or_clone);
+    }
+    plan.downcast_ref::<datafusion::physical_plan::union::UnionExec>()?;
+    let parts = plan
+        .children()
+        .into_iter()
+        .map(file_bounds)
+        .collect::<Option<Vec<_>>>()?;
+    datafusion::common::Statistics::try_merge_iter(parts.iter(), &plan.schema()).ok()
+}
+
+/// Each column's range from `stats`, for the columns known to hold no NULL and both of whose
+/// bounds are known, as the simplifier's guarantees. Floating point columns have none: NaN
+/// lies outside Iceberg's bounds.
+fn not_null_bounds(
+    schema: &Schema,
+    stats: &datafusion::common::Statistics,
+) -> Vec<(
+    Expr,
+    datafusion::logical_expr::interval_arithmetic::NullableInterval,
+)> {
+    use datafusion::logical_expr::interval_arithmetic::{Interval, NullableInterval};
+    schema
+        .fields()
+        .iter()
+        .zip(&stats.column_statistics)
+        .filter_map(|(field, column)| {
+            if matches!(
+                field.data_type(),
+                DataType::Float16 | DataType::Float32 | DataType::Float64
+            ) || column.null_count.get_value() != Some(&0)
+            {
+                return None;
+            }
+            let min = column.min_value.get_value()?;
+            let max = column.max_value.get_value()?;
+            let typed = |v: &ScalarValue| !v.is_null() && v.data_type() == *field.data_type();
+            if !typed(min) || !typed(max) {
+                return None;
+            }
+            let values = Interval::try_new(min.clone(), max.clone()).ok()?;
+            Some((
+                Expr::Column(datafusion::common::Column::new_unqualified(field.name())),
+                NullableInterval::NotNull { values },
+            ))
+        })
+        .collect()
 }
 
 /// The top of a policy's scan: passes its input on and lets nothing of the plan above
@@ -576,6 +695,74 @@ mod tests {
 
     fn ids(text: &str) -> FieldIds {
         FieldIds::decode(text).expect("id=name lines")
+    }
+
+    /// `filter` over columns `id` (Int64), `region` (Utf8View), `score` (Float64) and
+    /// `level` (Int64), whose bounds are `stats`, less what they prove.
+    fn kept(filter: &str, stats: [(Option<ScalarValue>, Option<ScalarValue>, usize); 4]) -> String {
+        use datafusion::common::stats::Precision;
+        use datafusion::common::{ColumnStatistics, Statistics};
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("region", DataType::Utf8View, true),
+            Field::new("score", DataType::Float64, true),
+            Field::new("level", DataType::Int64, true),
+        ]);
+        let read = DFSchema::try_from(schema.clone()).unwrap();
+        let mut statistics = Statistics::new_unknown(&schema);
+        for (column, (min, max, nulls)) in statistics.column_statistics.iter_mut().zip(stats) {
+            *column = ColumnStatistics {
+                min_value: min.map_or(Precision::Absent, Precision::Inexact),
+                max_value: max.map_or(Precision::Absent, Precision::Inexact),
+                null_count: Precision::Exact(nulls),
+                ..ColumnStatistics::new_unknown()
+            };
+        }
+        let state = datafusion::execution::session_state::SessionStateBuilder::new()
+            .with_default_features()
+            .build();
+        let filter = state.create_logical_expr(filter, &read).unwrap();
+        match without_proven(filter, not_null_bounds(&schema, &statistics), &read) {
+            Some(expr) => expr.to_string(),
+            None => "none".into(),
+        }
+    }
+
+    #[test]
+    fn only_conditions_the_bounds_prove_for_every_row_are_dropped() {
+        let int = |v: i64| Some(ScalarValue::Int64(Some(v)));
+        let text = |v: &str| Some(ScalarValue::Utf8View(Some(v.into())));
+        let float = |v: f64| Some(ScalarValue::Float64(Some(v)));
+        let stats = [
+            (int(0), int(99), 0),
+            (text("eu"), text("eu"), 0),
+            (float(0.0), float(1.0), 0),
+            (int(0), int(9), 2),
+        ];
+        // Every id is at least 0 and every region `eu`: nothing left to evaluate.
+        assert_eq!(kept("id >= -5 AND region = 'eu'", stats.clone()), "none");
+        // A bound that does not cover every row, or that would make the condition false
+        // (kept as written), keeps the condition.
+        assert_eq!(
+            kept("id >= 5 AND id < 100", stats.clone()),
+            "id >= Int64(5)"
+        );
+        assert_eq!(
+            kept("region <> 'eu'", stats.clone()),
+            "region != Utf8(\"eu\")"
+        );
+        // A column with NULLs: `level >= 0` is false for them.
+        assert_eq!(kept("level >= 0", stats.clone()), "level >= Int64(0)");
+        // Floats may hold NaN, which Iceberg's bounds leave out.
+        assert_eq!(kept("score <= 1", stats.clone()), "score <= Int64(1)");
+        // Unknown bounds prove nothing; an OR is proven as a whole.
+        let mut unknown = stats.clone();
+        unknown[0] = (None, int(99), 0);
+        assert_eq!(kept("id >= 0", unknown), "id >= Int64(0)");
+        assert_eq!(
+            kept("(id < 0 OR region = 'eu') AND level = 3", stats),
+            "level = Int64(3)"
+        );
     }
 
     #[test]

@@ -160,10 +160,10 @@ impl SqlEngine {
                 }
             };
             drop(stream);
-            let unread = producer.finish(failure).await;
-            // The query has run: its place in line goes to the next one, while its answer
-            // waits for the consumer until the deadline.
-            drop(ticket);
+            // The query has run: its place in line goes to the next one (before the
+            // consumer hears the end), while its answer waits for the consumer until the
+            // deadline.
+            let unread = producer.finish_releasing(failure, ticket).await;
             if let Err(expired) = deadline.run(unread.read()).await {
                 unread.expire(DataFusionError::External(Box::new(expired)));
             }

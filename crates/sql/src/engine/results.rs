@@ -271,11 +271,24 @@ impl Producer {
     /// The query ended, with `failure` if it failed: what is still open is written, and the
     /// consumer hears the end after every batch. What is left waits for the consumer
     /// ([`Unread`]).
-    pub(crate) async fn finish(mut self, failure: Option<DataFusionError>) -> Unread {
+    #[cfg(test)]
+    pub(crate) async fn finish(self, failure: Option<DataFusionError>) -> Unread {
+        self.finish_releasing(failure, ()).await
+    }
+
+    /// [`Producer::finish`], giving up `held` (the statement's place in line) before the
+    /// consumer hears the end: a client that reads the end and sends its next statement at
+    /// once finds the place free.
+    pub(crate) async fn finish_releasing<T>(
+        mut self,
+        failure: Option<DataFusionError>,
+        held: T,
+    ) -> Unread {
         let failure = match self.flush().await {
             Ok(()) => failure,
             Err(e) => Some(failure.unwrap_or(e)),
         };
+        drop(held);
         self.shared.update(|state| {
             state.ended = true;
             state.failure = failure;

@@ -102,6 +102,9 @@ pub struct Rewrites {
     /// `FLOE_SQL_TOKEN_INDEX`: scans skip data files whose token index proves that no row
     /// can pass the filters ([`crate::token_index`]).
     pub token_index: bool,
+    /// `FLOE_SQL_POLICY_BOUNDS`: a row policy's conditions that the bounds of the files a
+    /// scan reads prove true for every row are not evaluated ([`crate::policy`]).
+    pub policy_bounds: bool,
     /// [`broken_on_purpose`]: a wrong rewrite, for showing that the differential checks
     /// catch one (`floe bench … --break-a-rewrite` only; never on otherwise).
     #[doc(hidden)]
@@ -126,6 +129,7 @@ impl Default for Rewrites {
             compact_views: true,
             written_order: true,
             token_index: true,
+            policy_bounds: true,
             broken_on_purpose: false,
         }
     }
@@ -170,6 +174,7 @@ impl Rewrites {
             compact_views: false,
             written_order: false,
             token_index: false,
+            policy_bounds: false,
             broken_on_purpose: false,
         }
     }
@@ -193,6 +198,7 @@ impl Rewrites {
             compact_views: on("FLOE_SQL_COMPACT_VIEWS"),
             written_order: on("FLOE_SQL_WRITTEN_ORDER"),
             token_index: on("FLOE_SQL_TOKEN_INDEX"),
+            policy_bounds: on("FLOE_SQL_POLICY_BOUNDS"),
             broken_on_purpose: false,
         }
     }
