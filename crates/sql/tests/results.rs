@@ -133,3 +133,30 @@ async fn a_reader_that_goes_away_leaves_nothing_in_the_warehouse() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A client that reads a statement's end and sends its next at once finds its principal's
+/// place free: the statement gives it back before its consumer hears the end (before, a
+/// client running as many statements as its principal may hit "already runs 1 statements"
+/// now and then, a 429 over HTTP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_statement_after_an_answer_read_to_its_end_is_never_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EngineConfig {
+        max_queries_per_principal: 1,
+        ..EngineConfig::default()
+    };
+    let engine = common::engine_in(&dir, config).await;
+    let mut caller = Caller::system();
+    caller.principal.id = uuid::Uuid::new_v4();
+    caller.principal.name = "reader".into();
+    for round in 0..200 {
+        let result = engine
+            .query(&caller, "SELECT 1 AS one", &QueryOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("statement {round}: {e}"));
+        let batches: Vec<RecordBatch> = futures::TryStreamExt::try_collect(result.stream)
+            .await
+            .unwrap();
+        assert_eq!(batches.iter().map(RecordBatch::num_rows).sum::<usize>(), 1);
+    }
+}
