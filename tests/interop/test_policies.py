@@ -444,3 +444,33 @@ def test_a_condition_the_files_bounds_prove_costs_nothing_and_nulls_are_still_fi
     # The query's own condition is evaluated once, below the policy, where the files do not
     # prove it.
     assert "id@0 > 2" in policy_filter("SELECT id FROM hr.parts WHERE id > 2")
+
+
+def test_a_query_cannot_choose_which_hidden_rows_a_failing_row_filter_meets(governed):
+    """A row filter that can fail (a cast of a string) fails on a hidden row's value. Were the
+    query's filters pushed below it, they would choose by pruning which files — which hidden
+    rows — it meets, and its error would say whether a row the query picked holds a value it
+    fails on. Under such a filter the query's filters stay above the policy: every query
+    meets every row, and `id = 1` fails as `id = 3` does."""
+    floe, (client_id, secret) = governed
+    token = floe.token(client_id, secret)
+    arrow = pa.schema([("id", pa.int64()), ("code", pa.string())])
+    codes = floe.pyiceberg().create_table("hr.codes", schema=arrow)
+    for i, code in [(1, "5"), (2, "7"), (3, "bad"), (4, "9")]:
+        codes.append(pa.table({"id": [i], "code": [code]}, schema=arrow))  # a file per row
+    answer = floe.api("PUT", "/api/v1/policies", json={
+        "role": "analyst-role", "table": {**TABLE, "name": "codes"},
+        "row-filter": "CAST(code AS BIGINT) > 0", "masks": []})
+    assert answer.status_code == 204, answer.text
+
+    outcomes = []
+    for statement in ["SELECT count(*) FROM hr.codes WHERE id = 1", "SELECT count(*) FROM hr.codes WHERE id = 3"]:
+        answer = http_sql(floe, token, statement)
+        outcomes.append(answer.status_code)
+        assert answer.status_code != 200, (statement, answer.text)
+        assert "bad" in answer.text or "cast" in answer.text.lower(), answer.text
+    assert outcomes[0] == outcomes[1]
+    plan = http_sql(floe, token, "EXPLAIN SELECT id FROM hr.codes WHERE id = 1")
+    text = "\n".join(str(v) for r in plan.json()["rows"] for v in r.values())
+    above, below = text.split("physical_plan", 1)[-1].split("PolicyExec", 1)
+    assert "id@0 = 1" in above and "id@0 = 1" not in below, text

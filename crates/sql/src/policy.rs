@@ -8,7 +8,8 @@
 //!   masked one (hidden columns are not there to name).
 //! - It takes from the query only filters that cannot fail and read no masked column
 //!   ([`PolicyTable::cannot_leak`]: comparisons, boolean logic, null tests, `IN` lists of
-//!   columns and literals), which give the same rows before or after the policy's filter and
+//!   columns and literals, casts that cannot fail), and only when the policy's own filter
+//!   is made of the same, which give the same rows before or after the policy's filter and
 //!   are evaluated with it, exactly (pruning files, filtering in the scan; not again above
 //!   it); it has no statistics of its own, and
 //!   is not an [`IcebergTableProvider`], so rewrites that match Floe's table (inserts,
@@ -76,6 +77,9 @@ pub struct PolicyTable {
     /// The masked schema, and where each of its columns comes from.
     schema: SchemaRef,
     sources: Vec<Source>,
+    /// Every row filter of the policy is made of operations that cannot fail (see
+    /// [`PolicyTable::cannot_leak`]).
+    filter_cannot_fail: bool,
 }
 
 impl PolicyTable {
@@ -106,6 +110,7 @@ impl PolicyTable {
             sources.push(source);
         }
         Self {
+            filter_cannot_fail: filters_cannot_fail(&raw, &policy.row_filters),
             inner,
             name,
             policy,
@@ -150,54 +155,125 @@ impl PolicyTable {
 impl PolicyTable {
     /// Whether the query's filter `expr` may be evaluated below the policy: it reads only
     /// columns the policy leaves as they are, and is made only of operations that cannot
-    /// fail — comparisons, `AND`/`OR`/`NOT`, null tests, `BETWEEN` and `IN` lists of literals
-    /// and columns (no casts, arithmetic or functions, which could fail on a hidden row's
-    /// value and so tell of it). Such a filter gives the same rows before or after the
-    /// policy's filter; evaluated in the scan, it prunes files and decodes fewer rows.
+    /// fail ([`only_safe_operations`]: no arithmetic or functions, which could fail on a
+    /// hidden row's value and so tell of it). Such a filter gives the same rows before or
+    /// after the policy's filter; evaluated in the scan, it prunes files and decodes fewer
+    /// rows. Never when the policy's own filter could fail: the query's filters would then
+    /// choose, by the files they prune, which hidden rows that filter meets, and its error
+    /// would tell whether one of them holds a value it fails on.
     fn cannot_leak(&self, expr: &Expr) -> bool {
-        use datafusion::logical_expr::Operator::*;
         let raw = |name: &str| {
-            self.schema
-                .index_of(name)
-                .is_ok_and(|at| matches!(self.sources[at], Source::Raw(_)))
+            let at = self.schema.index_of(name).ok()?;
+            matches!(self.sources[at], Source::Raw(_))
+                .then(|| self.schema.field(at).data_type().clone())
         };
-        let mut safe = true;
-        let _ = expr.apply(|e| {
-            safe = match e {
-                Expr::Column(column) => raw(&column.name),
+        self.filter_cannot_fail && only_safe_operations(expr, &raw)
+    }
+}
+
+/// Whether `expr` is made only of operations that cannot fail, over the columns `column`
+/// gives a type for (others are not allowed): comparisons, `AND`/`OR`/`NOT`, null and truth tests, `BETWEEN` and `IN` lists of
+/// literals and columns, and casts that cannot fail (of a literal, already folded or not;
+/// from an integer to a wider integer or to `Float64`; between the string types).
+fn only_safe_operations(expr: &Expr, column: &dyn Fn(&str) -> Option<DataType>) -> bool {
+    use datafusion::logical_expr::Operator::*;
+    let mut safe = true;
+    let _ = expr.apply(|e| {
+        safe = match e {
+            Expr::Column(c) => column(&c.name).is_some(),
+            Expr::Literal(..) => true,
+            Expr::BinaryExpr(binary) => matches!(
+                binary.op,
+                Eq | NotEq | Lt | LtEq | Gt | GtEq | And | Or | IsDistinctFrom | IsNotDistinctFrom
+            ),
+            Expr::Not(_)
+            | Expr::IsNull(_)
+            | Expr::IsNotNull(_)
+            | Expr::IsTrue(_)
+            | Expr::IsFalse(_)
+            | Expr::IsNotTrue(_)
+            | Expr::IsNotFalse(_)
+            | Expr::IsUnknown(_)
+            | Expr::IsNotUnknown(_)
+            | Expr::Between(_)
+            | Expr::InList(_) => true,
+            Expr::Cast(cast) => match cast.expr.as_ref() {
                 Expr::Literal(..) => true,
-                Expr::BinaryExpr(binary) => matches!(
-                    binary.op,
-                    Eq | NotEq
-                        | Lt
-                        | LtEq
-                        | Gt
-                        | GtEq
-                        | And
-                        | Or
-                        | IsDistinctFrom
-                        | IsNotDistinctFrom
-                ),
-                Expr::Not(_)
-                | Expr::IsNull(_)
-                | Expr::IsNotNull(_)
-                | Expr::IsTrue(_)
-                | Expr::IsFalse(_)
-                | Expr::IsNotTrue(_)
-                | Expr::IsNotFalse(_)
-                | Expr::IsUnknown(_)
-                | Expr::IsNotUnknown(_)
-                | Expr::Between(_)
-                | Expr::InList(_) => true,
+                Expr::Column(c) => column(&c.name)
+                    .is_some_and(|from| cast_cannot_fail(&from, cast.field.data_type())),
                 _ => false,
-            };
-            Ok(if safe {
-                TreeNodeRecursion::Continue
-            } else {
-                TreeNodeRecursion::Stop
-            })
-        });
-        safe
+            },
+            _ => false,
+        };
+        Ok(if safe {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    safe
+}
+
+/// Whether every one of `filters` (row filters over a table of schema `raw`), as DataFusion
+/// evaluates it (its operands' types made to agree), is made only of operations that cannot
+/// fail. One that does not parse can fail.
+fn filters_cannot_fail(raw: &Schema, filters: &[String]) -> bool {
+    use datafusion::logical_expr::simplify::SimplifyContext;
+    use datafusion::optimizer::simplify_expressions::ExprSimplifier;
+    static PARSER: std::sync::LazyLock<SessionState> = std::sync::LazyLock::new(|| {
+        let mut state = datafusion::execution::session_state::SessionStateBuilder::new()
+            .with_default_features()
+            .build();
+        // Without Floe's functions a filter calling one does not parse, and counts as one
+        // that can fail.
+        let _ = crate::register_functions(&mut state);
+        state
+    });
+    if filters.is_empty() {
+        return true;
+    }
+    let Ok(schema) = DFSchema::try_from(raw.clone()) else {
+        return false;
+    };
+    let schema = Arc::new(schema);
+    let simplifier = ExprSimplifier::new(
+        SimplifyContext::builder()
+            .with_schema(schema.clone())
+            .build(),
+    );
+    let column = |name: &str| {
+        raw.field_with_name(name)
+            .ok()
+            .map(|f| f.data_type().clone())
+    };
+    filters.iter().all(|sql| {
+        PARSER
+            .create_logical_expr(sql, &schema)
+            .and_then(|expr| simplifier.coerce(expr, &schema))
+            .is_ok_and(|expr| only_safe_operations(&expr, &column))
+    })
+}
+
+/// Whether every value of type `from` casts to `to`: an integer to a wider integer of the
+/// same signedness or to `Float64`, a string type to another.
+fn cast_cannot_fail(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    let rank = |t: &DataType| match t {
+        Int8 => Some((true, 1)),
+        Int16 => Some((true, 2)),
+        Int32 => Some((true, 3)),
+        Int64 => Some((true, 4)),
+        UInt8 => Some((false, 1)),
+        UInt16 => Some((false, 2)),
+        UInt32 => Some((false, 3)),
+        UInt64 => Some((false, 4)),
+        _ => None,
+    };
+    let text = |t: &DataType| matches!(t, Utf8 | Utf8View | LargeUtf8);
+    match (rank(from), rank(to)) {
+        (Some((signed, a)), Some((signed_to, b))) => signed == signed_to && a <= b,
+        (Some(_), None) => matches!(to, Float64),
+        _ => text(from) && text(to),
     }
 }
 
@@ -763,6 +839,35 @@ mod tests {
             kept("(id < 0 OR region = 'eu') AND level = 3", stats),
             "level = Int64(3)"
         );
+    }
+
+    #[test]
+    fn only_a_row_filter_that_cannot_fail_lets_the_querys_filters_below_it() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int32, true),
+            Field::new("region", DataType::Utf8View, true),
+            Field::new("score", DataType::Float64, true),
+        ]);
+        let cannot_fail = |filter: &str| filters_cannot_fail(&schema, &[filter.to_string()]);
+        assert!(cannot_fail("region = 'eu' AND id >= 1"));
+        assert!(cannot_fail("id IN (1, 2) OR score IS NULL OR score > 2"));
+        assert!(cannot_fail("id > 3000000000"), "id widened to Int64");
+        assert!(!cannot_fail("CAST(region AS BIGINT) > 0"));
+        assert!(!cannot_fail("id % 1000 >= 0"));
+        assert!(!cannot_fail("region > 5"), "region cast to a number");
+        assert!(!cannot_fail("length(region) > 2"));
+        assert!(!cannot_fail("no_such_column = 1"));
+        assert!(filters_cannot_fail(&schema, &[]));
+        assert!(!filters_cannot_fail(
+            &schema,
+            &["id >= 1".to_string(), "1 / id > 0".to_string()]
+        ));
+        assert!(cast_cannot_fail(&DataType::Int32, &DataType::Int64));
+        assert!(cast_cannot_fail(&DataType::Int64, &DataType::Float64));
+        assert!(!cast_cannot_fail(&DataType::Int64, &DataType::Int32));
+        assert!(!cast_cannot_fail(&DataType::UInt64, &DataType::Int64));
+        assert!(!cast_cannot_fail(&DataType::Utf8, &DataType::Int64));
+        assert!(!cast_cannot_fail(&DataType::Binary, &DataType::Utf8));
     }
 
     #[test]
