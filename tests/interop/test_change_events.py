@@ -126,12 +126,17 @@ def test_every_change_is_published_once_in_order_across_kill_9(broker, tmp_path)
         make_principal(floe, "watcher", [("read-data", {"type": "table", "warehouse": "default", "namespace": ["ev"], "name": "t2"})])
         catalog.create_table("ev.gone", schema=schema)
         catalog.drop_table("ev.gone")
-        wait_until(lambda: len(receiver.events) >= 9, what="the webhook's first events")
+        assert floe.api("DELETE", "/api/v1/roles/watcher-role/members/watcher").status_code == 204
+        assert floe.api("DELETE", "/api/v1/roles/watcher-role").status_code == 204
+        wait_until(lambda: len(receiver.events) >= 13, what="the webhook's first events")
 
         kinds = [e["type"] for e in receiver.events]
-        assert kinds[:8] == ["io.floe.namespace.created", "io.floe.table.created"] + ["io.floe.table.committed"] * 3 + [
-            "io.floe.table.renamed", "io.floe.grant.granted", "io.floe.table.created"]
-        assert kinds[8] == "io.floe.table.dropped"
+        assert kinds[:13] == ["io.floe.namespace.created", "io.floe.table.created"] + ["io.floe.table.committed"] * 3 + [
+            "io.floe.table.renamed", "io.floe.role.created", "io.floe.role.member-added", "io.floe.grant.granted",
+            "io.floe.table.created", "io.floe.table.dropped", "io.floe.role.member-removed", "io.floe.role.deleted"]
+        added = receiver.events[7]
+        assert added["subject"] == "role/watcher-role" and added["data"]["role"] == "watcher-role"
+        assert added["data"]["principal-id"]
         first = receiver.events[0]
         assert first["specversion"] == "1.0" and first["source"] == "urn:floe:test" and first["subject"] == "default/ev"
         renamed = receiver.events[5]

@@ -294,6 +294,24 @@ mod grants {
         }
     }
 
+    /// A role's own change (`role.created`, `role.deleted`), or a principal's membership of it
+    /// (`role.member-added`, `role.member-removed`, with the principal's id).
+    fn role_event(
+        kind: &str,
+        role: &str,
+        principal: Option<Uuid>,
+    ) -> floe_catalog::events::NewEvent {
+        let mut data = serde_json::json!({ "role": role });
+        if let Some(principal) = principal {
+            data["principal-id"] = principal.to_string().into();
+        }
+        floe_catalog::events::NewEvent {
+            kind: format!("role.{kind}"),
+            subject: format!("role/{role}"),
+            data,
+        }
+    }
+
     #[async_trait]
     impl GrantStore for SqlStore {
         async fn principal_grants(&self, principal: Uuid) -> Result<Vec<(String, Privilege)>> {
@@ -330,6 +348,7 @@ mod grants {
                         query_error(e)
                     }
                 })?;
+            tx.emit(Some(role_event("created", name, None)));
             tx.commit().await.map_err(query_error)?;
             Ok(id)
         }
@@ -357,6 +376,8 @@ mod grants {
                     .await
                     .map_err(query_error)?;
             }
+            // Its grants, policies and memberships go with it.
+            tx.emit(Some(role_event("deleted", name, None)));
             tx.commit().await.map_err(query_error)?;
             Ok(true)
         }
@@ -376,7 +397,7 @@ mod grants {
             // is a 404, not a foreign-key failure.
             let mut tx = self.write().await.map_err(query_error)?;
             let role_id = role_id_in(&mut tx, role).await?;
-            sqlx::query(
+            let added = sqlx::query(
                 "INSERT INTO principal_roles (principal_id, role_id) VALUES ($1, $2) \
                  ON CONFLICT (principal_id, role_id) DO NOTHING",
             )
@@ -393,7 +414,12 @@ mod grants {
                 } else {
                     query_error(e)
                 }
-            })?;
+            })?
+            .rows_affected()
+                == 1;
+            if added {
+                tx.emit(Some(role_event("member-added", role, Some(principal))));
+            }
             tx.commit().await.map_err(query_error)?;
             Ok(())
         }
@@ -410,6 +436,9 @@ mod grants {
                     .map_err(query_error)?
                     .rows_affected()
                     == 1;
+            if result {
+                tx.emit(Some(role_event("member-removed", role, Some(principal))));
+            }
             tx.commit().await.map_err(query_error)?;
             Ok(result)
         }
