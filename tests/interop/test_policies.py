@@ -392,19 +392,20 @@ def test_create_table_as_select_copies_what_the_policy_shows_and_is_audited_unde
     assert any("hr.people (roles analyst-role)" in details for details in ctas), ctas
 
 
-def test_a_condition_the_files_bounds_prove_costs_nothing_and_nulls_are_still_filtered(governed):
+def test_a_condition_the_files_bounds_prove_costs_nothing_and_nulls_are_still_filtered(governed, tmp_path, monkeypatch):
     """A row filter's conditions that the bounds and null counts of the files a query reads
-    prove true for every row are not evaluated (`region = 'eu'` over a query of the `eu`
-    partition, `id >= 1` over ids from 1); one the bounds do not prove is, NULLs included
-    (`level >= 0` is false for a NULL level although every other level is at least 0).
-    Answers are checked against root's with the filter written into the query."""
+    prove true for every row are not evaluated (`region = 'eu'` once the filter has pruned
+    the other partition, `id >= 1` over ids from 1); one the bounds do not prove is, NULLs
+    included (`level >= 0` is false for a NULL level although every other level is at least
+    0). Answers are held to root's with the filter written into the query, and to the same
+    server's with the proof off (`FLOE_SQL_POLICY_BOUNDS=off`)."""
+    from conftest import restart_floe
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform
     from pyiceberg.types import LongType, NestedField
 
     floe, (client_id, secret) = governed
-    token = floe.token(client_id, secret)
     schema = Schema(NestedField(1, "id", LongType(), required=False),
                     NestedField(2, "region", StringType(), required=False),
                     NestedField(3, "level", LongType(), required=False))
@@ -418,32 +419,38 @@ def test_a_condition_the_files_bounds_prove_costs_nothing_and_nulls_are_still_fi
     answer = floe.api("PUT", "/api/v1/policies", json=policy)
     assert answer.status_code == 204, answer.text
 
-    for where in ["", "WHERE region = 'eu'", "WHERE id > 2", "WHERE level IS NULL", "WHERE region = 'us'"]:
-        statement = f"SELECT id, level FROM hr.parts {where} ORDER BY id"
+    wheres = ["", "WHERE region = 'eu'", "WHERE id > 2", "WHERE level IS NULL", "WHERE region = 'us'",
+              "WHERE id BETWEEN 2 AND 6 AND level < 7"]
+
+    def answers() -> list:
+        token = floe.token(client_id, secret)
+        return [http_rows(floe, token, f"SELECT id, level FROM hr.parts {where} ORDER BY id") for where in wheres]
+
+    proven = answers()
+    for where, rows in zip(wheres, proven):
         written = f"SELECT id, level FROM hr.parts WHERE region = 'eu' AND id >= 1 AND level >= 0 " \
                   f"{where.replace('WHERE', 'AND')} ORDER BY id"
-        assert http_rows(floe, token, statement) == http_rows(floe, None, written), statement
-    assert http_rows(floe, token, "SELECT id FROM hr.parts ORDER BY id") == [[1], [5], [6]]
+        assert rows == http_rows(floe, None, written), where
+    assert proven[0] == [[1, 0], [5, 7], [6, 3]]
+    token = floe.token(client_id, secret)
     assert http_rows(floe, token, "SELECT count(*) FROM hr.parts WHERE level IS NULL") == [[0]]
 
-    def policy_filter(statement: str) -> str:
-        plan = http_sql(floe, token, f"EXPLAIN {statement}")
-        assert plan.status_code == 200, plan.text
-        text = "\n".join(str(v) for r in plan.json()["rows"] for v in r.values())
-        above, below = text.split("PolicyExec", 1)
-        physical = above.split("physical_plan", 1)[-1]
-        assert "FilterExec" not in physical, physical
-        # The predicates only (a filter's projection names columns too).
-        return "\n".join(line.split(", projection=")[0] for line in below.splitlines() if "FilterExec" in line)
+    # EXPLAIN shows the policy and the query's own filter, evaluated once, below it (not above
+    # it again); not the table's scan below the policy (the files left after pruning, the
+    # conditions left after the proof), which would tell of the rows the policy hides.
+    plan = http_sql(floe, token, "EXPLAIN SELECT id FROM hr.parts WHERE id > 2")
+    assert plan.status_code == 200, plan.text
+    text = "\n".join(str(v) for r in plan.json()["rows"] for v in r.values())
+    above, below = text.split("physical_plan", 1)[-1].split("PolicyExec", 1)
+    assert "FilterExec" not in above, text
+    assert "not shown" in below and "DataSourceExec" not in below and "FilterExec" not in below, text
+    for form in ["EXPLAIN FORMAT tree SELECT id FROM hr.parts", "EXPLAIN FORMAT graphviz SELECT id FROM hr.parts"]:
+        refused = http_sql(floe, token, form)
+        assert refused.status_code == 403 and "policy" in refused.text, (form, refused.text)
 
-    # The policy's own filter prunes the us partition's file: every row left has region 'eu'
-    # and an id of at least 1, and only the NULL-holding level is compared.
-    for statement in ["SELECT id FROM hr.parts WHERE region = 'eu'", "SELECT id FROM hr.parts"]:
-        compared = policy_filter(statement)
-        assert "level" in compared and "region" not in compared and "id@" not in compared, compared
-    # The query's own condition is evaluated once, below the policy, where the files do not
-    # prove it.
-    assert "id@0 > 2" in policy_filter("SELECT id FROM hr.parts WHERE id > 2")
+    monkeypatch.setenv("FLOE_SQL_POLICY_BOUNDS", "off")
+    restart_floe(floe, tmp_path)
+    assert answers() == proven
 
 
 def test_a_query_cannot_choose_which_hidden_rows_a_failing_row_filter_meets(governed):
@@ -470,7 +477,8 @@ def test_a_query_cannot_choose_which_hidden_rows_a_failing_row_filter_meets(gove
         assert answer.status_code != 200, (statement, answer.text)
         assert "bad" in answer.text or "cast" in answer.text.lower(), answer.text
     assert outcomes[0] == outcomes[1]
+    # The query's filter is evaluated above the policy.
     plan = http_sql(floe, token, "EXPLAIN SELECT id FROM hr.codes WHERE id = 1")
     text = "\n".join(str(v) for r in plan.json()["rows"] for v in r.values())
-    above, below = text.split("physical_plan", 1)[-1].split("PolicyExec", 1)
-    assert "id@0 = 1" in above and "id@0 = 1" not in below, text
+    above = text.split("physical_plan", 1)[-1].split("PolicyExec", 1)[0]
+    assert "id@0 = 1" in above, text

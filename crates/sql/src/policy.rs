@@ -745,6 +745,72 @@ pub fn validate(schema: &iceberg::spec::Schema, policy: AppliedPolicy) -> Result
     table.check(&state).map_err(|e| e.to_string())
 }
 
+/// `plan` with what `EXPLAIN` shows below each policy's barrier left out, when `plan` is an
+/// `EXPLAIN`'s: the table's own scan there — the files left after pruning by the query's
+/// filters, and the conditions the files' bounds did not prove — tells of the rows the policy
+/// hides (that no row of a pruned file, hidden or not, meets a filter). The barrier's line
+/// with the policy stays. Plans are printed indented (other formats are refused under a
+/// policy, [`crate::engine`]'s surface check).
+pub fn without_what_the_policy_keeps_back(
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::common::display::StringifiedPlan;
+    use datafusion::physical_plan::explain::ExplainExec;
+    let Some(explain) = plan.downcast_ref::<ExplainExec>() else {
+        return Ok(plan);
+    };
+    if !explain
+        .stringified_plans()
+        .iter()
+        .any(|p| p.plan.contains("PolicyExec"))
+    {
+        return Ok(plan);
+    }
+    let plans = explain
+        .stringified_plans()
+        .iter()
+        .map(|p| StringifiedPlan::new(p.plan_type.clone(), below_policies_left_out(&p.plan)))
+        .collect();
+    Ok(Arc::new(ExplainExec::new(
+        explain.schema(),
+        plans,
+        explain.verbose(),
+    )))
+}
+
+/// `text`, an indented plan, without the lines below a `PolicyExec` line (those indented
+/// more deeply, up to the next that is not). A line of only drawing characters (a stage's
+/// frame) stays and does not end what is left out.
+fn below_policies_left_out(text: &str) -> String {
+    let mut kept = Vec::new();
+    let mut hiding: Option<usize> = None;
+    for line in text.lines() {
+        let Some(depth) = line.find(|c: char| c.is_alphanumeric()) else {
+            kept.push(line.to_string());
+            continue;
+        };
+        if let Some(barrier) = hiding {
+            if depth > barrier {
+                continue;
+            }
+            hiding = None;
+        }
+        kept.push(line.to_string());
+        if line[depth..].starts_with("PolicyExec") {
+            kept.push(format!(
+                "{}  (the table's scan below a row or column policy is not shown)",
+                &line[..depth]
+            ));
+            hiding = Some(depth);
+        }
+    }
+    let mut out = kept.join("\n");
+    if text.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
 /// The policies `plan` reads tables under, each as `table (roles …)`: for the statement's
 /// audit record.
 pub fn applied_in(plan: &datafusion::logical_expr::LogicalPlan) -> Vec<String> {
@@ -868,6 +934,27 @@ mod tests {
         assert!(!cast_cannot_fail(&DataType::UInt64, &DataType::Int64));
         assert!(!cast_cannot_fail(&DataType::Utf8, &DataType::Int64));
         assert!(!cast_cannot_fail(&DataType::Binary, &DataType::Utf8));
+    }
+
+    #[test]
+    fn explain_leaves_out_what_lies_below_a_policy() {
+        let plan = "ProjectionExec: expr=[id@0 as id]\n  HashJoinExec: on=[(id@0, id@0)]\n    \
+                    PolicyExec: table=default.hr.people\n      ProjectionExec: expr=[id@0 as id]\n        \
+                    FilterExec: region@1 = EU\n          DataSourceExec: file_groups={1 group: [[a.parquet]]}\n    \
+                    DataSourceExec: file_groups={1 group: [[b.parquet]]}\n";
+        assert_eq!(
+            below_policies_left_out(plan),
+            "ProjectionExec: expr=[id@0 as id]\n  HashJoinExec: on=[(id@0, id@0)]\n    \
+             PolicyExec: table=default.hr.people\n      (the table's scan below a row or column \
+             policy is not shown)\n    DataSourceExec: file_groups={1 group: [[b.parquet]]}\n"
+        );
+        // In a stage's frame.
+        let framed = "┌───── Stage 1\n│ PolicyExec: t\n│   FilterExec: x\n└──────\n│ SortExec\n";
+        assert_eq!(
+            below_policies_left_out(framed),
+            "┌───── Stage 1\n│ PolicyExec: t\n│   (the table's scan below a row or column policy \
+             is not shown)\n└──────\n│ SortExec\n"
+        );
     }
 
     #[test]

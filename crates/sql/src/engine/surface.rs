@@ -35,6 +35,17 @@ pub(super) fn check(plan: &LogicalPlan) -> Result<(), SqlError> {
             if explain.verbose {
                 refuse_under_policy(&explain.plan, "EXPLAIN VERBOSE")?;
             }
+            // What lies below a policy is left out of an indented plan only
+            // (`policy::without_what_the_policy_keeps_back`).
+            if !matches!(
+                explain.explain_format,
+                datafusion::common::format::ExplainFormat::Indent
+            ) {
+                refuse_under_policy(
+                    &explain.plan,
+                    &format!("EXPLAIN FORMAT {}", explain.explain_format),
+                )?;
+            }
             check(&explain.plan)
         }
         LogicalPlan::Analyze(analyze) => {
@@ -107,7 +118,8 @@ fn check_query(plan: &LogicalPlan) -> Result<(), SqlError> {
 /// statistics `EXPLAIN VERBOSE` prints and the metrics `EXPLAIN ANALYZE` prints are those of
 /// every node, the table's own scan below the policy's barrier included — its row count and
 /// its raw columns' bounds (a masked column's smallest and largest values, the values of
-/// filtered rows). Plain `EXPLAIN` shows neither.
+/// filtered rows). Plain `EXPLAIN` shows neither, and leaves out the scan below the barrier
+/// ([`crate::policy::without_what_the_policy_keeps_back`]).
 fn refuse_under_policy(plan: &LogicalPlan, what: &str) -> Result<(), SqlError> {
     let applied = crate::policy::applied_in(plan);
     if applied.is_empty() {
