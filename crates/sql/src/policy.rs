@@ -23,7 +23,9 @@
 //!   pushed into the scan. Of those conditions, the ones the bounds of the files the scan
 //!   reads prove true for every row are dropped ([`unproven`]).
 //! - Its statistics are those of the filter and projection below it: inexact under a row
-//!   filter (no `count(*)` answered from file counts), none for masked values.
+//!   filter that the files' bounds do not prove (no `count(*)` answered from file counts),
+//!   none for masked values; when the bounds prove the whole filter, every row the scan reads
+//!   is the principal's, and the files' counts are the answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -745,11 +747,11 @@ pub fn validate(schema: &iceberg::spec::Schema, policy: AppliedPolicy) -> Result
     table.check(&state).map_err(|e| e.to_string())
 }
 
-/// `plan` with what `EXPLAIN` shows below each policy's barrier left out, when `plan` is an
-/// `EXPLAIN`'s: the table's own scan there — the files left after pruning by the query's
-/// filters, and the conditions the files' bounds did not prove — tells of the rows the policy
-/// hides (that no row of a pruned file, hidden or not, meets a filter). The barrier's line
-/// with the policy stays. Plans are printed indented (other formats are refused under a
+/// `plan` with what `EXPLAIN` shows from the first policy's barrier on left out, when `plan`
+/// is an `EXPLAIN`'s ([`below_policies_left_out`]): the table's own scan below it — the files
+/// left after pruning by the query's filters, and the conditions the files' bounds did not
+/// prove — tells of the rows the policy hides (that no row of a pruned file, hidden or not,
+/// meets a filter). The barrier's first line, with the policy, stays. Plans are printed indented (other formats are refused under a
 /// policy, [`crate::engine`]'s surface check).
 pub fn without_what_the_policy_keeps_back(
     plan: Arc<dyn ExecutionPlan>,
@@ -778,30 +780,22 @@ pub fn without_what_the_policy_keeps_back(
     )))
 }
 
-/// `text`, an indented plan, without the lines below a `PolicyExec` line (those indented
-/// more deeply, up to the next that is not). A line of only drawing characters (a stage's
-/// frame) stays and does not end what is left out.
+/// `text`, a printed plan, up to its first `PolicyExec` line (the policy's first line), and
+/// then a note. What follows it is left out whatever it is — the policy's scan, and the rest of
+/// the plan after it: a node's text may hold a line break (a string in the query, a path), so
+/// no line's indentation tells where the policy's scan ends. Lines before it are nodes above
+/// it or beside it, which a query may see.
 fn below_policies_left_out(text: &str) -> String {
     let mut kept = Vec::new();
-    let mut hiding: Option<usize> = None;
     for line in text.lines() {
-        let Some(depth) = line.find(|c: char| c.is_alphanumeric()) else {
-            kept.push(line.to_string());
-            continue;
-        };
-        if let Some(barrier) = hiding {
-            if depth > barrier {
-                continue;
-            }
-            hiding = None;
-        }
         kept.push(line.to_string());
-        if line[depth..].starts_with("PolicyExec") {
+        if let Some(at) = line.find("PolicyExec") {
             kept.push(format!(
-                "{}  (the table's scan below a row or column policy is not shown)",
-                &line[..depth]
+                "{}(the rest of the plan, from the table read under a row or column policy, is \
+                 not shown)",
+                " ".repeat(line[..at].chars().count())
             ));
-            hiding = Some(depth);
+            break;
         }
     }
     let mut out = kept.join("\n");
@@ -939,21 +933,21 @@ mod tests {
     #[test]
     fn explain_leaves_out_what_lies_below_a_policy() {
         let plan = "ProjectionExec: expr=[id@0 as id]\n  HashJoinExec: on=[(id@0, id@0)]\n    \
-                    PolicyExec: table=default.hr.people\n      ProjectionExec: expr=[id@0 as id]\n        \
-                    FilterExec: region@1 = EU\n          DataSourceExec: file_groups={1 group: [[a.parquet]]}\n    \
+                    PolicyExec: table=default.hr.people\n      FilterExec: salary@1 > 5 OR name@2 = a\n\
+                    Z\n          DataSourceExec: file_groups={1 group: [[a.parquet]]}\n    \
                     DataSourceExec: file_groups={1 group: [[b.parquet]]}\n";
         assert_eq!(
             below_policies_left_out(plan),
             "ProjectionExec: expr=[id@0 as id]\n  HashJoinExec: on=[(id@0, id@0)]\n    \
-             PolicyExec: table=default.hr.people\n      (the table's scan below a row or column \
-             policy is not shown)\n    DataSourceExec: file_groups={1 group: [[b.parquet]]}\n"
+             PolicyExec: table=default.hr.people\n    (the rest of the plan, from the table \
+             read under a row or column policy, is not shown)\n"
         );
         // In a stage's frame.
-        let framed = "┌───── Stage 1\n│ PolicyExec: t\n│   FilterExec: x\n└──────\n│ SortExec\n";
+        let framed = "┌───── Stage 1\n│ PolicyExec: t\n│   FilterExec: x\n└──────\n";
         assert_eq!(
             below_policies_left_out(framed),
-            "┌───── Stage 1\n│ PolicyExec: t\n│   (the table's scan below a row or column policy \
-             is not shown)\n└──────\n│ SortExec\n"
+            "┌───── Stage 1\n│ PolicyExec: t\n  (the rest of the plan, from the table read \
+             under a row or column policy, is not shown)\n"
         );
     }
 

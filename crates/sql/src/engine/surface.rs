@@ -118,7 +118,7 @@ fn check_query(plan: &LogicalPlan) -> Result<(), SqlError> {
 /// statistics `EXPLAIN VERBOSE` prints and the metrics `EXPLAIN ANALYZE` prints are those of
 /// every node, the table's own scan below the policy's barrier included — its row count and
 /// its raw columns' bounds (a masked column's smallest and largest values, the values of
-/// filtered rows). Plain `EXPLAIN` shows neither, and leaves out the scan below the barrier
+/// filtered rows). Plain `EXPLAIN` shows neither, and leaves out the plan from the barrier on
 /// ([`crate::policy::without_what_the_policy_keeps_back`]).
 fn refuse_under_policy(plan: &LogicalPlan, what: &str) -> Result<(), SqlError> {
     let applied = crate::policy::applied_in(plan);

@@ -734,7 +734,8 @@ impl IcebergTableProvider {
                     !task.deletes.is_empty(),
                     &mut stats,
                 );
-                if count.is_some()
+                // A file whose rows are all deleted holds no row of its partition's value.
+                if count.is_some_and(|c| c > 0)
                     && let Some(spec) = self.metadata().partition_spec_by_id(entry.spec_id)
                 {
                     identity_constants(
